@@ -1,0 +1,123 @@
+// Package gpu is the prefill engine: the layer program, written once, that
+// runs a prompt through every layer on a Backend, with named capture points,
+// step-wise runs and interventions. Backends (package cpu, package vulkan)
+// supply kernels; they never hold a copy of the program.
+package gpu
+
+import "github.com/stratalab/strata/model"
+
+// Tensor is a float32 buffer owned by a backend, on its device.
+type Tensor interface {
+	Len() int
+}
+
+// Matrix is a weight uploaded to a backend, kept resident in its packed format.
+type Matrix interface {
+	Rows() int
+	Cols() int
+}
+
+// Backend owns a device: resident weights and streams that run kernels on it.
+type Backend interface {
+	// Name says which device runs the kernels, for users and benchmarks.
+	Name() string
+	// Upload makes a weight resident; called once per weight per engine.
+	Upload(w *model.Weight) (Matrix, error)
+	// NewStream starts an independent command stream; one per session, so
+	// sessions may run from different goroutines.
+	NewStream() Stream
+	Close() error
+}
+
+// Stream records kernels in order. A CPU stream may run each as it is
+// recorded; a GPU stream collects them into one submission until Sync. Kernel
+// methods do not return errors: a stream keeps its first error and Sync
+// returns it, so that recording never waits on the device.
+type Stream interface {
+	// Alloc returns a zeroed tensor of n float32s; name appears in errors.
+	Alloc(name string, n int) (Tensor, error)
+	Free(t Tensor)
+	// Write copies host data into dst at element offset off (ordered with kernels).
+	Write(dst Tensor, off int, src []float32)
+	// Read copies from src at off into dst; it syncs first.
+	Read(src Tensor, off int, dst []float32) error
+	// Sync submits what was recorded and waits for it.
+	Sync() error
+
+	// Embed gathers rows ids of table into dst [len(ids), table.Cols()].
+	Embed(dst Tensor, table Matrix, ids []int32)
+	// RMSNorm normalises rows of dim elements: dst = src / rms(src) * gain.
+	RMSNorm(dst, src, gain Tensor, rows, dim int, eps float32)
+	// MatMul computes dst = x W^T (+ bias) for each projection, all reading
+	// the same rows of x; backends fuse them into one pass where they can.
+	MatMul(x Tensor, rows int, outs ...Proj)
+	// Rope rotates rows [rows, heads, headDim] in place for positions pos0...
+	Rope(x Tensor, rows, heads, headDim, pos0 int, r *model.Rope)
+	// AttnScores writes scaled, causally masked scores [Heads, T, Pos0+T].
+	AttnScores(a *Attention)
+	// Softmax normalises rows of n elements: dst = softmax(src).
+	Softmax(dst, src Tensor, rows, n int)
+	// AttnMix writes Z = Pattern V.
+	AttnMix(a *Attention)
+	// FlashAttention computes Z directly, without materialising scores.
+	FlashAttention(a *Attention)
+	// Add computes dst[i] += src[i] for i < n.
+	Add(dst, src Tensor, n int)
+	// SwiGLU computes dst = silu(gate) * up over n elements.
+	SwiGLU(dst, gate, up Tensor, n int)
+	// Copy moves n elements from src at srcOff to dst at dstOff.
+	Copy(dst Tensor, dstOff int, src Tensor, srcOff, n int)
+	// Edit changes a strided view of t in place; interventions are built from it.
+	Edit(t Tensor, e Edit)
+	// Argmax writes, for each of rows rows of n elements, the index of the
+	// largest (as a float32, exact below 2^24).
+	Argmax(dst, src Tensor, rows, n int)
+}
+
+// Proj is one projection of a MatMul: Dst [rows, W.Rows()] = x W^T + Bias.
+type Proj struct {
+	W    Matrix
+	Dst  Tensor
+	Bias Tensor // nil for none
+}
+
+// Attention describes causal grouped-query attention of T new queries at
+// positions Pos0.. over the cache's first Pos0+T keys.
+type Attention struct {
+	Q       Tensor // [T, Heads, HeadDim], rotated
+	K, V    Tensor // caches [capacity, KVHeads, HeadDim]
+	Z       Tensor // [T, Heads, HeadDim]
+	Scores  Tensor // [Heads, T, Pos0+T]
+	Pattern Tensor // [Heads, T, Pos0+T]
+	T, Pos0 int
+	Heads   int
+	KVHeads int
+	HeadDim int
+	Scale   float32
+}
+
+// Keys is the number of key positions each query row spans.
+func (a *Attention) Keys() int { return a.Pos0 + a.T }
+
+// EditOp is what an Edit does to each element of its view.
+type EditOp int
+
+const (
+	EditFill  EditOp = iota // x = Scalar
+	EditScale               // x *= Scalar
+	EditSet                 // x = src
+	EditAdd                 // x += Scalar * src
+	EditMean                // each row = mean of the view's rows
+)
+
+// Edit names a view of a tensor (Rows rows of Cols elements, row r at
+// Off + r*Stride) and an operation on it. Src rows are read at SrcOff +
+// r*SrcStride; SrcStride 0 broadcasts one row to all.
+type Edit struct {
+	Op                EditOp
+	Off, Rows, Cols   int
+	Stride            int
+	Scalar            float32
+	Src               Tensor
+	SrcOff, SrcStride int
+}

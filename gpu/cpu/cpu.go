@@ -1,0 +1,118 @@
+// Package cpu is the pure-Go backend: the reference every GPU backend is
+// tested against, and the default where no GPU is. It runs each kernel as it
+// is recorded, on every core, straight from the packed weight formats.
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/model"
+)
+
+// Backend runs kernels on the host's cores.
+type Backend struct {
+	threads int
+}
+
+// New returns a CPU backend using threads goroutines per kernel (0: all cores).
+func New(threads int) *Backend {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	return &Backend{threads: threads}
+}
+
+func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", b.threads) }
+
+func (b *Backend) Close() error { return nil }
+
+// tensor is host memory.
+type tensor struct{ data []float32 }
+
+func (t *tensor) Len() int { return len(t.data) }
+
+// matrix is a weight in its file format, aliasing the file's mapping.
+type matrix struct {
+	w *model.Weight
+	// f32 views the data directly when it is already float32.
+	f32 []float32
+}
+
+func (m *matrix) Rows() int { return m.w.Rows }
+func (m *matrix) Cols() int { return m.w.Cols }
+
+func (b *Backend) Upload(w *model.Weight) (gpu.Matrix, error) {
+	if w == nil {
+		return nil, fmt.Errorf("cpu: nil weight")
+	}
+	m := &matrix{w: w}
+	if w.Type() == gguf.F32 && len(w.Data) > 0 && uintptr(unsafe.Pointer(&w.Data[0]))%4 == 0 {
+		m.f32 = unsafe.Slice((*float32)(unsafe.Pointer(&w.Data[0])), w.Rows*w.Cols)
+	}
+	return m, nil
+}
+
+func (b *Backend) NewStream() gpu.Stream { return &stream{b: b} }
+
+// stream runs kernels eagerly; it remembers the first error for Sync.
+type stream struct {
+	b   *Backend
+	err error
+}
+
+func data(t gpu.Tensor) []float32 { return t.(*tensor).data }
+
+func (s *stream) Alloc(name string, n int) (gpu.Tensor, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("cpu: allocating %s: negative size %d", name, n)
+	}
+	return &tensor{data: make([]float32, n)}, nil
+}
+
+func (s *stream) Free(gpu.Tensor) {}
+
+func (s *stream) Write(dst gpu.Tensor, off int, src []float32) {
+	d := data(dst)
+	if off < 0 || off+len(src) > len(d) {
+		s.fail(fmt.Errorf("cpu: write of %d elements at %d into a tensor of %d", len(src), off, len(d)))
+		return
+	}
+	copy(d[off:], src)
+}
+
+func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
+	d := data(src)
+	if off < 0 || off+len(dst) > len(d) {
+		return fmt.Errorf("cpu: read of %d elements at %d from a tensor of %d", len(dst), off, len(d))
+	}
+	copy(dst, d[off:])
+	return s.err
+}
+
+func (s *stream) Sync() error { return s.err }
+
+func (s *stream) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// parallel runs fn over [0, n) split into contiguous chunks, one per thread.
+func (s *stream) parallel(n int, fn func(lo, hi int)) {
+	threads := min(s.b.threads, n)
+	if threads <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range threads {
+		lo, hi := n*i/threads, n*(i+1)/threads
+		wg.Go(func() { fn(lo, hi) })
+	}
+	wg.Wait()
+}

@@ -1,0 +1,370 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/model"
+)
+
+// rowTile is how many weight rows a worker decodes at once: each activation
+// row is then read once per tile, and the decoded tile stays in L1/L2.
+const rowTile = 4
+
+func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
+	m, d := table.(*matrix), data(dst)
+	cols := m.w.Cols
+	if len(d) < len(ids)*cols {
+		s.fail(fmt.Errorf("cpu: embed of %d tokens into %d elements", len(ids), len(d)))
+		return
+	}
+	rowBytes := len(m.w.Data) / m.w.Rows
+	for i, id := range ids {
+		if id < 0 || int(id) >= m.w.Rows {
+			s.fail(fmt.Errorf("cpu: token id %d outside %s's %d rows", id, m.w.Name, m.w.Rows))
+			return
+		}
+		m.w.Format.Dequantize(d[i*cols:(i+1)*cols], m.w.Data[int(id)*rowBytes:(int(id)+1)*rowBytes])
+	}
+}
+
+func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) {
+	o, x, g := data(dst), data(src), data(gain)
+	s.parallel(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, or := x[r*dim:(r+1)*dim], o[r*dim:(r+1)*dim]
+			var ss float64
+			for _, v := range xr {
+				ss += float64(v) * float64(v)
+			}
+			scale := float32(1 / math.Sqrt(ss/float64(dim)+float64(eps)))
+			for i, v := range xr {
+				or[i] = v * scale * g[i]
+			}
+		}
+	})
+}
+
+func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
+	xs := data(x)
+	if len(outs) == 0 {
+		return
+	}
+	cols := outs[0].W.Cols()
+	total := 0
+	for _, p := range outs {
+		if p.W.Cols() != cols {
+			s.fail(fmt.Errorf("cpu: fused matmul mixes %d and %d input columns", cols, p.W.Cols()))
+			return
+		}
+		if p.Dst.Len() < rows*p.W.Rows() || len(xs) < rows*cols {
+			s.fail(fmt.Errorf("cpu: matmul %s: buffers too small for %d rows", p.W.(*matrix).w.Name, rows))
+			return
+		}
+		total += p.W.Rows()
+	}
+	tiles := (total + rowTile - 1) / rowTile
+	s.parallel(tiles, func(lo, hi int) {
+		buf := make([]float32, rowTile*cols)
+		for tile := lo; tile < hi; tile++ {
+			// Map the tile's global rows onto projections; a tile may span two.
+			for g := tile * rowTile; g < min((tile+1)*rowTile, total); {
+				p, r := locate(outs, g)
+				m := p.W.(*matrix)
+				n := min((tile+1)*rowTile, total, g-r+m.w.Rows) - g
+				w := m.decode(buf, r, n)
+				out, bias := data(p.Dst), []float32(nil)
+				if p.Bias != nil {
+					bias = data(p.Bias)
+				}
+				width := m.w.Rows
+				for t := 0; t < rows; t++ {
+					xr := xs[t*cols : (t+1)*cols]
+					for i := 0; i < n; i++ {
+						v := dot(w[i*cols:(i+1)*cols], xr)
+						if bias != nil {
+							v += bias[r+i]
+						}
+						out[t*width+r+i] = v
+					}
+				}
+				g += n
+			}
+		}
+	})
+}
+
+// locate finds which projection global row g belongs to and its local row.
+func locate(outs []gpu.Proj, g int) (gpu.Proj, int) {
+	for _, p := range outs {
+		if g < p.W.Rows() {
+			return p, g
+		}
+		g -= p.W.Rows()
+	}
+	panic("cpu: row outside the fused projections")
+}
+
+// decode returns rows [r, r+n) as float32, decoding into buf unless the
+// weight is float32 already.
+func (m *matrix) decode(buf []float32, r, n int) []float32 {
+	cols := m.w.Cols
+	if m.f32 != nil {
+		return m.f32[r*cols : (r+n)*cols]
+	}
+	rowBytes := len(m.w.Data) / m.w.Rows
+	m.w.Format.Dequantize(buf[:n*cols], m.w.Data[r*rowBytes:(r+n)*rowBytes])
+	return buf[:n*cols]
+}
+
+// dot is a float32 dot product with four independent accumulators, so the
+// additions pipeline.
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rope) {
+	xs := data(x)
+	half := r.Dim / 2
+	s.parallel(rows, func(lo, hi int) {
+		cos, sin := make([]float32, half), make([]float32, half)
+		for t := lo; t < hi; t++ {
+			RopeAngles(r, pos0+t, cos, sin)
+			for h := 0; h < heads; h++ {
+				v := xs[(t*heads+h)*headDim : (t*heads+h+1)*headDim]
+				for i := 0; i < half; i++ {
+					a, b := 2*i, 2*i+1
+					if r.Mode == model.RopeNeoX {
+						a, b = i, i+half
+					}
+					x0, x1 := v[a], v[b]
+					v[a] = x0*cos[i] - x1*sin[i]
+					v[b] = x0*sin[i] + x1*cos[i]
+				}
+			}
+		}
+	})
+}
+
+// RopeAngles fills the cosines and sines of position pos for each rotated
+// pair, with ggml's linear and YaRN scaling.
+func RopeAngles(r *model.Rope, pos int, cos, sin []float32) {
+	sc := &r.Scaling
+	freqScale := 1.0
+	if sc.Type == "linear" || sc.Type == "yarn" {
+		freqScale = 1 / sc.Factor
+	}
+	var lowDim, highDim float64
+	if sc.Type == "yarn" {
+		lowDim, highDim = yarnCorrDims(r.Dim, sc.OrigContext, r.Theta, sc.BetaFast, sc.BetaSlow)
+	}
+	for i := range cos {
+		extrap := float64(pos) * math.Pow(r.Theta, -float64(2*i)/float64(r.Dim))
+		theta := freqScale * extrap
+		mscale := sc.AttnFactor
+		if mscale == 0 {
+			mscale = 1
+		}
+		if sc.Type == "yarn" && sc.ExtFactor != 0 {
+			y := (float64(i) - lowDim) / math.Max(0.001, highDim-lowDim)
+			mix := (1 - math.Min(1, math.Max(0, y))) * sc.ExtFactor
+			theta = theta*(1-mix) + extrap*mix
+			mscale *= 1 + 0.1*math.Log(1/freqScale)
+		}
+		cos[i] = float32(math.Cos(theta) * mscale)
+		sin[i] = float32(math.Sin(theta) * mscale)
+	}
+}
+
+// yarnCorrDims is ggml_rope_yarn_corr_dims: the pair indices between which
+// YaRN ramps from interpolation to extrapolation.
+func yarnCorrDims(dims, origCtx int, base, betaFast, betaSlow float64) (float64, float64) {
+	corr := func(rot float64) float64 {
+		return float64(dims) * math.Log(float64(origCtx)/(rot*2*math.Pi)) / (2 * math.Log(base))
+	}
+	lo := math.Max(0, math.Floor(corr(betaFast)))
+	hi := math.Min(float64(dims-1), math.Ceil(corr(betaSlow)))
+	return lo, hi
+}
+
+func (s *stream) AttnScores(a *gpu.Attention) {
+	q, k, sc := data(a.Q), data(a.K), data(a.Scores)
+	keys, hd, group := a.Keys(), a.HeadDim, a.Heads/a.KVHeads
+	negInf := float32(math.Inf(-1))
+	s.parallel(a.Heads*a.T, func(lo, hi int) {
+		for hi_ := lo; hi_ < hi; hi_++ {
+			h, i := hi_/a.T, hi_%a.T
+			qr := q[(i*a.Heads+h)*hd : (i*a.Heads+h+1)*hd]
+			row := sc[(h*a.T+i)*keys : (h*a.T+i+1)*keys]
+			kvh := h / group
+			for j := range keys {
+				if j > a.Pos0+i {
+					row[j] = negInf
+					continue
+				}
+				row[j] = dot(qr, k[(j*a.KVHeads+kvh)*hd:(j*a.KVHeads+kvh+1)*hd]) * a.Scale
+			}
+		}
+	})
+}
+
+func (s *stream) Softmax(dst, src gpu.Tensor, rows, n int) {
+	o, x := data(dst), data(src)
+	s.parallel(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			softmax(o[r*n:(r+1)*n], x[r*n:(r+1)*n])
+		}
+	})
+}
+
+// softmax writes softmax(x) to o; -Inf entries get exactly 0.
+func softmax(o, x []float32) {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		m = max(m, v)
+	}
+	var sum float64
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		o[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range o {
+		o[i] *= inv
+	}
+}
+
+func (s *stream) AttnMix(a *gpu.Attention) {
+	p, v, z := data(a.Pattern), data(a.V), data(a.Z)
+	keys, hd, group := a.Keys(), a.HeadDim, a.Heads/a.KVHeads
+	s.parallel(a.Heads*a.T, func(lo, hi int) {
+		for hi_ := lo; hi_ < hi; hi_++ {
+			h, i := hi_/a.T, hi_%a.T
+			mix(z[(i*a.Heads+h)*hd:(i*a.Heads+h+1)*hd], p[(h*a.T+i)*keys:(h*a.T+i)*keys+a.Pos0+i+1], v, a.KVHeads, h/group, hd)
+		}
+	})
+}
+
+// mix writes out = sum_j w[j] * v[j, kvh, :].
+func mix(out, w, v []float32, kvHeads, kvh, hd int) {
+	clear(out)
+	for j, wj := range w {
+		vr := v[(j*kvHeads+kvh)*hd : (j*kvHeads+kvh+1)*hd]
+		for d := range out {
+			out[d] += wj * vr[d]
+		}
+	}
+}
+
+func (s *stream) FlashAttention(a *gpu.Attention) {
+	q, k, v, z := data(a.Q), data(a.K), data(a.V), data(a.Z)
+	hd, group := a.HeadDim, a.Heads/a.KVHeads
+	s.parallel(a.Heads*a.T, func(lo, hi int) {
+		row := make([]float32, a.Keys())
+		for hi_ := lo; hi_ < hi; hi_++ {
+			h, i := hi_/a.T, hi_%a.T
+			kvh := h / group
+			qr := q[(i*a.Heads+h)*hd : (i*a.Heads+h+1)*hd]
+			w := row[:a.Pos0+i+1]
+			for j := range w {
+				w[j] = dot(qr, k[(j*a.KVHeads+kvh)*hd:(j*a.KVHeads+kvh+1)*hd]) * a.Scale
+			}
+			softmax(w, w)
+			mix(z[(i*a.Heads+h)*hd:(i*a.Heads+h+1)*hd], w, v, a.KVHeads, kvh, hd)
+		}
+	})
+}
+
+func (s *stream) Add(dst, src gpu.Tensor, n int) {
+	d, x := data(dst), data(src)
+	for i := range d[:n] {
+		d[i] += x[i]
+	}
+}
+
+func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
+	d, g, u := data(dst), data(gate), data(up)
+	s.parallel(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			d[i] = g[i] / (1 + float32(math.Exp(float64(-g[i])))) * u[i]
+		}
+	})
+}
+
+func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int) {
+	d, x := data(dst), data(src)
+	if dstOff < 0 || srcOff < 0 || dstOff+n > len(d) || srcOff+n > len(x) {
+		s.fail(fmt.Errorf("cpu: copy of %d elements from %d/%d to %d/%d out of range", n, srcOff, len(x), dstOff, len(d)))
+		return
+	}
+	copy(d[dstOff:dstOff+n], x[srcOff:srcOff+n])
+}
+
+func (s *stream) Edit(t gpu.Tensor, e gpu.Edit) {
+	d := data(t)
+	var src []float32
+	if e.Src != nil {
+		src = data(e.Src)
+	}
+	row := func(r int) []float32 { return d[e.Off+r*e.Stride : e.Off+r*e.Stride+e.Cols] }
+	if e.Op == gpu.EditMean {
+		mean := make([]float64, e.Cols)
+		for r := range e.Rows {
+			for i, v := range row(r) {
+				mean[i] += float64(v)
+			}
+		}
+		for r := range e.Rows {
+			for i := range row(r) {
+				row(r)[i] = float32(mean[i] / float64(e.Rows))
+			}
+		}
+		return
+	}
+	for r := range e.Rows {
+		x := row(r)
+		var sr []float32
+		if src != nil {
+			sr = src[e.SrcOff+r*e.SrcStride : e.SrcOff+r*e.SrcStride+e.Cols]
+		}
+		for i := range x {
+			switch e.Op {
+			case gpu.EditFill:
+				x[i] = e.Scalar
+			case gpu.EditScale:
+				x[i] *= e.Scalar
+			case gpu.EditSet:
+				x[i] = sr[i]
+			case gpu.EditAdd:
+				x[i] += e.Scalar * sr[i]
+			}
+		}
+	}
+}
+
+func (s *stream) Argmax(dst, src gpu.Tensor, rows, n int) {
+	d, x := data(dst), data(src)
+	for r := range rows {
+		best := 0
+		for i, v := range x[r*n : (r+1)*n] {
+			if v > x[r*n+best] {
+				best = i
+			}
+		}
+		d[r] = float32(best)
+	}
+}

@@ -1,0 +1,308 @@
+package gpu_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
+)
+
+// parityTol bounds max|engine - float64 reference| / max|reference| per
+// point. The engine accumulates in float32 over at most 768 terms per dot
+// product (rounding ~1e-6 relative) through two layers, norms and softmax;
+// 2e-4 leaves room for that while a wrong head, pair or offset shows up as
+// an O(1) error.
+const parityTol = 2e-4
+
+var testTokens = []int32{5, 77, 300, 12, 12, 450, 99, 256, 3, 140, 77, 300}
+
+func newEngine(t testing.TB, m *model.Model) *gpu.Engine {
+	t.Helper()
+	e, err := gpu.NewEngine(m, cpu.New(0))
+	require.NoError(t, err)
+	return e
+}
+
+func prefill(t testing.TB, e *gpu.Engine, tokens []int32, o gpu.Options) *trace.Trace {
+	t.Helper()
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	tr, err := s.Prefill(context.Background(), tokens, o)
+	require.NoError(t, err)
+	return tr
+}
+
+func TestEveryPointMatchesFloat64Reference(t *testing.T) {
+	cases := []struct {
+		shape string
+		types []gguf.Type
+	}{
+		{"tiny-llama", []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0}},
+		{"tiny-qwen2", []gguf.Type{gguf.F32, gguf.Q4_0}},
+		{"tiny-qwen3", []gguf.Type{gguf.F32, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.Q1_0_G128, gguf.TQ2_0_G128}},
+	}
+	for _, c := range cases {
+		for _, typ := range c.types {
+			t.Run(c.shape+"/"+typ.String(), func(t *testing.T) {
+				m := genModel(t, c.shape, typ, 7)
+				want := newRef(m).points(testTokens)
+				tr := prefill(t, newEngine(t, m), testTokens, gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll})
+				names := gpu.Points(m.Layers)
+				require.Len(t, tr.Names, len(names), "every point is captured")
+				for _, name := range names {
+					x, err := tr.Get(name)
+					require.NoError(t, err)
+					rel, ok := relErr(x.Data, want[name])
+					require.True(t, ok, "%s: shape %v or -Inf mask differs from the reference", name, x.Shape)
+					require.LessOrEqual(t, rel, parityTol, "%s", name)
+				}
+			})
+		}
+	}
+}
+
+func TestSteppedRunIsBitIdentical(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.Q1_0_G128, 3)
+	e := newEngine(t, m)
+	o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
+	oneShot := prefill(t, e, testTokens, o)
+
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	r, err := s.Start(context.Background(), testTokens, o)
+	require.NoError(t, err)
+	require.NoError(t, r.RunTo("blocks.0.attn.hook_pattern"))
+	mid, err := r.Trace()
+	require.NoError(t, err)
+	require.True(t, mid.Has("blocks.0.attn.hook_pattern"))
+	require.False(t, mid.Has("blocks.0.attn.hook_z"), "points after the pause are not there yet")
+	layers := 0
+	for r.Next() {
+		layers++
+	}
+	require.NoError(t, r.Err())
+	require.Equal(t, m.Layers, layers, "Next stops once per layer")
+	stepped, err := r.Finish()
+	require.NoError(t, err)
+	for _, name := range oneShot.Names {
+		require.Equal(t, oneShot.Tensors[name].Data, stepped.Tensors[name].Data, name)
+	}
+	require.Equal(t, len(testTokens), s.Pos())
+}
+
+func TestContinuedPrefillMatchesOneShot(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.Q8_0, 11)
+	e := newEngine(t, m)
+	want := newRef(m).points(testTokens)
+	s, err := e.NewSession(64)
+	require.NoError(t, err)
+	ctx := context.Background()
+	split := 7
+	_, err = s.Prefill(ctx, testTokens[:split], gpu.Options{})
+	require.NoError(t, err)
+	tr, err := s.Prefill(ctx, testTokens[split:], gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post", "blocks.*.attn.cache_k", "blocks.*.attn.hook_pattern"), Logits: gpu.LogitsAll})
+	require.NoError(t, err)
+	require.Equal(t, split, tr.Pos0)
+	T, d := len(testTokens), m.DModel
+	for l := 0; l < m.Layers; l++ {
+		name := gpu.LayerPoint(l, "hook_resid_post")
+		rel, ok := relErr(tr.Tensors[name].Data, want[name][split*d:])
+		require.True(t, ok)
+		require.LessOrEqual(t, rel, parityTol, name)
+		name = gpu.LayerPoint(l, "attn.cache_k")
+		rel, ok = relErr(tr.Tensors[name].Data, want[name])
+		require.True(t, ok)
+		require.LessOrEqual(t, rel, parityTol, name)
+		// The pattern's rows are the reference's last T-split query rows.
+		name = gpu.LayerPoint(l, "attn.hook_pattern")
+		got := tr.Tensors[name]
+		require.Equal(t, []int{m.Heads, T - split, T}, got.Shape)
+		var wantRows []float64
+		for h := 0; h < m.Heads; h++ {
+			wantRows = append(wantRows, want[name][(h*T+split)*T:(h+1)*T*T]...)
+		}
+		rel, ok = relErr(got.Data, wantRows)
+		require.True(t, ok)
+		require.LessOrEqual(t, rel, parityTol, name)
+	}
+	rel, _ := relErr(tr.Tensors["logits"].Data, want["logits"][split*m.Vocab:])
+	require.LessOrEqual(t, rel, parityTol)
+}
+
+func TestCaptureBudgetRefusedBeforeWork(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.F32, 1)
+	s, err := newEngine(t, m).NewSession(0)
+	require.NoError(t, err)
+	_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Capture: gpu.CaptureAll(), Budget: 1 << 10})
+	require.ErrorContains(t, err, "over the budget of 1.0 KiB")
+	require.Equal(t, 0, s.Pos())
+	_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Capture: gpu.CaptureOf("blocks.*.attn.hook_nothing")})
+	require.ErrorContains(t, err, "matches no capture point")
+	_, err = s.Prefill(context.Background(), nil, gpu.Options{})
+	require.ErrorContains(t, err, "prompt is empty")
+	_, err = s.Prefill(context.Background(), make([]int32, 600), gpu.Options{})
+	require.ErrorContains(t, err, "exceed the KV cache of 512 positions")
+	_, err = s.Prefill(context.Background(), []int32{1, 9999}, gpu.Options{})
+	require.ErrorContains(t, err, "token 9999 at index 1 is outside the vocabulary of 512")
+}
+
+func TestInterventions(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.F32, 5)
+	e := newEngine(t, m)
+	capture := gpu.CaptureOf("blocks.*.attn.hook_z", "blocks.*.hook_resid_mid", "blocks.*.hook_resid_post", "blocks.*.hook_resid_pre", "blocks.*.hook_mlp_out")
+	base := prefill(t, e, testTokens, gpu.Options{Capture: capture})
+	hd, H := m.HeadDim, m.Heads
+
+	t.Run("ablate head", func(t *testing.T) {
+		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.AblateHead(1, 3)}})
+		z := tr.Tensors["blocks.1.attn.hook_z"].Data
+		zBase := base.Tensors["blocks.1.attn.hook_z"].Data
+		for pos := range testTokens {
+			for h := 0; h < H; h++ {
+				row, rowBase := z[(pos*H+h)*hd:(pos*H+h+1)*hd], zBase[(pos*H+h)*hd:(pos*H+h+1)*hd]
+				if h == 3 {
+					require.Equal(t, make([]float32, hd), row)
+				} else {
+					require.Equal(t, rowBase, row, "other heads are untouched")
+				}
+			}
+		}
+		require.NotEqual(t, base.Tensors["blocks.1.hook_resid_post"].Data, tr.Tensors["blocks.1.hook_resid_post"].Data)
+		require.Equal(t, base.Tensors["blocks.0.hook_resid_post"].Data, tr.Tensors["blocks.0.hook_resid_post"].Data, "earlier layers are untouched")
+	})
+
+	t.Run("mean ablate head", func(t *testing.T) {
+		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.MeanAblateHead(0, 2)}})
+		zBase, z := base.Tensors["blocks.0.attn.hook_z"].Data, tr.Tensors["blocks.0.attn.hook_z"].Data
+		for d := 0; d < hd; d++ {
+			mean := 0.0
+			for pos := range testTokens {
+				mean += float64(zBase[(pos*H+2)*hd+d])
+			}
+			mean /= float64(len(testTokens))
+			for pos := range testTokens {
+				require.InDelta(t, mean, z[(pos*H+2)*hd+d], 1e-6)
+			}
+		}
+	})
+
+	t.Run("scale to zero", func(t *testing.T) {
+		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.Scale("blocks.0.hook_mlp_out", 0)}})
+		require.Equal(t, tr.Tensors["blocks.0.hook_resid_mid"].Data, tr.Tensors["blocks.0.hook_resid_post"].Data)
+	})
+
+	t.Run("add vector", func(t *testing.T) {
+		vec := make([]float32, m.DModel)
+		for i := range vec {
+			vec[i] = float32(i%7) - 3
+		}
+		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.AddVector("blocks.1.hook_resid_pre", vec, 0.5, []int{4})}})
+		got, was := tr.Tensors["blocks.1.hook_resid_pre"].Data, base.Tensors["blocks.1.hook_resid_pre"].Data
+		d := m.DModel
+		for pos := range testTokens {
+			for i := 0; i < d; i++ {
+				want := was[pos*d+i]
+				if pos == 4 {
+					want += 0.5 * vec[i]
+				}
+				require.Equal(t, want, got[pos*d+i])
+			}
+		}
+	})
+
+	t.Run("patch from another run", func(t *testing.T) {
+		other := []int32{9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12}
+		src := prefill(t, e, other, gpu.Options{Capture: gpu.CaptureOf("blocks.1.hook_resid_pre", "blocks.1.hook_resid_post")})
+		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.Patch("blocks.1.hook_resid_pre", src, nil)}})
+		// Only tokens' identity enters through the residual stream, so
+		// patching all of it makes the rest of the run the other run's.
+		require.Equal(t, src.Tensors["blocks.1.hook_resid_post"].Data, tr.Tensors["blocks.1.hook_resid_post"].Data)
+	})
+
+	t.Run("host hook", func(t *testing.T) {
+		calls := 0
+		hook := gpu.Hook{Point: "blocks.*.hook_resid_post", Host: func(name string, shape []int, data []float32) error {
+			calls++
+			require.Equal(t, []int{len(testTokens), m.DModel}, shape)
+			for i := range data {
+				data[i] = -data[i]
+			}
+			return nil
+		}}
+		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{hook}})
+		require.Equal(t, m.Layers, calls)
+		require.NotEqual(t, base.Tensors["blocks.1.hook_resid_post"].Data, tr.Tensors["blocks.1.hook_resid_post"].Data)
+		// Layer 1's input is layer 0's output negated.
+		for i, v := range base.Tensors["blocks.0.hook_resid_post"].Data {
+			require.Equal(t, -v, tr.Tensors["blocks.1.hook_resid_pre"].Data[i])
+		}
+	})
+
+	t.Run("hook errors name the point", func(t *testing.T) {
+		s, err := e.NewSession(0)
+		require.NoError(t, err)
+		_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Hooks: []gpu.Hook{gpu.AblateHead(0, 99)}})
+		require.ErrorContains(t, err, "hook at blocks.0.attn.hook_z: head 99 is out of range")
+		require.Equal(t, 0, s.Pos())
+	})
+}
+
+func TestCancellationStopsBetweenLayersAndSessionStaysUsable(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.F32, 2)
+	e := newEngine(t, m)
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	layersRun := 0
+	hook := gpu.Hook{Point: "blocks.*.hook_resid_post", Host: func(string, []int, []float32) error {
+		layersRun++
+		cancel()
+		return nil
+	}}
+	_, err = s.Prefill(ctx, testTokens, gpu.Options{Hooks: []gpu.Hook{hook}})
+	require.True(t, errors.Is(err, context.Canceled), "got %v", err)
+	require.Equal(t, 1, layersRun, "stops before the next layer")
+	require.Equal(t, 0, s.Pos())
+	tr, err := s.Prefill(context.Background(), testTokens, gpu.Options{Logits: gpu.LogitsAll})
+	require.NoError(t, err)
+	want := newRef(m).points(testTokens)
+	rel, _ := relErr(tr.Tensors["logits"].Data, want["logits"])
+	require.LessOrEqual(t, rel, parityTol)
+}
+
+func TestPredictGivesArgmaxPerPosition(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 9)
+	tr := prefill(t, newEngine(t, m), testTokens, gpu.Options{Logits: gpu.LogitsAll, Predict: true})
+	logits := tr.Tensors["logits"]
+	require.Len(t, tr.Predicted, len(testTokens))
+	for pos, id := range tr.Predicted {
+		row := logits.Data[pos*m.Vocab : (pos+1)*m.Vocab]
+		require.Equal(t, slices.Index(row, slices.Max(row)), int(id))
+	}
+}
+
+func TestPointsAreNamedLikeTransformerLens(t *testing.T) {
+	names := gpu.Points(2)
+	require.Equal(t, "hook_embed", names[0])
+	require.Equal(t, "logits", names[len(names)-1])
+	require.Contains(t, names, "blocks.1.attn.hook_pattern")
+	require.Contains(t, names, "blocks.0.ln1.hook_normalized")
+	c := gpu.Capture{Globs: []string{"blocks.*.hook_resid_post"}, FirstLayer: 1, LastLayer: -1}
+	require.False(t, c.Selects("blocks.0.hook_resid_post"))
+	require.True(t, c.Selects("blocks.1.hook_resid_post"))
+	require.False(t, c.Selects("blocks.1.hook_resid_pre"))
+	l, local := gpu.SplitPoint("blocks.12.attn.cache_k")
+	require.Equal(t, 12, l)
+	require.Equal(t, "attn.cache_k", local)
+	require.True(t, strings.HasPrefix(gpu.LayerPoint(3, "x"), "blocks.3."))
+}

@@ -1,0 +1,167 @@
+package gpu
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/stratalab/strata/model"
+)
+
+// Capture point names follow TransformerLens. Per layer N they are
+// "blocks.N." + one of the layer points below.
+//
+// Layouts: residual-width points are [T, DModel]; hook_q, hook_rot_q and
+// hook_z are [T, Heads, HeadDim]; hook_k, hook_v, hook_rot_k are
+// [T, KVHeads, HeadDim]; hook_attn_scores and hook_pattern are
+// [Heads, T, Pos0+T]; cache_k and cache_v are [Pos0+T, KVHeads, HeadDim],
+// the whole cache after this prefill's store; MLP points are [T, FFN].
+//
+// hook_q and hook_k are the projections after bias and (qwen3) the
+// per-head Q/K RMSNorm, before RoPE; hook_rot_q and hook_rot_k are after
+// RoPE, as attention uses them and as the cache stores K. The hook_normalized
+// points include the norm's gain (TransformerLens folds it into the next
+// weights instead). hook_attn_scores are scaled by 1/sqrt(HeadDim) and
+// masked with -Inf above the diagonal. mlp.hook_pre is the gate projection
+// before SiLU, mlp.hook_pre_linear the up projection, mlp.hook_post their
+// SwiGLU product.
+var layerPoints = []string{
+	"hook_resid_pre",
+	"ln1.hook_normalized",
+	"attn.hook_q",
+	"attn.hook_k",
+	"attn.hook_v",
+	"attn.hook_rot_q",
+	"attn.hook_rot_k",
+	"attn.cache_k",
+	"attn.cache_v",
+	"attn.hook_attn_scores",
+	"attn.hook_pattern",
+	"attn.hook_z",
+	"hook_attn_out",
+	"hook_resid_mid",
+	"ln2.hook_normalized",
+	"mlp.hook_pre",
+	"mlp.hook_pre_linear",
+	"mlp.hook_post",
+	"hook_mlp_out",
+	"hook_resid_post",
+}
+
+// Points lists every capture point name of a model with the given number of
+// layers, in the order a prefill reaches them.
+func Points(layers int) []string {
+	names := []string{"hook_embed"}
+	for l := 0; l < layers; l++ {
+		for _, p := range layerPoints {
+			names = append(names, LayerPoint(l, p))
+		}
+	}
+	return append(names, "ln_final.hook_normalized", "logits")
+}
+
+// LayerPoint names point p of layer l, e.g. LayerPoint(3, "attn.hook_pattern").
+func LayerPoint(l int, p string) string { return "blocks." + strconv.Itoa(l) + "." + p }
+
+// SplitPoint returns the layer of a per-layer point name and its layer-local
+// part; layer is -1 for hook_embed, ln_final.hook_normalized and logits.
+func SplitPoint(name string) (layer int, local string) {
+	rest, ok := strings.CutPrefix(name, "blocks.")
+	if !ok {
+		return -1, name
+	}
+	num, local, ok := strings.Cut(rest, ".")
+	if !ok {
+		return -1, name
+	}
+	l, err := strconv.Atoi(num)
+	if err != nil {
+		return -1, name
+	}
+	return l, local
+}
+
+// shapeOf is the shape a point has in a prefill of t tokens at pos0;
+// logitRows is how many positions the tail computes.
+func shapeOf(c *model.Config, name string, t, pos0, logitRows int) []int {
+	_, local := SplitPoint(name)
+	keys := pos0 + t
+	switch local {
+	case "hook_embed", "hook_resid_pre", "ln1.hook_normalized", "hook_attn_out", "hook_resid_mid",
+		"ln2.hook_normalized", "hook_mlp_out", "hook_resid_post":
+		return []int{t, c.DModel}
+	case "attn.hook_q", "attn.hook_rot_q", "attn.hook_z":
+		return []int{t, c.Heads, c.HeadDim}
+	case "attn.hook_k", "attn.hook_v", "attn.hook_rot_k":
+		return []int{t, c.KVHeads, c.HeadDim}
+	case "attn.cache_k", "attn.cache_v":
+		return []int{keys, c.KVHeads, c.HeadDim}
+	case "attn.hook_attn_scores", "attn.hook_pattern":
+		return []int{c.Heads, t, keys}
+	case "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post":
+		return []int{t, c.FFN}
+	case "ln_final.hook_normalized":
+		return []int{logitRows, c.DModel}
+	case "logits":
+		return []int{logitRows, c.Vocab}
+	}
+	return nil
+}
+
+func elements(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// Capture selects capture points by glob (path.Match syntax over the full
+// names, e.g. "blocks.*.attn.hook_pattern") and, for per-layer points, a
+// layer range [FirstLayer, LastLayer]; LastLayer < 0 means the last layer.
+type Capture struct {
+	Globs      []string
+	FirstLayer int
+	LastLayer  int
+}
+
+// CaptureAll selects every point of every layer.
+func CaptureAll() Capture { return Capture{Globs: []string{"*"}, LastLayer: -1} }
+
+// CaptureOf selects the points matching globs in every layer.
+func CaptureOf(globs ...string) Capture { return Capture{Globs: globs, LastLayer: -1} }
+
+// Validate checks the globs' syntax and that each matches some point.
+func (c Capture) Validate(layers int) error {
+	all := Points(layers)
+	for _, g := range c.Globs {
+		if _, err := path.Match(g, ""); err != nil {
+			return fmt.Errorf("capture: bad pattern %q: %w", g, err)
+		}
+		found := false
+		for _, n := range all {
+			if ok, _ := path.Match(g, n); ok {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("capture: pattern %q matches no capture point (names look like blocks.0.attn.hook_pattern; see gpu.Points)", g)
+		}
+	}
+	return nil
+}
+
+// Selects reports whether the capture keeps the named point.
+func (c Capture) Selects(name string) bool {
+	if l, _ := SplitPoint(name); l >= 0 && (l < c.FirstLayer || (c.LastLayer >= 0 && l > c.LastLayer)) {
+		return false
+	}
+	for _, g := range c.Globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,118 @@
+package gpu
+
+// program is the layer program: one prefill, written once for every
+// backend, in the order of the architecture diagram. Each at() is a named
+// point where the run may capture, intervene or pause; it returns false
+// when the run must stop.
+func (r *Run) program(yield func(string) bool) {
+	c, e, st := &r.s.e.Model.Config, r.s.e, r.st
+	t, d := r.l.t, c.DModel
+	st.Embed(r.x, e.embed, r.tokens)
+	if !r.at("hook_embed", r.x, 0, yield) {
+		return
+	}
+	for layer := range c.Layers {
+		if err := r.ctx.Err(); err != nil {
+			r.fail(err)
+			return
+		}
+		w := &e.layers[layer]
+		at := func(p string, x Tensor, off int) bool { return r.at(LayerPoint(layer, p), x, off, yield) }
+		kvd := c.KVDim()
+		cacheK, cacheV := r.s.cacheK[layer], r.s.cacheV[layer]
+
+		// Attention block.
+		if !at("hook_resid_pre", r.x, 0) {
+			return
+		}
+		st.RMSNorm(r.h, r.x, w.attnNorm, t, d, c.RMSEps)
+		if !at("ln1.hook_normalized", r.h, 0) {
+			return
+		}
+		st.MatMul(r.h, t, Proj{w.q, r.q, w.qBias}, Proj{w.k, r.k, w.kBias}, Proj{w.v, r.v, w.vBias})
+		if c.QKNorm {
+			st.RMSNorm(r.q, r.q, w.qNorm, t*c.Heads, c.HeadDim, c.RMSEps)
+			st.RMSNorm(r.k, r.k, w.kNorm, t*c.KVHeads, c.HeadDim, c.RMSEps)
+		}
+		if !at("attn.hook_q", r.q, 0) || !at("attn.hook_k", r.k, 0) || !at("attn.hook_v", r.v, 0) {
+			return
+		}
+		st.Rope(r.q, t, c.Heads, c.HeadDim, r.l.pos0, &c.Rope)
+		st.Rope(r.k, t, c.KVHeads, c.HeadDim, r.l.pos0, &c.Rope)
+		if !at("attn.hook_rot_q", r.q, 0) || !at("attn.hook_rot_k", r.k, 0) {
+			return
+		}
+		st.Copy(cacheK, r.l.pos0*kvd, r.k, 0, t*kvd)
+		st.Copy(cacheV, r.l.pos0*kvd, r.v, 0, t*kvd)
+		if !at("attn.cache_k", cacheK, 0) || !at("attn.cache_v", cacheV, 0) {
+			return
+		}
+		a := &Attention{Q: r.q, K: cacheK, V: cacheV, Z: r.z, T: t, Pos0: r.l.pos0,
+			Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: attnScale(c)}
+		if r.l.materialize[layer] {
+			a.Scores, a.Pattern = r.scores, r.pattern
+			st.AttnScores(a)
+			if !at("attn.hook_attn_scores", r.scores, 0) {
+				return
+			}
+			st.Softmax(r.pattern, r.scores, c.Heads*t, a.Keys())
+			if !at("attn.hook_pattern", r.pattern, 0) {
+				return
+			}
+			st.AttnMix(a)
+		} else {
+			st.FlashAttention(a)
+		}
+		if !at("attn.hook_z", r.z, 0) {
+			return
+		}
+		st.MatMul(r.z, t, Proj{W: w.o, Dst: r.attnOut})
+		if !at("hook_attn_out", r.attnOut, 0) {
+			return
+		}
+		st.Add(r.x, r.attnOut, t*d)
+		if !at("hook_resid_mid", r.x, 0) {
+			return
+		}
+
+		// MLP block.
+		st.RMSNorm(r.h, r.x, w.ffnNorm, t, d, c.RMSEps)
+		if !at("ln2.hook_normalized", r.h, 0) {
+			return
+		}
+		st.MatMul(r.h, t, Proj{W: w.gate, Dst: r.gate}, Proj{W: w.up, Dst: r.up})
+		if !at("mlp.hook_pre", r.gate, 0) || !at("mlp.hook_pre_linear", r.up, 0) {
+			return
+		}
+		st.SwiGLU(r.gate, r.gate, r.up, t*c.FFN)
+		if !at("mlp.hook_post", r.gate, 0) {
+			return
+		}
+		st.MatMul(r.gate, t, Proj{W: w.down, Dst: r.mlpOut})
+		if !at("hook_mlp_out", r.mlpOut, 0) {
+			return
+		}
+		st.Add(r.x, r.mlpOut, t*d)
+		if !at("hook_resid_post", r.x, 0) {
+			return
+		}
+	}
+
+	// Tail: final norm and LM head for the last logitRows positions.
+	rows := r.l.logitRows
+	if rows == 0 {
+		return
+	}
+	st.Copy(r.h, 0, r.x, (t-rows)*d, rows*d)
+	st.RMSNorm(r.h, r.h, e.outNorm, rows, d, c.RMSEps)
+	if !r.at("ln_final.hook_normalized", r.h, 0, yield) {
+		return
+	}
+	st.MatMul(r.h, rows, Proj{W: e.output, Dst: r.logits})
+	if !r.at("logits", r.logits, 0, yield) {
+		return
+	}
+	if r.o.Predict {
+		st.Argmax(r.argmax, r.logits, rows, c.Vocab)
+	}
+}

@@ -1,0 +1,297 @@
+package gpu_test
+
+import (
+	"bytes"
+	"math"
+	"testing"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/model"
+)
+
+// refModel is a model's weights decoded to float64 for the reference.
+type refModel struct {
+	c       model.Config
+	embed   [][]float64
+	output  [][]float64
+	outNorm []float64
+	layers  []refLayer
+}
+
+type refLayer struct {
+	attnNorm, ffnNorm   []float64
+	q, k, v, o          [][]float64
+	qBias, kBias, vBias []float64
+	qNorm, kNorm        []float64
+	gate, up, down      [][]float64
+}
+
+func f64(v []float32) []float64 {
+	if v == nil {
+		return nil
+	}
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+func decodeMatrix(w *model.Weight) [][]float64 {
+	flat := make([]float32, w.Rows*w.Cols)
+	w.Format.Dequantize(flat, w.Data)
+	m := make([][]float64, w.Rows)
+	for r := range m {
+		m[r] = f64(flat[r*w.Cols : (r+1)*w.Cols])
+	}
+	return m
+}
+
+func newRef(m *model.Model) *refModel {
+	r := &refModel{c: m.Config, embed: decodeMatrix(m.Embed), output: decodeMatrix(m.Output), outNorm: f64(m.OutNorm)}
+	for _, l := range m.Blocks {
+		r.layers = append(r.layers, refLayer{
+			attnNorm: f64(l.AttnNorm), ffnNorm: f64(l.FFNNorm),
+			q: decodeMatrix(l.Q), k: decodeMatrix(l.K), v: decodeMatrix(l.V), o: decodeMatrix(l.O),
+			qBias: f64(l.QBias), kBias: f64(l.KBias), vBias: f64(l.VBias),
+			qNorm: f64(l.QNorm), kNorm: f64(l.KNorm),
+			gate: decodeMatrix(l.Gate), up: decodeMatrix(l.Up), down: decodeMatrix(l.Down),
+		})
+	}
+	return r
+}
+
+// refPoints runs tokens at positions 0.. through the model in float64 and
+// returns every capture point, flattened in the engine's layouts.
+func (r *refModel) points(tokens []int32) map[string][]float64 {
+	c := &r.c
+	T, H, KV, hd := len(tokens), c.Heads, c.KVHeads, c.HeadDim
+	out := map[string][]float64{}
+	put := func(name string, rows [][]float64) {
+		var flat []float64
+		for _, row := range rows {
+			flat = append(flat, row...)
+		}
+		out[name] = flat
+	}
+	x := make([][]float64, T)
+	for t, id := range tokens {
+		x[t] = append([]float64(nil), r.embed[id]...)
+	}
+	put("hook_embed", x)
+	for l, w := range r.layers {
+		p := func(s string) string { return gpu.LayerPoint(l, s) }
+		put(p("hook_resid_pre"), x)
+		h := rmsRows(x, w.attnNorm, float64(c.RMSEps))
+		put(p("ln1.hook_normalized"), h)
+		q, k, v := linear(h, w.q, w.qBias), linear(h, w.k, w.kBias), linear(h, w.v, w.vBias)
+		if c.QKNorm {
+			q, k = headNorm(q, w.qNorm, hd, float64(c.RMSEps)), headNorm(k, w.kNorm, hd, float64(c.RMSEps))
+		}
+		put(p("attn.hook_q"), q)
+		put(p("attn.hook_k"), k)
+		put(p("attn.hook_v"), v)
+		q, k = rope(q, hd, c.Rope), rope(k, hd, c.Rope)
+		put(p("attn.hook_rot_q"), q)
+		put(p("attn.hook_rot_k"), k)
+		put(p("attn.cache_k"), k)
+		put(p("attn.cache_v"), v)
+		scores := make([][]float64, H*T)
+		pattern := make([][]float64, H*T)
+		z := make([][]float64, T)
+		for t := range z {
+			z[t] = make([]float64, H*hd)
+		}
+		for hh := 0; hh < H; hh++ {
+			kvh := hh / (H / KV)
+			for i := 0; i < T; i++ {
+				row := make([]float64, T)
+				for j := 0; j < T; j++ {
+					if j > i {
+						row[j] = math.Inf(-1)
+						continue
+					}
+					s := 0.0
+					for d := 0; d < hd; d++ {
+						s += q[i][hh*hd+d] * k[j][kvh*hd+d]
+					}
+					row[j] = s / math.Sqrt(float64(hd))
+				}
+				scores[hh*T+i] = row
+				mx := math.Inf(-1)
+				for _, s := range row {
+					mx = math.Max(mx, s)
+				}
+				pr, sum := make([]float64, T), 0.0
+				for j, s := range row {
+					pr[j] = math.Exp(s - mx)
+					sum += pr[j]
+				}
+				for j := range pr {
+					pr[j] /= sum
+					for d := 0; d < hd; d++ {
+						z[i][hh*hd+d] += pr[j] * v[j][kvh*hd+d]
+					}
+				}
+				pattern[hh*T+i] = pr
+			}
+		}
+		put(p("attn.hook_attn_scores"), scores)
+		put(p("attn.hook_pattern"), pattern)
+		put(p("attn.hook_z"), z)
+		attnOut := linear(z, w.o, nil)
+		put(p("hook_attn_out"), attnOut)
+		x = addRows(x, attnOut)
+		put(p("hook_resid_mid"), x)
+		h = rmsRows(x, w.ffnNorm, float64(c.RMSEps))
+		put(p("ln2.hook_normalized"), h)
+		gate, up := linear(h, w.gate, nil), linear(h, w.up, nil)
+		put(p("mlp.hook_pre"), gate)
+		put(p("mlp.hook_pre_linear"), up)
+		post := make([][]float64, T)
+		for t := range post {
+			post[t] = make([]float64, len(gate[t]))
+			for i, g := range gate[t] {
+				post[t][i] = g / (1 + math.Exp(-g)) * up[t][i]
+			}
+		}
+		put(p("mlp.hook_post"), post)
+		mlpOut := linear(post, w.down, nil)
+		put(p("hook_mlp_out"), mlpOut)
+		x = addRows(x, mlpOut)
+		put(p("hook_resid_post"), x)
+	}
+	h := rmsRows(x, r.outNorm, float64(c.RMSEps))
+	put("ln_final.hook_normalized", h)
+	put("logits", linear(h, r.output, nil))
+	return out
+}
+
+func rmsRows(x [][]float64, gain []float64, eps float64) [][]float64 {
+	out := make([][]float64, len(x))
+	for t, row := range x {
+		ss := 0.0
+		for _, v := range row {
+			ss += v * v
+		}
+		s := 1 / math.Sqrt(ss/float64(len(row))+eps)
+		out[t] = make([]float64, len(row))
+		for i, v := range row {
+			out[t][i] = v * s * gain[i]
+		}
+	}
+	return out
+}
+
+func headNorm(x [][]float64, gain []float64, hd int, eps float64) [][]float64 {
+	out := make([][]float64, len(x))
+	for t, row := range x {
+		var heads [][]float64
+		for h := 0; h < len(row)/hd; h++ {
+			heads = append(heads, row[h*hd:(h+1)*hd])
+		}
+		var flat []float64
+		for _, n := range rmsRows(heads, gain, eps) {
+			flat = append(flat, n...)
+		}
+		out[t] = flat
+	}
+	return out
+}
+
+func linear(x [][]float64, w [][]float64, bias []float64) [][]float64 {
+	out := make([][]float64, len(x))
+	for t, row := range x {
+		out[t] = make([]float64, len(w))
+		for r, wr := range w {
+			s := 0.0
+			for i, v := range row {
+				s += v * wr[i]
+			}
+			if bias != nil {
+				s += bias[r]
+			}
+			out[t][r] = s
+		}
+	}
+	return out
+}
+
+func addRows(a, b [][]float64) [][]float64 {
+	out := make([][]float64, len(a))
+	for t := range a {
+		out[t] = make([]float64, len(a[t]))
+		for i := range a[t] {
+			out[t][i] = a[t][i] + b[t][i]
+		}
+	}
+	return out
+}
+
+// rope rotates each head of each row at position = row index, without scaling.
+func rope(x [][]float64, hd int, r model.Rope) [][]float64 {
+	out := make([][]float64, len(x))
+	for pos, row := range x {
+		out[pos] = append([]float64(nil), row...)
+		for h := 0; h < len(row)/hd; h++ {
+			v := out[pos][h*hd : (h+1)*hd]
+			for i := 0; i < r.Dim/2; i++ {
+				theta := float64(pos) / math.Pow(r.Theta, float64(2*i)/float64(r.Dim))
+				a, b := 2*i, 2*i+1
+				if r.Mode == model.RopeNeoX {
+					a, b = i, i+r.Dim/2
+				}
+				x0, x1 := v[a], v[b]
+				v[a] = x0*math.Cos(theta) - x1*math.Sin(theta)
+				v[b] = x0*math.Sin(theta) + x1*math.Cos(theta)
+			}
+		}
+	}
+	return out
+}
+
+// genModel builds a random model of a named shape in memory.
+func genModel(t testing.TB, shape string, typ gguf.Type, seed uint64) *model.Model {
+	t.Helper()
+	w, err := model.Generate(model.Shapes[shape], typ, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes(), shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// relErr is max|got-want| / max|want| over finite entries; -Inf must match exactly.
+func relErr(got []float32, want []float64) (float64, bool) {
+	if len(got) != len(want) {
+		return math.Inf(1), false
+	}
+	var maxDiff, maxRef float64
+	for i, w := range want {
+		g := float64(got[i])
+		if math.IsInf(w, 0) || math.IsInf(g, 0) {
+			if g != w {
+				return math.Inf(1), false
+			}
+			continue
+		}
+		maxDiff = math.Max(maxDiff, math.Abs(g-w))
+		maxRef = math.Max(maxRef, math.Abs(w))
+	}
+	if maxRef == 0 {
+		return maxDiff, true
+	}
+	return maxDiff / maxRef, true
+}

@@ -1,0 +1,217 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"sync"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gguf/quant"
+	"github.com/stratalab/strata/model/tokenizer"
+)
+
+// Shape is a model geometry for generated models with random weights.
+type Shape struct {
+	Arch    string
+	Layers  int
+	DModel  int
+	FFN     int
+	Heads   int
+	KVHeads int
+	HeadDim int
+	Vocab   int
+	Context int
+	Theta   float64
+}
+
+// Shapes are the named geometries `strata gen` knows. Widths are multiples
+// of 256 so that every block format, K-quants included, can store them.
+var Shapes = map[string]Shape{
+	"tiny-llama":  {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000},
+	"tiny-qwen2":  {Arch: "qwen2", Layers: 2, DModel: 256, FFN: 512, Heads: 8, KVHeads: 2, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
+	"tiny-qwen3":  {Arch: "qwen3", Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
+	"bonsai-1.7b": {Arch: "qwen3", Layers: 28, DModel: 2048, FFN: 6144, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+	"bonsai-4b":   {Arch: "qwen3", Layers: 36, DModel: 2560, FFN: 9728, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+	"bonsai-8b":   {Arch: "qwen3", Layers: 36, DModel: 4096, FFN: 12288, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+}
+
+// ShapeNames lists Shapes' keys in order.
+func ShapeNames() []string {
+	var names []string
+	for n := range Shapes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Generate builds a GGUF model of the given shape whose matrices have
+// random weights stored in typ (norms stay F32), deterministic in seed. The
+// tokenizer is byte-level with no merges, padded with unused tokens.
+func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
+	format, err := quant.For(typ)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := architectures[s.Arch]; !ok {
+		return nil, fmt.Errorf("model: cannot generate architecture %q", s.Arch)
+	}
+	for _, w := range []int{s.DModel, s.FFN, s.Heads * s.HeadDim} {
+		if w%format.BlockSize != 0 {
+			return nil, fmt.Errorf("model: width %d is not a multiple of %s's %d-element blocks", w, typ, format.BlockSize)
+		}
+	}
+	if s.Vocab < 257 {
+		return nil, fmt.Errorf("model: vocabulary of %d cannot hold the 256 byte tokens and an end token", s.Vocab)
+	}
+	w := gguf.NewWriter()
+	p := s.Arch + "."
+	tokens, types := byteVocab(s.Vocab)
+	kvs := []struct {
+		k string
+		v any
+	}{
+		{"general.architecture", s.Arch},
+		{"general.name", fmt.Sprintf("random %s %s (seed %d)", s.Arch, typ, seed)},
+		{p + "block_count", uint32(s.Layers)},
+		{p + "context_length", uint32(s.Context)},
+		{p + "embedding_length", uint32(s.DModel)},
+		{p + "feed_forward_length", uint32(s.FFN)},
+		{p + "attention.head_count", uint32(s.Heads)},
+		{p + "attention.head_count_kv", uint32(s.KVHeads)},
+		{p + "attention.key_length", uint32(s.HeadDim)},
+		{p + "attention.value_length", uint32(s.HeadDim)},
+		{p + "rope.freq_base", float32(s.Theta)},
+		{p + "attention.layer_norm_rms_epsilon", float32(1e-6)},
+		{"tokenizer.ggml.model", "gpt2"},
+		{"tokenizer.ggml.pre", "qwen2"},
+		{"tokenizer.ggml.tokens", tokens},
+		{"tokenizer.ggml.token_type", types},
+		{"tokenizer.ggml.merges", []string{}},
+		{"tokenizer.ggml.eos_token_id", uint32(256)},
+	}
+	for _, kv := range kvs {
+		if err := w.AddKV(kv.k, kv.v); err != nil {
+			return nil, err
+		}
+	}
+	g := generator{w: w, seed: seed}
+	g.matrix("token_embd.weight", format, s.DModel, s.Vocab)
+	for l := 0; l < s.Layers; l++ {
+		n := func(x string) string { return fmt.Sprintf("blk.%d.%s", l, x) }
+		q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+		g.gain(n("attn_norm.weight"), s.DModel)
+		g.matrix(n("attn_q.weight"), format, s.DModel, q)
+		g.matrix(n("attn_k.weight"), format, s.DModel, kv)
+		g.matrix(n("attn_v.weight"), format, s.DModel, kv)
+		if s.Arch == "qwen2" {
+			g.bias(n("attn_q.bias"), q)
+			g.bias(n("attn_k.bias"), kv)
+			g.bias(n("attn_v.bias"), kv)
+		}
+		if s.Arch == "qwen3" {
+			g.gain(n("attn_q_norm.weight"), s.HeadDim)
+			g.gain(n("attn_k_norm.weight"), s.HeadDim)
+		}
+		g.matrix(n("attn_output.weight"), format, q, s.DModel)
+		g.gain(n("ffn_norm.weight"), s.DModel)
+		g.matrix(n("ffn_gate.weight"), format, s.DModel, s.FFN)
+		g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
+		g.matrix(n("ffn_down.weight"), format, s.FFN, s.DModel)
+	}
+	g.gain("output_norm.weight", s.DModel)
+	g.matrix("output.weight", format, s.DModel, s.Vocab)
+	return w, g.err
+}
+
+// byteVocab is a byte-level vocabulary: the 256 byte tokens, an end token,
+// then unused fillers up to n.
+func byteVocab(n int) ([]string, []int32) {
+	tokens := append([]string(nil), tokenizer.ByteTokens()...)
+	types := make([]int32, n)
+	for i := range types {
+		types[i] = 1
+	}
+	tokens = append(tokens, "<|endoftext|>")
+	types[256] = 3
+	for i := len(tokens); i < n; i++ {
+		tokens = append(tokens, fmt.Sprintf("<|unused_%d|>", i))
+		types[i] = 5
+	}
+	return tokens, types
+}
+
+type generator struct {
+	w       *gguf.Writer
+	seed    uint64
+	tensors uint64
+	err     error
+}
+
+func (g *generator) rng(chunk uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(g.seed, g.tensors<<32|chunk))
+}
+
+// matrix adds a [rows, cols] weight (ggml dims [cols, rows]) with entries
+// uniform in ±sqrt(3/cols), so each output has unit variance for unit inputs.
+func (g *generator) matrix(name string, f *quant.Format, cols, rows int) {
+	if g.err != nil {
+		return
+	}
+	g.tensors++
+	rowBytes := cols / f.BlockSize * f.BlockBytes
+	out := make([]byte, rows*rowBytes)
+	limit := float32(math.Sqrt(3 / float64(cols)))
+	const chunkRows = 64
+	chunks := (rows + chunkRows - 1) / chunkRows
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for c := range chunks {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r := g.rng(uint64(c))
+			lo, hi := c*chunkRows, min((c+1)*chunkRows, rows)
+			buf := make([]float32, cols)
+			for row := lo; row < hi; row++ {
+				for i := range buf {
+					buf[i] = (2*r.Float32() - 1) * limit
+				}
+				f.Quantize(out[row*rowBytes:(row+1)*rowBytes], buf)
+			}
+		})
+	}
+	wg.Wait()
+	g.err = g.w.AddTensor(name, f.Type, []int64{int64(cols), int64(rows)}, out)
+}
+
+// gain adds a norm weight near 1.
+func (g *generator) gain(name string, n int) { g.vector(name, n, 1, 0.1) }
+
+// bias adds a small bias.
+func (g *generator) bias(name string, n int) { g.vector(name, n, 0, 0.1) }
+
+func (g *generator) vector(name string, n int, center, spread float32) {
+	if g.err != nil {
+		return
+	}
+	g.tensors++
+	r := g.rng(0)
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = center + (2*r.Float32()-1)*spread
+	}
+	g.err = g.w.AddTensor(name, gguf.F32, []int64{int64(n)}, f32bytes(v))
+}
+
+func f32bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		u := math.Float32bits(x)
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+	}
+	return b
+}
