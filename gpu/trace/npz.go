@@ -76,6 +76,10 @@ func WriteAtomic(path string, write func(io.Writer) error) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // no-op once renamed
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
 	if err := write(f); err != nil {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", path, err)

@@ -1,0 +1,91 @@
+package quant
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHalfToFloatKnownPatterns(t *testing.T) {
+	cases := []struct {
+		bits uint16
+		want float32
+	}{
+		{0x3c00, 1},
+		{0xc000, -2},
+		{0x7bff, 65504},
+		{0x0001, 0x1p-24},        // smallest subnormal
+		{0x03ff, 1023 * 0x1p-24}, // largest subnormal
+		{0x0400, 0x1p-14},        // smallest normal
+		{0x3555, 0x1.554p-2},     // 1/3 rounded: mantissa 0x155
+		{0x0000, 0},
+		{0x7c00, float32(math.Inf(1))},
+		{0xfc00, float32(math.Inf(-1))},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, halfToFloat(c.bits), "bits %#04x", c.bits)
+	}
+	assert.True(t, math.Signbit(float64(halfToFloat(0x8000))), "0x8000 is -0")
+	assert.True(t, math.IsNaN(float64(halfToFloat(0x7e00))))
+	assert.True(t, math.IsNaN(float64(halfToFloat(0xfc01))))
+}
+
+func TestFloatToHalfRoundsToNearestEven(t *testing.T) {
+	cases := []struct {
+		f    float32
+		want uint16
+	}{
+		{1, 0x3c00},
+		{-2, 0xc000},
+		{65504, 0x7bff},
+		{65519, 0x7bff},                 // below the midway point to 65536
+		{65520, 0x7c00},                 // midway between 65504 and 65536: even is inf
+		{0x1p-24, 0x0001},               // smallest subnormal
+		{0x1p-25, 0x0000},               // midway between 0 and 2^-24: even is 0
+		{1 + 0x1p-11, 0x3c00},           // midway, rounds to the even 1.0
+		{1 + 3*0x1p-11, 0x3c02},         // midway, rounds up to even mantissa 2
+		{1 + 0x1p-11 + 0x1p-20, 0x3c01}, // just past midway
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, floatToHalf(c.f), "%g", c.f)
+	}
+}
+
+func TestBFloat(t *testing.T) {
+	cases := []struct {
+		f    float32
+		want uint16
+	}{
+		{1, 0x3f80},
+		{-2, 0xc000},
+		{1 + 0x1p-8, 0x3f80},           // midway: even is 1.0
+		{1 + 3*0x1p-8, 0x3f82},         // midway: even is mantissa 2
+		{1 + 0x1p-8 + 0x1p-20, 0x3f81}, // past midway
+		{math.MaxFloat32, 0x7f80},      // beyond bf16's largest + half ulp: inf
+		{float32(math.Inf(-1)), 0xff80},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, floatToBFloat(c.f), "%g", c.f)
+	}
+	nan := floatToBFloat(math.Float32frombits(0x7f800001)) // payload only in the dropped half
+	assert.True(t, math.IsNaN(float64(bfloatToFloat(nan))), "NaN must not round to inf: got %#04x", nan)
+	for b := range 1 << 16 { // every non-NaN bf16 survives a round trip
+		f := bfloatToFloat(uint16(b))
+		if !math.IsNaN(float64(f)) {
+			require.Equal(t, uint16(b), floatToBFloat(f), "bits %#04x", b)
+		}
+	}
+	assert.Equal(t, float32(1.5), bfloatToFloat(0x3fc0))
+}
+
+func TestHalfAtLeast(t *testing.T) {
+	for _, f := range []float32{1.0 / 3, 0.1, 1e-6, 3e-8, 1000.3, 1} {
+		h := halfAtLeast(f)
+		got := halfToFloat(h)
+		assert.GreaterOrEqual(t, got, f)
+		assert.Less(t, halfToFloat(h-1), f, "%g: %#04x is not the smallest half >= it", f, h)
+	}
+	assert.Equal(t, uint16(0x3c00), halfAtLeast(1))
+}
