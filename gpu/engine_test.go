@@ -3,6 +3,7 @@ package gpu_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -305,4 +306,28 @@ func TestPointsAreNamedLikeTransformerLens(t *testing.T) {
 	require.Equal(t, 12, l)
 	require.Equal(t, "attn.cache_k", local)
 	require.True(t, strings.HasPrefix(gpu.LayerPoint(3, "x"), "blocks.3."))
+}
+
+func TestLogitLensLastLayerIsTheModelsPrediction(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.F32, 4)
+	e := newEngine(t, m)
+	tr := prefill(t, e, testTokens, gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post"), Logits: gpu.LogitsAll, Predict: true})
+	require.NoError(t, e.LogitLens(tr))
+	require.Len(t, tr.Lens.Prob, m.Layers)
+	last := m.Layers - 1
+	require.Equal(t, tr.Predicted, tr.Lens.Token[last], "the lens of the last layer is the model's own output")
+	want := newRef(m).points(testTokens)
+	V := m.Vocab
+	for pos := range testTokens {
+		row := want["logits"][pos*V : (pos+1)*V]
+		mx, sum := math.Inf(-1), 0.0
+		for _, v := range row {
+			mx = math.Max(mx, v)
+		}
+		for _, v := range row {
+			sum += math.Exp(v - mx)
+		}
+		require.InDelta(t, 1/sum, tr.Lens.Prob[last][pos], 1e-5)
+	}
+	require.Error(t, e.LogitLens(prefill(t, e, testTokens, gpu.Options{})))
 }

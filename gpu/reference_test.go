@@ -1,7 +1,6 @@
 package gpu_test
 
 import (
-	"bytes"
 	"math"
 	"testing"
 
@@ -254,19 +253,7 @@ func rope(x [][]float64, hd int, r model.Rope) [][]float64 {
 // genModel builds a random model of a named shape in memory.
 func genModel(t testing.TB, shape string, typ gguf.Type, seed uint64) *model.Model {
 	t.Helper()
-	w, err := model.Generate(model.Shapes[shape], typ, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes(), shape)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(f)
+	m, err := model.Random(model.Shapes[shape], typ, seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -214,4 +215,21 @@ func f32bytes(v []float32) []byte {
 		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
 	}
 	return b
+}
+
+// Random generates a model like Generate and loads it from memory.
+func Random(s Shape, typ gguf.Type, seed uint64) (*Model, error) {
+	w, err := Generate(s, typ, seed)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	f, err := gguf.Parse(buf.Bytes(), fmt.Sprintf("random %s %s", s.Arch, typ))
+	if err != nil {
+		return nil, err
+	}
+	return Load(f)
 }

@@ -24,6 +24,7 @@ type Manifest struct {
 	Pos0      int           `json:"pos_start"`
 	Predicted []int32       `json:"predicted,omitempty"`
 	Tensors   []TensorEntry `json:"tensors"`
+	Lens      *Lens         `json:"logit_lens,omitempty"`
 }
 
 // TensorEntry describes one array of trace.npz.
@@ -43,7 +44,7 @@ func (t *Trace) Save(dir string) error {
 		return err
 	}
 	m := Manifest{Format: manifestFormat, Model: t.Model, Backend: t.Backend, Tokens: t.Tokens,
-		Pieces: t.Pieces, Pos0: t.Pos0, Predicted: t.Predicted}
+		Pieces: t.Pieces, Pos0: t.Pos0, Predicted: t.Predicted, Lens: t.Lens}
 	for _, name := range t.Names {
 		m.Tensors = append(m.Tensors, TensorEntry{Name: name, Shape: t.Tensors[name].Shape, DType: "float32"})
 	}
@@ -147,7 +148,7 @@ func Load(dir string) (*Trace, error) {
 	}
 	defer r.Close()
 	t := New()
-	t.Model, t.Backend, t.Tokens, t.Pieces, t.Pos0, t.Predicted = m.Model, m.Backend, m.Tokens, m.Pieces, m.Pos0, m.Predicted
+	t.Model, t.Backend, t.Tokens, t.Pieces, t.Pos0, t.Predicted, t.Lens = m.Model, m.Backend, m.Tokens, m.Pieces, m.Pos0, m.Predicted, m.Lens
 	for _, e := range m.Tensors {
 		h := r.Header(e.Name + ".npy")
 		if h == nil {

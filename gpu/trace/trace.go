@@ -47,6 +47,17 @@ type Trace struct {
 	Predicted []int32
 	Names     []string // capture order
 	Tensors   map[string]*Tensor
+	// Lens is the logit lens, when computed (gpu.Engine.LogitLens).
+	Lens *Lens
+}
+
+// Lens is the logit lens: the final norm and unembedding applied to each
+// layer's resid_post. Prob[l][t] is the top token's probability at layer l
+// and position t, Token its id and Piece its display string.
+type Lens struct {
+	Prob  [][]float32 `json:"prob"`
+	Token [][]int32   `json:"token"`
+	Piece [][]string  `json:"piece"`
 }
 
 // New returns an empty trace.

@@ -1,0 +1,20 @@
+# The two commands of the README: `make trace` (the main job) and `make test`.
+.PHONY: trace test setup notebook build
+
+# Layer-trace report of the default model, written to strata-trace/.
+trace:
+	go run ./cmd/strata trace --out strata-trace
+
+# Installs what the tests need (Jupyter, GoNB, lavapipe, glslang), then runs them all.
+test:
+	./scripts/test.sh
+
+setup:
+	./scripts/setup.sh
+
+build:
+	go build -o bin/strata ./cmd/strata
+
+# Jupyter with the GoNB kernel on the teaching notebooks.
+notebook: setup
+	PATH="$$(go env GOPATH)/bin:$$PATH" jupyter notebook --notebook-dir=notebooks

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/backends"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
+)
+
+type benchRow struct {
+	Model    string  `json:"model"`
+	Type     string  `json:"type"`
+	Backend  string  `json:"backend"`
+	T        int     `json:"T"`
+	Capture  string  `json:"capture"`
+	MedianMS float64 `json:"median_ms"`
+	TokS     float64 `json:"tok_s"`
+	Runs     int     `json:"runs"`
+}
+
+func cmdBench(ctx context.Context, args []string, out io.Writer) error {
+	fs := flags("bench")
+	path := fs.String("model", "", "model file")
+	shape := fs.String("shape", "", "generate a random model of this shape instead: "+strings.Join(model.ShapeNames(), ", "))
+	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model")
+	tokenList := fs.String("tokens", "128,512,2048", "prompt lengths")
+	captures := fs.String("capture", "none", "none, all, or both as none,all")
+	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
+	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
+	jsonOut := fs.String("json", "", "also write the rows as JSON to this file")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	var lengths []int
+	for _, f := range strings.Split(*tokenList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--tokens: %q is not a positive length", f)
+		}
+		lengths = append(lengths, n)
+	}
+	m, name, typ, err := benchModel(*path, *shape, *typName)
+	if err != nil {
+		return err
+	}
+	b, note, err := backends.Open(*backend)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "strata:", note)
+	e, err := gpu.NewEngine(m, b)
+	if err != nil {
+		return err
+	}
+	s, err := e.NewSession(slices.Max(lengths))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var rows []benchRow
+	fmt.Fprintf(out, "%-14s %-11s %-28s %6s %-7s %10s %10s\n", "model", "type", "backend", "T", "capture", "median ms", "tok/s")
+	for _, capture := range strings.Split(*captures, ",") {
+		o := gpu.Options{Budget: 1 << 40}
+		switch capture {
+		case "none":
+		case "all":
+			o.Capture = gpu.CaptureAll()
+		default:
+			return fmt.Errorf("--capture %q: want none or all", capture)
+		}
+		for _, t := range lengths {
+			tokens := make([]int32, t)
+			for i := range tokens {
+				tokens[i] = int32((i*7919 + 13) % m.Vocab)
+			}
+			ms, err := timePrefill(ctx, s, tokens, o, *iters)
+			if err != nil {
+				return err
+			}
+			row := benchRow{Model: name, Type: typ, Backend: b.Name(), T: t, Capture: capture, MedianMS: ms, TokS: float64(t) / ms * 1e3, Runs: *iters}
+			rows = append(rows, row)
+			fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %10.2f %10.1f\n", row.Model, row.Type, row.Backend, row.T, row.Capture, row.MedianMS, row.TokS)
+		}
+	}
+	if *jsonOut != "" {
+		return trace.WriteAtomic(*jsonOut, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", " ")
+			return enc.Encode(rows)
+		})
+	}
+	return nil
+}
+
+func benchModel(path, shape, typName string) (m *model.Model, name, typ string, err error) {
+	switch {
+	case path != "" && shape != "":
+		return nil, "", "", errors.New("bench takes --model or --shape, not both")
+	case path != "":
+		m, err = model.Open(path)
+		if err != nil {
+			return nil, "", "", err
+		}
+		return m, m.Name, m.Output.Type().String(), nil
+	case shape == "":
+		return nil, "", "", errors.New("bench needs --model M or --shape S")
+	}
+	s, ok := model.Shapes[shape]
+	if !ok {
+		return nil, "", "", fmt.Errorf("unknown --shape %q (choose from %s)", shape, strings.Join(model.ShapeNames(), ", "))
+	}
+	t, err := gguf.ParseType(typName)
+	if err != nil {
+		return nil, "", "", err
+	}
+	m, err = model.Random(s, t, 1)
+	return m, shape, t.String(), err
+}
+
+// timePrefill runs one warm-up prefill, then iters timed ones from position 0,
+// and returns the median in milliseconds.
+func timePrefill(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options, iters int) (float64, error) {
+	var times []float64
+	for i := range iters + 1 {
+		s.Reset()
+		start := time.Now()
+		if _, err := s.Prefill(ctx, tokens, o); err != nil {
+			return 0, err
+		}
+		if i > 0 {
+			times = append(times, float64(time.Since(start).Microseconds())/1e3)
+		}
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}

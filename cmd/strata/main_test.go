@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
+)
+
+func stories(t *testing.T) string {
+	p := filepath.Join("..", "..", "..", "shared", "models", "stories260K.gguf")
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("%s is absent (the shared material sits beside the checkout as ../shared)", p)
+	}
+	return p
+}
+
+func strata(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := dispatch(context.Background(), args, &out)
+	return out.String(), err
+}
+
+func TestInfoOnStories260K(t *testing.T) {
+	out, err := strata(t, "info", stories(t))
+	require.NoError(t, err)
+	for _, want := range []string{"architecture  llama", "layers        5", "d_model       64", "ffn           172",
+		"8 query, 4 key/value (GQA 2:1), head_dim 8", "vocab         512", "F32            48 tensors",
+		"tokenizer     llama, 512 tokens, BOS 1, EOS 2", "prefill of 512 tokens needs about"} {
+		require.Contains(t, out, want)
+	}
+}
+
+func TestTokenizeOnStories260K(t *testing.T) {
+	out, err := strata(t, "tokenize", "--model", stories(t), "Once upon a time")
+	require.NoError(t, err)
+	require.Equal(t, "1 403 407 261 378\n", out)
+}
+
+func TestRunOnStories260K(t *testing.T) {
+	out, err := strata(t, "run", "--model", stories(t), "--prompt", "Once upon a time", "-n", "30")
+	require.NoError(t, err)
+	require.Equal(t, ", there was a little girl named Lily. She loved to play outside in the park. One day,\n", out)
+}
+
+func TestTraceWritesNpzAndManifest(t *testing.T) {
+	dir := t.TempDir()
+	out, err := strata(t, "trace", "--model", stories(t), "--tokens", "1,403,407,261,378",
+		"--capture", "blocks.*.hook_resid_post,blocks.*.attn.hook_pattern,blocks.*.attn.cache_k,logits", "--out", dir)
+	require.NoError(t, err)
+	require.Contains(t, out, "traced 5 tokens through 5 layers")
+	tr, err := trace.Load(dir)
+	require.NoError(t, err)
+	require.Equal(t, []int32{1, 403, 407, 261, 378}, tr.Tokens)
+	require.Len(t, tr.Names, 5*3+1)
+	require.Equal(t, []int{8, 5, 5}, tr.Tensors["blocks.4.attn.hook_pattern"].Shape)
+	require.Equal(t, []int{5, 4, 8}, tr.Tensors["blocks.0.attn.cache_k"].Shape)
+	require.Equal(t, []int{5, 512}, tr.Tensors["logits"].Shape)
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	require.NoError(t, err)
+	var m trace.Manifest
+	require.NoError(t, json.Unmarshal(raw, &m))
+	require.Equal(t, []string{"<s>", " Once", " upon", " a", " time"}, m.Pieces)
+}
+
+func TestTraceRefusesBadRequests(t *testing.T) {
+	_, err := strata(t, "trace", "--model", stories(t), "--tokens", "1,x")
+	require.ErrorContains(t, err, `"x" is not a token id`)
+	_, err = strata(t, "trace", "--model", stories(t), "--tokens", "1,2", "--capture", "blocks.*.nothing", "--out", t.TempDir())
+	require.ErrorContains(t, err, "matches no capture point")
+	_, err = strata(t, "info", filepath.Join(t.TempDir(), "missing.gguf"))
+	require.ErrorContains(t, err, "missing.gguf")
+	_, err = strata(t, "frobnicate")
+	require.ErrorContains(t, err, `unknown command "frobnicate"`)
+}
+
+func TestGenWritesALoadableModel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	out, err := strata(t, "gen", "--shape", "tiny-qwen3", "--type", "TQ2_0_g128", "--out", path)
+	require.NoError(t, err)
+	require.Contains(t, out, "wrote "+path)
+	m, err := model.Open(path)
+	require.NoError(t, err)
+	defer m.Close()
+	require.Equal(t, "qwen3", m.Arch)
+	require.Equal(t, "TQ2_0_g128", m.Blocks[0].Q.Type().String())
+	_, err = strata(t, "gen", "--shape", "huge", "--out", path)
+	require.ErrorContains(t, err, `unknown --shape "huge"`)
+}
+
+func TestBenchPrintsATable(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	out, err := strata(t, "bench", "--shape", "tiny-llama", "--type", "Q8_0", "--tokens", "8", "--capture", "none,all", "--iters", "1", "--json", jsonPath)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3)
+	require.Contains(t, lines[1], "tiny-llama")
+	raw, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rows []benchRow
+	require.NoError(t, json.Unmarshal(raw, &rows))
+	require.Len(t, rows, 2)
+	require.Greater(t, rows[0].TokS, 0.0)
+}

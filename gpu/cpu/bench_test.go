@@ -1,0 +1,86 @@
+package cpu_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gguf/quant"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/model"
+)
+
+var benchTypes = []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.Q1_0_G128, gguf.TQ2_0_G128}
+
+// BenchmarkMatMul times x[T,2048] W^T for W [2048 x 2048] in each format.
+func BenchmarkMatMul(b *testing.B) {
+	const rows, cols = 2048, 2048
+	for _, T := range []int{1, 64} {
+		for _, typ := range benchTypes {
+			b.Run(fmt.Sprintf("T=%d/%s", T, typ), func(b *testing.B) {
+				f, err := quant.For(typ)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r := rand.New(rand.NewPCG(1, 2))
+				w := make([]float32, rows*cols)
+				for i := range w {
+					w[i] = r.Float32() - 0.5
+				}
+				packed := make([]byte, rows*cols/f.BlockSize*f.BlockBytes)
+				f.Quantize(packed, w)
+				be := cpu.New(0)
+				m, err := be.Upload(&model.Weight{Name: "w", Rows: rows, Cols: cols, Format: f, Data: packed})
+				if err != nil {
+					b.Fatal(err)
+				}
+				st := be.NewStream()
+				x, _ := st.Alloc("x", T*cols)
+				y, _ := st.Alloc("y", T*rows)
+				b.ResetTimer()
+				for b.Loop() {
+					st.MatMul(x, T, gpu.Proj{W: m, Dst: y})
+				}
+				b.ReportMetric(2*float64(T*rows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// BenchmarkPrefill runs a whole prefill of a bonsai-1.7b-shape model with
+// random 1-bit weights. It generates a 1.7B-parameter model first, so run it
+// alone: go test ./gpu/cpu -run=^$ -bench=Prefill -benchtime=3x
+func BenchmarkPrefill(b *testing.B) {
+	for _, typ := range []gguf.Type{gguf.Q1_0_G128} {
+		b.Run("bonsai-1.7b/"+typ.String()+"/T=64", func(b *testing.B) {
+			m, err := model.Random(model.Shapes["bonsai-1.7b"], typ, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			e, err := gpu.NewEngine(m, cpu.New(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			tokens := make([]int32, 64)
+			for i := range tokens {
+				tokens[i] = int32(i * 97 % m.Vocab)
+			}
+			s, err := e.NewSession(len(tokens))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				s.Reset()
+				if _, err := s.Prefill(context.Background(), tokens, gpu.Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(tokens))*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+			b.ReportMetric(2*float64(m.Params()-int64(m.Vocab*m.DModel))*float64(len(tokens))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

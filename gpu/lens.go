@@ -1,0 +1,74 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// LogitLens applies the final norm and the unembedding to every layer's
+// captured hook_resid_post and stores each position's top token and its
+// probability per layer in tr.Lens.
+func (e *Engine) LogitLens(tr *trace.Trace) error {
+	c := &e.Model.Config
+	st := e.Backend.NewStream()
+	var t int
+	for l := range c.Layers {
+		x, err := tr.Get(LayerPoint(l, "hook_resid_post"))
+		if err != nil {
+			return fmt.Errorf("logit lens needs every layer's resid_post (capture \"blocks.*.hook_resid_post\"): %w", err)
+		}
+		if l == 0 {
+			t = x.Shape[0]
+		}
+		if len(x.Shape) != 2 || x.Shape[0] != t || x.Shape[1] != c.DModel {
+			return fmt.Errorf("logit lens: %s has shape %v, want [%d %d]", LayerPoint(l, "hook_resid_post"), x.Shape, t, c.DModel)
+		}
+	}
+	h, err := st.Alloc("lens input", t*c.DModel)
+	if err != nil {
+		return err
+	}
+	defer st.Free(h)
+	logits, err := st.Alloc("lens logits", t*c.Vocab)
+	if err != nil {
+		return err
+	}
+	defer st.Free(logits)
+	lens := &trace.Lens{}
+	row := make([]float32, t*c.Vocab)
+	for l := range c.Layers {
+		st.Write(h, 0, tr.Tensors[LayerPoint(l, "hook_resid_post")].Data)
+		st.RMSNorm(h, h, e.outNorm, t, c.DModel, c.RMSEps)
+		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
+		if err := st.Read(logits, 0, row); err != nil {
+			return err
+		}
+		prob, tok, piece := make([]float32, t), make([]int32, t), make([]string, t)
+		for p := range t {
+			prob[p], tok[p] = topProb(row[p*c.Vocab : (p+1)*c.Vocab])
+			if e.Model.Tok != nil {
+				piece[p] = e.Model.Tok.Piece(tok[p])
+			}
+		}
+		lens.Prob, lens.Token, lens.Piece = append(lens.Prob, prob), append(lens.Token, tok), append(lens.Piece, piece)
+	}
+	tr.Lens = lens
+	return nil
+}
+
+// topProb returns softmax(logits)'s largest probability and its index.
+func topProb(logits []float32) (float32, int32) {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v - logits[best]))
+	}
+	return float32(1 / sum), int32(best)
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Strata's whole test suite, as CI runs it: set-up, formatting, vet, unit
+# tests (the shared stories260K model is read from ../shared when present)
+# and short fuzzing runs over the saved corpora.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+export PATH="$(go env GOPATH)/bin:$PATH"
+
+echo "== gofmt"
+bad=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$bad" ]; then
+	echo "gofmt would change:"; echo "$bad"; exit 1
+fi
+echo "== go vet"
+go vet ./...
+echo "== go test"
+go test -count=1 ./...
+echo "== fuzz (short runs over the saved corpora)"
+go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=20s ./gguf
+go test -run='^$' -fuzz='^FuzzEncode$' -fuzztime=20s ./model/tokenizer
+echo "== all tests passed"
