@@ -331,3 +331,34 @@ func TestLogitLensLastLayerIsTheModelsPrediction(t *testing.T) {
 	}
 	require.Error(t, e.LogitLens(prefill(t, e, testTokens, gpu.Options{})))
 }
+
+func TestSessionsRunConcurrently(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 8)
+	e := newEngine(t, m)
+	o := gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post", "blocks.*.attn.hook_pattern"), Logits: gpu.LogitsAll}
+	prompts := [][]int32{testTokens, testTokens[:5], {4, 4, 4, 4, 4, 4, 4, 4}, {511, 0, 256}}
+	serial := make([]*trace.Trace, len(prompts))
+	for i, p := range prompts {
+		serial[i] = prefill(t, e, p, o)
+	}
+	errs := make(chan error, len(prompts))
+	got := make([]*trace.Trace, len(prompts))
+	for i, p := range prompts {
+		go func() {
+			s, err := e.NewSession(0)
+			if err == nil {
+				got[i], err = s.Prefill(context.Background(), p, o)
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range prompts {
+		require.NoError(t, <-errs)
+	}
+	for i := range prompts {
+		for _, name := range serial[i].Names {
+			require.Equal(t, serial[i].Tensors[name].Data, got[i].Tensors[name].Data, "prompt %d %s", i, name)
+		}
+	}
+}

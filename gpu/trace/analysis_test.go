@@ -1,0 +1,140 @@
+package trace
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// patternOf builds a [heads, t, pos0+t] pattern whose row of head h at query
+// position i (absolute) is row(h, i), a map from key position to weight.
+func patternOf(heads, t, pos0 int, row func(h, i int) map[int]float32) *Tensor {
+	keys := pos0 + t
+	x := &Tensor{Shape: []int{heads, t, keys}, Data: make([]float32, heads*t*keys)}
+	for h := range heads {
+		for r := range t {
+			for k, w := range row(h, pos0+r) {
+				x.Data[(h*t+r)*keys+k] = w
+			}
+		}
+	}
+	return x
+}
+
+// Scores are means of at most a few float32 weights that are exact in
+// binary or 1/n; float64 sums of them are exact to ~1e-7 relative.
+const scoreTol = 1e-6
+
+func TestPrevTokenScoresOfKnownHeads(t *testing.T) {
+	for _, pos0 := range []int{0, 3} {
+		// Head 0 looks at the previous token, head 1 at itself, head 2
+		// spreads evenly over every key it may see.
+		p := patternOf(3, 4, pos0, func(h, i int) map[int]float32 {
+			switch h {
+			case 0:
+				return map[int]float32{max(i-1, 0): 1}
+			case 1:
+				return map[int]float32{i: 1}
+			}
+			m := map[int]float32{}
+			for k := 0; k <= i; k++ {
+				m[k] = 1 / float32(i+1)
+			}
+			return m
+		})
+		got, err := PrevTokenScores(p)
+		require.NoError(t, err)
+		// Head 2 pays 1/(i+1) to i-1; the mean runs over i >= 1 only.
+		uniform, n := 0.0, 0
+		for i := max(pos0, 1); i < pos0+4; i++ {
+			uniform += 1 / float64(i+1)
+			n++
+		}
+		want := []float64{1, 0, uniform / float64(n)}
+		require.InDeltaSlice(t, want, got, scoreTol, "pos0 %d", pos0)
+	}
+	// With pos0 = 0 the first query row has no predecessor: 13/36 is
+	// (1/2 + 1/3 + 1/4) / 3, worked by hand.
+	got, err := PrevTokenScores(patternOf(1, 4, 0, func(h, i int) map[int]float32 {
+		m := map[int]float32{}
+		for k := 0; k <= i; k++ {
+			m[k] = 1 / float32(i+1)
+		}
+		return m
+	}))
+	require.NoError(t, err)
+	require.InDelta(t, 13.0/36, got[0], scoreTol)
+}
+
+func TestInductionScoresOfKnownHeads(t *testing.T) {
+	// BOS x1 x2 x3 x1 x2 x3: period 3, the second copy at positions 4..6.
+	// An induction head at position i attends to i-2 (the token after the
+	// earlier copy of its own token); a previous-token head to i-1; head 2
+	// splits evenly between i-2 and BOS.
+	tokens := []int32{1, 50, 60, 70, 50, 60, 70}
+	period := RepeatPeriod(tokens)
+	require.Equal(t, 3, period)
+	p := patternOf(3, len(tokens), 0, func(h, i int) map[int]float32 {
+		switch h {
+		case 0:
+			return map[int]float32{max(i-2, 0): 1}
+		case 1:
+			return map[int]float32{max(i-1, 0): 1}
+		}
+		if i < 2 {
+			return map[int]float32{0: 1}
+		}
+		return map[int]float32{i - 2: 0.5, 0: 0.5}
+	})
+	got, err := InductionScores(p, period)
+	require.NoError(t, err)
+	require.InDeltaSlice(t, []float64{1, 0, 0.5}, got, scoreTol)
+
+	// Only the second copy counts: a head that looks at i-2 only on the
+	// last query scores 1/3.
+	last := patternOf(1, len(tokens), 0, func(h, i int) map[int]float32 {
+		if i == 6 {
+			return map[int]float32{4: 1}
+		}
+		return map[int]float32{i: 1}
+	})
+	got, err = InductionScores(last, period)
+	require.NoError(t, err)
+	require.InDelta(t, 1.0/3, got[0], scoreTol)
+
+	// A continued prefill: the first copy lies in the cache (pos0 = 4), the
+	// second in this prefill's three query rows.
+	cont := patternOf(1, 3, 4, func(h, i int) map[int]float32 { return map[int]float32{i - 2: 1} })
+	got, err = InductionScores(cont, period)
+	require.NoError(t, err)
+	require.InDelta(t, 1.0, got[0], scoreTol)
+}
+
+func TestScoreErrorsNameTheProblem(t *testing.T) {
+	one := patternOf(2, 1, 0, func(h, i int) map[int]float32 { return map[int]float32{0: 1} })
+	_, err := PrevTokenScores(one)
+	require.ErrorContains(t, err, "need a query at position 1 or later")
+
+	p := patternOf(1, 4, 0, func(h, i int) map[int]float32 { return map[int]float32{i: 1} })
+	_, err = InductionScores(p, 0)
+	require.ErrorContains(t, err, "period 0: want 1 or more")
+	_, err = InductionScores(p, 3)
+	require.ErrorContains(t, err, "needs two copies (6 positions); the pattern covers 4")
+	_, err = InductionScores(patternOf(1, 2, 6, func(h, i int) map[int]float32 { return nil }), 3)
+	require.ErrorContains(t, err, "the pattern has only 2 query positions")
+
+	_, err = PrevTokenScores(&Tensor{Shape: []int{4, 4}, Data: make([]float32, 16)})
+	require.ErrorContains(t, err, "shape [4 4], want [heads, T, pos0+T]")
+	_, err = PrevTokenScores(&Tensor{Shape: []int{1, 3, 2}, Data: make([]float32, 6)})
+	require.ErrorContains(t, err, "keys >= T >= 1")
+	_, err = PrevTokenScores(&Tensor{Shape: []int{1, 2, 2}, Data: make([]float32, 3)})
+	require.ErrorContains(t, err, "holds 3 values, want 4")
+}
+
+func TestRepeatPeriod(t *testing.T) {
+	require.Equal(t, 0, RepeatPeriod(nil))
+	require.Equal(t, 0, RepeatPeriod([]int32{1, 2, 3}))
+	require.Equal(t, 1, RepeatPeriod([]int32{1, 2, 2}))
+	require.Equal(t, 2, RepeatPeriod([]int32{7, 7, 7, 7}), "the largest period wins")
+	require.Equal(t, 4, RepeatPeriod([]int32{1, 9, 8, 7, 6, 9, 8, 7, 6}))
+}

@@ -1,0 +1,168 @@
+package model_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/model"
+)
+
+// rebuild generates a model of shape and re-writes it through edit, which
+// may change keys and drop or reshape tensors.
+func rebuild(t *testing.T, shape string, edit func(key string, v any) (any, bool), tensor func(ti *gguf.TensorInfo) ([]int64, bool)) (*model.Model, error) {
+	t.Helper()
+	w, err := model.Generate(model.Shapes[shape], gguf.F32, 1)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = w.WriteTo(&buf)
+	require.NoError(t, err)
+	f, err := gguf.Parse(buf.Bytes(), shape)
+	require.NoError(t, err)
+	out := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		v, keep := kv.Value.Any(), true
+		if edit != nil {
+			v, keep = edit(kv.Key, v)
+		}
+		if keep {
+			require.NoError(t, out.AddKV(kv.Key, v))
+		}
+	}
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		dims, keep := ti.Dims, true
+		if tensor != nil {
+			dims, keep = tensor(ti)
+		}
+		if keep {
+			require.NoError(t, out.AddTensor(ti.Name, ti.Type, dims, f.Data(ti)))
+		}
+	}
+	buf.Reset()
+	_, err = out.WriteTo(&buf)
+	require.NoError(t, err)
+	g, err := gguf.Parse(buf.Bytes(), shape+" (edited)")
+	require.NoError(t, err)
+	return model.Load(g)
+}
+
+func TestConfigPerArchitecture(t *testing.T) {
+	for name, want := range map[string]struct {
+		rope          model.RopeMode
+		bias, qkNorm  bool
+		heads, kv, hd int
+	}{
+		"tiny-llama": {model.RopeAdjacent, false, false, 4, 2, 64},
+		"tiny-qwen2": {model.RopeNeoX, true, false, 8, 2, 32},
+		"tiny-qwen3": {model.RopeNeoX, false, true, 8, 4, 32},
+	} {
+		m, err := rebuild(t, name, nil, nil)
+		require.NoError(t, err, name)
+		require.Equal(t, want.rope, m.Rope.Mode, name)
+		require.Equal(t, want.bias, m.QKVBias, name)
+		require.Equal(t, want.qkNorm, m.QKNorm, name)
+		require.Equal(t, [3]int{want.heads, want.kv, want.hd}, [3]int{m.Heads, m.KVHeads, m.HeadDim}, name)
+		require.Equal(t, m.HeadDim, m.Rope.Dim, name)
+		require.Equal(t, float32(1e-6), m.RMSEps, name)
+		require.False(t, m.TiedEmbd, name)
+		if want.bias {
+			require.Len(t, m.Blocks[1].KBias, m.KVDim())
+		}
+		if want.qkNorm {
+			require.Len(t, m.Blocks[1].QNorm, m.HeadDim)
+		}
+	}
+}
+
+func TestStories260KConfig(t *testing.T) {
+	p := filepath.Join("..", "..", "shared", "models", "stories260K.gguf")
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("%s is absent (the shared material sits beside the checkout as ../shared)", p)
+	}
+	m, err := model.Open(p)
+	require.NoError(t, err)
+	defer m.Close()
+	c := m.Config
+	require.Equal(t, "llama", c.Arch)
+	require.Equal(t, [7]int{5, 64, 172, 8, 4, 8, 512}, [7]int{c.Layers, c.DModel, c.FFN, c.Heads, c.KVHeads, c.HeadDim, c.Vocab})
+	require.Equal(t, model.Rope{Mode: model.RopeAdjacent, Dim: 8, Theta: 10000, Scaling: c.Rope.Scaling}, c.Rope)
+	require.Equal(t, "none", c.Rope.Scaling.Type)
+	require.Equal(t, float32(1e-5), c.RMSEps)
+	require.Equal(t, int64(292800), m.Params())
+}
+
+func TestTiedEmbeddingsWhenOutputIsAbsent(t *testing.T) {
+	m, err := rebuild(t, "tiny-qwen3", nil, func(ti *gguf.TensorInfo) ([]int64, bool) { return ti.Dims, ti.Name != "output.weight" })
+	require.NoError(t, err)
+	require.True(t, m.TiedEmbd)
+	require.Same(t, m.Embed, m.Output)
+}
+
+func TestLoadErrorsNameTheProblem(t *testing.T) {
+	_, err := rebuild(t, "tiny-llama", func(k string, v any) (any, bool) {
+		if k == "general.architecture" {
+			return "gpt-neox", true
+		}
+		return v, true
+	}, nil)
+	require.ErrorContains(t, err, `architecture "gpt-neox" is not supported (supported: llama, qwen2, qwen3)`)
+
+	_, err = rebuild(t, "tiny-llama", nil, func(ti *gguf.TensorInfo) ([]int64, bool) { return ti.Dims, ti.Name != "blk.1.ffn_up.weight" })
+	require.ErrorContains(t, err, "tensor blk.1.ffn_up.weight is missing")
+
+	_, err = rebuild(t, "tiny-llama", func(k string, v any) (any, bool) {
+		if k == "llama.feed_forward_length" {
+			return uint32(256), true
+		}
+		return v, true
+	}, nil)
+	require.ErrorContains(t, err, "tensor blk.0.ffn_gate.weight has shape [256 512], want [256 256]")
+
+	_, err = rebuild(t, "tiny-qwen3", nil, func(ti *gguf.TensorInfo) ([]int64, bool) {
+		if ti.Name == "blk.0.attn_q_norm.weight" {
+			return nil, false
+		}
+		return ti.Dims, true
+	})
+	require.ErrorContains(t, err, "tensor blk.0.attn_q_norm.weight is missing")
+
+	_, err = rebuild(t, "tiny-llama", func(k string, v any) (any, bool) {
+		if k == "llama.attention.head_count_kv" {
+			return uint32(3), true
+		}
+		return v, true
+	}, nil)
+	require.ErrorContains(t, err, "head_count 4 is not a multiple of head_count_kv 3")
+
+	_, err = rebuild(t, "tiny-llama", func(k string, v any) (any, bool) { return v, k != "llama.block_count" }, nil)
+	require.ErrorContains(t, err, "llama.block_count")
+}
+
+func TestRopeScalingFromMetadata(t *testing.T) {
+	m, err := rebuild(t, "tiny-qwen3", func(k string, v any) (any, bool) { return v, true }, nil)
+	require.NoError(t, err)
+	require.Equal(t, "none", m.Rope.Scaling.Type)
+	add := func(kvs map[string]any) (*model.Model, error) {
+		w, err := model.Generate(model.Shapes["tiny-qwen3"], gguf.F32, 1)
+		require.NoError(t, err)
+		for k, v := range kvs {
+			require.NoError(t, w.AddKV(k, v))
+		}
+		var buf bytes.Buffer
+		_, err = w.WriteTo(&buf)
+		require.NoError(t, err)
+		f, err := gguf.Parse(buf.Bytes(), "scaled")
+		require.NoError(t, err)
+		return model.Load(f)
+	}
+	m, err = add(map[string]any{"qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": float32(4), "qwen3.rope.scaling.original_context_length": uint32(128)})
+	require.NoError(t, err)
+	require.Equal(t, model.RopeScaling{Type: "yarn", Factor: 4, OrigContext: 128, BetaFast: 32, BetaSlow: 1, ExtFactor: 1, AttnFactor: 1}, m.Rope.Scaling)
+	_, err = add(map[string]any{"qwen3.rope.scaling.type": "longrope"})
+	require.ErrorContains(t, err, `rope.scaling.type "longrope" is not supported`)
+}
