@@ -1,10 +1,19 @@
 package model
 
-import "github.com/stratalab/strata/gguf"
+import (
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/models"
+)
 
 // DefaultName is what Default loads, for messages.
-const DefaultName = "random tiny-qwen3 (seed 1)"
+const DefaultName = models.DefaultName
 
-// Default loads the model used when none is named: until a trained model is
-// embedded, a small qwen3 with deterministic random weights.
-func Default() (*Model, error) { return Random(Shapes["tiny-qwen3"], gguf.F32, 1) }
+// Default loads the model Strata ships (see models/MODEL.md): a small qwen3
+// trained on the Go standard library's sources, embedded in the binary.
+func Default() (*Model, error) {
+	f, err := gguf.Parse(models.Default(), DefaultName+".gguf")
+	if err != nil {
+		return nil, err
+	}
+	return Load(f)
+}

@@ -1,0 +1,82 @@
+package nb
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// RepeatedRandom returns n random ordinary tokens followed by the same n
+// again (BOS first where the tokenizer adds one): the standard probe for
+// induction heads, whose period is n.
+func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	tok := m.Model.Tok
+	var ids []int32
+	if bos := m.Tokens(""); len(bos) > 0 {
+		ids = append(ids, bos...)
+	}
+	var half []int32
+	for len(half) < n {
+		id := int32(r.IntN(m.Model.Vocab))
+		if !tok.IsSpecial(id) {
+			half = append(half, id)
+		}
+	}
+	return append(append(ids, half...), half...)
+}
+
+// LogitDiff is a patching metric: the last position's logit of the first
+// token of good minus that of bad (text, e.g. " Mary" and " John").
+func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
+	first := func(s string) int32 {
+		ids := m.Tokens(s)
+		if bos := m.Tokens(""); len(bos) > 0 && len(ids) > len(bos) {
+			ids = ids[len(bos):]
+		}
+		if len(ids) == 0 {
+			panic(fmt.Errorf("nb.LogitDiff: %q has no tokens", s))
+		}
+		return ids[0]
+	}
+	g, b := first(good), first(bad)
+	return func(tr *trace.Trace) float64 {
+		l, err := tr.Get("logits")
+		if err != nil {
+			panic(err)
+		}
+		row := l.Data[(l.Shape[0]-1)*l.Shape[1]:]
+		return float64(row[g] - row[b])
+	}
+}
+
+// PatchResid is activation patching over the residual stream: for every
+// layer and position it runs the corrupted prompt with that layer's
+// resid_pre at that position taken from the clean prompt's run, and records
+// metric. Both prompts must have the same number of tokens. The result is
+// [layer][position].
+func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64) [][]float64 {
+	cleanIDs, err := m.tokens(clean)
+	if err != nil {
+		panic(err)
+	}
+	corruptIDs, err := m.tokens(corrupt)
+	if err != nil {
+		panic(err)
+	}
+	if len(cleanIDs) != len(corruptIDs) {
+		panic(fmt.Errorf("nb.PatchResid: clean prompt has %d tokens, corrupted %d; patching needs equal lengths", len(cleanIDs), len(corruptIDs)))
+	}
+	src := m.Prefill(cleanIDs, Capture("blocks.*.hook_resid_pre"))
+	out := make([][]float64, m.Model.Layers)
+	for l := range out {
+		out[l] = make([]float64, len(cleanIDs))
+		for p := range cleanIDs {
+			tr := m.Prefill(corruptIDs, Hooks(gpu.Patch(gpu.LayerPoint(l, "hook_resid_pre"), src, []int{p})))
+			out[l][p] = metric(tr)
+		}
+	}
+	return out
+}

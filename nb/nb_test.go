@@ -1,0 +1,120 @@
+package nb_test
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/nb"
+)
+
+func TestPrefillCapturesWhatWasAsked(t *testing.T) {
+	m := nb.MustOpen("")
+	tr := m.Prefill("func main() {", nb.Capture("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post"))
+	T := len(tr.Tokens)
+	require.Equal(t, m.Pieces(tr.Tokens), tr.Pieces)
+	require.Len(t, tr.Names, 2*m.Model.Layers+1, "patterns, resid_post, and the last position's logits")
+	require.Equal(t, []int{m.Model.Heads, T, T}, tr.Tensors["blocks.0.attn.hook_pattern"].Shape)
+	require.Len(t, tr.Predicted, 1)
+
+	first := nb.Layers(1, 1)
+	tr = m.Prefill("func main() {", nb.Capture("blocks.*.hook_resid_post"), first)
+	require.True(t, tr.Has("blocks.1.hook_resid_post"))
+	require.False(t, tr.Has("blocks.0.hook_resid_post"))
+
+	_, err := m.Try(3.5)
+	require.ErrorContains(t, err, "a prompt is a string or token ids")
+	require.Panics(t, func() { m.Prefill("x", nb.Capture("nope")) })
+}
+
+func TestStepsEndLikeAOneShotPrefill(t *testing.T) {
+	m := nb.MustOpen("")
+	prompt := "for i := 0; i < n; i++ {"
+	want := m.Prefill(prompt, nb.Capture("*"))
+	s := m.Start(prompt)
+	layers := []int{}
+	for s.Next() {
+		layers = append(layers, s.Layer())
+		require.True(t, s.Trace().Has(gpu.LayerPoint(s.Layer(), "hook_resid_post")))
+	}
+	require.Equal(t, []int{0, 1, 2, 3}, layers)
+	got := s.Finish()
+	for _, n := range want.Names {
+		require.Equal(t, want.Tensors[n].Data, got.Tensors[n].Data, n)
+	}
+}
+
+func TestContinueUsesTheCache(t *testing.T) {
+	m := nb.MustOpen("")
+	ids := m.Tokens("package main\n\nimport \"fmt\"\n")
+	whole := m.Prefill(ids, nb.Capture("blocks.3.hook_resid_post"))
+	m.Prefill(ids[:5])
+	rest := m.Prefill(ids[5:], nb.Continue(), nb.Capture("blocks.3.hook_resid_post"))
+	require.Equal(t, 5, rest.Pos0)
+	d := m.Model.DModel
+	got, want := rest.Tensors["blocks.3.hook_resid_post"].Data, whole.Tensors["blocks.3.hook_resid_post"].Data[5*d:]
+	for i := range want {
+		require.InDelta(t, want[i], got[i], float64(1e-4*(1+abs(want[i]))))
+	}
+}
+
+func abs(x float32) float32 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func TestRepeatedRandomAndPatching(t *testing.T) {
+	m := nb.MustOpen("")
+	ids := m.RepeatedRandom(10, 1)
+	bos := len(m.Tokens(""))
+	require.Len(t, ids, bos+20)
+	require.Equal(t, ids[bos:bos+10], ids[bos+10:])
+
+	clean, corrupt := m.Tokens("x := a + b"), m.Tokens("x := a - b")
+	diff := -1
+	for i := range clean {
+		if clean[i] != corrupt[i] {
+			require.Equal(t, -1, diff, "the prompts differ in one token")
+			diff = i
+		}
+	}
+	metric := m.LogitDiff(" b", " c")
+	cleanScore, corruptScore := metric(m.Prefill(clean)), metric(m.Prefill(corrupt))
+	res := m.PatchResid(clean, corrupt, metric)
+	require.Len(t, res, m.Model.Layers)
+	// At layer 0 the residual stream is the embedding: patching the one
+	// differing position gives the clean run, any other changes nothing.
+	for p := range clean {
+		want := corruptScore
+		if p == diff {
+			want = cleanScore
+		}
+		require.InDelta(t, want, res[0][p], 1e-9, "position %d", p)
+	}
+}
+
+func TestShowOutsideANotebookWritesFiles(t *testing.T) {
+	nb.ShowDir = t.TempDir()
+	nb.Show(fakeFigure{}, nil)
+	files, err := os.ReadDir(nb.ShowDir)
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	data, err := os.ReadFile(filepath.Join(nb.ShowDir, files[0].Name()))
+	require.NoError(t, err)
+	require.Equal(t, "png", string(data))
+	nb.Show(nil, errors.New("shown, not panicking"))
+}
+
+type fakeFigure struct{}
+
+func (fakeFigure) Encode(w io.Writer, format string) error {
+	_, err := w.Write([]byte(format))
+	return err
+}
