@@ -7,7 +7,6 @@ package nb
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/backends"
@@ -59,7 +58,6 @@ func MustOpen(path string, backend ...string) *Model {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Fprintln(os.Stderr, "nb:", m.Note)
 	return m
 }
 

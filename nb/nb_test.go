@@ -5,11 +5,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/nb"
 )
 
@@ -117,4 +119,32 @@ type fakeFigure struct{}
 func (fakeFigure) Encode(w io.Writer, format string) error {
 	_, err := w.Write([]byte(format))
 	return err
+}
+
+// The default model learned structure: an induction head and a
+// previous-token head, scored as usual over a batch of repeated random
+// token sequences (the mean over 8 sequences per head; MODEL.md).
+func TestDefaultModelHasInductionAndPreviousTokenHeads(t *testing.T) {
+	m := nb.MustOpen("")
+	const period, batch = 40, 8
+	L, H := m.Model.Layers, m.Model.Heads
+	ind, prev := make([]float64, L*H), make([]float64, L*H)
+	for seed := range uint64(batch) {
+		tr := m.Prefill(m.RepeatedRandom(period, seed+1), nb.Capture("blocks.*.attn.hook_pattern"))
+		for l := 0; l < L; l++ {
+			p := tr.Tensors[gpu.LayerPoint(l, "attn.hook_pattern")]
+			si, err := trace.InductionScores(p, period)
+			require.NoError(t, err)
+			sp, err := trace.PrevTokenScores(p)
+			require.NoError(t, err)
+			for h := 0; h < H; h++ {
+				ind[l*H+h] += si[h] / batch
+				prev[l*H+h] += sp[h] / batch
+			}
+		}
+	}
+	bi, bp := slices.Index(ind, slices.Max(ind)), slices.Index(prev, slices.Max(prev))
+	t.Logf("induction: layer %d head %d scores %.3f; previous-token: layer %d head %d scores %.3f", bi/H, bi%H, ind[bi], bp/H, bp%H, prev[bp])
+	require.GreaterOrEqual(t, ind[bi], 0.5)
+	require.GreaterOrEqual(t, prev[bp], 0.5)
 }

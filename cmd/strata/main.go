@@ -20,6 +20,7 @@ import (
 	"github.com/stratalab/strata/gpu/backends"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
+	"github.com/stratalab/strata/viz"
 )
 
 type command struct {
@@ -34,7 +35,7 @@ func init() {
 		{"info", "MODEL.gguf [-n N]", "architecture, shapes, parameters, tensor types, tokenizer and prefill memory", cmdInfo},
 		{"tokenize", "[--model M] TEXT", "print the token ids of TEXT, space separated", cmdTokenize},
 		{"run", "[--model M] --prompt P [-n 30]", "greedy continuation of a prompt", cmdRun},
-		{"trace", "[--model M] (--prompt P | --tokens 1,2,...) [--capture GLOBS] [--out DIR]", "prefill with captures, written as DIR/trace.npz and DIR/manifest.json", cmdTrace},
+		{"trace", "[--model M] (--prompt P | --tokens 1,2,...) [--capture GLOBS] [--out DIR]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures", cmdTrace},
 		{"gen", "--shape S --type T --out F.gguf [--seed N]", "write a model with random weights", cmdGen},
 		{"bench", "(--model M | --shape S --type T) [--tokens 128,512,2048] [--capture none,all] [--backend B] [--json F]",
 			"median prefill tokens/s after warm-up", cmdBench},
@@ -329,11 +330,16 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The lens needs every layer's resid_post; without it the report says the lens was not drawn.
+	_ = e.LogitLens(tr)
 	if err := tr.Save(*dir); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "traced %d tokens through %d layers on %s: %d tensors in %s/trace.npz, manifest in %s/manifest.json\n",
-		len(tokens), e.Model.Layers, tr.Backend, len(tr.Names), *dir, *dir)
+	if err := viz.Report(tr, *dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "traced %d tokens through %d layers on %s: %d tensors in %s/trace.npz, manifest in %s/manifest.json, report in %s/index.html\n",
+		len(tokens), e.Model.Layers, tr.Backend, len(tr.Names), *dir, *dir, *dir)
 	return nil
 }
 

@@ -1,9 +1,6 @@
 package trace
 
-import (
-	"fmt"
-	"slices"
-)
+import "fmt"
 
 // PrevTokenScores returns each head's previous-token score from one layer's
 // hook_pattern [heads, T, pos0+T]: the mean over query positions i >= 1 of
@@ -60,16 +57,23 @@ func InductionScores(pattern *Tensor, period int) ([]float64, error) {
 	return scores, nil
 }
 
-// RepeatPeriod returns the largest P such that tokens end with two copies of
-// the same P tokens, or 0 when they do not end with a repeat.
+// RepeatPeriod returns the period P of the longest stretch at the end of
+// tokens that repeats with period P and holds two copies or more (the
+// smallest such P on ties, so six copies of a sentence give the sentence's
+// length), or 0 when tokens do not end with a repeat.
 func RepeatPeriod(tokens []int32) int {
 	n := len(tokens)
-	for p := n / 2; p >= 1; p-- {
-		if slices.Equal(tokens[n-2*p:n-p], tokens[n-p:]) {
-			return p
+	best, bestLen := 0, 0
+	for p := 1; 2*p <= n; p++ {
+		same := 0 // trailing positions whose token equals the one p before
+		for i := n - 1; i >= p && tokens[i] == tokens[i-p]; i-- {
+			same++
+		}
+		if same >= p && same+p > bestLen {
+			best, bestLen = p, same+p
 		}
 	}
-	return 0
+	return best
 }
 
 // patternDims checks that x is laid out as hook_pattern is.

@@ -135,6 +135,8 @@ func TestRepeatPeriod(t *testing.T) {
 	require.Equal(t, 0, RepeatPeriod(nil))
 	require.Equal(t, 0, RepeatPeriod([]int32{1, 2, 3}))
 	require.Equal(t, 1, RepeatPeriod([]int32{1, 2, 2}))
-	require.Equal(t, 2, RepeatPeriod([]int32{7, 7, 7, 7}), "the largest period wins")
 	require.Equal(t, 4, RepeatPeriod([]int32{1, 9, 8, 7, 6, 9, 8, 7, 6}))
+	require.Equal(t, 2, RepeatPeriod([]int32{5, 6, 5, 6, 5, 6, 5, 6}), "four copies of 2 beat two copies of 4")
+	require.Equal(t, 4, RepeatPeriod([]int32{1, 10, 11, 12, 12, 10, 11, 12, 12}), "the doubled last token is a shorter repeat")
+	require.Equal(t, 0, RepeatPeriod([]int32{1, 9, 8, 7, 9, 8, 6}))
 }

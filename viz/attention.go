@@ -1,0 +1,216 @@
+package viz
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// pattern returns layer's hook_pattern checked against the trace's shape.
+func pattern(tr *trace.Trace, figure string, layer int) (*trace.Tensor, error) {
+	t := len(tr.Tokens)
+	return tensor(tr, figure, gpu.LayerPoint(layer, "attn.hook_pattern"), tr.Model.Heads, t, tr.Pos0+t)
+}
+
+// headMatrix is one head's [query][key] slice of a pattern.
+func headMatrix(p *trace.Tensor, head int) [][]float64 {
+	t, keys := p.Shape[1], p.Shape[2]
+	z := make([][]float64, t)
+	for r := range z {
+		z[r] = make([]float64, keys)
+		for k := range z[r] {
+			z[r][k] = float64(p.Data[(head*t+r)*keys+k])
+		}
+	}
+	return z
+}
+
+// AttentionHead draws one head's attention pattern: queries down, keys
+// across, each labelled by its token.
+func AttentionHead(tr *trace.Trace, layer, head int) (*Figure, error) {
+	const name = "AttentionHead"
+	if err := checkTokens(tr, name); err != nil {
+		return nil, err
+	}
+	if err := checkLayer(tr, name, layer); err != nil {
+		return nil, err
+	}
+	if err := checkIndex(name, "head", head, tr.Model.Heads); err != nil {
+		return nil, err
+	}
+	p, err := pattern(tr, name, layer)
+	if err != nil {
+		return nil, err
+	}
+	t, keys := p.Shape[1], p.Shape[2]
+	g := grid{
+		z:     headMatrix(p, head),
+		rows:  positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, t),
+		cols:  positionLabels(tr.Pieces, tr.Pos0, 0, keys),
+		xName: "key", yName: "query",
+	}
+	cell := cellSize(max(t, keys), 440, 4, 24)
+	title := fmt.Sprintf("Attention pattern, layer %d head %d", layer, head)
+	sc := sequential(0, 1)
+	return newFigure(title, vg.Length(keys)*cell+labelMargin(g.rows)+barWidth+30, vg.Length(t)*cell+labelMargin(g.cols)+60, withBar(heatPlot(title, g, sc, cell, cell), barPlot(sc, "attention"))), nil
+}
+
+// labelWidth is the width of the widest tick label.
+func labelWidth(labels []string) vg.Length {
+	sty := text.Style{Font: font.From(sans, 8), Handler: plot.DefaultTextHandler}
+	w := vg.Length(0)
+	for _, l := range labels {
+		w = max(w, sty.Width(l))
+	}
+	return w
+}
+
+// labelMargin is the room beside an axis for its tick labels and name.
+func labelMargin(labels []string) vg.Length { return labelWidth(labels) + 30 }
+
+// AttentionGrid draws every captured layer's heads as small multiples,
+// layers down and heads across, as bertviz's model view does. Tiles of
+// prompts longer than a tile has pixels show each block's largest weight.
+func AttentionGrid(tr *trace.Trace) (*Figure, error) {
+	const name = "AttentionGrid"
+	if err := checkTokens(tr, name); err != nil {
+		return nil, err
+	}
+	layers, err := layersWith(tr, name, "attn.hook_pattern")
+	if err != nil {
+		return nil, err
+	}
+	heads := tr.Model.Heads
+	sc := sequential(0, 1)
+	tile := cellSize(max(heads, len(layers)), 900, 36, 110)
+	const gap, left, top, titleH = 4, 34, 18, 28
+	px := int(2 * tile)
+	tiles := make([][][][]float64, len(layers))
+	for i, l := range layers {
+		p, err := pattern(tr, name, l)
+		if err != nil {
+			return nil, err
+		}
+		for h := range heads {
+			tiles[i] = append(tiles[i], maxPool(headMatrix(p, h), px))
+		}
+	}
+	title := fmt.Sprintf("Attention patterns: %d layers × %d heads (rows: queries, columns: keys)", len(layers), heads)
+	width := left + vg.Length(heads)*(tile+gap) + barWidth + 16
+	height := titleH + top + vg.Length(len(layers))*(tile+gap) + 12
+	return newFigure(title, width, height, func(c draw.Canvas) {
+		sty := text.Style{Color: color.Black, Font: font.From(sans, 9), Handler: plot.DefaultTextHandler,
+			XAlign: draw.XCenter, YAlign: draw.YCenter}
+		drawTitle(c, title)
+		y0 := c.Max.Y - titleH - top // top of the first row of tiles
+		border := draw.LineStyle{Color: color.Gray{170}, Width: 0.5}
+		for i, l := range layers {
+			yTop := y0 - vg.Length(i)*(tile+gap)
+			c.FillText(sty, vg.Point{X: c.Min.X + left/2, Y: yTop - tile/2}, layerName(l))
+			for h := range heads {
+				x := c.Min.X + left + vg.Length(h)*(tile+gap)
+				if i == 0 {
+					c.FillText(sty, vg.Point{X: x + tile/2, Y: y0 + top/2}, fmt.Sprintf("H%d", h))
+				}
+				r := vg.Rectangle{Min: vg.Point{X: x, Y: yTop - tile}, Max: vg.Point{X: x + tile, Y: yTop}}
+				c.DrawImage(r, raster(tiles[i][h], sc, px))
+				c.StrokeLines(border, []vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}, r.Min})
+			}
+		}
+		bar := c
+		bar.Min.X = c.Min.X + left + vg.Length(heads)*(tile+gap) + 6
+		bar.Max.X = bar.Min.X + barWidth - 8
+		bar.Max.Y = y0
+		bar.Min.Y = y0 - vg.Length(len(layers))*(tile+gap) + gap
+		barPlot(sc, "attention").Draw(bar)
+	}), nil
+}
+
+// PrevTokenScores draws each head's previous-token score (see
+// trace.PrevTokenScores) by layer and head.
+func PrevTokenScores(tr *trace.Trace) (*Figure, error) {
+	return headScores(tr, "PrevTokenScores", "Previous-token score by head", trace.PrevTokenScores)
+}
+
+// InductionScores draws each head's induction score (see
+// trace.InductionScores) by layer and head, for a prompt that ends with two
+// copies of a period-token sequence (trace.RepeatPeriod finds it).
+func InductionScores(tr *trace.Trace, period int) (*Figure, error) {
+	return headScores(tr, "InductionScores", fmt.Sprintf("Induction score by head (period %d)", period),
+		func(p *trace.Tensor) ([]float64, error) { return trace.InductionScores(p, period) })
+}
+
+func headScores(tr *trace.Trace, name, title string, score func(*trace.Tensor) ([]float64, error)) (*Figure, error) {
+	if err := checkTokens(tr, name); err != nil {
+		return nil, err
+	}
+	layers, err := layersWith(tr, name, "attn.hook_pattern")
+	if err != nil {
+		return nil, err
+	}
+	g := grid{xName: "head", yName: "layer", rowsUp: true}
+	for _, l := range layers {
+		p, err := pattern(tr, name, l)
+		if err != nil {
+			return nil, err
+		}
+		s, err := score(p)
+		if err != nil {
+			return nil, fmt.Errorf("viz: %s: layer %d: %w", name, l, err)
+		}
+		g.z = append(g.z, s)
+		g.rows = append(g.rows, layerName(l))
+	}
+	for h := range tr.Model.Heads {
+		g.cols = append(g.cols, fmt.Sprintf("H%d", h))
+	}
+	cellW, cellH := cellSize(len(g.cols), 480, 10, 44), cellSize(len(g.rows), 480, 10, 44)
+	sc := sequential(0, 1)
+	p := heatPlot(title, g, sc, cellW, cellH)
+	if cellW >= 24 && cellH >= 10 { // room for two decimals in each cell
+		texts := make([][]string, len(g.z))
+		for r, row := range g.z {
+			for _, v := range row {
+				texts[r] = append(texts[r], fmt.Sprintf("%.2f", v))
+			}
+		}
+		if err := annotate(p, g, sc, texts, 7); err != nil {
+			return nil, fmt.Errorf("viz: %s: %w", name, err)
+		}
+	}
+	return newFigure(title, vg.Length(len(g.cols))*cellW+barWidth+90, vg.Length(len(g.rows))*cellH+100, withBar(p, barPlot(sc, "score"))), nil
+}
+
+// maxPool shrinks z to at most n rows and columns, each cell the largest
+// value of the block it covers, so that a thumbnail still shows where
+// attention is sharp.
+func maxPool(z [][]float64, n int) [][]float64 {
+	rows, cols := len(z), len(z[0])
+	b := (max(rows, cols) + n - 1) / n
+	if b <= 1 {
+		return z
+	}
+	out := make([][]float64, (rows+b-1)/b)
+	for r := range out {
+		out[r] = make([]float64, (cols+b-1)/b)
+		for c := range out[r] {
+			m := math.Inf(-1)
+			for i := r * b; i < min((r+1)*b, rows); i++ {
+				for j := c * b; j < min((c+1)*b, cols); j++ {
+					m = max(m, z[i][j])
+				}
+			}
+			out[r][c] = m
+		}
+	}
+	return out
+}

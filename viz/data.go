@@ -1,0 +1,98 @@
+package viz
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// missing says what a figure needs that the trace lacks, and how to get it.
+func missing(figure, what, how string) error {
+	return fmt.Errorf("viz: %s needs %s, which this trace lacks: %s", figure, what, how)
+}
+
+// captureHint tells how to capture a point of every layer.
+func captureHint(name string) string {
+	if l, local := gpu.SplitPoint(name); l >= 0 {
+		name = "blocks.*." + local
+	}
+	return fmt.Sprintf("capture %q", name)
+}
+
+// tensor returns a captured point, checking it has the given shape.
+func tensor(tr *trace.Trace, figure, name string, shape ...int) (*trace.Tensor, error) {
+	x, ok := tr.Tensors[name]
+	if !ok {
+		return nil, missing(figure, name, captureHint(name))
+	}
+	if !slices.Equal(x.Shape, shape) {
+		return nil, fmt.Errorf("viz: %s: %s has shape %v, want %v from the trace's model and tokens", figure, name, x.Shape, shape)
+	}
+	if n := elements(shape); len(x.Data) != n {
+		return nil, fmt.Errorf("viz: %s: %s holds %d values, want %d for shape %v", figure, name, len(x.Data), n, shape)
+	}
+	return x, nil
+}
+
+func elements(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// layersWith lists the layers whose point local was captured; a figure
+// over layers draws those, and fails naming every-layer capture when none.
+func layersWith(tr *trace.Trace, figure, local string) ([]int, error) {
+	var ls []int
+	for l := range tr.Model.Layers {
+		if tr.Has(gpu.LayerPoint(l, local)) {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) == 0 {
+		name := "blocks.*." + local
+		return nil, missing(figure, name, fmt.Sprintf("capture %q", name))
+	}
+	return ls, nil
+}
+
+func checkTokens(tr *trace.Trace, figure string) error {
+	if len(tr.Tokens) == 0 {
+		return fmt.Errorf("viz: %s: the trace has no tokens", figure)
+	}
+	return nil
+}
+
+func checkLayer(tr *trace.Trace, figure string, layer int) error {
+	if layer < 0 || layer >= tr.Model.Layers {
+		return fmt.Errorf("viz: %s: layer %d is out of range: the model has %d layers (0-%d)", figure, layer, tr.Model.Layers, tr.Model.Layers-1)
+	}
+	return nil
+}
+
+func checkIndex(figure, what string, i, n int) error {
+	if i < 0 || i >= n {
+		return fmt.Errorf("viz: %s: %s %d is out of range: the model has %d %ss (0-%d)", figure, what, i, n, what, n-1)
+	}
+	return nil
+}
+
+// rowNorms is the L2 norm of each row of x viewed as [rows, width].
+func rowNorms(x *trace.Tensor, rows, width int) []float64 {
+	out := make([]float64, rows)
+	for r := range out {
+		sum := 0.0
+		for _, v := range x.Data[r*width : (r+1)*width] {
+			sum += float64(v) * float64(v) // float64: a float32 sum of squares loses digits over wide rows
+		}
+		out[r] = math.Sqrt(sum)
+	}
+	return out
+}
+
+func layerName(l int) string { return fmt.Sprintf("L%d", l) }

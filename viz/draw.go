@@ -1,0 +1,342 @@
+package viz
+
+import (
+	"fmt"
+	"image"
+	"image/color"
+	"math"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/palette"
+	"gonum.org/v1/plot/palette/moreland"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// scale maps values in [lo, hi] to colours; values outside are clamped.
+type scale struct {
+	lo, hi float64
+	at     func(t float64) color.Color // t in [0, 1]
+}
+
+var (
+	nanColor = color.RGBA{200, 200, 200, 255}
+
+	// blues runs from navy to white with luminance rising linearly
+	// (Moreland's construction); sequential reverses it so larger values
+	// are darker, as attention weights read best on a white page.
+	blues = mustLuminance(color.RGBA{8, 48, 107, 255}, color.RGBA{33, 113, 181, 255},
+		color.RGBA{107, 174, 214, 255}, color.RGBA{198, 219, 239, 255}, color.RGBA{255, 255, 255, 255})
+	blueRed = unitMap(moreland.SmoothBlueRed())
+)
+
+func mustLuminance(c ...color.Color) palette.ColorMap {
+	m, err := moreland.NewLuminance(c)
+	if err != nil {
+		panic(err) // the control colours above are fixed
+	}
+	return unitMap(m)
+}
+
+func unitMap(m palette.ColorMap) palette.ColorMap {
+	m.SetMin(0)
+	m.SetMax(1)
+	return m
+}
+
+func colorAt(m palette.ColorMap, t float64) color.Color {
+	c, err := m.At(min(max(t, 0), 1))
+	if err != nil {
+		return nanColor
+	}
+	return c
+}
+
+// sequential is white at lo and dark blue at hi.
+func sequential(lo, hi float64) scale {
+	lo, hi = widen(lo, hi)
+	return scale{lo, hi, func(t float64) color.Color { return colorAt(blues, 1-t) }}
+}
+
+// diverging is blue below zero, white at zero and red above, symmetric.
+func diverging(lim float64) scale {
+	_, lim = widen(-lim, lim)
+	return scale{-lim, lim, func(t float64) color.Color { return colorAt(blueRed, t) }}
+}
+
+// widen keeps a colour scale from collapsing when every value is equal.
+func widen(lo, hi float64) (float64, float64) {
+	if !(hi > lo) {
+		return lo - 0.5, lo + 0.5
+	}
+	return lo, hi
+}
+
+func (s scale) color(v float64) color.Color {
+	if math.IsNaN(v) {
+		return nanColor
+	}
+	return s.at((v - s.lo) / (s.hi - s.lo))
+}
+
+// finiteRange is the range of the finite values of z, or [0, 1] if none.
+func finiteRange(z [][]float64) (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, row := range z {
+		for _, v := range row {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				lo, hi = min(lo, v), max(hi, v)
+			}
+		}
+	}
+	if lo > hi {
+		return 0, 1
+	}
+	return lo, hi
+}
+
+func maxAbs(z [][]float64) float64 {
+	lo, hi := finiteRange(z)
+	return max(math.Abs(lo), math.Abs(hi))
+}
+
+// raster paints z (row 0 at the top) with each cell a block of pixels,
+// sized so the image is about px pixels each way: nearest-neighbour cells
+// stay sharp when a viewer scales the image.
+func raster(z [][]float64, sc scale, px int) *image.RGBA {
+	rows, cols := len(z), len(z[0])
+	kx, ky := max(1, px/cols), max(1, px/rows)
+	img := image.NewRGBA(image.Rect(0, 0, cols*kx, rows*ky))
+	for r, row := range z {
+		for c, v := range row {
+			col := color.RGBAModel.Convert(sc.color(v)).(color.RGBA)
+			for y := r * ky; y < (r+1)*ky; y++ {
+				for x := c * kx; x < (c+1)*kx; x++ {
+					img.SetRGBA(x, y, col)
+				}
+			}
+		}
+	}
+	return img
+}
+
+var sans = font.Font{Typeface: "Liberation", Variant: "Sans"}
+
+func newPlot(title string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font = font.From(sans, 12)
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font = font.From(sans, 10)
+		a.Tick.Label.Font = font.From(sans, 8)
+	}
+	p.Legend.TextStyle.Font = font.From(sans, 9)
+	return p
+}
+
+// grid describes a heatmap: z[row][col], labels for rows and columns, and
+// whether row 0 sits at the top (a matrix) or at the bottom (layers
+// stacked upward).
+type grid struct {
+	z            [][]float64
+	rows, cols   []string
+	xName, yName string
+	rowsUp       bool
+}
+
+// heatPlot draws g as an image with nominal tick labels, thinned so they
+// do not overlap given the expected cell width and height in points.
+func heatPlot(title string, g grid, sc scale, cellW, cellH vg.Length) *plot.Plot {
+	z, rowLabels := g.z, g.rows
+	if g.rowsUp {
+		z, rowLabels = reversed(z), reversed(rowLabels)
+	}
+	n, m := len(z), len(z[0])
+	p := newPlot(title)
+	p.Add(plotter.NewImage(raster(z, sc, 800), -0.5, -0.5, float64(m)-0.5, float64(n)-0.5))
+	p.X.Label.Text, p.Y.Label.Text = g.xName, g.yName
+	gapX := vg.Length(9) // the height of a rotated label
+	if longest(g.cols) > 3 {
+		p.X.Tick.Label.Rotation = math.Pi / 2
+		p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
+	} else {
+		gapX = labelWidth(g.cols) + 4
+	}
+	p.X.Tick.Marker = nominal(g.cols, false, cellW, gapX)
+	p.Y.Tick.Marker = nominal(rowLabels, true, cellH, 9)
+	p.X.Padding, p.Y.Padding = 0, 0
+	return p
+}
+
+func longest(labels []string) int {
+	n := 0
+	for _, l := range labels {
+		n = max(n, utf8.RuneCountInString(l))
+	}
+	return n
+}
+
+// annotate writes texts[r][c] on the cells of g as heatPlot draws it, in
+// black or white, whichever shows on the cell's colour.
+func annotate(p *plot.Plot, g grid, sc scale, texts [][]string, size vg.Length) error {
+	var at plotter.XYs
+	var all []string
+	var styles []text.Style
+	n := len(g.z)
+	for r, row := range texts {
+		y := float64(n - 1 - r)
+		if g.rowsUp {
+			y = float64(r)
+		}
+		for c, s := range row {
+			at = append(at, plotter.XY{X: float64(c), Y: y})
+			all = append(all, s)
+			styles = append(styles, text.Style{Color: contrast(sc.color(g.z[r][c])), Font: font.From(sans, size),
+				XAlign: draw.XCenter, YAlign: draw.YCenter, Handler: p.TextHandler})
+		}
+	}
+	labels, err := plotter.NewLabels(plotter.XYLabels{XYs: at, Labels: all})
+	if err != nil {
+		return err
+	}
+	labels.TextStyle = styles
+	p.Add(labels)
+	return nil
+}
+
+// contrast is black on light colours and white on dark ones.
+func contrast(c color.Color) color.Color {
+	r, g, b, _ := c.RGBA()
+	if 0.299*float64(r)+0.587*float64(g)+0.114*float64(b) < 0.5*0xffff {
+		return color.White
+	}
+	return color.Black
+}
+
+// nominal places labels at 0, 1, ...; top-down labels count from the top.
+// It keeps every step-th label so that labels of cells cell points apart
+// are at least gap apart.
+func nominal(labels []string, topDown bool, cell, gap vg.Length) plot.ConstantTicks {
+	step := max(1, int(math.Ceil(float64(gap/cell))))
+	n := len(labels)
+	var ticks []plot.Tick
+	for i := 0; i < n; i += step {
+		v := float64(i)
+		if topDown {
+			v = float64(n - 1 - i)
+		}
+		ticks = append(ticks, plot.Tick{Value: v, Label: labels[i]})
+	}
+	return ticks
+}
+
+func reversed[T any](s []T) []T {
+	r := make([]T, len(s))
+	for i, v := range s {
+		r[len(s)-1-i] = v
+	}
+	return r
+}
+
+// barPlot is a vertical colour bar for sc.
+func barPlot(sc scale, label string) *plot.Plot {
+	const steps = 256
+	z := make([][]float64, steps)
+	for i := range z {
+		z[i] = []float64{sc.hi - (sc.hi-sc.lo)*(float64(i)+0.5)/steps}
+	}
+	p := newPlot("")
+	p.Add(plotter.NewImage(raster(z, sc, steps), 0, sc.lo, 1, sc.hi))
+	p.HideX()
+	p.X.Padding, p.Y.Padding = 0, 0
+	p.Y.Label.Text = label
+	return p
+}
+
+// barWidth is the room a colour bar takes at the right of a heatmap.
+const barWidth = 62
+
+// withBar draws p and, to its right, bar spanning p's data area.
+func withBar(p, bar *plot.Plot) func(c draw.Canvas) {
+	return func(c draw.Canvas) {
+		main := draw.Crop(c, 0, -barWidth, 0, 0)
+		p.Draw(main)
+		data := p.DataCanvas(main)
+		b := c
+		b.Min.X, b.Min.Y, b.Max.Y = c.Max.X-barWidth+8, data.Min.Y, data.Max.Y
+		bar.Draw(b)
+	}
+}
+
+// maxSpan bounds the cells of a figure, in points, so a long prompt makes
+// thinner cells (and fewer labels) rather than a huge image.
+const maxSpan = 1600
+
+// cellSize fits n cells into about span points, between lo and hi each,
+// and all n within maxSpan.
+func cellSize(n int, span, lo, hi vg.Length) vg.Length {
+	return min(max(span/vg.Length(n), lo), hi, maxSpan/vg.Length(n))
+}
+
+// rowHeight is the height of n rows (layers) beside columns cellW wide:
+// square while columns are wide, never thinner than 12 points unless
+// there are more rows than maxSpan allows.
+func rowHeight(cellW vg.Length, n int) vg.Length {
+	return min(max(cellW, 12), maxSpan/vg.Length(n))
+}
+
+// label makes a token's display string fit an axis: control characters
+// escaped, a piece of only spaces shown as middle dots, long pieces cut.
+func label(piece string) string {
+	const maxRunes = 14
+	if piece != "" && strings.Trim(piece, " ") == "" {
+		piece = strings.Repeat("·", len(piece))
+	}
+	var b strings.Builder
+	for _, r := range piece {
+		switch {
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case !unicode.IsPrint(r) && r != ' ':
+			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+		default:
+			b.WriteRune(r)
+		}
+	}
+	s := b.String()
+	if utf8.RuneCountInString(s) > maxRunes {
+		s = string([]rune(s)[:maxRunes-1]) + "…"
+	}
+	return s
+}
+
+// positionLabels labels positions pos0 .. pos0+n-1 by their tokens; earlier
+// positions, whose tokens this trace does not hold, by number.
+func positionLabels(pieces []string, pos0, first, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		p := first + i
+		if j := p - pos0; j >= 0 && j < len(pieces) {
+			out[i] = label(pieces[j])
+		} else {
+			out[i] = fmt.Sprintf("#%d", p)
+		}
+	}
+	return out
+}
+
+// drawTitle writes a figure's title across the top of c.
+func drawTitle(c draw.Canvas, title string) {
+	sty := text.Style{Color: color.Black, Font: font.From(sans, 12), Handler: plot.DefaultTextHandler,
+		XAlign: draw.XCenter, YAlign: draw.YTop}
+	c.FillText(sty, vg.Point{X: (c.Min.X + c.Max.X) / 2, Y: c.Max.Y - 6}, title)
+}

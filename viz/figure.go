@@ -1,0 +1,88 @@
+// Package viz draws figures of a prefill trace with gonum/plot: attention
+// patterns, residual-stream norms, the logit lens, the KV cache, head
+// scores, activation patching and PCA of hidden states. Each figure exports
+// to PNG, SVG and PDF; Report writes them all as a self-contained page.
+package viz
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgpdf"
+	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// Figure is a drawing ready to export. Width and Height are in points
+// (1/72 inch); PNG is rendered at 96 dots per inch, so a PNG is
+// Width*4/3 pixels wide. They may be changed before exporting.
+type Figure struct {
+	Title         string
+	Width, Height vg.Length
+	draw          func(c draw.Canvas)
+}
+
+// newFigure makes a figure of at least the given size, widened to fit its
+// title.
+func newFigure(title string, width, height vg.Length, draw func(draw.Canvas)) *Figure {
+	sty := text.Style{Font: font.From(sans, 12), Handler: plot.DefaultTextHandler}
+	return &Figure{Title: title, Width: max(width, sty.Width(title)+barWidth+2*margin), Height: height, draw: draw}
+}
+
+// margin is the blank border around every figure, in points.
+const margin = 6
+
+// formats lists the formats Encode writes.
+var formats = []string{"png", "svg", "pdf"}
+
+// PNGDPI is the resolution of PNG output.
+const PNGDPI = 96
+
+// Encode writes the figure in format: "png", "svg" or "pdf".
+func (f *Figure) Encode(w io.Writer, format string) (err error) {
+	var c vg.CanvasWriterTo
+	switch strings.ToLower(format) {
+	case "png":
+		c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(f.Width, f.Height), vgimg.UseDPI(PNGDPI))}
+	case "svg":
+		c = vgsvg.New(f.Width, f.Height)
+	case "pdf":
+		c = vgpdf.New(f.Width, f.Height)
+	default:
+		return fmt.Errorf("viz: format %q: want one of %s", format, strings.Join(formats, ", "))
+	}
+	// gonum/plot panics on drawing problems; a figure in a notebook should
+	// fail with an error instead.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("viz: drawing %q: %v", f.Title, r)
+		}
+	}()
+	dc := draw.New(c)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	f.draw(draw.Crop(dc, margin, -margin, margin, -margin))
+	_, err = c.WriteTo(w)
+	return err
+}
+
+// Save writes the figure to path in the format its extension names (.png,
+// .svg or .pdf), through a temporary file renamed into place.
+func (f *Figure) Save(path string) error {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	if !slices.Contains(formats, format) {
+		return fmt.Errorf("viz: cannot save %s: want a name ending in .%s", path, strings.Join(formats, ", ."))
+	}
+	return trace.WriteAtomic(path, func(w io.Writer) error { return f.Encode(w, format) })
+}

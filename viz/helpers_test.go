@@ -1,0 +1,98 @@
+package viz
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/tokenizer"
+)
+
+// storiesPath is the trained tiny llama in the shared folder beside the
+// repository, or "" when it is absent.
+func storiesPath(t testing.TB) string {
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, dir, parent, "no go.mod above the test directory")
+		dir = parent
+	}
+	p := filepath.Join(dir, "..", "shared", "models", "stories260K.gguf")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// prefill runs tokens through m with the given capture.
+func prefill(t testing.TB, m *model.Model, tokens []int32, c gpu.Capture) *trace.Trace {
+	t.Helper()
+	e, err := gpu.NewEngine(m, cpu.New(0))
+	require.NoError(t, err)
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	tr, err := s.Prefill(context.Background(), tokens, gpu.Options{Capture: c, Logits: gpu.LogitsAll})
+	require.NoError(t, err)
+	return tr
+}
+
+// storiesTrace prefills prompt on stories260K with every point captured
+// and the logit lens, skipping when the model is absent.
+func storiesTrace(t testing.TB, prompt string) *trace.Trace {
+	t.Helper()
+	m := storiesModel(t)
+	tokens, err := m.Tok.Encode(prompt, tokenizer.Options{})
+	require.NoError(t, err)
+	return withLens(t, m, prefill(t, m, tokens, gpu.CaptureAll()))
+}
+
+// synthModel is a generated tiny-qwen3 with random F32 weights.
+func synthModel(t testing.TB) *model.Model {
+	t.Helper()
+	w, err := model.Generate(model.Shapes["tiny-qwen3"], gguf.F32, 5)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = w.WriteTo(&buf)
+	require.NoError(t, err)
+	f, err := gguf.Parse(buf.Bytes(), "tiny-qwen3")
+	require.NoError(t, err)
+	m, err := model.Load(f)
+	require.NoError(t, err)
+	return m
+}
+
+// storiesModel opens stories260K, skipping when it is absent.
+func storiesModel(t testing.TB) *model.Model {
+	t.Helper()
+	p := storiesPath(t)
+	if p == "" {
+		t.Skip("../shared/models/stories260K.gguf is absent; this test needs the shared models folder beside the repository")
+	}
+	m, err := model.Open(p)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// withLens adds the engine's logit lens to tr.
+func withLens(t testing.TB, m *model.Model, tr *trace.Trace) *trace.Trace {
+	t.Helper()
+	e, err := gpu.NewEngine(m, cpu.New(0))
+	require.NoError(t, err)
+	require.NoError(t, e.LogitLens(tr))
+	return tr
+}

@@ -1,0 +1,96 @@
+package viz
+
+import (
+	"fmt"
+
+	"gonum.org/v1/plot/vg"
+
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// LogitLens draws the logit lens (tr.Lens): by layer and position, the
+// probability of the top next-token prediction, each cell annotated with
+// that token while the prompt is short enough (about 35 tokens) for names
+// to fit.
+func LogitLens(tr *trace.Trace) (*Figure, error) {
+	const name = "LogitLens"
+	if err := checkTokens(tr, name); err != nil {
+		return nil, err
+	}
+	lens := tr.Lens
+	if lens == nil {
+		return nil, missing(name, "the logit lens", "compute it with the engine's logit lens (gpu.Engine.LogitLens) before drawing")
+	}
+	t := len(tr.Tokens)
+	if len(lens.Prob) == 0 || len(lens.Piece) != len(lens.Prob) {
+		return nil, fmt.Errorf("viz: %s: the logit lens has %d probability rows and %d piece rows, want one per layer", name, len(lens.Prob), len(lens.Piece))
+	}
+	g := grid{cols: positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, t), xName: "position (input token)", yName: "layer", rowsUp: true}
+	for l, row := range lens.Prob {
+		if len(row) != t || len(lens.Piece[l]) != t {
+			return nil, fmt.Errorf("viz: %s: logit lens layer %d has %d probabilities and %d pieces, want %d (one per token)", name, l, len(row), len(lens.Piece[l]), t)
+		}
+		z := make([]float64, t)
+		for i, v := range row {
+			z[i] = float64(v)
+		}
+		g.z, g.rows = append(g.z, z), append(g.rows, layerName(l))
+	}
+	sc := sequential(0, 1)
+	title := "Logit lens: top next-token prediction and its probability"
+	// Cells wide enough for a token name, narrower (unannotated) for long
+	// prompts so the figure stays a readable size.
+	cellW := cellSize(t, 1600, 10, 46)
+	p := heatPlot(title, g, sc, cellW, 18)
+	if cellW >= 30 {
+		texts := make([][]string, len(lens.Piece))
+		for l, row := range lens.Piece {
+			for _, piece := range row {
+				texts[l] = append(texts[l], cellText(piece))
+			}
+		}
+		if err := annotate(p, g, sc, texts, 7); err != nil {
+			return nil, fmt.Errorf("viz: %s: %w", name, err)
+		}
+	}
+	return newFigure(title, vg.Length(t)*cellW+barWidth+90, vg.Length(len(g.rows))*18+labelMargin(g.cols)+60, withBar(p, barPlot(sc, "probability"))), nil
+}
+
+// cellText fits a predicted token into a lens cell.
+func cellText(piece string) string {
+	s := []rune(label(piece))
+	if len(s) > 8 {
+		return string(s[:7]) + "…"
+	}
+	return string(s)
+}
+
+// PatchingHeatmap draws an activation-patching result: result[row][col],
+// rows (usually layers) stacked upward from row 0, columns (usually
+// positions) across, on a blue-white-red scale centred on zero.
+func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title string) (*Figure, error) {
+	const name = "PatchingHeatmap"
+	if len(result) == 0 || len(result[0]) == 0 {
+		return nil, fmt.Errorf("viz: %s: the result is empty", name)
+	}
+	cols := len(result[0])
+	for r, row := range result {
+		if len(row) != cols {
+			return nil, fmt.Errorf("viz: %s: row %d has %d values, row 0 has %d", name, r, len(row), cols)
+		}
+	}
+	if len(rowLabels) != len(result) || len(colLabels) != cols {
+		return nil, fmt.Errorf("viz: %s: %d row and %d column labels for a %d×%d result", name, len(rowLabels), len(colLabels), len(result), cols)
+	}
+	g := grid{z: result, cols: make([]string, cols), rows: make([]string, len(rowLabels)), rowsUp: true}
+	for i, s := range colLabels {
+		g.cols[i] = label(s)
+	}
+	for i, s := range rowLabels {
+		g.rows[i] = label(s)
+	}
+	sc := diverging(maxAbs(result))
+	cellW := cellSize(cols, 520, 5, 32)
+	cellH := rowHeight(cellW, len(result))
+	return newFigure(title, vg.Length(cols)*cellW+labelMargin(g.rows)+barWidth+30, vg.Length(len(result))*cellH+labelMargin(g.cols)+60, withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "effect"))), nil
+}

@@ -1,0 +1,138 @@
+package viz
+
+import (
+	"fmt"
+	"image/color"
+
+	"gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/stat"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// PCA projects the hidden states of every captured layer (hook_resid_post,
+// and hook_embed when captured) onto their first two principal components:
+// one colour per layer, a grey line following each position up the layers,
+// and the last layer's points labelled by token.
+func PCA(tr *trace.Trace) (*Figure, error) {
+	const name = "PCA"
+	if err := checkTokens(tr, name); err != nil {
+		return nil, err
+	}
+	layers, err := layersWith(tr, name, "hook_resid_post")
+	if err != nil {
+		return nil, err
+	}
+	t, d := len(tr.Tokens), tr.Model.DModel
+	var names, stages []string
+	if tr.Has("hook_embed") {
+		names, stages = append(names, "hook_embed"), append(stages, "embed")
+	}
+	for _, l := range layers {
+		names, stages = append(names, gpu.LayerPoint(l, "hook_resid_post")), append(stages, layerName(l))
+	}
+	if len(names)*t < 3 || d < 2 {
+		return nil, fmt.Errorf("viz: %s: %d hidden states of width %d are too few for two principal components (want 3 states or more)", name, len(names)*t, d)
+	}
+	states := mat.NewDense(len(names)*t, d, nil)
+	for s, n := range names {
+		x, err := tensor(tr, name, n, t, d)
+		if err != nil {
+			return nil, err
+		}
+		for i := range t * d {
+			states.Set(s*t+i/d, i%d, float64(x.Data[i]))
+		}
+	}
+	var pc stat.PC
+	if !pc.PrincipalComponents(states, nil) {
+		return nil, fmt.Errorf("viz: %s: the principal component analysis of %d hidden states did not converge", name, len(names)*t)
+	}
+	var vecs mat.Dense
+	pc.VectorsTo(&vecs)
+	vars := pc.VarsTo(nil)
+	total := 0.0
+	for _, v := range vars {
+		total += v
+	}
+	// Centre, then project onto the first two directions.
+	centred := mat.DenseCopyOf(states)
+	for j := range d {
+		col := mat.Col(nil, j, states)
+		m := stat.Mean(col, nil)
+		for i := range col {
+			centred.Set(i, j, col[i]-m)
+		}
+	}
+	var proj mat.Dense
+	proj.Mul(centred, vecs.Slice(0, d, 0, 2))
+
+	title := "Hidden states on their first two principal components"
+	p := newPlot(title)
+	p.X.Label.Text = fmt.Sprintf("PC1 (%.0f%% of variance)", 100*vars[0]/total)
+	p.Y.Label.Text = fmt.Sprintf("PC2 (%.0f%% of variance)", 100*vars[1]/total)
+	for i := range t {
+		var path plotter.XYs
+		for s := range names {
+			path = append(path, plotter.XY{X: proj.At(s*t+i, 0), Y: proj.At(s*t+i, 1)})
+		}
+		line, err := plotter.NewLine(path)
+		if err != nil {
+			return nil, fmt.Errorf("viz: %s: %w", name, err)
+		}
+		line.Color, line.Width = color.Gray{210}, 0.6
+		p.Add(line)
+	}
+	for s, stage := range stages {
+		var pts plotter.XYs
+		for i := range t {
+			pts = append(pts, plotter.XY{X: proj.At(s*t+i, 0), Y: proj.At(s*t+i, 1)})
+		}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return nil, fmt.Errorf("viz: %s: %w", name, err)
+		}
+		sc.Color = stageColor(s, len(stages))
+		sc.Shape = draw.CircleGlyph{}
+		sc.Radius = 3
+		p.Add(sc)
+		p.Legend.Add(stage, sc)
+	}
+	last := len(names) - 1
+	var at plotter.XYs
+	var texts []string
+	for i := range t {
+		at = append(at, plotter.XY{X: proj.At(last*t+i, 0), Y: proj.At(last*t+i, 1)})
+		texts = append(texts, label(pieceAt(tr, i)))
+	}
+	tokens, err := plotter.NewLabels(plotter.XYLabels{XYs: at, Labels: texts})
+	if err != nil {
+		return nil, fmt.Errorf("viz: %s: %w", name, err)
+	}
+	for i := range tokens.TextStyle {
+		tokens.TextStyle[i] = text.Style{Color: color.Gray{60}, Font: font.From(sans, 7), XAlign: draw.XLeft,
+			YAlign: draw.YCenter, Handler: p.TextHandler}
+		tokens.Offset = vg.Point{X: 4}
+	}
+	p.Add(tokens)
+	p.Legend.Top = true
+	return newFigure(title, 560, 460, p.Draw), nil
+}
+
+// stageColor runs from light to dark blue as layers go deeper.
+func stageColor(i, n int) color.Color {
+	return colorAt(blues, 0.8-0.8*float64(i)/float64(max(1, n-1)))
+}
+
+func pieceAt(tr *trace.Trace, i int) string {
+	if i < len(tr.Pieces) {
+		return tr.Pieces[i]
+	}
+	return fmt.Sprintf("#%d", tr.Pos0+i)
+}

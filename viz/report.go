@@ -1,0 +1,194 @@
+package viz
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+//go:embed report.html
+var reportHTML string
+
+var reportTemplate = template.Must(template.New("report").Parse(reportHTML))
+
+// minRepeat is the shortest repeat Report draws induction scores for: text
+// often ends with a short repeat by chance ("the the", "}\n}\n").
+const minRepeat = 4
+
+// Report writes dir/index.html, a self-contained page of the trace: model
+// facts, the tokens, every figure the trace allows (inline, and beside it
+// as NAME.png and NAME.svg) and the list of captures with their shapes.
+// Figures that cannot be drawn (most often for want of a capture) are
+// listed with the reason, e.g. which capture would draw them; only failing
+// to write files is an error. Every file is written through a temporary
+// file renamed into place.
+func Report(tr *trace.Trace, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	page := reportPage{Model: tr.Model, Backend: tr.Backend, Pos0: tr.Pos0}
+	for i, id := range tr.Tokens {
+		page.Tokens = append(page.Tokens, reportToken{Pos: tr.Pos0 + i, ID: id, Text: stripText(pieceAt(tr, i))})
+	}
+	for _, n := range tr.Names {
+		page.Captures = append(page.Captures, reportCapture{Name: n, Shape: fmt.Sprint(tr.Tensors[n].Shape)})
+	}
+	for _, e := range reportFigures(tr) {
+		fig, png, svg, err := e.draw()
+		if err != nil {
+			page.Skipped = append(page.Skipped, reportSkip{Name: e.name, Why: err.Error()})
+			for _, ext := range []string{".png", ".svg"} { // an earlier report's, now stale
+				if err := os.Remove(filepath.Join(dir, e.name+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+			}
+			continue
+		}
+		for ext, b := range map[string][]byte{".png": png, ".svg": svg} {
+			if err := writeFile(filepath.Join(dir, e.name+ext), b); err != nil {
+				return err
+			}
+		}
+		page.Figures = append(page.Figures, reportFigure{
+			Name: e.name, Title: fig.Title, Note: e.note, Width: int(fig.Width.Dots(PNGDPI) + 0.5),
+			PNG: template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png)),
+		})
+	}
+	var html bytes.Buffer
+	if err := reportTemplate.Execute(&html, page); err != nil {
+		return fmt.Errorf("viz: report page: %w", err)
+	}
+	return writeFile(filepath.Join(dir, "index.html"), html.Bytes())
+}
+
+func writeFile(path string, b []byte) error {
+	return trace.WriteAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+}
+
+type reportEntry struct {
+	name, note string
+	make       func() (*Figure, error)
+}
+
+// draw makes the figure and renders it as PNG and SVG.
+func (e reportEntry) draw() (*Figure, []byte, []byte, error) {
+	fig, err := e.make()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var png, svg bytes.Buffer
+	if err := fig.Encode(&png, "png"); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := fig.Encode(&svg, "svg"); err != nil {
+		return nil, nil, nil, err
+	}
+	return fig, png.Bytes(), svg.Bytes(), nil
+}
+
+// reportFigures lists the report's figures in page order. The single
+// attention head shown is the strongest previous-token head, the KV cache
+// that of the last layer captured.
+func reportFigures(tr *trace.Trace) []reportEntry {
+	layer, head := strongestPrevTokenHead(tr)
+	kvLayer := tr.Model.Layers - 1
+	for kvLayer > 0 && !tr.Has(gpu.LayerPoint(kvLayer, "attn.cache_k")) {
+		kvLayer--
+	}
+	entries := []reportEntry{
+		{"attention_grid", "Every head's attention pattern; rows are queries, columns keys.",
+			func() (*Figure, error) { return AttentionGrid(tr) }},
+		{"attention_head", fmt.Sprintf("Layer %d head %d, the head that attends most to the previous token.", layer, head),
+			func() (*Figure, error) { return AttentionHead(tr, layer, head) }},
+		{"prev_token_scores", "Mean attention from each position to the one before it.",
+			func() (*Figure, error) { return PrevTokenScores(tr) }},
+	}
+	if p := trace.RepeatPeriod(tr.Tokens); p >= minRepeat {
+		entries = append(entries, reportEntry{"induction_scores",
+			fmt.Sprintf("The prompt ends with a %d-token sequence repeated; the score is the attention from the second copy to the token after the first copy's match.", p),
+			func() (*Figure, error) { return InductionScores(tr, p) }})
+	}
+	return append(entries,
+		reportEntry{"resid_norms", "L2 norm of the residual stream after each layer.",
+			func() (*Figure, error) { return ResidNorms(tr) }},
+		reportEntry{"attn_mlp_norms", "How much attention and the MLP write into the residual stream, by layer.",
+			func() (*Figure, error) { return AttnMLPNorms(tr) }},
+		reportEntry{"logit_lens", "Final norm and unembedding applied to each layer's output: the top next token and its probability.",
+			func() (*Figure, error) { return LogitLens(tr) }},
+		reportEntry{"kv_cache", fmt.Sprintf("Layer %d, KV head 0: what later tokens will attend to.", kvLayer),
+			func() (*Figure, error) { return KVCache(tr, kvLayer, 0) }},
+		reportEntry{"pca", "Every position's hidden state after each layer on the first two principal components.",
+			func() (*Figure, error) { return PCA(tr) }},
+	)
+}
+
+// strongestPrevTokenHead is the head with the highest previous-token
+// score, or head 0 of the first layer with a pattern when there are no
+// scores (a one-token prompt).
+func strongestPrevTokenHead(tr *trace.Trace) (layer, head int) {
+	layer, best := -1, -1.0
+	for l := range tr.Model.Layers {
+		p, ok := tr.Tensors[gpu.LayerPoint(l, "attn.hook_pattern")]
+		if !ok {
+			continue
+		}
+		if layer < 0 {
+			layer = l
+		}
+		scores, err := trace.PrevTokenScores(p)
+		if err != nil {
+			continue
+		}
+		for h, s := range scores {
+			if s > best {
+				best, layer, head = s, l, h
+			}
+		}
+	}
+	return max(layer, 0), head
+}
+
+// stripText shows a token's whitespace in the page's token strip.
+func stripText(piece string) string {
+	return strings.NewReplacer("\n", "↵", "\t", "→", "\r", "␍").Replace(piece)
+}
+
+type reportPage struct {
+	Model    trace.Model
+	Backend  string
+	Pos0     int
+	Tokens   []reportToken
+	Figures  []reportFigure
+	Skipped  []reportSkip
+	Captures []reportCapture
+}
+
+type reportToken struct {
+	Pos  int
+	ID   int32
+	Text string
+}
+
+type reportFigure struct {
+	Name, Title, Note string
+	Width             int
+	PNG               template.URL
+}
+
+type reportSkip struct{ Name, Why string }
+
+type reportCapture struct{ Name, Shape string }

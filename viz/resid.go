@@ -1,0 +1,185 @@
+package viz
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/gonum/floats"
+	"gonum.org/v1/gonum/stat"
+
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// ResidNorms draws the residual stream's L2 norm at each layer's output
+// (hook_resid_post) and position, with the embedding below when captured.
+func ResidNorms(tr *trace.Trace) (*Figure, error) {
+	const name = "ResidNorms"
+	if err := checkTokens(tr, name); err != nil {
+		return nil, err
+	}
+	layers, err := layersWith(tr, name, "hook_resid_post")
+	if err != nil {
+		return nil, err
+	}
+	t, d := len(tr.Tokens), tr.Model.DModel
+	g := grid{cols: positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, t), xName: "position", yName: "residual stream after", rowsUp: true}
+	if tr.Has("hook_embed") {
+		x, err := tensor(tr, name, "hook_embed", t, d)
+		if err != nil {
+			return nil, err
+		}
+		g.z, g.rows = append(g.z, rowNorms(x, t, d)), append(g.rows, "embed")
+	}
+	for _, l := range layers {
+		x, err := tensor(tr, name, gpu.LayerPoint(l, "hook_resid_post"), t, d)
+		if err != nil {
+			return nil, err
+		}
+		g.z, g.rows = append(g.z, rowNorms(x, t, d)), append(g.rows, layerName(l))
+	}
+	cellW := cellSize(t, 520, 5, 32)
+	cellH := rowHeight(cellW, len(g.rows))
+	sc := sequential(finiteRange(g.z))
+	title := "Residual stream L2 norm"
+	return newFigure(title, vg.Length(t)*cellW+barWidth+110, vg.Length(len(g.rows))*cellH+labelMargin(g.cols)+60, withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "L2 norm"))), nil
+}
+
+// AttnMLPNorms draws, per layer, the mean over positions of the L2 norm of
+// what attention (hook_attn_out) and the MLP (hook_mlp_out) add to the
+// residual stream; either may be missing, not both.
+func AttnMLPNorms(tr *trace.Trace) (*Figure, error) {
+	const name = "AttnMLPNorms"
+	if err := checkTokens(tr, name); err != nil {
+		return nil, err
+	}
+	t, d := len(tr.Tokens), tr.Model.DModel
+	title := "Mean L2 norm of each block's output"
+	p := newPlot(title)
+	p.X.Label.Text, p.Y.Label.Text = "layer", "mean L2 norm over positions"
+	drawn := 0
+	for i, local := range []string{"hook_attn_out", "hook_mlp_out"} {
+		layers, err := layersWith(tr, name, local)
+		if err != nil {
+			continue // the other series may be there
+		}
+		var xy plotter.XYs
+		for _, l := range layers {
+			x, err := tensor(tr, name, gpu.LayerPoint(l, local), t, d)
+			if err != nil {
+				return nil, err
+			}
+			xy = append(xy, plotter.XY{X: float64(l), Y: stat.Mean(rowNorms(x, t, d), nil)})
+		}
+		line, points, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return nil, fmt.Errorf("viz: %s: %w", name, err)
+		}
+		line.Color, points.Color = seriesColors[i], seriesColors[i]
+		line.Width = 2
+		p.Add(line, points)
+		p.Legend.Add(map[string]string{"hook_attn_out": "attention out", "hook_mlp_out": "MLP out"}[local], line, points)
+		drawn++
+	}
+	if drawn == 0 {
+		return nil, missing(name, "blocks.*.hook_attn_out or blocks.*.hook_mlp_out",
+			`capture "blocks.*.hook_attn_out" and "blocks.*.hook_mlp_out"`)
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	var ticks []string
+	for l := range tr.Model.Layers {
+		ticks = append(ticks, layerName(l))
+	}
+	p.X.Tick.Marker = nominal(ticks, false, 420/vg.Length(max(1, len(ticks))), 24)
+	p.Y.Min = 0
+	return newFigure(title, 480, 320, p.Draw), nil
+}
+
+var seriesColors = []color.Color{color.RGBA{31, 119, 180, 255}, color.RGBA{214, 39, 40, 255}}
+
+// KVCache draws one layer's cache for one KV head: K and V as positions ×
+// head_dim heatmaps, and each position's K and V norms.
+func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
+	const name = "KVCache"
+	if err := checkTokens(tr, name); err != nil {
+		return nil, err
+	}
+	if err := checkLayer(tr, name, layer); err != nil {
+		return nil, err
+	}
+	if err := checkIndex(name, "KV head", kvHead, tr.Model.KVHeads); err != nil {
+		return nil, err
+	}
+	m := tr.Model
+	keys := tr.Pos0 + len(tr.Tokens)
+	labels := positionLabels(tr.Pieces, tr.Pos0, 0, keys)
+	var grids [2]grid
+	var norms [2][]float64
+	for i, local := range []string{"attn.cache_k", "attn.cache_v"} {
+		x, err := tensor(tr, name, gpu.LayerPoint(layer, local), keys, m.KVHeads, m.HeadDim)
+		if err != nil {
+			return nil, err
+		}
+		g := grid{rows: labels, xName: "head_dim", yName: "position"}
+		for p := range keys {
+			off := (p*m.KVHeads + kvHead) * m.HeadDim
+			row := make([]float64, m.HeadDim)
+			for j := range row {
+				row[j] = float64(x.Data[off+j])
+			}
+			g.z = append(g.z, row)
+			norms[i] = append(norms[i], floats.Norm(row, 2))
+		}
+		for j := range m.HeadDim {
+			g.cols = append(g.cols, fmt.Sprint(j))
+		}
+		grids[i] = g
+	}
+	cell := cellSize(keys, 360, 4, 18)
+	dimCell := cellSize(m.HeadDim, 260, 2, 18)
+	heatW := vg.Length(m.HeadDim)*dimCell + labelMargin(labels) + barWidth + 30
+	heatH := vg.Length(keys)*cell + 90
+	title := fmt.Sprintf("KV cache, layer %d KV head %d", layer, kvHead)
+
+	var panels [2]func(draw.Canvas)
+	for i, what := range []string{"K (after RoPE)", "V"} {
+		sc := diverging(maxAbs(grids[i].z))
+		panels[i] = withBar(heatPlot(what, grids[i], sc, dimCell, cell), barPlot(sc, what[:1]))
+	}
+	np := newPlot("per-position norm")
+	np.X.Label.Text, np.Y.Label.Text = "position", "L2 norm"
+	for i, what := range []string{"K norm", "V norm"} {
+		var xy plotter.XYs
+		for p, v := range norms[i] {
+			xy = append(xy, plotter.XY{X: float64(p), Y: v})
+		}
+		line, points, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return nil, fmt.Errorf("viz: %s: %w", name, err)
+		}
+		line.Color, points.Color = seriesColors[i], seriesColors[i]
+		np.Add(line, points)
+		np.Legend.Add(what, line, points)
+	}
+	np.Legend.Top = true
+	np.Y.Min, np.Y.Max = 0, 1.2*max(floats.Max(norms[0]), floats.Max(norms[1])) // headroom for the legend
+	normW := max(2*heatW, vg.Length(keys)*cellSize(keys, 700, 6, 24)+100)
+	np.X.Tick.Marker = nominal(labels, false, (normW-100)/vg.Length(keys), 9)
+	np.X.Tick.Label.Rotation = math.Pi / 2
+	np.X.Tick.Label.XAlign, np.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
+	normH := 200 + labelMargin(labels)
+
+	return newFigure(title, normW, 30+heatH+normH, func(c draw.Canvas) {
+		drawTitle(c, title)
+		top := draw.Crop(c, 0, 0, normH, -30)
+		half := (top.Max.X - top.Min.X) / 2
+		panels[0](draw.Crop(top, 0, -half, 0, 0))
+		panels[1](draw.Crop(top, half, 0, 0, 0))
+		np.Draw(draw.Crop(c, 0, 0, 0, -(30 + heatH)))
+	}), nil
+}

@@ -1,0 +1,307 @@
+package viz
+
+import (
+	"bytes"
+	"encoding/xml"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// synthTokens repeat six tokens after BOS, so that every figure, induction
+// scores included, has something to draw.
+var synthTokens = []int32{1, 77, 300, 12, 450, 99, 5, 77, 300, 12, 450, 99, 5}
+
+const storyPrompt = "Once upon a time, there was a little girl named Lily."
+
+type figureCase struct {
+	name string
+	make func() (*Figure, error)
+	// texts must appear as whole SVG text elements (HTML-escaped).
+	texts []string
+}
+
+// figureCases draws every figure of tr; tokens are labels that figures
+// with a position axis must show.
+func figureCases(tr *trace.Trace, tokens ...string) []figureCase {
+	return []figureCase{
+		{"AttentionHead", func() (*Figure, error) { return AttentionHead(tr, 1, 2) }, append([]string{"query", "key"}, tokens...)},
+		{"AttentionGrid", func() (*Figure, error) { return AttentionGrid(tr) }, []string{"L0", "L1", "H0", "H7"}},
+		{"PrevTokenScores", func() (*Figure, error) { return PrevTokenScores(tr) }, []string{"L0", "H7"}},
+		{"InductionScores", func() (*Figure, error) { return InductionScores(tr, trace.RepeatPeriod(tr.Tokens)) }, []string{"L1", "H0"}},
+		{"ResidNorms", func() (*Figure, error) { return ResidNorms(tr) }, append([]string{"embed", "L1"}, tokens...)},
+		{"AttnMLPNorms", func() (*Figure, error) { return AttnMLPNorms(tr) }, []string{"attention out", "MLP out"}},
+		{"LogitLens", func() (*Figure, error) { return LogitLens(tr) }, append([]string{"L0"}, tokens...)},
+		{"KVCache", func() (*Figure, error) { return KVCache(tr, 1, 3) }, append([]string{"K (after RoPE)", "V", "K norm"}, tokens...)},
+		{"PCA", func() (*Figure, error) { return PCA(tr) }, []string{"embed", "L1"}},
+		{"PatchingHeatmap", func() (*Figure, error) {
+			return PatchingHeatmap([][]float64{{0.5, -1, 0}, {2, 0.25, -0.5}}, []string{"L0", "L1"}, []string{"a", "<b>", "c"}, "Patched logit difference")
+		}, []string{"L0", "L1", "&lt;b&gt;", "Patched logit difference"}},
+	}
+}
+
+func TestFiguresExportToPNGSVGAndPDF(t *testing.T) {
+	m := synthModel(t)
+	tr := withLens(t, m, prefill(t, m, synthTokens, gpu.CaptureAll()))
+	// The generated vocabulary's pieces for tokens 300 and 77; the first
+	// checks that labels are escaped in SVG.
+	checkFigures(t, figureCases(tr, "&lt;|unused_300|&gt;", "M"))
+}
+
+func TestFiguresOfTrainedModelShowItsTokens(t *testing.T) {
+	for _, c := range figureCases(storiesTrace(t, storyPrompt+" "+storyPrompt), "&lt;s&gt;", " Once", " upon", " Lily") {
+		fig, err := c.make()
+		require.NoError(t, err, c.name)
+		var b bytes.Buffer
+		require.NoError(t, fig.Encode(&b, "svg"), c.name)
+		for _, s := range c.texts {
+			require.Contains(t, b.String(), ">"+s+"</text>", "%s: SVG text %q", c.name, s)
+		}
+	}
+}
+
+func checkFigures(t *testing.T, cases []figureCase) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fig, err := c.make()
+			require.NoError(t, err)
+			require.NotEmpty(t, fig.Title)
+
+			var b bytes.Buffer
+			require.NoError(t, fig.Encode(&b, "png"))
+			img, err := png.Decode(&b)
+			require.NoError(t, err)
+			// vgimg sizes the image as round(points / 72 * dpi).
+			wantW, wantH := int(float64(fig.Width)*PNGDPI/72+0.5), int(float64(fig.Height)*PNGDPI/72+0.5)
+			require.Equal(t, image.Rect(0, 0, wantW, wantH), img.Bounds())
+			require.Greater(t, distinctColors(img), 20, "a drawn figure has many colours")
+
+			b.Reset()
+			require.NoError(t, fig.Encode(&b, "svg"))
+			svg := b.String()
+			requireWellFormedXML(t, svg)
+			for _, s := range c.texts {
+				require.Contains(t, svg, ">"+s+"</text>", "SVG text %q", s)
+			}
+
+			b.Reset()
+			require.NoError(t, fig.Encode(&b, "pdf"))
+			require.True(t, bytes.HasPrefix(b.Bytes(), []byte("%PDF-")), "PDF header")
+			require.Contains(t, b.String(), "%%EOF")
+		})
+	}
+}
+
+func distinctColors(img image.Image) int {
+	seen := map[color.RGBA]bool{}
+	r := img.Bounds()
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			seen[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)] = true
+		}
+	}
+	return len(seen)
+}
+
+func requireWellFormedXML(t *testing.T, s string) {
+	d := xml.NewDecoder(strings.NewReader(s))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			return
+		}
+		require.NoError(t, err)
+	}
+}
+
+// handTrace is a one-layer, one-head trace of three tokens "a b c" whose
+// pattern is given.
+func handTrace(pattern []float32) *trace.Trace {
+	tr := trace.New()
+	tr.Model = trace.Model{Name: "hand", Layers: 1, DModel: 2, Heads: 1, KVHeads: 1, HeadDim: 2, Vocab: 8}
+	tr.Tokens, tr.Pieces = []int32{1, 2, 3}, []string{"a", "b", "c"}
+	tr.Put("blocks.0.attn.hook_pattern", &trace.Tensor{Shape: []int{1, 3, 3}, Data: pattern})
+	return tr
+}
+
+// darkBox is the bounding box of the pixels near the colour of the top of
+// the sequential scale, left of the colour bar.
+func darkBox(t *testing.T, f *Figure) image.Rectangle {
+	var b bytes.Buffer
+	require.NoError(t, f.Encode(&b, "png"))
+	img, err := png.Decode(&b)
+	require.NoError(t, err)
+	dark := color.RGBAModel.Convert(sequential(0, 1).color(1)).(color.RGBA)
+	box := image.Rectangle{}
+	limit := img.Bounds().Dx() - int(barWidth*PNGDPI/72)
+	for y := 0; y < img.Bounds().Dy(); y++ {
+		for x := 0; x < limit; x++ {
+			c := color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)
+			if absDiff(c.R, dark.R)+absDiff(c.G, dark.G)+absDiff(c.B, dark.B) < 30 {
+				box = box.Union(image.Rect(x, y, x+1, y+1))
+			}
+		}
+	}
+	require.False(t, box.Empty(), "no dark cell found")
+	return box
+}
+
+func absDiff(a, b uint8) int {
+	if a > b {
+		return int(a - b)
+	}
+	return int(b - a)
+}
+
+func TestAttentionHeadPutsQueriesDownAndKeysAcross(t *testing.T) {
+	firstKey := []float32{1, 0, 0, 1, 0, 0, 1, 0, 0} // every query on key 0
+	column := darkBox(t, must(AttentionHead(handTrace(firstKey), 0, 0)))
+	topLeft := darkBox(t, must(AttentionHead(handTrace([]float32{1, 0, 0, 0, 0, 0, 0, 0, 0}), 0, 0)))
+	bottomRight := darkBox(t, must(AttentionHead(handTrace([]float32{0, 0, 0, 0, 0, 0, 0, 0, 1}), 0, 0)))
+
+	require.Greater(t, column.Dy(), 2*column.Dx(), "three stacked cells make a tall column")
+	require.InDelta(t, column.Min.X, topLeft.Min.X, 2, "key 0 is the first column")
+	require.InDelta(t, column.Min.Y, topLeft.Min.Y, 2, "query 0 is the top row")
+	require.Less(t, topLeft.Max.Y, column.Min.Y+column.Dy()/2)
+	require.InDelta(t, column.Max.Y, bottomRight.Max.Y, 2, "query 2 is the bottom row")
+	require.Greater(t, bottomRight.Min.X, column.Max.X+column.Dx(), "key 2 is two columns right")
+}
+
+func TestLayerFiguresStackLayerZeroAtTheBottom(t *testing.T) {
+	tr := trace.New()
+	tr.Model = trace.Model{Name: "hand", Layers: 3, DModel: 2, Heads: 1, KVHeads: 1, HeadDim: 2, Vocab: 8}
+	tr.Tokens, tr.Pieces = []int32{1, 2}, []string{"a", "b"}
+	// Norm 5 in layer 0 (the darkest), 0 in layers 1 and 2 (white).
+	tr.Put("blocks.0.hook_resid_post", &trace.Tensor{Shape: []int{2, 2}, Data: []float32{3, 4, 4, 3}})
+	tr.Put("blocks.1.hook_resid_post", &trace.Tensor{Shape: []int{2, 2}, Data: make([]float32, 4)})
+	tr.Put("blocks.2.hook_resid_post", &trace.Tensor{Shape: []int{2, 2}, Data: make([]float32, 4)})
+	fig := must(ResidNorms(tr))
+	box := darkBox(t, fig)
+	height := int(float64(fig.Height) * PNGDPI / 72)
+	require.Greater(t, box.Min.Y, height/3, "layer 0's row is not at the top")
+	require.Less(t, box.Dy(), height/3, "one row of three")
+}
+
+func must(f *Figure, err error) *Figure {
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
+func TestMissingCapturesSayHowToCaptureThem(t *testing.T) {
+	m := synthModel(t)
+	tr := prefill(t, m, synthTokens, gpu.CaptureOf("blocks.*.hook_resid_post"))
+	for _, c := range []struct {
+		make func() (*Figure, error)
+		want string
+	}{
+		{func() (*Figure, error) { return AttentionHead(tr, 0, 0) }, `AttentionHead needs blocks.0.attn.hook_pattern, which this trace lacks: capture "blocks.*.attn.hook_pattern"`},
+		{func() (*Figure, error) { return AttentionGrid(tr) }, `capture "blocks.*.attn.hook_pattern"`},
+		{func() (*Figure, error) { return PrevTokenScores(tr) }, `capture "blocks.*.attn.hook_pattern"`},
+		{func() (*Figure, error) { return InductionScores(tr, 6) }, `capture "blocks.*.attn.hook_pattern"`},
+		{func() (*Figure, error) { return AttnMLPNorms(tr) }, `capture "blocks.*.hook_attn_out" and "blocks.*.hook_mlp_out"`},
+		{func() (*Figure, error) { return KVCache(tr, 1, 0) }, `KVCache needs blocks.1.attn.cache_k, which this trace lacks: capture "blocks.*.attn.cache_k"`},
+		{func() (*Figure, error) { return LogitLens(tr) }, "LogitLens needs the logit lens"},
+	} {
+		_, err := c.make()
+		require.ErrorContains(t, err, c.want)
+	}
+	// What was captured suffices for these.
+	_, err := ResidNorms(tr)
+	require.NoError(t, err)
+	_, err = PCA(tr)
+	require.NoError(t, err)
+
+	empty := prefill(t, m, synthTokens, gpu.CaptureOf("hook_embed"))
+	_, err = ResidNorms(empty)
+	require.ErrorContains(t, err, `capture "blocks.*.hook_resid_post"`)
+	_, err = PCA(empty)
+	require.ErrorContains(t, err, `capture "blocks.*.hook_resid_post"`)
+}
+
+func TestBadArgumentsAreNamed(t *testing.T) {
+	tr := prefill(t, synthModel(t), synthTokens, gpu.CaptureAll())
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{second(AttentionHead(tr, 2, 0)), "AttentionHead: layer 2 is out of range: the model has 2 layers (0-1)"},
+		{second(AttentionHead(tr, 0, 8)), "AttentionHead: head 8 is out of range: the model has 8 heads (0-7)"},
+		{second(KVCache(tr, -1, 0)), "KVCache: layer -1 is out of range"},
+		{second(KVCache(tr, 0, 4)), "KVCache: KV head 4 is out of range: the model has 4 KV heads (0-3)"},
+		{second(InductionScores(tr, 7)), "InductionScores: layer 0: trace: induction period 7 needs two copies (14 positions); the pattern covers 13"},
+		{second(PatchingHeatmap(nil, nil, nil, "x")), "PatchingHeatmap: the result is empty"},
+		{second(PatchingHeatmap([][]float64{{1, 2}, {3}}, []string{"a", "b"}, []string{"x", "y"}, "x")), "row 1 has 1 values, row 0 has 2"},
+		{second(PatchingHeatmap([][]float64{{1, 2}}, []string{"a"}, []string{"x"}, "x")), "1 row and 1 column labels for a 1×2 result"},
+	} {
+		require.ErrorContains(t, c.err, c.want)
+	}
+
+	tr.Lens = &trace.Lens{Prob: [][]float32{{0.5}}, Piece: [][]string{{"a"}}}
+	_, err := LogitLens(tr)
+	require.ErrorContains(t, err, "logit lens layer 0 has 1 probabilities and 1 pieces, want 13 (one per token)")
+
+	bad := tr.Tensors["blocks.1.attn.hook_pattern"]
+	bad.Shape = []int{8, 13, 12}
+	_, err = AttentionGrid(tr)
+	require.ErrorContains(t, err, "AttentionGrid: blocks.1.attn.hook_pattern has shape [8 13 12], want [8 13 13]")
+
+	tr.Tokens = nil
+	_, err = ResidNorms(tr)
+	require.ErrorContains(t, err, "ResidNorms: the trace has no tokens")
+}
+
+func second(_ *Figure, err error) error { return err }
+
+func TestSaveChoosesTheFormatByExtension(t *testing.T) {
+	fig := must(PatchingHeatmap([][]float64{{1, -1}}, []string{"L0"}, []string{"a", "b"}, "t"))
+	dir := t.TempDir()
+	for ext, magic := range map[string]string{"png": "\x89PNG", "svg": "<?xml", "PDF": "%PDF-"} {
+		path := filepath.Join(dir, "fig."+ext)
+		require.NoError(t, fig.Save(path))
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(string(b), magic), "%s starts with %q", path, magic)
+	}
+	require.ErrorContains(t, fig.Save(filepath.Join(dir, "fig.gif")), "want a name ending in .png, .svg, .pdf")
+	require.ErrorContains(t, fig.Save(filepath.Join(dir, "fig")), "want a name ending in")
+	require.ErrorContains(t, fig.Encode(io.Discard, "jpeg"), `format "jpeg": want one of png, svg, pdf`)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 3, "no temporary files are left behind")
+}
+
+func TestLabelsShowWhitespaceAndStayShort(t *testing.T) {
+	require.Equal(t, `\n`, label("\n"))
+	require.Equal(t, `a\tb`, label("a\tb"))
+	require.Equal(t, "··", label("  "))
+	require.Equal(t, " x", label(" x"), "a leading space is kept: the piece is more than spaces")
+	require.Equal(t, `\x00`, label("\x00"))
+	require.Equal(t, "abcdefghijklm…", label("abcdefghijklmnopqrstuvwxyz"))
+	require.Equal(t, []string{"#0", "#1", "x", "y"}, positionLabels([]string{"x", "y"}, 2, 0, 4), "positions before this prefill are numbered")
+}
+
+func TestMaxPoolKeepsEachBlocksLargest(t *testing.T) {
+	z := [][]float64{
+		{1, 0, 0, 0, 0},
+		{0, 0, 0, 0.5, 0},
+		{0, 0.25, 0, 0, 0},
+		{0, 0, 0, 0, 0},
+		{0, 0, 0, 0, 0.75},
+	}
+	// Blocks of 3 (5 cells into at most 2): rows 0-2 and 3-4 by columns
+	// 0-2 and 3-4.
+	require.Equal(t, [][]float64{{1, 0.5}, {0, 0.75}}, maxPool(z, 2))
+	require.Equal(t, z, maxPool(z, 5), "small enough already")
+}
