@@ -32,7 +32,7 @@ type benchRow struct {
 
 func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	fs := flags("bench")
-	path := fs.String("model", "", "model file")
+	path := fs.String("model", "", "model file (default: the default model)")
 	shape := fs.String("shape", "", "generate a random model of this shape instead: "+strings.Join(model.ShapeNames(), ", "))
 	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model")
 	tokenList := fs.String("tokens", "128,512,2048", "prompt lengths")
@@ -115,7 +115,11 @@ func benchModel(path, shape, typName string) (m *model.Model, name, typ string, 
 		}
 		return m, m.Name, m.Output.Type().String(), nil
 	case shape == "":
-		return nil, "", "", errors.New("bench needs --model M or --shape S")
+		m, err = model.Default()
+		if err != nil {
+			return nil, "", "", err
+		}
+		return m, m.Name, m.Output.Type().String(), nil
 	}
 	s, ok := model.Shapes[shape]
 	if !ok {

@@ -37,7 +37,7 @@ func init() {
 		{"run", "[--model M] --prompt P [-n 30]", "greedy continuation of a prompt", cmdRun},
 		{"trace", "[--model M] (--prompt P | --tokens 1,2,...) [--capture GLOBS] [--out DIR]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures", cmdTrace},
 		{"gen", "--shape S --type T --out F.gguf [--seed N]", "write a model with random weights", cmdGen},
-		{"bench", "(--model M | --shape S --type T) [--tokens 128,512,2048] [--capture none,all] [--backend B] [--json F]",
+		{"bench", "[--model M | --shape S --type T] [--tokens 128,512,2048] [--capture none,all] [--backend B] [--json F]",
 			"median prefill tokens/s after warm-up", cmdBench},
 	}
 }

@@ -145,7 +145,7 @@ func piecesOf(t *testing.T, pre, text string) []string {
 func TestBPEPiece(t *testing.T) {
 	tok := newBPE(t, "qwen2")
 	require.Equal(t, " the", tok.Piece(tok.ids["Ġthe"]))
-	require.Equal(t, `\x0A`, tok.Piece('\n'), "byte-level Ċ is a newline byte")
+	require.Equal(t, `\n`, tok.Piece('\n'), "byte-level Ċ is a newline byte")
 	require.Equal(t, `\xC3`, tok.Piece(0xC3), "half a UTF-8 character")
 	require.Equal(t, "<|im_start|>", tok.Piece(tok.ids["<|im_start|>"]))
 	require.Equal(t, "<invalid id -1>", tok.Piece(-1))

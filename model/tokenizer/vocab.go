@@ -257,12 +257,17 @@ func (t *Tokenizer) Piece(id int32) string {
 	return displayable(text)
 }
 
-// displayable escapes ASCII control bytes and invalid UTF-8 as \xNN.
+var controlEscapes = map[rune]string{'\n': `\n`, '\t': `\t`, '\r': `\r`}
+
+// displayable writes newline, tab and carriage return as \n, \t, \r and
+// other ASCII control bytes and invalid UTF-8 as \xNN.
 func displayable(s string) string {
 	var sb strings.Builder
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && size == 1) || r < 0x20 || r == 0x7f {
+		if esc, ok := controlEscapes[r]; ok {
+			sb.WriteString(esc)
+		} else if (r == utf8.RuneError && size == 1) || r < 0x20 || r == 0x7f {
 			fmt.Fprintf(&sb, `\x%02X`, s[i])
 		} else {
 			sb.WriteString(s[i : i+size])

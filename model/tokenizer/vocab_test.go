@@ -217,7 +217,7 @@ func TestVocabEdgeTokens(t *testing.T) {
 	got, err := tok.Decode([]int32{'a', 256, 257, 258})
 	require.NoError(t, err)
 	require.Equal(t, "a\n日本", got)
-	require.Equal(t, `\x0A`, tok.Piece(257))
+	require.Equal(t, `\n`, tok.Piece(257))
 	require.Equal(t, "日本", tok.Piece(258))
 	require.False(t, tok.IsSpecial(259))
 	require.False(t, tok.IsSpecial(-1))
