@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"syscall"
+	"time"
 )
 
 const (
@@ -61,6 +62,8 @@ type File struct {
 	name    string // for errors: Path, or the name given to Parse
 	data    []byte
 	mapped  bool
+	fh      *os.File       // kept open while mapped, to see the mapped file change
+	opened  os.FileInfo    // what Open saw
 	keys    map[string]int // key -> index in KVs
 	names   map[string]int // tensor name -> index in Tensors
 	offsets []int64        // tensor offsets, ascending, for Extent
@@ -73,11 +76,20 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
-	defer fh.Close()
 	st, err := fh.Stat()
 	if err != nil {
+		fh.Close()
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
+	f, err := mapFile(fh, st, path)
+	if err != nil {
+		fh.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func mapFile(fh *os.File, st os.FileInfo, path string) (*File, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("gguf: %s: not a regular file", path)
 	}
@@ -99,7 +111,28 @@ func Open(path string) (*File, error) {
 	}
 	f.Path = path
 	f.mapped = true
+	f.fh, f.opened = fh, st
 	return f, nil
+}
+
+// Changed reports, as an error, whether the mapped file was modified in
+// place since Open: its size or modification time differ. Reading a mapping
+// whose file shrank faults, and a rewritten one gives other weights, so
+// callers check before using the data. A file replaced by a new one (renamed
+// over the path) leaves the mapping intact and is not a change.
+func (f *File) Changed() error {
+	if !f.mapped || f.fh == nil {
+		return nil
+	}
+	now, err := f.fh.Stat()
+	if err != nil {
+		return fmt.Errorf("gguf: %s: %w", f.name, err)
+	}
+	if now.Size() != f.opened.Size() || !now.ModTime().Equal(f.opened.ModTime()) {
+		return fmt.Errorf("gguf: %s changed on disk since it was opened (size %d, now %d; modified %s, now %s): open it again",
+			f.name, f.opened.Size(), now.Size(), f.opened.ModTime().Format(time.RFC3339Nano), now.ModTime().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // Parse parses a GGUF file held in data; name is used in errors. The File
@@ -120,6 +153,7 @@ func (f *File) Close() error {
 	}
 	data := f.data
 	f.data = nil
+	f.fh.Close()
 	if err := syscall.Munmap(data); err != nil {
 		return fmt.Errorf("gguf: %s: munmap: %w", f.name, err)
 	}

@@ -273,6 +273,9 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	if len(tokens) == 0 {
 		return nil, errNoTokens
 	}
+	if err := s.e.Model.File.Changed(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if s.pos+len(tokens) > s.capacity {
 		return nil, fmt.Errorf("engine: %d tokens at position %d exceed the KV cache of %d positions", len(tokens), s.pos, s.capacity)
 	}

@@ -6,6 +6,7 @@ package cpu
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"unsafe"
 
@@ -62,6 +63,7 @@ func (b *Backend) NewStream() gpu.Stream { return &stream{b: b} }
 // stream runs kernels eagerly; it remembers the first error for Sync.
 type stream struct {
 	b   *Backend
+	mu  sync.Mutex // guards err against workers failing together
 	err error
 }
 
@@ -97,6 +99,8 @@ func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
 func (s *stream) Sync() error { return s.err }
 
 func (s *stream) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.err == nil {
 		s.err = err
 	}
@@ -105,14 +109,30 @@ func (s *stream) fail(err error) {
 // parallel runs fn over [0, n) split into contiguous chunks, one per thread.
 func (s *stream) parallel(n int, fn func(lo, hi int)) {
 	threads := min(s.b.threads, n)
-	if threads <= 1 {
-		fn(0, n)
-		return
-	}
 	var wg sync.WaitGroup
-	for i := range threads {
-		lo, hi := n*i/threads, n*(i+1)/threads
-		wg.Go(func() { fn(lo, hi) })
+	for i := range max(threads, 1) {
+		lo, hi := n*i/max(threads, 1), n*(i+1)/max(threads, 1)
+		wg.Go(func() {
+			defer s.recoverFault()
+			debug.SetPanicOnFault(true)
+			fn(lo, hi)
+		})
 	}
 	wg.Wait()
+}
+
+// recoverFault turns a memory fault into the stream's error. Weights are read
+// from the model file's mapping, and a file truncated underneath it faults;
+// a notebook kernel should get an error, not die. Other panics are bugs and
+// go on.
+func (s *stream) recoverFault() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if f, ok := r.(interface{ Addr() uintptr }); ok {
+		s.fail(fmt.Errorf("cpu: memory fault reading address %#x: was the model file changed on disk while in use? (%v)", f.Addr(), r))
+		return
+	}
+	panic(r)
 }

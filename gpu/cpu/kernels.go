@@ -22,11 +22,16 @@ func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
 	rowBytes := len(m.w.Data) / m.w.Rows
 	for i, id := range ids {
 		if id < 0 || int(id) >= m.w.Rows {
-			s.fail(fmt.Errorf("cpu: token id %d outside %s's %d rows", id, m.w.Name, m.w.Rows))
+			s.fail(fmt.Errorf("cpu: token id %d at %d outside %s's %d rows", id, i, m.w.Name, m.w.Rows))
 			return
 		}
-		m.w.Format.Dequantize(d[i*cols:(i+1)*cols], m.w.Data[int(id)*rowBytes:(int(id)+1)*rowBytes])
 	}
+	s.parallel(len(ids), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			id := int(ids[i])
+			m.w.Format.Dequantize(d[i*cols:(i+1)*cols], m.w.Data[id*rowBytes:(id+1)*rowBytes])
+		}
+	})
 }
 
 func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) {

@@ -1,0 +1,60 @@
+package cpu_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/model"
+)
+
+// writeModel writes a small random model to a file and opens it mapped.
+func writeModel(t *testing.T) (string, *model.Model) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	w, err := model.Generate(model.Shapes["tiny-llama"], gguf.Q8_0, 1)
+	require.NoError(t, err)
+	require.NoError(t, w.WriteFile(path))
+	m, err := model.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return path, m
+}
+
+func TestModelFileChangedOnDiskIsAnError(t *testing.T) {
+	path, m := writeModel(t)
+	e, err := gpu.NewEngine(m, cpu.New(0))
+	require.NoError(t, err)
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	_, err = s.Prefill(context.Background(), []int32{1, 2, 3}, gpu.Options{})
+	require.NoError(t, err)
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(path, st.Size()/2))
+	_, err = s.Prefill(context.Background(), []int32{1, 2, 3}, gpu.Options{})
+	require.ErrorContains(t, err, "changed on disk since it was opened")
+}
+
+// A kernel reading weights past the end of a truncated file faults; the
+// stream reports it instead of crashing the process.
+func TestFaultInAKernelBecomesAnError(t *testing.T) {
+	path, m := writeModel(t)
+	b := cpu.New(0)
+	w := m.Blocks[1].Down
+	mat, err := b.Upload(w)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(path, 4096))
+	st := b.NewStream()
+	x, err := st.Alloc("x", 4*w.Cols)
+	require.NoError(t, err)
+	y, err := st.Alloc("y", 4*w.Rows)
+	require.NoError(t, err)
+	st.MatMul(x, 4, gpu.Proj{W: mat, Dst: y})
+	require.ErrorContains(t, st.Sync(), "memory fault")
+}
