@@ -15,7 +15,9 @@ fi
 echo "== go vet"
 go vet ./...
 echo "== go test"
-go test -count=1 ./...
+go test -count=1 -timeout 30m ./...
+echo "== go test -race (engine and notebook API; short soak)"
+CGO_ENABLED=1 go test -count=1 -race -short ./gpu ./gpu/cpu ./nb
 echo "== fuzz (short runs over the saved corpora)"
 go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=20s ./gguf
 go test -run='^$' -fuzz='^FuzzEncode$' -fuzztime=20s ./model/tokenizer

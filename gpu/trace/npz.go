@@ -38,7 +38,8 @@ const manifestFormat = "strata-trace/1"
 
 // Save writes dir/trace.npz and dir/manifest.json. Each file is written
 // under a temporary name and renamed, so an interrupted save never leaves a
-// half-written file under the final name.
+// half-written file under the final name. The archive holds its own copy of
+// the manifest, which Load reads, so the pair cannot disagree either.
 func (t *Trace) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -48,8 +49,19 @@ func (t *Trace) Save(dir string) error {
 	for _, name := range t.Names {
 		m.Tensors = append(m.Tensors, TensorEntry{Name: name, Shape: t.Tensors[name].Shape, DType: "float32"})
 	}
-	err := WriteAtomic(filepath.Join(dir, "trace.npz"), func(w io.Writer) error {
+	manifest, err := json.MarshalIndent(m, "", " ")
+	if err != nil {
+		return err
+	}
+	err = WriteAtomic(filepath.Join(dir, "trace.npz"), func(w io.Writer) error {
 		z := zip.NewWriter(w)
+		mw, err := z.Create("manifest.json")
+		if err != nil {
+			return err
+		}
+		if _, err := mw.Write(manifest); err != nil {
+			return err
+		}
 		for _, name := range t.Names {
 			x := t.Tensors[name]
 			if err := writeNpy(z, name, x.Shape, x.Data); err != nil {
@@ -62,9 +74,8 @@ func (t *Trace) Save(dir string) error {
 		return err
 	}
 	return WriteAtomic(filepath.Join(dir, "manifest.json"), func(w io.Writer) error {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", " ")
-		return enc.Encode(m)
+		_, err := w.Write(append(manifest, '\n'))
+		return err
 	})
 }
 
@@ -130,23 +141,28 @@ func writeNpy(z *zip.Writer, name string, shape []int, data []float32) error {
 
 // Load reads a trace saved by Save.
 func Load(dir string) (*Trace, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		return nil, err
-	}
-	var m Manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("trace: %s/manifest.json: %w", dir, err)
-	}
-	if m.Format != manifestFormat {
-		return nil, fmt.Errorf("trace: %s/manifest.json has format %q, want %q", dir, m.Format, manifestFormat)
-	}
 	path := filepath.Join(dir, "trace.npz")
 	r, err := npz.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("trace: %w", err)
 	}
 	defer r.Close()
+	mr, err := r.Open("manifest.json")
+	if err != nil {
+		return nil, fmt.Errorf("trace: %s has no manifest.json: not a Strata trace", path)
+	}
+	raw, err := io.ReadAll(mr)
+	mr.Close()
+	if err != nil {
+		return nil, fmt.Errorf("trace: %s: %w", path, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("trace: %s: manifest.json: %w", path, err)
+	}
+	if m.Format != manifestFormat {
+		return nil, fmt.Errorf("trace: %s: manifest has format %q, want %q", path, m.Format, manifestFormat)
+	}
 	t := New()
 	t.Model, t.Backend, t.Tokens, t.Pieces, t.Pos0, t.Predicted, t.Lens = m.Model, m.Backend, m.Tokens, m.Pieces, m.Pos0, m.Predicted, m.Lens
 	for _, e := range m.Tensors {

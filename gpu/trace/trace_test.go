@@ -1,7 +1,10 @@
 package trace
 
 import (
+	"archive/zip"
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -30,10 +33,24 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 func TestLoadNamesTheProblem(t *testing.T) {
 	dir := t.TempDir()
 	_, err := Load(dir)
-	require.ErrorContains(t, err, "manifest.json")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"format":"other"}`), 0o644))
+	require.ErrorContains(t, err, "trace.npz")
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	w, err := z.Create("manifest.json")
+	require.NoError(t, err)
+	_, err = w.Write([]byte(`{"format":"strata-trace/9"}`))
+	require.NoError(t, err)
+	require.NoError(t, z.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "trace.npz"), buf.Bytes(), 0o644))
 	_, err = Load(dir)
-	require.ErrorContains(t, err, `has format "other"`)
+	require.ErrorContains(t, err, `manifest has format "strata-trace/9"`)
+
+	buf.Reset()
+	z = zip.NewWriter(&buf)
+	require.NoError(t, z.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "trace.npz"), buf.Bytes(), 0o644))
+	_, err = Load(dir)
+	require.ErrorContains(t, err, "has no manifest.json: not a Strata trace")
 }
 
 func TestGetListsWhatWasCaptured(t *testing.T) {
@@ -49,4 +66,28 @@ func seq(n int) []float32 {
 		s[i] = float32(i)
 	}
 	return s
+}
+
+// NumPy, the reader Python users have, opens the arrays with their shapes.
+func TestNumpyReadsTheTrace(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import numpy").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3-numpy is not installed: scripts/setup.sh should have installed it")
+		}
+		t.Skip("Debian's python3-numpy is not installed (scripts/setup.sh installs it)")
+	}
+	tr := New()
+	tr.Put("blocks.0.attn.hook_pattern", &Tensor{Shape: []int{2, 3, 4}, Data: seq(24)})
+	tr.Put("logits", &Tensor{Shape: []int{5}, Data: seq(5)})
+	dir := t.TempDir()
+	require.NoError(t, tr.Save(dir))
+	out, err := exec.Command(py, "-c", `
+import json, numpy as np, sys
+z = np.load(sys.argv[1])
+p = z["blocks.0.attn.hook_pattern"]
+print(p.dtype, p.shape, p[1, 2, 3], z["logits"].shape, json.loads(z["manifest.json"])["format"])
+`, filepath.Join(dir, "trace.npz")).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "float32 (2, 3, 4) 23.0 (5,) strata-trace/1\n", string(out))
 }

@@ -1,0 +1,266 @@
+package vulkan_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
+)
+
+// pointTol bounds each capture point's max|vulkan - cpu| / max|cpu|. Both
+// run the same float32 program and differ only in summation order and in
+// exp (a few ulp); lavapipe stays under 3e-6 through two layers of norms,
+// attention and MLP. The 10x margin is for other drivers' exp and fused
+// multiply-adds; a wrong head, pair, offset or block shows up as O(1).
+const pointTol = 2e-5
+
+var testTokens = []int32{5, 77, 300, 12, 12, 450, 99, 256, 3, 140, 77, 300}
+
+func engines(t testing.TB, m *model.Model) (c, v *gpu.Engine) {
+	t.Helper()
+	c, err := gpu.NewEngine(m, cpu.New(0))
+	require.NoError(t, err)
+	v, err = gpu.NewEngine(m, backend(t))
+	require.NoError(t, err)
+	return c, v
+}
+
+func prefill(t testing.TB, e *gpu.Engine, tokens []int32, o gpu.Options) *trace.Trace {
+	t.Helper()
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	tr, err := s.Prefill(context.Background(), tokens, o)
+	require.NoError(t, err)
+	return tr
+}
+
+// requireSameTrace compares every point of want (cpu) with got (vulkan).
+func requireSameTrace(t testing.TB, got, want *trace.Trace, tol float64) {
+	t.Helper()
+	require.Equal(t, want.Names, got.Names)
+	worst, at := 0.0, ""
+	for _, name := range want.Names {
+		g, w := got.Tensors[name], want.Tensors[name]
+		require.Equal(t, w.Shape, g.Shape, name)
+		requireClose(t, g.Data, w.Data, tol, name)
+		if rel, _ := relErr(g.Data, w.Data); rel > worst {
+			worst, at = rel, name
+		}
+	}
+	t.Logf("largest relative difference %.2g at %s", worst, at)
+}
+
+// withoutPattern captures every point but scores and pattern, so attention
+// takes the fused flash path.
+func withoutPattern(layers int) gpu.Capture {
+	var globs []string
+	for _, p := range gpu.Points(layers) {
+		if !strings.HasSuffix(p, "hook_attn_scores") && !strings.HasSuffix(p, "hook_pattern") {
+			globs = append(globs, p)
+		}
+	}
+	return gpu.CaptureOf(globs...)
+}
+
+func TestEveryPointMatchesCPU(t *testing.T) {
+	cases := []struct {
+		shape string
+		types []gguf.Type
+	}{
+		{"tiny-llama", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_0, gguf.Q1_0_G128, gguf.TQ2_0_G128}},
+		{"tiny-qwen3", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_0, gguf.Q1_0_G128, gguf.TQ2_0_G128, gguf.BF16}},
+		{"tiny-qwen2", []gguf.Type{gguf.F32, gguf.Q8_0}},
+	}
+	for _, c := range cases {
+		for _, typ := range c.types {
+			t.Run(c.shape+"/"+typ.String(), func(t *testing.T) {
+				m := genModel(t, c.shape, typ, 7)
+				ce, ve := engines(t, m)
+				o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll, Predict: true}
+				want, got := prefill(t, ce, testTokens, o), prefill(t, ve, testTokens, o)
+				require.Len(t, got.Names, len(gpu.Points(m.Layers)), "every point is captured")
+				requireSameTrace(t, got, want, pointTol)
+				requirePredictions(t, got, want, m.Vocab)
+
+				o.Capture = withoutPattern(m.Layers)
+				flash := prefill(t, ve, testTokens, o)
+				for _, name := range flash.Names {
+					requireClose(t, flash.Tensors[name].Data, want.Tensors[name].Data, pointTol, name+" (flash attention)")
+				}
+			})
+		}
+	}
+}
+
+// requirePredictions checks the argmax ids: each is the index of its
+// row's largest logit, and where the CPU's best logit leads clearly, the
+// same id as the CPU's.
+func requirePredictions(t testing.TB, got, want *trace.Trace, vocab int) {
+	t.Helper()
+	logits := got.Tensors["logits"].Data
+	require.Len(t, got.Predicted, len(want.Predicted))
+	for pos, id := range got.Predicted {
+		row := logits[pos*vocab : (pos+1)*vocab]
+		require.Equal(t, slices.Index(row, slices.Max(row)), int(id), "position %d", pos)
+		ref := slices.Clone(want.Tensors["logits"].Data[pos*vocab : (pos+1)*vocab])
+		slices.Sort(ref)
+		if ref[vocab-1]-ref[vocab-2] > 1e-3*max(ref[vocab-1], -ref[0]) {
+			require.Equal(t, want.Predicted[pos], id, "position %d", pos)
+		}
+	}
+}
+
+func TestSteppedRunIsBitIdentical(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.Q1_0_G128, 3)
+	e, err := gpu.NewEngine(m, backend(t))
+	require.NoError(t, err)
+	o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
+	oneShot := prefill(t, e, testTokens, o)
+
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	r, err := s.Start(context.Background(), testTokens, o)
+	require.NoError(t, err)
+	require.NoError(t, r.RunTo("blocks.0.attn.hook_pattern"))
+	mid, err := r.Trace()
+	require.NoError(t, err)
+	require.True(t, mid.Has("blocks.0.attn.hook_pattern"))
+	require.False(t, mid.Has("blocks.0.attn.hook_z"), "points after the pause are not there yet")
+	layers := 0
+	for r.Next() {
+		layers++
+	}
+	require.NoError(t, r.Err())
+	require.Equal(t, m.Layers, layers)
+	stepped, err := r.Finish()
+	require.NoError(t, err)
+	for _, name := range oneShot.Names {
+		require.Equal(t, oneShot.Tensors[name].Data, stepped.Tensors[name].Data, name)
+	}
+}
+
+func TestContinuedPrefillMatchesCPU(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.Q8_0, 11)
+	ce, ve := engines(t, m)
+	run := func(e *gpu.Engine) *trace.Trace {
+		s, err := e.NewSession(64)
+		require.NoError(t, err)
+		defer s.Close()
+		ctx := context.Background()
+		_, err = s.Prefill(ctx, testTokens[:7], gpu.Options{})
+		require.NoError(t, err)
+		tr, err := s.Prefill(ctx, testTokens[7:], gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll})
+		require.NoError(t, err)
+		return tr
+	}
+	got, want := run(ve), run(ce)
+	require.Equal(t, 7, got.Pos0)
+	requireSameTrace(t, got, want, pointTol)
+}
+
+func TestInterventionsMatchCPU(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.F32, 5)
+	ce, ve := engines(t, m)
+	capture := gpu.CaptureOf("blocks.*.attn.hook_z", "blocks.*.hook_resid_mid", "blocks.*.hook_resid_post", "blocks.*.hook_resid_pre", "blocks.*.hook_mlp_out")
+	vec := make([]float32, m.DModel)
+	for i := range vec {
+		vec[i] = float32(i%7) - 3
+	}
+	other := []int32{9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12}
+	source := prefill(t, ce, other, gpu.Options{Capture: gpu.CaptureOf("blocks.1.hook_resid_pre")})
+	negate := gpu.Hook{Point: "blocks.0.hook_resid_post", Host: func(name string, shape []int, data []float32) error {
+		for i := range data {
+			data[i] = -data[i]
+		}
+		return nil
+	}}
+	hooks := map[string]gpu.Hook{
+		"ablate head":      gpu.AblateHead(1, 3),
+		"mean ablate head": gpu.MeanAblateHead(0, 2),
+		"scale":            gpu.Scale("blocks.0.hook_mlp_out", 0.5),
+		"add vector":       gpu.AddVector("blocks.1.hook_resid_pre", vec, 0.5, []int{4, 7}),
+		"patch":            gpu.Patch("blocks.1.hook_resid_pre", source, []int{2, 3}),
+		"host hook":        negate,
+	}
+	for name, h := range hooks {
+		t.Run(name, func(t *testing.T) {
+			o := gpu.Options{Capture: capture, Logits: gpu.LogitsAll, Hooks: []gpu.Hook{h}}
+			requireSameTrace(t, prefill(t, ve, testTokens, o), prefill(t, ce, testTokens, o), pointTol)
+		})
+	}
+	t.Run("ablated head is exactly zero", func(t *testing.T) {
+		tr := prefill(t, ve, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.AblateHead(1, 3)}})
+		z, hd := tr.Tensors["blocks.1.attn.hook_z"].Data, m.HeadDim
+		for pos := range testTokens {
+			require.Equal(t, make([]float32, hd), z[(pos*m.Heads+3)*hd:(pos*m.Heads+4)*hd])
+		}
+	})
+}
+
+func TestStories260K(t *testing.T) {
+	m, err := model.Open(sharedFile(t, "models/stories260K.gguf"))
+	require.NoError(t, err)
+	defer m.Close()
+	ce, ve := engines(t, m)
+	prompt := []int32{1, 403, 407, 261, 378} // "Once upon a time" with BOS
+	o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
+	requireSameTrace(t, prefill(t, ve, prompt, o), prefill(t, ce, prompt, o), pointTol)
+
+	// The published greedy continuation (llama2.c and llama.cpp agree),
+	// one token per prefill through the KV cache.
+	s, err := ve.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	const want = ", there was a little girl named Lily. She loved to play outside in the park. One day,"
+	tokens, text := prompt, ""
+	var out []int32
+	for len(text) < len(want) && len(out) < 60 {
+		tr, err := s.Prefill(context.Background(), tokens, gpu.Options{Predict: true})
+		require.NoError(t, err)
+		out = append(out, tr.Predicted[0])
+		tokens = tr.Predicted[:1]
+		text, err = m.Tok.Decode(out)
+		require.NoError(t, err)
+	}
+	require.Equal(t, want, text)
+}
+
+func TestConcurrentSessionsAgree(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.Q4_0, 13)
+	e, err := gpu.NewEngine(m, backend(t))
+	require.NoError(t, err)
+	o := gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post"), Logits: gpu.LogitsAll}
+	want := prefill(t, e, testTokens, o)
+	got := make([]*trace.Trace, 3)
+	errs := make([]error, len(got))
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() {
+			s, err := e.NewSession(0)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer s.Close()
+			got[i], errs[i] = s.Prefill(context.Background(), testTokens, o)
+		})
+	}
+	wg.Wait()
+	for i := range got {
+		require.NoError(t, errs[i])
+		for _, name := range want.Names {
+			require.Equal(t, want.Tensors[name].Data, got[i].Tensors[name].Data, "session %d: %s", i, name)
+		}
+	}
+}

@@ -1,0 +1,383 @@
+package vulkan
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/model"
+)
+
+// Every kernel checks its extents on the host: shaders index without bounds
+// checks, so a short tensor must be an error before it is a stray access.
+
+const (
+	tile      = 64  // output tile edge of matmul, scores and mix (tile.glsl)
+	vecRows   = 8   // the most rows of x matvec.comp takes
+	flashRows = 16  // queries per flash-attention workgroup (flash.comp)
+	flashKeys = 16  // keys per flash-attention block
+	maxHeadD  = 256 // flash.comp's per-lane registers hold at most this
+	maxGroups = 65535
+)
+
+func ceilDiv(a, b int) uint32 { return uint32((a + b - 1) / b) }
+
+// grid1 spreads n elements over workgroups of wg for a grid-stride loop.
+func grid1(n, wg int) (uint32, uint32, uint32) {
+	return min(ceilDiv(n, wg), maxGroups), 1, 1
+}
+
+// gridRows gives one workgroup per row on a 2-D grid (common.glsl's groupIndex).
+func gridRows(rows int) (uint32, uint32, uint32) {
+	x := min(rows, maxGroups)
+	if x == 0 {
+		return 0, 1, 1
+	}
+	return uint32(x), ceilDiv(rows, x), 1
+}
+
+func f32(v float32) uint32 { return math.Float32bits(v) }
+
+func (s *stream) matrixOf(m gpu.Matrix) *matrix {
+	x, ok := m.(*matrix)
+	if !ok {
+		s.fail(fmt.Errorf("vulkan: a %T is not a weight uploaded to the Vulkan backend", m))
+		return nil
+	}
+	return x
+}
+
+// fits fails the stream unless every tensor is non-nil and holds its need.
+func (s *stream) fits(kernel string, ts []*tensor, needs ...int) bool {
+	for i, t := range ts {
+		if t == nil {
+			return false
+		}
+		if needs[i] < 0 {
+			s.fail(fmt.Errorf("vulkan: %s of a negative size on %s", kernel, t.name))
+			return false
+		}
+		if needs[i] > t.n {
+			s.fail(fmt.Errorf("vulkan: %s needs %d elements of %s, which has %d", kernel, needs[i], t.name, t.n))
+			return false
+		}
+	}
+	return true
+}
+
+// helper returns a stream-owned buffer of at least n bytes, replacing cur
+// when it is too small.
+func (s *stream) helper(cur *buffer, n uint64) *buffer {
+	if cur != nil && cur.size >= n {
+		return cur
+	}
+	buf, err := s.b.newBuffer(max(n, 4096), deviceLocal)
+	if err != nil {
+		s.fail(err)
+		return nil
+	}
+	for i, h := range s.r.helpers {
+		if h == cur {
+			s.r.helpers = append(s.r.helpers[:i], s.r.helpers[i+1:]...)
+			s.r.deferred = append(s.r.deferred, cur)
+			break
+		}
+	}
+	s.r.helpers = append(s.r.helpers, buf)
+	return buf
+}
+
+func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
+	d, m := s.tensorOf(dst), s.matrixOf(table)
+	if m == nil || !s.fits("embed", []*tensor{d}, len(ids)*m.w.Cols) {
+		return
+	}
+	for _, id := range ids {
+		if id < 0 || int(id) >= m.w.Rows {
+			s.fail(fmt.Errorf("vulkan: token id %d outside %s's %d rows", id, m.w.Name, m.w.Rows))
+			return
+		}
+	}
+	if len(ids) == 0 || !s.begin() {
+		return
+	}
+	if s.ids = s.helper(s.ids, 4*uint64(len(ids))); s.ids == nil {
+		return
+	}
+	s.writeBytes(s.ids, 0, unsafe.Slice((*byte)(unsafe.Pointer(&ids[0])), 4*len(ids)))
+	x, y, z := grid1(len(ids)*m.w.Cols, 256)
+	s.dispatch("embed_"+m.f.suffix, nil, []use{{buf: d.buf, write: true}, {buf: m.buf}, {buf: s.ids}},
+		[]uint32{uint32(len(ids)), uint32(m.w.Cols), m.scaleBase}, x, y, z)
+}
+
+func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) {
+	d, x, g := s.tensorOf(dst), s.tensorOf(src), s.tensorOf(gain)
+	if !s.fits("rmsnorm", []*tensor{d, x, g}, rows*dim, rows*dim, dim) {
+		return
+	}
+	gx, gy, gz := gridRows(rows)
+	s.dispatch("rmsnorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: g.buf}},
+		[]uint32{uint32(rows), uint32(dim), f32(eps)}, gx, gy, gz)
+}
+
+func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
+	xs := s.tensorOf(x)
+	if xs == nil || len(outs) == 0 {
+		return
+	}
+	cols := outs[0].W.Cols()
+	// The projections read the same x and write different outputs, so they
+	// are recorded back to back with no barrier between them.
+	for _, p := range outs {
+		m, dst := s.matrixOf(p.W), s.tensorOf(p.Dst)
+		if m == nil {
+			return
+		}
+		if m.w.Cols != cols {
+			s.fail(fmt.Errorf("vulkan: fused matmul mixes %d and %d input columns", cols, m.w.Cols))
+			return
+		}
+		name := "matmul " + m.w.Name
+		if !s.fits(name, []*tensor{xs, dst}, rows*cols, rows*m.w.Rows) {
+			return
+		}
+		bias, hasBias := xs, uint32(0) // an unused binding still needs a buffer
+		if p.Bias != nil {
+			if bias = s.tensorOf(p.Bias); !s.fits(name, []*tensor{bias}, m.w.Rows) {
+				return
+			}
+			hasBias = 1
+		}
+		uses := []use{{buf: xs.buf}, {buf: m.buf}, {buf: dst.buf, write: true}, {buf: bias.buf}}
+		push := []uint32{uint32(rows), uint32(m.w.Rows), uint32(cols), m.scaleBase, hasBias}
+		if rows > vecRows {
+			s.dispatch("matmul_"+m.f.suffix, nil, uses, push, ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
+			continue
+		}
+		kernel := "matvec_" + m.f.suffix
+		if s.b.subgroups {
+			kernel += "_sg"
+		}
+		gx, gy, gz := gridRows(m.w.Rows)
+		s.dispatch(kernel, nil, uses, push, gx, gy, gz)
+	}
+}
+
+// ropeKey identifies the cos/sin table a stream last uploaded.
+type ropeKey struct {
+	pos0, rows int
+	rope       model.Rope
+}
+
+func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rope) {
+	xs := s.tensorOf(x)
+	if !s.fits("rope", []*tensor{xs}, rows*heads*headDim) {
+		return
+	}
+	if r.Dim <= 0 || r.Dim%2 != 0 || r.Dim > headDim {
+		s.fail(fmt.Errorf("vulkan: rope over %d dims of a %d-dim head", r.Dim, headDim))
+		return
+	}
+	half := r.Dim / 2
+	if rows == 0 || !s.begin() {
+		return
+	}
+	// The table is computed on the host exactly as the CPU backend does, once
+	// per prefill: every layer's Q and K reuse it.
+	key := ropeKey{pos0: pos0, rows: rows, rope: *r}
+	if s.rope == nil || s.ropeKey != key {
+		table := make([]float32, 2*rows*half)
+		cos, sin := make([]float32, half), make([]float32, half)
+		for t := range rows {
+			cpu.RopeAngles(r, pos0+t, cos, sin)
+			for i := range half {
+				table[2*(t*half+i)], table[2*(t*half+i)+1] = cos[i], sin[i]
+			}
+		}
+		if s.rope = s.helper(s.rope, 4*uint64(len(table))); s.rope == nil {
+			return
+		}
+		s.writeBytes(s.rope, 0, unsafe.Slice((*byte)(unsafe.Pointer(&table[0])), 4*len(table)))
+		s.ropeKey = key
+	}
+	neox := uint32(0)
+	if r.Mode == model.RopeNeoX {
+		neox = 1
+	}
+	gx, gy, gz := grid1(rows*heads*half, 256)
+	s.dispatch("rope", nil, []use{{buf: xs.buf, write: true}, {buf: s.rope}},
+		[]uint32{uint32(rows), uint32(heads), uint32(headDim), uint32(half), neox}, gx, gy, gz)
+}
+
+// attention checks an Attention's geometry and tensors.
+func (s *stream) attention(kernel string, a *gpu.Attention, ts map[string]gpu.Tensor) map[string]*tensor {
+	if a.T <= 0 || a.Pos0 < 0 || a.Heads <= 0 || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 || a.HeadDim <= 0 {
+		s.fail(fmt.Errorf("vulkan: %s of %d queries at %d with %d heads, %d kv heads of %d dims is malformed", kernel, a.T, a.Pos0, a.Heads, a.KVHeads, a.HeadDim))
+		return nil
+	}
+	keys, qd, kvd := a.Keys(), a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	needs := map[string]int{"Q": a.T * qd, "K": keys * kvd, "V": keys * kvd, "Z": a.T * qd, "Scores": a.Heads * a.T * keys, "Pattern": a.Heads * a.T * keys}
+	out := map[string]*tensor{}
+	for name, t := range ts {
+		if t == nil {
+			s.fail(fmt.Errorf("vulkan: %s without %s", kernel, name))
+			return nil
+		}
+		x := s.tensorOf(t)
+		if !s.fits(kernel, []*tensor{x}, needs[name]) {
+			return nil
+		}
+		out[name] = x
+	}
+	return out
+}
+
+// attnPush is the push-constant block of scores.comp, mix.comp and flash.comp.
+type attnPush struct {
+	t, keys, heads, kvHeads, hd, pos0 uint32
+	scale                             float32
+}
+
+func pushOf(a *gpu.Attention) *attnPush {
+	return &attnPush{uint32(a.T), uint32(a.Keys()), uint32(a.Heads), uint32(a.KVHeads), uint32(a.HeadDim), uint32(a.Pos0), a.Scale}
+}
+
+// words lays the block out; mix.comp has no scale.
+func (a *attnPush) words(withScale bool) []uint32 {
+	w := []uint32{a.t, a.keys, a.heads, a.kvHeads, a.hd, a.pos0}
+	if withScale {
+		w = append(w, f32(a.scale))
+	}
+	return w
+}
+
+func (s *stream) AttnScores(a *gpu.Attention) {
+	t := s.attention("attention scores", a, map[string]gpu.Tensor{"Q": a.Q, "K": a.K, "Scores": a.Scores})
+	if t == nil {
+		return
+	}
+	s.dispatch("scores", nil, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["Scores"].buf, write: true}},
+		pushOf(a).words(true), ceilDiv(a.Keys(), tile), ceilDiv(a.T, tile), uint32(a.Heads))
+}
+
+func (s *stream) Softmax(dst, src gpu.Tensor, rows, n int) {
+	d, x := s.tensorOf(dst), s.tensorOf(src)
+	if !s.fits("softmax", []*tensor{d, x}, rows*n, rows*n) {
+		return
+	}
+	gx, gy, gz := gridRows(rows)
+	s.dispatch("softmax", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
+		[]uint32{uint32(rows), uint32(n)}, gx, gy, gz)
+}
+
+func (s *stream) AttnMix(a *gpu.Attention) {
+	t := s.attention("attention mix", a, map[string]gpu.Tensor{"Pattern": a.Pattern, "V": a.V, "Z": a.Z})
+	if t == nil {
+		return
+	}
+	s.dispatch("mix", nil, []use{{buf: t["Pattern"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
+		pushOf(a).words(false), ceilDiv(a.HeadDim, tile), ceilDiv(a.T, tile), uint32(a.Heads))
+}
+
+func (s *stream) FlashAttention(a *gpu.Attention) {
+	t := s.attention("flash attention", a, map[string]gpu.Tensor{"Q": a.Q, "K": a.K, "V": a.V, "Z": a.Z})
+	if t == nil {
+		return
+	}
+	shared := 4 * ((flashRows+2*flashKeys)*a.HeadDim + flashRows*flashKeys)
+	if limit := int(s.b.phys.props.Limits.MaxComputeSharedMemorySize); a.HeadDim > maxHeadD || shared > limit {
+		s.fail(fmt.Errorf("vulkan: flash attention over %d-dim heads needs %d bytes of shared memory (the device has %d) and at most %d dims; capture the pattern to use the materialised path", a.HeadDim, shared, limit, maxHeadD))
+		return
+	}
+	s.dispatch("flash", []uint32{uint32(a.HeadDim)}, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
+		pushOf(a).words(true), ceilDiv(a.T, flashRows), uint32(a.Heads), 1)
+}
+
+func (s *stream) Add(dst, src gpu.Tensor, n int) {
+	d, x := s.tensorOf(dst), s.tensorOf(src)
+	if !s.fits("add", []*tensor{d, x}, n, n) {
+		return
+	}
+	gx, gy, gz := grid1(n, 256)
+	s.dispatch("add", nil, []use{{buf: d.buf, write: true}, {buf: x.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+}
+
+func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
+	d, g, u := s.tensorOf(dst), s.tensorOf(gate), s.tensorOf(up)
+	if !s.fits("swiglu", []*tensor{d, g, u}, n, n, n) {
+		return
+	}
+	gx, gy, gz := grid1(n, 256)
+	s.dispatch("swiglu", nil, []use{{buf: d.buf, write: true}, {buf: g.buf}, {buf: u.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+}
+
+func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int) {
+	d, x := s.tensorOf(dst), s.tensorOf(src)
+	if d == nil || x == nil {
+		return
+	}
+	if dstOff < 0 || srcOff < 0 || n < 0 || dstOff+n > d.n || srcOff+n > x.n {
+		s.fail(fmt.Errorf("vulkan: copy of %d elements from %s at %d (of %d) to %s at %d (of %d) is out of range", n, x.name, srcOff, x.n, d.name, dstOff, d.n))
+		return
+	}
+	if d == x && dstOff < srcOff+n && srcOff < dstOff+n && dstOff != srcOff {
+		s.fail(fmt.Errorf("vulkan: copy within %s between overlapping ranges", d.name))
+		return
+	}
+	if d == x && dstOff == srcOff {
+		return
+	}
+	s.copyBuffer(d.buf, 4*uint64(dstOff), x.buf, 4*uint64(srcOff), 4*uint64(n))
+}
+
+func (s *stream) Edit(t gpu.Tensor, e gpu.Edit) {
+	x := s.tensorOf(t)
+	if x == nil || e.Rows <= 0 || e.Cols <= 0 {
+		return
+	}
+	if e.Off < 0 || e.Stride < 0 || e.Off+(e.Rows-1)*e.Stride+e.Cols > x.n {
+		s.fail(fmt.Errorf("vulkan: edit of %d rows x %d at %d stride %d falls outside %s's %d elements", e.Rows, e.Cols, e.Off, e.Stride, x.name, x.n))
+		return
+	}
+	if e.Op == gpu.EditMean {
+		gx, gy, gz := grid1(e.Cols, 64)
+		s.dispatch("edit_mean", nil, []use{{buf: x.buf, write: true}},
+			[]uint32{uint32(e.Off), uint32(e.Rows), uint32(e.Cols), uint32(e.Stride)}, gx, gy, gz)
+		return
+	}
+	src := x // Fill and Scale read no source; the binding still needs a buffer
+	switch e.Op {
+	case gpu.EditFill, gpu.EditScale:
+	case gpu.EditSet, gpu.EditAdd:
+		if e.Src == nil {
+			s.fail(fmt.Errorf("vulkan: edit of %s needs a source", x.name))
+			return
+		}
+		if src = s.tensorOf(e.Src); src == nil {
+			return
+		}
+		if e.SrcOff < 0 || e.SrcStride < 0 || e.SrcOff+(e.Rows-1)*e.SrcStride+e.Cols > src.n {
+			s.fail(fmt.Errorf("vulkan: edit source %s of %d elements is too short for %d rows x %d at %d stride %d", src.name, src.n, e.Rows, e.Cols, e.SrcOff, e.SrcStride))
+			return
+		}
+	default:
+		s.fail(fmt.Errorf("vulkan: unknown edit operation %d", e.Op))
+		return
+	}
+	gx, gy, gz := grid1(e.Rows*e.Cols, 256)
+	s.dispatch("edit", nil, []use{{buf: x.buf, write: true}, {buf: src.buf}},
+		[]uint32{uint32(e.Op), uint32(e.Off), uint32(e.Rows), uint32(e.Cols), uint32(e.Stride), f32(e.Scalar), uint32(e.SrcOff), uint32(e.SrcStride)},
+		gx, gy, gz)
+}
+
+func (s *stream) Argmax(dst, src gpu.Tensor, rows, n int) {
+	d, x := s.tensorOf(dst), s.tensorOf(src)
+	if !s.fits("argmax", []*tensor{d, x}, rows, rows*n) {
+		return
+	}
+	gx, gy, gz := gridRows(rows)
+	s.dispatch("argmax", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
+		[]uint32{uint32(rows), uint32(n)}, gx, gy, gz)
+}

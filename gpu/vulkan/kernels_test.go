@@ -1,0 +1,341 @@
+package vulkan_test
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gguf/quant"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/vulkan"
+	"github.com/stratalab/strata/model"
+)
+
+// Tolerances, relative to the largest reference value. Both backends
+// compute in float32; they differ only in summation order (dot products
+// of at most a few hundred terms: ~1e-6) and in the GPU's exp, which
+// Vulkan lets be off by 3 + 2|x| ulp (~1e-5 for the |x| < 30 of softmax).
+const (
+	tolSum = 1e-5
+	tolExp = 3e-5
+)
+
+var weightTypes = []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, gguf.Q4_0, gguf.Q1_0_G128, gguf.TQ2_0_G128}
+
+// blockOf is the block size of a type, so shapes can be chosen to fit it.
+func blockOf(typ gguf.Type) int {
+	switch typ {
+	case gguf.Q8_0, gguf.Q4_0:
+		return 32
+	case gguf.Q1_0_G128, gguf.TQ2_0_G128:
+		return 128
+	}
+	return 1
+}
+
+func TestMatMulEveryFormat(t *testing.T) {
+	// 70 rows take the tiled kernel; 5 and 1 the matrix-vector one, with
+	// subgroup sums and without.
+	for _, rows := range []int{70, 5, 1} {
+		for _, subgroups := range []bool{true, false} {
+			if rows > 8 && !subgroups {
+				continue
+			}
+			old := vulkan.SetSubgroups(backend(t), subgroups)
+			t.Run(fmt.Sprintf("rows%d/subgroups=%v", rows, subgroups), func(t *testing.T) { testMatMul(t, rows) })
+			vulkan.SetSubgroups(backend(t), old)
+		}
+	}
+}
+
+func testMatMul(t *testing.T, rows int) {
+	for _, typ := range weightTypes {
+		t.Run(typ.String(), func(t *testing.T) {
+			r := newRig(t, 1)
+			// Rows and outputs off the 64-tile grid; for float formats an odd
+			// width, so rows straddle words and the K loop has a ragged end.
+			cols, n1, n2 := 4*blockOf(typ)+256, 100, 33
+			if blockOf(typ) == 1 {
+				cols = 173
+			}
+			x := r.random("x", rows*cols, 1)
+			wc1, wv1 := r.matrix("w1", n1, cols, typ)
+			wc2, wv2 := r.matrix("w2", n2, cols, typ)
+			bias := r.random("bias", n2, 1)
+			y1, y2 := r.zeros("y1", rows*n1), r.zeros("y2", rows*n2)
+			r.cs.MatMul(x.c, rows, gpu.Proj{W: wc1, Dst: y1.c}, gpu.Proj{W: wc2, Dst: y2.c, Bias: bias.c})
+			r.vs.MatMul(x.v, rows, gpu.Proj{W: wv1, Dst: y1.v}, gpu.Proj{W: wv2, Dst: y2.v, Bias: bias.v})
+			c, v := r.read(y1)
+			requireClose(t, v, c, tolSum, "first projection")
+			c, v = r.read(y2)
+			requireClose(t, v, c, tolSum, "second projection, with bias")
+		})
+	}
+}
+
+func TestEmbedDecodesEveryFormatExactly(t *testing.T) {
+	for _, typ := range weightTypes {
+		t.Run(typ.String(), func(t *testing.T) {
+			r := newRig(t, 2)
+			cols := 2 * blockOf(typ)
+			if cols == 2 {
+				cols = 77
+			}
+			tc, tv := r.matrix("token_embd", 50, cols, typ)
+			ids := []int32{3, 0, 49, 3, 17}
+			d := r.zeros("x", len(ids)*cols)
+			r.cs.Embed(d.c, tc, ids)
+			r.vs.Embed(d.v, tv, ids)
+			c, v := r.read(d)
+			// Decoding is the same float arithmetic on both sides: exact.
+			require.Equal(t, c, v)
+		})
+	}
+}
+
+func TestRMSNorm(t *testing.T) {
+	r := newRig(t, 3)
+	rows, dim := 37, 300
+	x, g := r.random("x", rows*dim, 2), r.random("gain", dim, 1)
+	d := r.zeros("y", rows*dim)
+	r.cs.RMSNorm(d.c, x.c, g.c, rows, dim, 1e-5)
+	r.vs.RMSNorm(d.v, x.v, g.v, rows, dim, 1e-5)
+	c, v := r.read(d)
+	requireClose(t, v, c, tolSum, "out of place")
+	// In place, over heads, as the Q/K norm runs.
+	r.cs.RMSNorm(x.c, x.c, g.c, rows*3, dim/3, 1e-6)
+	r.vs.RMSNorm(x.v, x.v, g.v, rows*3, dim/3, 1e-6)
+	c, v = r.read(x)
+	requireClose(t, v, c, tolSum, "in place")
+}
+
+func TestRopeBothModesAndScalings(t *testing.T) {
+	cases := []model.Rope{
+		{Mode: model.RopeAdjacent, Dim: 64, Theta: 10000},
+		{Mode: model.RopeNeoX, Dim: 32, Theta: 1e6},
+		{Mode: model.RopeNeoX, Dim: 48, Theta: 1e6, Scaling: model.RopeScaling{Type: "linear", Factor: 4}},
+		{Mode: model.RopeAdjacent, Dim: 64, Theta: 1e4, Scaling: model.RopeScaling{Type: "yarn", Factor: 4, OrigContext: 4096, BetaFast: 32, BetaSlow: 1, ExtFactor: 1, AttnFactor: 1}},
+	}
+	for i, rope := range cases {
+		t.Run(fmt.Sprintf("%s/%s", rope.Mode, rope.Scaling.Type), func(t *testing.T) {
+			r := newRig(t, 4)
+			rows, heads, hd := 21, 3, 64
+			x := r.random("x", rows*heads*hd, 1)
+			pos0 := 7 * i
+			r.cs.Rope(x.c, rows, heads, hd, pos0, &rope)
+			r.vs.Rope(x.v, rows, heads, hd, pos0, &rope)
+			c, v := r.read(x)
+			// Same host table; the GPU may fuse the multiply-add: ~1 ulp.
+			requireClose(t, v, c, 1e-6, "rotated")
+		})
+	}
+}
+
+// attention builds the same random attention problem on both backends.
+func attention(r *rig, T, pos0, heads, kvHeads, hd int) (c, v *gpu.Attention, z, scores, pattern twin) {
+	keys := pos0 + T
+	q := r.random("q", T*heads*hd, 1)
+	k := r.random("k", (keys+5)*kvHeads*hd, 1) // a cache longer than the keys in use
+	vv := r.random("v", (keys+5)*kvHeads*hd, 1)
+	z = r.zeros("z", T*heads*hd)
+	scores = r.zeros("scores", heads*T*keys)
+	pattern = r.zeros("pattern", heads*T*keys)
+	mk := func(pick func(twin) gpu.Tensor) *gpu.Attention {
+		return &gpu.Attention{Q: pick(q), K: pick(k), V: pick(vv), Z: pick(z), Scores: pick(scores), Pattern: pick(pattern),
+			T: T, Pos0: pos0, Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	}
+	return mk(func(x twin) gpu.Tensor { return x.c }), mk(func(x twin) gpu.Tensor { return x.v }), z, scores, pattern
+}
+
+func TestAttentionMaterialisedAndFlash(t *testing.T) {
+	cases := []struct{ T, pos0, heads, kvHeads, hd int }{
+		{T: 12, pos0: 0, heads: 4, kvHeads: 2, hd: 64},
+		{T: 70, pos0: 0, heads: 8, kvHeads: 4, hd: 32},  // several tiles of queries and keys
+		{T: 5, pos0: 66, heads: 2, kvHeads: 1, hd: 128}, // a continued prefill over a longer cache
+		{T: 1, pos0: 9, heads: 3, kvHeads: 3, hd: 40},   // one decode step, a dim off every tile
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd), func(t *testing.T) {
+			r := newRig(t, 5)
+			ac, av, z, scores, pattern := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd)
+			keys := tc.pos0 + tc.T
+			r.cs.AttnScores(ac)
+			r.vs.AttnScores(av)
+			c, v := r.read(scores)
+			requireClose(t, v, c, tolSum, "scores (with the -inf mask)")
+			r.cs.Softmax(pattern.c, scores.c, tc.heads*tc.T, keys)
+			r.vs.Softmax(pattern.v, scores.v, tc.heads*tc.T, keys)
+			c, v = r.read(pattern)
+			requireClose(t, v, c, tolExp, "pattern")
+			require.Equal(t, slices.Index(c, 0), slices.Index(v, 0), "masked entries are exactly 0")
+			r.cs.AttnMix(ac)
+			r.vs.AttnMix(av)
+			zc, zv := r.read(z)
+			requireClose(t, zv, zc, tolExp, "z from the pattern")
+
+			r.vs.Edit(z.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: z.v.Len(), Scalar: 7})
+			r.vs.FlashAttention(av)
+			_, zf := r.read(z)
+			requireClose(t, zf, zc, tolExp, "z from flash attention")
+		})
+	}
+}
+
+func TestSoftmaxOfLongRows(t *testing.T) {
+	r := newRig(t, 6)
+	rows, n := 3, 5000
+	x := r.random("x", rows*n, 4)
+	d := r.zeros("p", rows*n)
+	r.cs.Softmax(d.c, x.c, rows, n)
+	r.vs.Softmax(d.v, x.v, rows, n)
+	c, v := r.read(d)
+	requireClose(t, v, c, tolExp, "softmax")
+}
+
+func TestElementwise(t *testing.T) {
+	r := newRig(t, 7)
+	n := 3000
+	a, b, up := r.random("a", n, 1), r.random("b", n, 1), r.random("up", n, 1)
+	r.cs.Add(a.c, b.c, n-1)
+	r.vs.Add(a.v, b.v, n-1)
+	c, v := r.read(a)
+	require.Equal(t, c, v, "add is exact")
+	r.cs.SwiGLU(b.c, b.c, up.c, n)
+	r.vs.SwiGLU(b.v, b.v, up.v, n)
+	c, v = r.read(b)
+	requireClose(t, v, c, tolExp, "swiglu in place")
+	r.cs.Copy(up.c, 10, a.c, 100, 500)
+	r.vs.Copy(up.v, 10, a.v, 100, 500)
+	c, v = r.read(up)
+	require.Equal(t, c, v, "copy is exact")
+}
+
+func TestEditEveryOp(t *testing.T) {
+	r := newRig(t, 8)
+	rows, cols := 12, 96
+	src := r.random("src", 2*cols, 1)
+	edits := []gpu.Edit{
+		{Op: gpu.EditFill, Off: 32, Rows: rows, Cols: 32, Stride: cols, Scalar: 0},
+		{Op: gpu.EditScale, Off: 0, Rows: 1, Cols: rows * cols, Scalar: -1.5},
+		{Op: gpu.EditSet, Off: 5 * cols, Rows: 1, Cols: cols, Src: nil, SrcOff: cols},
+		{Op: gpu.EditAdd, Off: 0, Rows: rows, Cols: cols, Stride: cols, Scalar: 0.25},
+		{Op: gpu.EditMean, Off: 64, Rows: rows, Cols: 32, Stride: cols},
+	}
+	for _, e := range edits {
+		x := r.random("x", rows*cols, 1)
+		ec, ev := e, e
+		if e.Op == gpu.EditSet || e.Op == gpu.EditAdd {
+			ec.Src, ev.Src = src.c, src.v
+		}
+		r.cs.Edit(x.c, ec)
+		r.vs.Edit(x.v, ev)
+		c, v := r.read(x)
+		// The GPU may fuse x + s*src into one rounding, and sums the mean
+		// in compensated float32 where the CPU uses float64: 1 ulp either way.
+		requireClose(t, v, c, 1e-6, fmt.Sprintf("edit op %d", e.Op))
+	}
+}
+
+func TestArgmaxTakesFirstOfTies(t *testing.T) {
+	r := newRig(t, 9)
+	rows, n := 4, 1000
+	vals := r.values(rows*n, 1)
+	vals[2*n+10], vals[2*n+500] = 9, 9 // a tie: the first wins
+	negInf := float32(math.Inf(-1))
+	for i := range n {
+		vals[3*n+i] = negInf // all -inf: index 0, as the CPU backend says
+	}
+	x, d := r.tensor("logits", vals), r.zeros("ids", rows)
+	r.cs.Argmax(d.c, x.c, rows, n)
+	r.vs.Argmax(d.v, x.v, rows, n)
+	c, v := r.read(d)
+	require.Equal(t, c, v)
+	require.Equal(t, float32(10), v[2])
+	require.Equal(t, float32(0), v[3])
+}
+
+func TestStreamErrorsNameTheProblem(t *testing.T) {
+	b := backend(t)
+	s := b.NewStream()
+	x, err := s.Alloc("x", 10)
+	require.NoError(t, err)
+	s.Copy(x, 5, x, 0, 8)
+	require.ErrorContains(t, s.Sync(), "copy of 8 elements from x at 0 (of 10) to x at 5 (of 10) is out of range")
+
+	s = b.NewStream()
+	x, err = s.Alloc("x", 10)
+	require.NoError(t, err)
+	s.Add(x, x, 11)
+	require.ErrorContains(t, s.Sync(), "add needs 11 elements of x, which has 10")
+	require.ErrorContains(t, s.Sync(), "add needs", "the first error stays")
+
+	s = b.NewStream()
+	x, err = s.Alloc("x", 10)
+	require.NoError(t, err)
+	require.ErrorContains(t, s.Read(x, 8, make([]float32, 3)), "read of 3 elements at 8 from x of 10")
+	s.Free(x)
+	s.Add(x, x, 1)
+	require.ErrorContains(t, s.Sync(), "tensor x is used after Free")
+
+	_, err = s.Alloc("huge", 1<<40)
+	require.ErrorContains(t, err, "huge needs")
+
+	w := &model.Weight{Name: "blk.0.attn_q.weight", Rows: 2, Cols: 256, Data: make([]byte, 1000)}
+	w.Format = mustFormat(t, gguf.Q4_K)
+	_, err = b.Upload(w)
+	require.ErrorContains(t, err, "tensor blk.0.attn_q.weight has type Q4_K, which has no Vulkan shader")
+	w.Format, w.Data = mustFormat(t, gguf.Q8_0), make([]byte, 500)
+	_, err = b.Upload(w)
+	require.ErrorContains(t, err, "tensor blk.0.attn_q.weight: 2 x 256 Q8_0 needs 544 bytes, the file has 500")
+}
+
+func mustFormat(t *testing.T, typ gguf.Type) *quant.Format {
+	f, err := quant.For(typ)
+	require.NoError(t, err)
+	return f
+}
+
+// TestLargeWrites stages writes bigger than a staging buffer, and more in
+// one submission than the staging bound, which submits early.
+func TestLargeWrites(t *testing.T) {
+	b := backend(t)
+	defer vulkan.SetStagingCap(vulkan.SetStagingCap(12 << 20))
+	s := b.NewStream()
+	r := newRig(t, 10)
+	var want [][]float32
+	var ts []gpu.Tensor
+	for i := range 4 {
+		data := r.values(5<<20/4+i, 1) // 5 MiB and a little more each: over a 4 MiB staging buffer
+		x, err := s.Alloc("big", len(data))
+		require.NoError(t, err)
+		s.Write(x, 0, data)
+		want, ts = append(want, data), append(ts, x)
+	}
+	for i, x := range ts {
+		got := make([]float32, x.Len())
+		require.NoError(t, s.Read(x, 0, got))
+		require.Equal(t, want[i], got)
+	}
+}
+
+// Upload reads weights from the model file's mapping: a file truncated
+// underneath it is an error, not a crash.
+func TestUploadOfTruncatedFileIsAnError(t *testing.T) {
+	b := backend(t)
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	w, err := model.Generate(model.Shapes["tiny-llama"], gguf.Q8_0, 1)
+	require.NoError(t, err)
+	require.NoError(t, w.WriteFile(path))
+	m, err := model.Open(path)
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, os.Truncate(path, 4096))
+	_, err = b.Upload(m.Blocks[1].Down)
+	require.ErrorContains(t, err, "vulkan: memory fault reading blk.1.ffn_down.weight")
+}

@@ -1,0 +1,592 @@
+package vulkan
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/vulkan/vk"
+)
+
+// stagingCap bounds the staging one submission may hold: a write past it
+// submits what was recorded first (only bulk uploads get there). A variable
+// so tests can reach it.
+var stagingCap uint64 = 256 << 20
+
+const (
+	// stagingChunk is the size of a staging buffer; larger writes get their own.
+	stagingChunk = 4 << 20
+	// setsPerPool is how many descriptor sets one pool holds.
+	setsPerPool = 512
+	// fenceTimeout bounds a wait for the device, so a hung GPU is an error.
+	fenceTimeout = 10 * time.Minute
+)
+
+// streamRes are a stream's Vulkan objects, apart from the stream so that a
+// cleanup can release them once the stream is garbage.
+type streamRes struct {
+	pool      vk.CommandPool
+	cmd       vk.CommandBuffer
+	fence     vk.Fence
+	queries   vk.QueryPool // 0 unless profiling
+	descPools []vk.DescriptorPool
+	staging   []*buffer
+	helpers   []*buffer // token ids and RoPE tables
+	deferred  []*buffer // freed while recorded work may still use them
+	sc        *scratch
+	pin       runtime.Pinner // pins sc for the stream's life
+}
+
+// scratch holds the structures recording passes to Vulkan by pointer. It is
+// pinned once, so the pointers between its fields stay valid for C.
+type scratch struct {
+	writes  [maxBindings]vk.WriteDescriptorSet
+	infos   [maxBindings]vk.DescriptorBufferInfo
+	push    [pushBytes / 4]uint32
+	set     vk.DescriptorSet
+	layout  vk.DescriptorSetLayout
+	alloc   vk.DescriptorSetAllocateInfo
+	region  vk.BufferCopy
+	barrier vk.MemoryBarrier
+	submit  vk.SubmitInfo
+	cmd     vk.CommandBuffer
+	fence   vk.Fence
+	stamps  [maxQueries]uint64
+}
+
+// destroy releases the objects; b.mu must be held.
+func (r *streamRes) destroy(b *Backend) {
+	f, d := b.f, b.device
+	for _, p := range r.descPools {
+		f.DestroyDescriptorPool(d, p, nil)
+	}
+	for _, bufs := range [][]*buffer{r.staging, r.helpers, r.deferred} {
+		for _, buf := range bufs {
+			if _, ok := b.buffers[buf]; ok {
+				b.destroyBuffer(buf)
+			}
+		}
+	}
+	if r.queries != 0 {
+		f.DestroyQueryPool(d, r.queries, nil)
+	}
+	if r.fence != 0 {
+		f.DestroyFence(d, r.fence, nil)
+	}
+	if r.pool != 0 {
+		f.DestroyCommandPool(d, r.pool, nil)
+	}
+	r.pin.Unpin()
+	delete(b.streams, r)
+}
+
+// stream records kernels into one command buffer until Sync.
+type stream struct {
+	b         *Backend
+	r         *streamRes
+	err       error
+	recording bool
+	bound     vk.Pipeline
+	// Buffer ranges read and written since the last barrier.
+	reads, writes []span
+	sets          map[setKey]vk.DescriptorSet
+	poolIdx       int // descriptor pool sets are allocated from
+	poolUsed      int
+	stageIdx      int // staging buffer being filled, and its fill
+	stageOff      uint64
+	staged        uint64
+	ids           *buffer // token ids for Embed
+	rope          *buffer // cos/sin table for Rope
+	ropeKey       ropeKey
+	prof          profile
+}
+
+type setKey struct {
+	n    int
+	bufs [maxBindings]vk.Buffer
+}
+
+// span is a byte range of a buffer a command touches.
+type span struct {
+	id     uint64
+	lo, hi uint64
+}
+
+func (a span) overlaps(b span) bool { return a.id == b.id && a.lo < b.hi && b.lo < a.hi }
+
+// use is one buffer a command reads or writes, whole unless lo < hi.
+type use struct {
+	buf    *buffer
+	write  bool
+	lo, hi uint64
+}
+
+func (b *Backend) newStream() *stream {
+	s := &stream{b: b, sets: map[setKey]vk.DescriptorSet{}}
+	r := &streamRes{sc: &scratch{}}
+	r.pin.Pin(r.sc)
+	s.r = r
+	b.mu.Lock()
+	closed := b.closed.Load()
+	if !closed {
+		b.streams[r] = struct{}{}
+	}
+	s.prof.on = b.profiling
+	b.mu.Unlock()
+	if closed {
+		r.pin.Unpin()
+		s.err = errClosed
+		return s
+	}
+	runtime.AddCleanup(s, func(r *streamRes) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if _, ok := b.streams[r]; ok && !b.closed.Load() {
+			r.destroy(b)
+		}
+	}, r)
+	if err := s.create(); err != nil {
+		s.fail(err)
+	}
+	return s
+}
+
+func (s *stream) create() error {
+	f, d, r := s.b.f, s.b.device, s.r
+	pci := vk.CommandPoolCreateInfo{SType: vk.StructureTypeCommandPoolCreateInfo, Flags: vk.CommandPoolCreateTransientBit, QueueFamilyIndex: s.b.family}
+	if err := f.CreateCommandPool(d, &pci, nil, &r.pool); err != nil {
+		return err
+	}
+	ai := vk.CommandBufferAllocateInfo{SType: vk.StructureTypeCommandBufferAllocateInfo, CommandPool: r.pool, Level: vk.CommandBufferLevelPrimary, CommandBufferCount: 1}
+	if err := f.AllocateCommandBuffers(d, &ai, &r.cmd); err != nil {
+		return err
+	}
+	fci := vk.FenceCreateInfo{SType: vk.StructureTypeFenceCreateInfo}
+	if err := f.CreateFence(d, &fci, nil, &r.fence); err != nil {
+		return err
+	}
+	if s.prof.on {
+		qci := vk.QueryPoolCreateInfo{SType: vk.StructureTypeQueryPoolCreateInfo, QueryType: vk.QueryTypeTimestamp, QueryCount: maxQueries}
+		if err := f.CreateQueryPool(d, &qci, nil, &r.queries); err != nil {
+			return err
+		}
+	}
+	sc := r.sc
+	sc.cmd, sc.fence = r.cmd, r.fence
+	sc.submit = vk.SubmitInfo{SType: vk.StructureTypeSubmitInfo, CommandBufferCount: 1, PCommandBuffers: &sc.cmd}
+	sc.alloc = vk.DescriptorSetAllocateInfo{SType: vk.StructureTypeDescriptorSetAllocateInfo, DescriptorSetCount: 1, PSetLayouts: &sc.layout}
+	for i := range sc.writes {
+		sc.writes[i] = vk.WriteDescriptorSet{SType: vk.StructureTypeWriteDescriptorSet, DstBinding: uint32(i), DescriptorCount: 1,
+			DescriptorType: vk.DescriptorTypeStorageBuffer, PBufferInfo: &sc.infos[i]}
+	}
+	sc.barrier = vk.MemoryBarrier{SType: vk.StructureTypeMemoryBarrier}
+	return nil
+}
+
+func (s *stream) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// begin starts the command buffer if needed; false when the stream has failed.
+func (s *stream) begin() bool {
+	if s.err != nil {
+		return false
+	}
+	if s.b.closed.Load() {
+		s.fail(errClosed)
+		return false
+	}
+	if s.recording {
+		return true
+	}
+	bi := vk.CommandBufferBeginInfo{SType: vk.StructureTypeCommandBufferBeginInfo, Flags: vk.CommandBufferUsageOneTimeSubmitBit}
+	if err := s.b.f.BeginCommandBuffer(s.r.cmd, &bi); err != nil {
+		s.fail(err)
+		return false
+	}
+	s.recording = true
+	s.prof.begin(s)
+	return true
+}
+
+// access inserts a barrier when a command about to be recorded touches a
+// range an earlier command wrote (or writes one an earlier command read)
+// since the last barrier, then notes the command's ranges.
+func (s *stream) access(uses ...use) {
+	need := false
+	for _, u := range uses {
+		sp := u.span()
+		for _, w := range s.writes {
+			need = need || w.overlaps(sp)
+		}
+		if u.write {
+			for _, r := range s.reads {
+				need = need || r.overlaps(sp)
+			}
+		}
+	}
+	if need {
+		s.barrier(vk.PipelineStageComputeShaderBit|vk.PipelineStageTransferBit, vk.AccessShaderWriteBit|vk.AccessTransferWriteBit,
+			vk.PipelineStageComputeShaderBit|vk.PipelineStageTransferBit, vk.AccessShaderReadBit|vk.AccessShaderWriteBit|vk.AccessTransferReadBit|vk.AccessTransferWriteBit)
+		s.reads, s.writes = s.reads[:0], s.writes[:0]
+	}
+	for _, u := range uses {
+		if u.write {
+			u.buf.version++
+			s.writes = append(s.writes, u.span())
+		} else {
+			s.reads = append(s.reads, u.span())
+		}
+	}
+}
+
+func (u use) span() span {
+	if u.lo < u.hi {
+		return span{u.buf.id, u.lo, u.hi}
+	}
+	return span{u.buf.id, 0, u.buf.size}
+}
+
+func (s *stream) barrier(srcStage vk.PipelineStageFlags, srcAccess vk.AccessFlags, dstStage vk.PipelineStageFlags, dstAccess vk.AccessFlags) {
+	sc := s.r.sc
+	sc.barrier.SrcAccessMask, sc.barrier.DstAccessMask = srcAccess, dstAccess
+	s.b.f.CmdPipelineBarrier(s.r.cmd, srcStage, dstStage, 0, 1, &sc.barrier, 0, nil, 0, nil)
+}
+
+// descriptorSet returns a set binding bufs in order, reusing one made for
+// the same buffers earlier in this command buffer.
+func (s *stream) descriptorSet(bufs []*buffer) (vk.DescriptorSet, error) {
+	key := setKey{n: len(bufs)}
+	for i, b := range bufs {
+		key.bufs[i] = b.handle
+	}
+	if set, ok := s.sets[key]; ok {
+		return set, nil
+	}
+	f, d, sc := s.b.f, s.b.device, s.r.sc
+	if len(s.r.descPools) == 0 || s.poolUsed == setsPerPool {
+		if s.poolUsed == setsPerPool {
+			s.poolIdx++
+		}
+		s.poolUsed = 0
+		if s.poolIdx == len(s.r.descPools) {
+			size := &vk.DescriptorPoolSize{Type: vk.DescriptorTypeStorageBuffer, DescriptorCount: setsPerPool * maxBindings}
+			var p runtime.Pinner
+			p.Pin(size)
+			dci := vk.DescriptorPoolCreateInfo{SType: vk.StructureTypeDescriptorPoolCreateInfo, MaxSets: setsPerPool, PoolSizeCount: 1, PPoolSizes: size}
+			var pool vk.DescriptorPool
+			err := f.CreateDescriptorPool(d, &dci, nil, &pool)
+			p.Unpin()
+			if err != nil {
+				return 0, err
+			}
+			s.r.descPools = append(s.r.descPools, pool)
+		}
+	}
+	sc.layout = s.b.setLayouts[len(bufs)]
+	sc.alloc.DescriptorPool = s.r.descPools[s.poolIdx]
+	if err := f.AllocateDescriptorSets(d, &sc.alloc, &sc.set); err != nil {
+		return 0, err
+	}
+	s.poolUsed++
+	for i, b := range bufs {
+		sc.infos[i] = vk.DescriptorBufferInfo{Buffer: b.handle, Range: vk.DeviceSize(vk.WholeSize)}
+		sc.writes[i].DstSet = sc.set
+	}
+	f.UpdateDescriptorSets(d, uint32(len(bufs)), &sc.writes[0], 0, nil)
+	s.sets[key] = sc.set
+	return sc.set, nil
+}
+
+// dispatch records one kernel: name is a shader variant, uses its storage
+// buffers in binding order, push its push constants.
+func (s *stream) dispatch(name string, spec []uint32, uses []use, push []uint32, x, y, z uint32) {
+	if !s.begin() {
+		return
+	}
+	if x == 0 || y == 0 || z == 0 {
+		return
+	}
+	limits := &s.b.phys.props.Limits
+	if x > limits.MaxComputeWorkGroupCount[0] || y > limits.MaxComputeWorkGroupCount[1] || z > limits.MaxComputeWorkGroupCount[2] {
+		s.fail(fmt.Errorf("vulkan: %s needs %d x %d x %d workgroups, over the device's %v", name, x, y, z, limits.MaxComputeWorkGroupCount))
+		return
+	}
+	p, err := s.b.pipeline(name, len(uses), spec...)
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	s.access(uses...)
+	var bufs [maxBindings]*buffer
+	for i, u := range uses {
+		bufs[i] = u.buf
+	}
+	set, err := s.descriptorSet(bufs[:len(uses)])
+	if err != nil {
+		s.fail(fmt.Errorf("vulkan: descriptor set for %s: %w", name, err))
+		return
+	}
+	f, cmd, sc := s.b.f, s.r.cmd, s.r.sc
+	if s.bound != p.handle {
+		f.CmdBindPipeline(cmd, vk.PipelineBindPointCompute, p.handle)
+		s.bound = p.handle
+	}
+	sc.set = set
+	f.CmdBindDescriptorSets(cmd, vk.PipelineBindPointCompute, p.layout, 0, 1, &sc.set, 0, nil)
+	copy(sc.push[:], push)
+	f.CmdPushConstants(cmd, p.layout, vk.ShaderStageComputeBit, 0, uint32(4*len(push)), unsafe.Pointer(&sc.push[0]))
+	f.CmdDispatch(cmd, x, y, z)
+	s.prof.stamp(s, name)
+}
+
+// copyBuffer records a device copy of n bytes.
+func (s *stream) copyBuffer(dst *buffer, dstOff uint64, src *buffer, srcOff, n uint64) {
+	if n == 0 || !s.begin() {
+		return
+	}
+	s.access(use{buf: src, lo: srcOff, hi: srcOff + n}, use{buf: dst, write: true, lo: dstOff, hi: dstOff + n})
+	sc := s.r.sc
+	sc.region = vk.BufferCopy{SrcOffset: vk.DeviceSize(srcOff), DstOffset: vk.DeviceSize(dstOff), Size: vk.DeviceSize(n)}
+	s.b.f.CmdCopyBuffer(s.r.cmd, src.handle, dst.handle, 1, &sc.region)
+	s.prof.stamp(s, "copy")
+}
+
+// stage returns room for n bytes of host data in a staging buffer.
+func (s *stream) stage(n uint64) (*buffer, uint64, error) {
+	if s.staged+n > stagingCap && s.staged > 0 {
+		if err := s.Sync(); err != nil {
+			return nil, 0, err
+		}
+	}
+	for {
+		if s.stageIdx == len(s.r.staging) {
+			buf, err := s.b.newBuffer(max(n, stagingChunk), upload)
+			if err != nil {
+				return nil, 0, err
+			}
+			s.r.staging = append(s.r.staging, buf)
+		}
+		buf := s.r.staging[s.stageIdx]
+		off := (s.stageOff + 15) &^ 15
+		if off+n <= buf.size {
+			s.stageOff = off + n
+			s.staged += n
+			return buf, off, nil
+		}
+		s.stageIdx++
+		s.stageOff = 0
+	}
+}
+
+// writeBytes records a copy of host data into dst at byte offset off.
+func (s *stream) writeBytes(dst *buffer, off uint64, data []byte) {
+	for len(data) > 0 && s.begin() {
+		n := min(uint64(len(data)), stagingCap)
+		buf, at, err := s.stage(n)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		if !s.begin() { // stage may have submitted what was recorded
+			return
+		}
+		copy(buf.bytes()[at:at+n], data[:n])
+		s.copyBuffer(dst, off, buf, at, n)
+		data, off = data[n:], off+n
+	}
+}
+
+// Sync submits what was recorded, waits for it, and returns the stream's
+// first error (recording errors are kept until then).
+func (s *stream) Sync() error {
+	if s.recording {
+		s.submit()
+	}
+	if err := s.b.validationErrors(); err != nil {
+		s.fail(err)
+	}
+	return s.err
+}
+
+func (s *stream) submit() {
+	if s.b.closed.Load() { // Close destroyed the command buffer
+		s.fail(errClosed)
+		s.recording = false
+		return
+	}
+	f, d, r := s.b.f, s.b.device, s.r
+	ok := s.err == nil
+	if ok {
+		// Make device writes visible to the host that reads mapped memory next.
+		s.barrier(vk.PipelineStageComputeShaderBit|vk.PipelineStageTransferBit, vk.AccessShaderWriteBit|vk.AccessTransferWriteBit,
+			vk.PipelineStageHostBit, vk.AccessHostReadBit)
+	}
+	if err := f.EndCommandBuffer(r.cmd); err != nil {
+		s.fail(err)
+		ok = false
+	}
+	if ok {
+		s.b.queueMu.Lock()
+		err := f.QueueSubmit(s.b.queue, 1, &r.sc.submit, r.fence)
+		s.b.queueMu.Unlock()
+		if err != nil {
+			s.fail(err)
+			ok = false
+		}
+	}
+	if ok {
+		res, err := f.WaitForFences(d, 1, &r.sc.fence, 1, uint64(fenceTimeout.Nanoseconds()))
+		if err == nil && res == vk.Timeout {
+			err = fmt.Errorf("vulkan: vkWaitForFences: the device did not finish within %v", fenceTimeout)
+		}
+		if err != nil {
+			// The work may still run: keep its resources and give up on the stream.
+			s.fail(err)
+			return
+		}
+		if err := f.ResetFences(d, 1, &r.sc.fence); err != nil {
+			s.fail(err)
+		}
+		s.prof.collect(s)
+	}
+	if err := f.ResetCommandPool(d, r.pool, 0); err != nil {
+		s.fail(err)
+	}
+	for _, p := range r.descPools {
+		if err := f.ResetDescriptorPool(d, p, 0); err != nil {
+			s.fail(err)
+		}
+	}
+	clear(s.sets)
+	s.poolIdx, s.poolUsed = 0, 0
+	s.recording, s.bound = false, 0
+	s.reads, s.writes = s.reads[:0], s.writes[:0]
+	// Keep one staging buffer for the next submission; release bulk ones.
+	for _, buf := range r.staging[min(1, len(r.staging)):] {
+		s.b.freeBuffer(buf)
+	}
+	r.staging = r.staging[:min(1, len(r.staging))]
+	s.stageIdx, s.stageOff, s.staged = 0, 0, 0
+	for _, buf := range r.deferred {
+		s.b.freeBuffer(buf)
+	}
+	r.deferred = r.deferred[:0]
+}
+
+// tensor is a float32 buffer in device memory, with a host-visible mirror
+// made on first read and refreshed only when the tensor has been written since.
+type tensor struct {
+	name          string
+	n             int
+	buf           *buffer
+	mirror        *buffer
+	mirrorVersion uint64
+	freed         bool
+}
+
+func (t *tensor) Len() int { return t.n }
+
+// tensorOf unwraps a gpu.Tensor of this backend; anything else fails the stream.
+func (s *stream) tensorOf(t gpu.Tensor) *tensor {
+	x, ok := t.(*tensor)
+	switch {
+	case !ok:
+		s.fail(fmt.Errorf("vulkan: a %T is not a tensor of the Vulkan backend", t))
+		return nil
+	case x.freed:
+		s.fail(fmt.Errorf("vulkan: tensor %s is used after Free", x.name))
+		return nil
+	}
+	return x
+}
+
+func (s *stream) Alloc(name string, n int) (gpu.Tensor, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("vulkan: allocating %s: negative size %d", name, n)
+	}
+	if err := s.b.checkRange(name, 4*uint64(n)); err != nil {
+		return nil, err
+	}
+	buf, err := s.b.newBuffer(4*uint64(n), deviceLocal)
+	if err != nil {
+		return nil, fmt.Errorf("vulkan: allocating %s (%d floats): %w", name, n, err)
+	}
+	t := &tensor{name: name, n: n, buf: buf}
+	if !s.begin() {
+		s.b.freeBuffer(buf)
+		return nil, s.err
+	}
+	s.access(use{buf: buf, write: true})
+	s.b.f.CmdFillBuffer(s.r.cmd, buf.handle, 0, vk.DeviceSize(vk.WholeSize), 0)
+	s.prof.stamp(s, "fill")
+	return t, nil
+}
+
+func (s *stream) Free(x gpu.Tensor) {
+	t, ok := x.(*tensor)
+	if !ok || t.freed {
+		return
+	}
+	t.freed = true
+	for _, buf := range []*buffer{t.buf, t.mirror} {
+		switch {
+		case buf == nil:
+		case s.recording:
+			s.r.deferred = append(s.r.deferred, buf)
+		default:
+			s.b.freeBuffer(buf)
+		}
+	}
+}
+
+func (s *stream) Write(dst gpu.Tensor, off int, src []float32) {
+	t := s.tensorOf(dst)
+	if t == nil {
+		return
+	}
+	if off < 0 || off+len(src) > t.n {
+		s.fail(fmt.Errorf("vulkan: write of %d elements at %d into %s of %d", len(src), off, t.name, t.n))
+		return
+	}
+	if len(src) == 0 {
+		return
+	}
+	s.writeBytes(t.buf, 4*uint64(off), unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
+}
+
+func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
+	t := s.tensorOf(src)
+	if t == nil {
+		return s.err
+	}
+	if off < 0 || off+len(dst) > t.n {
+		return fmt.Errorf("vulkan: read of %d elements at %d from %s of %d", len(dst), off, t.name, t.n)
+	}
+	if err := s.Sync(); err != nil {
+		return err
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if t.mirror == nil || t.mirrorVersion != t.buf.version {
+		if t.mirror == nil {
+			m, err := s.b.newBuffer(t.buf.size, readback)
+			if err != nil {
+				return fmt.Errorf("vulkan: reading %s: %w", t.name, err)
+			}
+			t.mirror = m
+		}
+		s.copyBuffer(t.mirror, 0, t.buf, 0, t.buf.size)
+		if err := s.Sync(); err != nil {
+			return err
+		}
+		t.mirrorVersion = t.buf.version
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), t.mirror.bytes()[4*off:])
+	return nil
+}
