@@ -1,0 +1,18 @@
+// Picks the weight format named by the variant's define.
+#if defined(FMT_F32)
+#include "f32.glsl"
+#elif defined(FMT_F16)
+#include "f16.glsl"
+#elif defined(FMT_BF16)
+#include "bf16.glsl"
+#elif defined(FMT_Q8_0)
+#include "q8_0.glsl"
+#elif defined(FMT_Q4_0)
+#include "q4_0.glsl"
+#elif defined(FMT_Q1_0)
+#include "q1_0.glsl"
+#elif defined(FMT_TQ2_0)
+#include "tq2_0.glsl"
+#else
+#error "no weight format defined"
+#endif

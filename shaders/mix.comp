@@ -1,0 +1,45 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Z[i][h][d] = sum_{j <= pos0+i} P[h][i][j] V[j][h/group][d].
+// One 64x64 tile of (query, dim) per workgroup; heads along z.
+layout(local_size_x = 256) in;
+
+layout(push_constant) uniform Push {
+    uint T, keys, heads, kvHeads, hd, pos0;
+} pc;
+
+layout(std430, binding = 0) readonly buffer P { float p[]; };
+layout(std430, binding = 1) readonly buffer V { float vc[]; };
+layout(std430, binding = 2) writeonly buffer Z { float z[]; };
+
+uint h, kvh;
+
+float tileA(uint m, uint k) {
+    return m < pc.T && k < pc.keys && k <= pc.pos0 + m ? p[(h * pc.T + m) * pc.keys + k] : 0.0;
+}
+
+void tileB8(uint n, uint k, out float v[8]) {
+    for (uint i = 0; i < 8; i++) {
+        v[i] = n < pc.hd && k + i < pc.keys ? vc[((k + i) * pc.kvHeads + kvh) * pc.hd + n] : 0.0;
+    }
+}
+
+#include "tile.glsl"
+
+void main() {
+    h = gl_WorkGroupID.z;
+    kvh = h / (pc.heads / pc.kvHeads);
+    uint n0 = gl_WorkGroupID.x * BN, m0 = gl_WorkGroupID.y * BM;
+    vec4 acc[4] = vec4[4](vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0));
+    // Keys past the tile's last query are masked for every row of it.
+    gemmTile(m0, n0, min(pc.keys, pc.pos0 + m0 + BM), acc);
+    for (uint i = 0; i < 4; i++) {
+        uint m = m0 + tileRow(i);
+        for (uint j = 0; j < 4; j++) {
+            uint n = n0 + tileCol(j);
+            if (m < pc.T && n < pc.hd) {
+                z[(m * pc.heads + h) * pc.hd + n] = acc[i][j];
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+// Package shaders holds the Vulkan backend's GLSL 4.50 compute kernels and
+// their SPIR-V, built by glslangValidator, committed and embedded.
+// `go generate ./shaders/...` rebuilds every variant; a test fails when the
+// committed SPIR-V no longer matches the sources.
+package shaders
+
+//go:generate go run ./internal/build
+
+import (
+	"embed"
+	"encoding/binary"
+	"fmt"
+)
+
+//go:embed spv/*.spv
+var spv embed.FS
+
+// Variant is one SPIR-V module: a source compiled with some defines.
+type Variant struct {
+	Name    string
+	Source  string
+	Defines []string
+}
+
+// formats names each weight format's define and variant suffix.
+var formats = []struct{ suffix, define string }{
+	{"f32", "FMT_F32"}, {"f16", "FMT_F16"}, {"bf16", "FMT_BF16"}, {"q8_0", "FMT_Q8_0"},
+	{"q4_0", "FMT_Q4_0"}, {"q1_0", "FMT_Q1_0"}, {"tq2_0", "FMT_TQ2_0"},
+}
+
+// Variants lists every module, in build order.
+var Variants = func() []Variant {
+	var vs []Variant
+	for _, f := range formats {
+		vs = append(vs,
+			Variant{Name: "matmul_" + f.suffix, Source: "matmul.comp", Defines: []string{f.define}},
+			Variant{Name: "matvec_" + f.suffix, Source: "matvec.comp", Defines: []string{f.define}},
+			Variant{Name: "matvec_" + f.suffix + "_sg", Source: "matvec.comp", Defines: []string{f.define, "USE_SUBGROUP"}},
+			Variant{Name: "embed_" + f.suffix, Source: "embed.comp", Defines: []string{f.define}})
+	}
+	for _, src := range []string{"rmsnorm", "rope", "scores", "softmax", "mix", "flash", "add", "swiglu", "edit", "edit_mean", "argmax"} {
+		vs = append(vs, Variant{Name: src, Source: src + ".comp"})
+	}
+	return vs
+}()
+
+// SPIRV returns the named module as 32-bit words, as vkCreateShaderModule
+// wants them (an embedded []byte is not guaranteed 4-byte aligned).
+func SPIRV(name string) ([]uint32, error) {
+	b, err := spv.ReadFile("spv/" + name + ".spv")
+	if err != nil {
+		return nil, fmt.Errorf("shaders: no SPIR-V module %q", name)
+	}
+	if len(b)%4 != 0 || len(b) < 20 || binary.LittleEndian.Uint32(b) != 0x07230203 {
+		return nil, fmt.Errorf("shaders: %s.spv is not SPIR-V", name)
+	}
+	words := make([]uint32, len(b)/4)
+	for i := range words {
+		words[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return words, nil
+}
