@@ -41,6 +41,9 @@ type Stream interface {
 	Write(dst Tensor, off int, src []float32)
 	// Read copies from src at off into dst; it syncs first.
 	Read(src Tensor, off int, dst []float32) error
+	// Download asks for tensors to come back to the host with the next
+	// Sync, so that reading many tensors costs one submission, not one each.
+	Download(ts ...Tensor)
 	// Sync submits what was recorded and waits for it.
 	Sync() error
 

@@ -150,6 +150,9 @@ func (s *Session) Close() {
 	s.cacheK, s.cacheV = nil, nil
 }
 
+// Engine is the engine the session runs on.
+func (s *Session) Engine() *Engine { return s.e }
+
 // Pos is the position the next prefill starts at.
 func (s *Session) Pos() int { return s.pos }
 
@@ -180,7 +183,7 @@ func (s *Session) Prefill(ctx context.Context, tokens []int32, o Options) (*trac
 // Estimate is the memory a prefill needs beyond the resident weights, in bytes.
 type Estimate struct {
 	Scratch int64 // activations, scores and logits of this prefill
-	Capture int64 // the trace arena
+	Capture int64 // the captured tensors
 	Cache   int64 // the session's KV cache
 }
 
@@ -193,23 +196,23 @@ func EstimateMemory(c *model.Config, t, pos0, capacity int, o Options) Estimate 
 	l := newLayout(c, t, pos0, o)
 	var est Estimate
 	est.Scratch = 4 * int64(l.scratchElements(c))
-	est.Capture = 4 * int64(l.arenaElements)
+	est.Capture = 4 * int64(l.captureElements)
 	est.Cache = 4 * 2 * int64(c.Layers) * int64(capacity) * int64(c.KVDim())
 	return est
 }
 
-// layout is where one prefill's tensors live: the sizes of its scratch and
-// the capture arena's slots.
+// layout is the plan of one prefill's memory: the sizes of its scratch and
+// the captured points' shapes. Each captured point gets a device tensor of
+// its own, so no single buffer has to hold a whole trace.
 type layout struct {
 	t, pos0, keys, logitRows int
 	materialize              []bool // per layer: scores and pattern needed
 	slots                    map[string]slot
 	order                    []string
-	arenaElements            int
+	captureElements          int
 }
 
 type slot struct {
-	off   int
 	shape []int
 }
 
@@ -238,9 +241,9 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		if elements(shape) == 0 {
 			continue
 		}
-		l.slots[name] = slot{off: l.arenaElements, shape: shape}
+		l.slots[name] = slot{shape: shape}
 		l.order = append(l.order, name)
-		l.arenaElements += elements(shape)
+		l.captureElements += elements(shape)
 	}
 	return l
 }
@@ -297,7 +300,7 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	if budget == 0 {
 		budget = DefaultBudget
 	}
-	if need := 4 * int64(l.arenaElements); need > budget {
+	if need := 4 * int64(l.captureElements); need > budget {
 		return nil, fmt.Errorf("engine: capture needs %s for %d points at T=%d, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget)",
 			bytesString(need), len(l.order), len(tokens), bytesString(budget))
 	}

@@ -21,18 +21,19 @@ type Run struct {
 	l      *layout
 	tokens []int32
 
-	x, h, q, k, v, z      Tensor
-	attnOut, mlpOut       Tensor
-	gate, up              Tensor
-	scores, pattern       Tensor
-	logits, argmax, arena Tensor
-	owned                 []Tensor
-	next                  func() (string, bool)
-	stop                  func()
-	point                 string // the last point reached
-	done                  bool
-	err                   error
-	hostScratch           []float32
+	x, h, q, k, v, z Tensor
+	attnOut, mlpOut  Tensor
+	gate, up         Tensor
+	scores, pattern  Tensor
+	logits, argmax   Tensor
+	captures         map[string]Tensor
+	owned            []Tensor
+	next             func() (string, bool)
+	stop             func()
+	point            string // the last point reached
+	done             bool
+	err              error
+	hostScratch      []float32
 }
 
 // Start prepares a prefill of tokens at the session's position and stops
@@ -77,7 +78,10 @@ func (s *Session) Start(ctx context.Context, tokens []int32, o Options) (*Run, e
 			r.argmax = alloc("argmax", l.logitRows)
 		}
 	}
-	r.arena = alloc("capture arena", l.arenaElements)
+	r.captures = make(map[string]Tensor, len(l.order))
+	for _, name := range l.order {
+		r.captures[name] = alloc(name, elements(l.slots[name].shape))
+	}
 	if err != nil {
 		r.release()
 		return nil, fmt.Errorf("engine: prefill of %d tokens: %w", t, err)
@@ -99,7 +103,7 @@ func (r *Run) at(name string, x Tensor, off int, yield func(string) bool) bool {
 		}
 	}
 	if s, ok := r.l.slots[name]; ok {
-		r.st.Copy(r.arena, s.off, x, off, elements(s.shape))
+		r.st.Copy(r.captures[name], 0, x, off, elements(s.shape))
 	}
 	return yield(name)
 }
@@ -163,6 +167,16 @@ func (r *Run) RunTo(name string) error {
 
 // Trace reads what has been captured so far.
 func (r *Run) Trace() (*trace.Trace, error) {
+	var reached []Tensor
+	for _, name := range r.l.order {
+		if r.reached(name) {
+			reached = append(reached, r.captures[name])
+		}
+	}
+	if r.done && r.err == nil {
+		reached = append(reached, r.logits, r.argmax)
+	}
+	r.st.Download(slices.DeleteFunc(reached, func(t Tensor) bool { return t == nil })...)
 	if err := r.st.Sync(); err != nil {
 		return nil, err
 	}
@@ -173,7 +187,7 @@ func (r *Run) Trace() (*trace.Trace, error) {
 			continue
 		}
 		x := &trace.Tensor{Shape: s.shape, Data: make([]float32, elements(s.shape))}
-		if err := r.st.Read(r.arena, s.off, x.Data); err != nil {
+		if err := r.st.Read(r.captures[name], 0, x.Data); err != nil {
 			return nil, err
 		}
 		tr.Put(name, x)

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what Strata's tests and notebooks need on Debian: Jupyter from
 # Debian packages, GoNB with goimports and gopls, Mesa's lavapipe Vulkan
-# driver, glslang-tools, numpy (to check traces load in Python) and Chromium
-# (to check the HTML report renders). Safe to run again: it skips what is there.
+# driver with the validation layer and the registry headers (the generated
+# bindings are checked against them), glslang-tools, numpy (to check traces
+# load in Python) and Chromium (to check the HTML report renders). Safe to
+# run again: it skips what is there.
 set -euo pipefail
 
 packages=(
 	jupyter-notebook jupyter-nbconvert python3-nbclient python3-ipykernel jupyter-client
-	mesa-vulkan-drivers libvulkan1 vulkan-tools glslang-tools
+	mesa-vulkan-drivers libvulkan1 libvulkan-dev vulkan-validationlayers vulkan-tools glslang-tools
 	python3-numpy chromium
 )
 missing=()

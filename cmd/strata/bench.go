@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/backends"
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/gpu/vulkan"
 	"github.com/stratalab/strata/model"
 )
 
@@ -28,6 +30,51 @@ type benchRow struct {
 	MedianMS float64 `json:"median_ms"`
 	TokS     float64 `json:"tok_s"`
 	Runs     int     `json:"runs"`
+	// Stages is device time per kind of kernel in one more, profiled run
+	// (GPU timestamp queries), in milliseconds.
+	Stages map[string]float64 `json:"stages_ms,omitempty"`
+}
+
+// profiler is a backend that times its kernels on the device.
+type profiler interface {
+	SetProfiling(on bool) error
+	StageTimes() []vulkan.StageTime
+}
+
+// stageTimes runs one profiled prefill and sums device time by stage; nil
+// for backends without timestamps.
+func stageTimes(ctx context.Context, b gpu.Backend, s *gpu.Session, tokens []int32, o gpu.Options) (map[string]float64, error) {
+	p, ok := b.(profiler)
+	if !ok || p.SetProfiling(true) != nil {
+		return nil, nil
+	}
+	defer p.SetProfiling(false)
+	p.StageTimes()
+	// Profiling applies to streams made after it is turned on.
+	ps, err := s.Engine().NewSession(s.Capacity())
+	if err != nil {
+		return nil, err
+	}
+	defer ps.Close()
+	if _, err := ps.Prefill(ctx, tokens, o); err != nil {
+		return nil, err
+	}
+	stages := map[string]float64{}
+	for _, st := range p.StageTimes() {
+		stages[st.Stage] += float64(st.Time.Microseconds()) / 1e3
+	}
+	return stages, nil
+}
+
+func stageSummary(stages map[string]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(stages)) {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, stages[k]))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "device ms: " + strings.Join(parts, ", ")
 }
 
 func cmdBench(ctx context.Context, args []string, out io.Writer) error {
@@ -90,8 +137,11 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 				return err
 			}
 			row := benchRow{Model: name, Type: typ, Backend: b.Name(), T: t, Capture: capture, MedianMS: ms, TokS: float64(t) / ms * 1e3, Runs: *iters}
+			if row.Stages, err = stageTimes(ctx, b, s, tokens, o); err != nil {
+				return err
+			}
 			rows = append(rows, row)
-			fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %10.2f %10.1f\n", row.Model, row.Type, row.Backend, row.T, row.Capture, row.MedianMS, row.TokS)
+			fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %10.2f %10.1f  %s\n", row.Model, row.Type, row.Backend, row.T, row.Capture, row.MedianMS, row.TokS, stageSummary(row.Stages))
 		}
 	}
 	if *jsonOut != "" {

@@ -7,21 +7,48 @@ import (
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/vulkan"
 )
 
 // Names lists the backends Open accepts.
-var Names = []string{"auto", "cpu"}
+var Names = []string{"auto", "cpu", "vulkan"}
 
-// Open returns the named backend. "auto" picks the best available one; the
-// note says which it chose and why, for the user to see.
+// Open returns the named backend. "auto" takes a Vulkan GPU when there is
+// one and the CPU backend otherwise: a CPU Vulkan driver such as lavapipe
+// is slower than the CPU backend, so auto passes it by. The note says which
+// backend was chosen and why, for the user to see.
 func Open(name string) (b gpu.Backend, note string, err error) {
 	switch name {
 	case "", "auto":
-		b = cpu.New(0)
-		return b, fmt.Sprintf("using %s: no GPU backend is built into this version", b.Name()), nil
+		return auto()
 	case "cpu":
 		b = cpu.New(0)
 		return b, "using " + b.Name(), nil
+	case "vulkan":
+		v, err := vulkan.Open(vulkan.Options{})
+		if err != nil {
+			return nil, "", err
+		}
+		return v, "using " + v.Name(), nil
 	}
 	return nil, "", fmt.Errorf("unknown backend %q (choose from %v)", name, Names)
+}
+
+func auto() (gpu.Backend, string, error) {
+	fallback := cpu.New(0)
+	devices, err := vulkan.Devices()
+	if err != nil {
+		return fallback, fmt.Sprintf("using %s: no Vulkan GPU (%v)", fallback.Name(), err), nil
+	}
+	for _, d := range devices {
+		if d.Type == "cpu" {
+			continue
+		}
+		v, err := vulkan.Open(vulkan.Options{})
+		if err != nil {
+			return fallback, fmt.Sprintf("using %s: Vulkan device %s did not open (%v)", fallback.Name(), d.Name, err), nil
+		}
+		return v, "using " + v.Name(), nil
+	}
+	return fallback, fmt.Sprintf("using %s: Vulkan finds only CPU devices (%d), slower than the CPU backend", fallback.Name(), len(devices)), nil
 }

@@ -98,6 +98,9 @@ func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
 
 func (s *stream) Sync() error { return s.err }
 
+// Download has nothing to do: CPU tensors are host memory.
+func (s *stream) Download(...gpu.Tensor) {}
+
 func (s *stream) fail(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -67,6 +67,8 @@ func TestProfilingTimesEveryKernel(t *testing.T) {
 	require.Equal(t, m.Layers, times["flash"].Count)
 	require.Equal(t, 4*m.Layers+1, times["rmsnorm"].Count, "two norms and the Q/K norms per layer, and the final one")
 	require.Positive(t, times["matmul_q1_0"].Time)
+	require.Equal(t, "gemm", times["matmul_q1_0"].Stage)
+	require.Equal(t, "attention", times["flash"].Stage)
 	require.Empty(t, b.StageTimes(), "reading resets the totals")
 }
 

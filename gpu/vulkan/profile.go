@@ -3,6 +3,7 @@ package vulkan
 import (
 	"errors"
 	"slices"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -17,8 +18,24 @@ const maxQueries = 4096
 // barrier between them overlap, so times are attributed approximately.
 type StageTime struct {
 	Name  string // shader variant, or "copy" or "fill"
+	Stage string // "gemm", "attention", "norm", "copy" or "other"
 	Count int
 	Time  time.Duration
+}
+
+// stageOf groups commands into the stages a benchmark reports.
+func stageOf(name string) string {
+	switch {
+	case strings.HasPrefix(name, "matmul_"), strings.HasPrefix(name, "matvec_"):
+		return "gemm"
+	case name == "scores", name == "softmax", name == "mix", name == "flash":
+		return "attention"
+	case name == "rmsnorm":
+		return "norm"
+	case name == "copy", name == "fill":
+		return "copy"
+	}
+	return "other"
 }
 
 // profile writes a timestamp at the start of a command buffer and after
@@ -89,7 +106,7 @@ func (p *profile) collect(s *stream) {
 	for i, name := range p.names {
 		st := b.stageTimes[name]
 		if st == nil {
-			st = &StageTime{Name: name}
+			st = &StageTime{Name: name, Stage: stageOf(name)}
 			b.stageTimes[name] = st
 		}
 		st.Count++

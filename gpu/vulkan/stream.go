@@ -466,11 +466,15 @@ func (s *stream) submit() {
 	s.poolIdx, s.poolUsed = 0, 0
 	s.recording, s.bound = false, 0
 	s.reads, s.writes = s.reads[:0], s.writes[:0]
-	// Keep one staging buffer for the next submission; release bulk ones.
-	for _, buf := range r.staging[min(1, len(r.staging)):] {
+	// Keep one ordinary staging buffer for the next submission; release the rest.
+	keep := 0
+	if len(r.staging) > 0 && r.staging[0].size == stagingChunk {
+		keep = 1
+	}
+	for _, buf := range r.staging[keep:] {
 		s.b.freeBuffer(buf)
 	}
-	r.staging = r.staging[:min(1, len(r.staging))]
+	r.staging = r.staging[:keep]
 	s.stageIdx, s.stageOff, s.staged = 0, 0, 0
 	for _, buf := range r.deferred {
 		s.b.freeBuffer(buf)
@@ -557,6 +561,31 @@ func (s *stream) Write(dst gpu.Tensor, off int, src []float32) {
 		return
 	}
 	s.writeBytes(t.buf, 4*uint64(off), unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
+}
+
+// Download records copies of ts into their host-readable mirrors after the
+// work recorded so far, so that they travel back in the same submission and
+// the Reads after it are plain memory copies.
+func (s *stream) Download(ts ...gpu.Tensor) {
+	for _, x := range ts {
+		t := s.tensorOf(x)
+		if t == nil {
+			return
+		}
+		if t.mirror != nil && t.mirrorVersion == t.buf.version {
+			continue
+		}
+		if t.mirror == nil {
+			m, err := s.b.newBuffer(t.buf.size, readback)
+			if err != nil {
+				s.fail(fmt.Errorf("vulkan: reading %s: %w", t.name, err))
+				return
+			}
+			t.mirror = m
+		}
+		s.copyBuffer(t.mirror, 0, t.buf, 0, t.buf.size)
+		t.mirrorVersion = t.buf.version
+	}
 }
 
 func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
