@@ -9,8 +9,9 @@ import (
 	"math/bits"
 	"os"
 	"sort"
-	"syscall"
 	"time"
+
+	"github.com/edsrzf/mmap-go"
 )
 
 const (
@@ -100,13 +101,14 @@ func mapFile(fh *os.File, st os.FileInfo, path string) (*File, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("gguf: %s: size %d too large to map", path, size)
 	}
-	data, err := syscall.Mmap(int(fh.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	m, err := mmap.Map(fh, mmap.RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %s: mmap: %w", path, err)
 	}
+	data := []byte(m)
 	f, err := Parse(data, path)
 	if err != nil {
-		_ = syscall.Munmap(data)
+		_ = m.Unmap()
 		return nil, err
 	}
 	f.Path = path
@@ -151,10 +153,10 @@ func (f *File) Close() error {
 	if !f.mapped || f.data == nil {
 		return nil
 	}
-	data := f.data
+	data := mmap.MMap(f.data)
 	f.data = nil
 	f.fh.Close()
-	if err := syscall.Munmap(data); err != nil {
+	if err := data.Unmap(); err != nil {
 		return fmt.Errorf("gguf: %s: munmap: %w", f.name, err)
 	}
 	return nil
