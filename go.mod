@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/ebitengine/purego v0.11.3
+	github.com/edsrzf/mmap-go v1.2.0
 	github.com/janpfeifer/gonb v0.11.3
 	github.com/moby/buildkit v0.34.2
 	github.com/sbinet/npyio v0.6.0
@@ -21,7 +22,6 @@ require (
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/campoy/embedmd v1.0.0 // indirect
 	github.com/containerd/typeurl/v2 v2.3.0 // indirect
-	github.com/edsrzf/mmap-go v1.2.0
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/gofrs/uuid v4.4.0+incompatible // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
