@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
-	"os"
-	"path/filepath"
-	"testing"
 )
 
 // raw encodes GGUF fields by hand, independently of Writer, so reader tests
@@ -62,29 +59,4 @@ func (r *raw) padTo(a int) *raw {
 func (r *raw) zeros(n int) *raw {
 	r.Write(make([]byte, n))
 	return r
-}
-
-// sharedModel returns the path of a model under /work/shared (found by
-// walking up to go.mod, then ../shared), skipping the test if absent.
-func sharedModel(t testing.TB, name string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("go.mod not found above the test directory; cannot locate ../shared")
-		}
-		dir = parent
-	}
-	path := filepath.Join(dir, "..", "shared", "models", name)
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("shared model %s not available: %v", path, err)
-	}
-	return path
 }

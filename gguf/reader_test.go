@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratalab/strata/internal/sharedtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -344,7 +346,7 @@ func TestAccessors(t *testing.T) {
 }
 
 func TestStories260K(t *testing.T) {
-	path := sharedModel(t, "stories260K.gguf")
+	path := sharedtest.Stories(t)
 	f, err := Open(path)
 	require.NoError(t, err)
 	defer f.Close()

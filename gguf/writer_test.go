@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stratalab/strata/internal/sharedtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -141,7 +143,7 @@ func TestWriterRoundTrip(t *testing.T) {
 func TestWriterMatchesLlamaCpp(t *testing.T) {
 	// stories260K.gguf was written by llama.cpp; rebuilding it from its
 	// parsed contents must give the identical file.
-	path := sharedModel(t, "stories260K.gguf")
+	path := sharedtest.Stories(t)
 	orig, err := os.ReadFile(path)
 	require.NoError(t, err)
 	f, err := Parse(orig, path)

@@ -2,9 +2,9 @@ package model_test
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/stratalab/strata/internal/sharedtest"
 
 	"github.com/stretchr/testify/require"
 
@@ -80,11 +80,7 @@ func TestConfigPerArchitecture(t *testing.T) {
 }
 
 func TestStories260KConfig(t *testing.T) {
-	p := filepath.Join("..", "..", "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("%s is absent (the shared material sits beside the checkout as ../shared)", p)
-	}
-	m, err := model.Open(p)
+	m, err := model.Open(sharedtest.Stories(t))
 	require.NoError(t, err)
 	defer m.Close()
 	c := m.Config

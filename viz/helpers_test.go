@@ -3,9 +3,9 @@ package viz
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/stratalab/strata/internal/sharedtest"
 
 	"github.com/stretchr/testify/require"
 
@@ -16,26 +16,6 @@ import (
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
 )
-
-// storiesPath is the trained tiny llama in the shared folder beside the
-// repository, or "" when it is absent.
-func storiesPath(t testing.TB) string {
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, dir, parent, "no go.mod above the test directory")
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(p); err != nil {
-		return ""
-	}
-	return p
-}
 
 // prefill runs tokens through m with the given capture.
 func prefill(t testing.TB, m *model.Model, tokens []int32, c gpu.Capture) *trace.Trace {
@@ -78,11 +58,7 @@ func synthModel(t testing.TB) *model.Model {
 // storiesModel opens stories260K, skipping when it is absent.
 func storiesModel(t testing.TB) *model.Model {
 	t.Helper()
-	p := storiesPath(t)
-	if p == "" {
-		t.Skip("../shared/models/stories260K.gguf is absent; this test needs the shared models folder beside the repository")
-	}
-	m, err := model.Open(p)
+	m, err := model.Open(sharedtest.Stories(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	return m

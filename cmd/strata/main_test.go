@@ -9,19 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stratalab/strata/internal/sharedtest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
 )
-
-func stories(t *testing.T) string {
-	p := filepath.Join("..", "..", "..", "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("%s is absent (the shared material sits beside the checkout as ../shared)", p)
-	}
-	return p
-}
 
 func strata(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -31,7 +25,7 @@ func strata(t *testing.T, args ...string) (string, error) {
 }
 
 func TestInfoOnStories260K(t *testing.T) {
-	out, err := strata(t, "info", stories(t))
+	out, err := strata(t, "info", sharedtest.Stories(t))
 	require.NoError(t, err)
 	for _, want := range []string{"architecture  llama", "layers        5", "d_model       64", "ffn           172",
 		"8 query, 4 key/value (GQA 2:1), head_dim 8", "vocab         512", "F32            48 tensors",
@@ -41,20 +35,20 @@ func TestInfoOnStories260K(t *testing.T) {
 }
 
 func TestTokenizeOnStories260K(t *testing.T) {
-	out, err := strata(t, "tokenize", "--model", stories(t), "Once upon a time")
+	out, err := strata(t, "tokenize", "--model", sharedtest.Stories(t), "Once upon a time")
 	require.NoError(t, err)
 	require.Equal(t, "1 403 407 261 378\n", out)
 }
 
 func TestRunOnStories260K(t *testing.T) {
-	out, err := strata(t, "run", "--model", stories(t), "--prompt", "Once upon a time", "-n", "30")
+	out, err := strata(t, "run", "--model", sharedtest.Stories(t), "--prompt", "Once upon a time", "-n", "30")
 	require.NoError(t, err)
 	require.Equal(t, ", there was a little girl named Lily. She loved to play outside in the park. One day,\n", out)
 }
 
 func TestTraceWritesNpzAndManifest(t *testing.T) {
 	dir := t.TempDir()
-	out, err := strata(t, "trace", "--model", stories(t), "--tokens", "1,403,407,261,378",
+	out, err := strata(t, "trace", "--model", sharedtest.Stories(t), "--tokens", "1,403,407,261,378",
 		"--capture", "blocks.*.hook_resid_post,blocks.*.attn.hook_pattern,blocks.*.attn.cache_k,logits", "--out", dir)
 	require.NoError(t, err)
 	require.Contains(t, out, "traced 5 tokens through 5 layers")
@@ -73,9 +67,9 @@ func TestTraceWritesNpzAndManifest(t *testing.T) {
 }
 
 func TestTraceRefusesBadRequests(t *testing.T) {
-	_, err := strata(t, "trace", "--model", stories(t), "--tokens", "1,x")
+	_, err := strata(t, "trace", "--model", sharedtest.Stories(t), "--tokens", "1,x")
 	require.ErrorContains(t, err, `"x" is not a token id`)
-	_, err = strata(t, "trace", "--model", stories(t), "--tokens", "1,2", "--capture", "blocks.*.nothing", "--out", t.TempDir())
+	_, err = strata(t, "trace", "--model", sharedtest.Stories(t), "--tokens", "1,2", "--capture", "blocks.*.nothing", "--out", t.TempDir())
 	require.ErrorContains(t, err, "matches no capture point")
 	_, err = strata(t, "info", filepath.Join(t.TempDir(), "missing.gguf"))
 	require.ErrorContains(t, err, "missing.gguf")

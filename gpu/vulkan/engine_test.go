@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stratalab/strata/internal/sharedtest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gguf"
@@ -209,7 +211,7 @@ func TestInterventionsMatchCPU(t *testing.T) {
 }
 
 func TestStories260K(t *testing.T) {
-	m, err := model.Open(sharedFile(t, "models/stories260K.gguf"))
+	m, err := model.Open(sharedtest.Stories(t))
 	require.NoError(t, err)
 	defer m.Close()
 	ce, ve := engines(t, m)

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -176,26 +175,4 @@ func genModel(t testing.TB, shape string, typ gguf.Type, seed uint64) *model.Mod
 	m, err := model.Load(f)
 	require.NoError(t, err)
 	return m
-}
-
-// sharedFile finds ../shared/<rel> beside the checkout, or skips.
-func sharedFile(t testing.TB, rel string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("%s is absent (the shared material sits beside the checkout as ../shared): %v", p, err)
-	}
-	return p
 }

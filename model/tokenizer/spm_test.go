@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stratalab/strata/internal/sharedtest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gguf"
@@ -33,18 +35,9 @@ func findShared(path string) (string, bool) {
 	return p, err == nil
 }
 
-func sharedPath(t testing.TB, path string) string {
-	t.Helper()
-	p, ok := findShared(path)
-	if !ok {
-		t.Skipf("shared file %s not found beside the repository root", path)
-	}
-	return p
-}
-
 func stories(t testing.TB) *Tokenizer {
 	t.Helper()
-	f, err := gguf.Open(sharedPath(t, "models/stories260K.gguf"))
+	f, err := gguf.Open(sharedtest.Stories(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { f.Close() })
 	tok, err := FromGGUF(f)
