@@ -148,6 +148,10 @@ func (s *Session) Close() {
 		s.st.Free(t)
 	}
 	s.cacheK, s.cacheV = nil, nil
+	// A GPU stream defers frees while it holds recorded work; syncing
+	// releases the memory now rather than when the stream is collected.
+	// An error here belongs to work that is being thrown away.
+	_ = s.st.Sync()
 }
 
 // Engine is the engine the session runs on.

@@ -252,6 +252,11 @@ func (r *Run) release() {
 		r.st.Free(t)
 	}
 	r.owned = nil
+	// After a failed or abandoned run a GPU stream still holds recorded
+	// work and defers the frees until it is submitted: submit it now, so
+	// the memory is back before the next request. Its error, if any, is
+	// the run's, already returned or dropped with the run.
+	_ = r.st.Sync()
 }
 
 func (r *Run) newTrace() *trace.Trace {

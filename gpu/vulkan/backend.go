@@ -53,6 +53,10 @@ type Backend struct {
 	setLayouts [maxBindings + 1]vk.DescriptorSetLayout
 	layouts    [maxBindings + 1]vk.PipelineLayout
 	buffers    map[*buffer]struct{}
+	// heapUsed counts the bytes allocated from each memory heap, so that a
+	// request past a heap's size is refused by name even where the driver
+	// (lavapipe) would overcommit host memory.
+	heapUsed   [len(vk.PhysicalDeviceMemoryProperties{}.MemoryHeaps)]uint64
 	streams    map[*streamRes]struct{}
 	nextID     uint64
 	profiling  bool
@@ -243,6 +247,8 @@ type buffer struct {
 	mem     vk.DeviceMemory
 	size    uint64
 	mapped  unsafe.Pointer // host-visible kinds only
+	heap    uint32         // the memory heap it counts against
+	alloc   uint64         // bytes of memory allocated for it
 	id      uint64         // for hazard tracking
 	version uint64         // counts recorded writes, to know when a mirror is stale
 }
@@ -279,20 +285,28 @@ func (b *Backend) newBuffer(size uint64, kind memKind) (*buffer, error) {
 		b.f.DestroyBuffer(b.device, buf.handle, nil)
 		return nil, fmt.Errorf("vulkan: %s has no suitable memory type for a buffer of %d bytes", b.phys.info.Name, size)
 	}
+	buf.heap, buf.alloc = b.phys.memory.MemoryTypes[typ].HeapIndex, uint64(req.Size)
+	if err := b.reserve(buf); err != nil {
+		b.f.DestroyBuffer(b.device, buf.handle, nil)
+		return nil, err
+	}
 	mai := vk.MemoryAllocateInfo{SType: vk.StructureTypeMemoryAllocateInfo, AllocationSize: req.Size, MemoryTypeIndex: typ}
 	if err := b.f.AllocateMemory(b.device, &mai, nil, &buf.mem); err != nil {
 		b.f.DestroyBuffer(b.device, buf.handle, nil)
+		b.unreserve(buf)
 		return nil, fmt.Errorf("vulkan: allocating %d bytes: %w", size, err)
 	}
 	if err := b.f.BindBufferMemory(b.device, buf.handle, buf.mem, 0); err != nil {
 		b.f.DestroyBuffer(b.device, buf.handle, nil)
 		b.f.FreeMemory(b.device, buf.mem, nil)
+		b.unreserve(buf)
 		return nil, err
 	}
 	if kind != deviceLocal {
 		if err := b.f.MapMemory(b.device, buf.mem, 0, vk.DeviceSize(vk.WholeSize), 0, &buf.mapped); err != nil {
 			b.f.DestroyBuffer(b.device, buf.handle, nil)
 			b.f.FreeMemory(b.device, buf.mem, nil)
+			b.unreserve(buf)
 			return nil, err
 		}
 	}
@@ -302,6 +316,24 @@ func (b *Backend) newBuffer(size uint64, kind memKind) (*buffer, error) {
 	b.buffers[buf] = struct{}{}
 	b.mu.Unlock()
 	return buf, nil
+}
+
+// reserve counts buf's memory against its heap, refusing it past the heap's size.
+func (b *Backend) reserve(buf *buffer) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	heap := b.phys.memory.MemoryHeaps[buf.heap].Size
+	if used := b.heapUsed[buf.heap]; used+buf.alloc > uint64(heap) {
+		return fmt.Errorf("vulkan: %d more bytes do not fit in %s's memory heap %d of %d bytes (%d in use)", buf.alloc, b.phys.info.Name, buf.heap, heap, used)
+	}
+	b.heapUsed[buf.heap] += buf.alloc
+	return nil
+}
+
+func (b *Backend) unreserve(buf *buffer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.heapUsed[buf.heap] -= buf.alloc
 }
 
 // freeBuffer releases a buffer the device no longer uses.
@@ -318,6 +350,7 @@ func (b *Backend) destroyBuffer(buf *buffer) {
 	delete(b.buffers, buf)
 	b.f.DestroyBuffer(b.device, buf.handle, nil)
 	b.f.FreeMemory(b.device, buf.mem, nil)
+	b.heapUsed[buf.heap] -= buf.alloc
 }
 
 // checkRange refuses a storage buffer larger than the device can bind.

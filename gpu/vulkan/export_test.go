@@ -1,5 +1,7 @@
 package vulkan
 
+import "github.com/stratalab/strata/gpu/vulkan/vk"
+
 // SetSubgroups turns the subgroup kernel variants off or back on (where the
 // device has them), so tests run the portable ones too; it returns the
 // previous setting.
@@ -15,4 +17,21 @@ func SetStagingCap(n uint64) uint64 {
 	old := stagingCap
 	stagingCap = n
 	return old
+}
+
+// DeviceMemory returns how many buffers the backend holds and the bytes
+// counted against its memory heaps.
+func DeviceMemory(b *Backend) (buffers int, bytes uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range b.heapUsed {
+		bytes += n
+	}
+	return len(b.buffers), bytes
+}
+
+// HeapSize is the size of the memory heap device-local buffers come from.
+func HeapSize(b *Backend) uint64 {
+	typ, _ := b.phys.memoryType(^uint32(0), 0, vk.MemoryPropertyDeviceLocalBit, 0)
+	return uint64(b.phys.memory.MemoryHeaps[b.phys.memory.MemoryTypes[typ].HeapIndex].Size)
 }

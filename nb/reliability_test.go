@@ -1,0 +1,104 @@
+package nb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/internal/sharedtest"
+	"github.com/stratalab/strata/nb"
+)
+
+// Odd prompts on one model and one session, in sequence: each either runs
+// (invalid UTF-8 becomes byte tokens; special-token text stays text) or is
+// refused with an error that says why, and a prefill afterwards gives what a
+// freshly opened model gives.
+func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
+	cases := []struct {
+		name string
+		path func() string
+		// roundTrip: decoding gives the text back. Not yet for the
+		// SentencePiece encoder, which after invalid UTF-8 byte-encodes the
+		// following "▁" (E2 96 81) instead of starting a "▁b" piece, so
+		// "\xff bad" decodes as "\xff▁bad" (model/tokenizer, reported).
+		roundTrip bool
+	}{
+		{"default (byte-level BPE)", func() string { return "" }, true},
+		{"stories260K (SentencePiece)", func() string { return sharedtest.Stories(t) }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := tc.path()
+			m, err := nb.Open(path, "cpu")
+			require.NoError(t, err)
+			tok, c := m.Model.Tok, m.Model.Config
+			bos := tok.BOS()
+
+			// Invalid UTF-8 (a lone continuation byte, a UTF-16 surrogate, NUL) runs as byte tokens.
+			for _, text := range []string{"\xff\xfe bad", "\xed\xa0\x80", "a\x00b"} {
+				tr, err := m.Try(text)
+				require.NoError(t, err, "%q", text)
+				require.Equal(t, m.Tokens(text), tr.Tokens)
+				require.Greater(t, len(tr.Tokens), 1, "%q", text)
+				dec, err := tok.Decode(tr.Tokens[1:])
+				require.NoError(t, err)
+				if tc.roundTrip {
+					require.Equal(t, text, strings.TrimPrefix(dec, " "), "the bytes survive the round trip")
+				}
+			}
+
+			// Special-token text is ordinary text: the BOS piece written in
+			// the prompt does not become the BOS token.
+			special := tok.Piece(bos)
+			tr, err := m.Try(special + "hi" + special)
+			require.NoError(t, err)
+			require.Equal(t, bos, tr.Tokens[0])
+			require.NotContains(t, tr.Tokens[1:], bos, "%q was parsed as a control token", special)
+
+			refused := []struct {
+				prompt any
+				opts   []nb.Option
+				want   string
+			}{
+				{[]int32{}, nil, "the prompt is empty"},
+				{[]int32{bos, int32(c.Vocab)}, nil, "is outside the vocabulary"},
+				{[]int{-1}, nil, "token -1 at index 0 is outside the vocabulary"},
+				{strings.Repeat("once upon a time ", c.Context), nil, "exceed the KV cache of"},
+				{"x", []nb.Option{nb.Capture("blocks.*.no_such_hook")}, "matches no capture point"},
+				{3.5, nil, "a prompt is a string or token ids"},
+			}
+			for _, r := range refused {
+				_, err := m.Try(r.prompt, r.opts...)
+				require.ErrorContains(t, err, r.want, "prompt %.40v", r.prompt)
+			}
+
+			// A continuation whose positions run past the cache.
+			fill := make([]int32, c.Context-2)
+			fill[0] = bos
+			_, err = m.Try(fill)
+			require.NoError(t, err)
+			_, err = m.Try([]int32{5, 6, 7}, nb.Continue())
+			require.ErrorContains(t, err, fmt.Sprintf("3 tokens at position %d exceed the KV cache of %d positions", c.Context-2, c.Context))
+
+			// A cancelled prefill.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_, err = m.Try("abc", nb.Context(ctx))
+			require.True(t, errors.Is(err, context.Canceled), "got %v", err)
+
+			const prompt = "Once upon a time"
+			got := m.Prefill(prompt, nb.AllLogits())
+			fresh, err := nb.Open(path, "cpu")
+			require.NoError(t, err)
+			want := fresh.Prefill(prompt, nb.AllLogits())
+			require.Equal(t, want.Tokens, got.Tokens)
+			require.Equal(t, want.Tensors["logits"].Data, got.Tensors["logits"].Data)
+			require.True(t, slices.Equal(want.Predicted, got.Predicted))
+		})
+	}
+}
