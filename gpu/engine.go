@@ -306,12 +306,13 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	}
 	if need := 4 * int64(l.captureElements); need > budget {
 		return nil, fmt.Errorf("engine: capture needs %s for %d points at T=%d, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget)",
-			bytesString(need), len(l.order), len(tokens), bytesString(budget))
+			HumanBytes(need), len(l.order), len(tokens), HumanBytes(budget))
 	}
 	return l, nil
 }
 
-func bytesString(n int64) string {
+// HumanBytes writes a byte count with a binary unit, as errors and reports show it.
+func HumanBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))

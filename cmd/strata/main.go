@@ -171,27 +171,15 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	sort.Slice(types, func(i, j int) bool { return types[i] < types[j] })
 	fmt.Fprintf(out, "tensors       %d\n", len(m.File.Tensors))
 	for _, t := range types {
-		fmt.Fprintf(out, "  %-12s %4d tensors  %s\n", t, byType[t][0], humanBytes(byType[t][1]))
+		fmt.Fprintf(out, "  %-12s %4d tensors  %s\n", t, byType[t][0], gpu.HumanBytes(byType[t][1]))
 	}
 	kind, _ := m.File.String("tokenizer.ggml.model")
 	fmt.Fprintf(out, "tokenizer     %s, %d tokens, BOS %d, EOS %d\n", kind, m.Tok.VocabSize(), m.Tok.BOS(), m.Tok.EOS())
 
 	est := gpu.EstimateMemory(c, *n, 0, *n, gpu.Options{})
 	fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, KV cache %s, activations %s\n",
-		*n, humanBytes(weightBytes+est.Total()), humanBytes(weightBytes), humanBytes(est.Cache), humanBytes(est.Scratch))
+		*n, gpu.HumanBytes(weightBytes+est.Total()), gpu.HumanBytes(weightBytes), gpu.HumanBytes(est.Cache), gpu.HumanBytes(est.Scratch))
 	return nil
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 func humanCount(n int64) string {
