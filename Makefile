@@ -17,4 +17,4 @@ build:
 
 # Jupyter with the GoNB kernel on the teaching notebooks.
 notebook: setup
-	PATH="$$(go env GOPATH)/bin:$$PATH" jupyter notebook --notebook-dir=notebooks
+	PATH="$$(go env GOPATH)/bin:$$PATH" jupyter notebook --notebook-dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
