@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 
+	"gonum.org/v1/gonum/blas/blas32"
+
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/model"
 )
@@ -123,22 +125,9 @@ func (m *matrix) decode(buf []float32, r, n int) []float32 {
 	return buf[:n*cols]
 }
 
-// dot is a float32 dot product with four independent accumulators, so the
-// additions pipeline.
+// dot is a float32 dot product through gonum's SIMD kernel.
 func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
+	return blas32.Dot(blas32.Vector{N: len(a), Inc: 1, Data: a}, blas32.Vector{N: len(a), Inc: 1, Data: b[:len(a)]})
 }
 
 func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rope) {
