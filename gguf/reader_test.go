@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stratalab/strata/internal/sharedtest"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/internal/sharedtest"
 )
 
 // handBuilt is a v3 file with one KV of every type, a nested array, and two

@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stratalab/strata/internal/sharedtest"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/internal/sharedtest"
 )
 
 // filled returns n bytes of a position-dependent pattern, so misplaced

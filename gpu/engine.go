@@ -213,6 +213,7 @@ type layout struct {
 	materialize              []bool // per layer: scores and pattern needed
 	slots                    map[string]slot
 	order                    []string
+	index                    map[string]int // every point's place in program order
 	captureElements          int
 }
 
@@ -221,7 +222,7 @@ type slot struct {
 }
 
 func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
-	l := &layout{t: t, pos0: pos0, keys: pos0 + t, slots: map[string]slot{}}
+	l := &layout{t: t, pos0: pos0, keys: pos0 + t, slots: map[string]slot{}, index: map[string]int{}}
 	switch o.Logits {
 	case LogitsLast:
 		l.logitRows = 1
@@ -232,7 +233,8 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		l.logitRows = t
 	}
 	l.materialize = make([]bool, c.Layers)
-	for _, name := range Points(c.Layers) {
+	for i, name := range Points(c.Layers) {
+		l.index[name] = i
 		layer, local := SplitPoint(name)
 		captured := o.Capture.Selects(name)
 		if layer >= 0 && (local == "attn.hook_attn_scores" || local == "attn.hook_pattern") && (captured || hooked(o.Hooks, name)) {

@@ -151,7 +151,7 @@ func (r *Run) Next() bool {
 
 // RunTo advances until the named point has been reached (and captured).
 func (r *Run) RunTo(name string) error {
-	if !slices.Contains(Points(r.s.e.Model.Layers), name) {
+	if _, ok := r.l.index[name]; !ok {
 		return fmt.Errorf("engine: no capture point named %q", name)
 	}
 	for r.step() {
@@ -200,8 +200,7 @@ func (r *Run) reached(name string) bool {
 	if r.done && r.err == nil {
 		return true
 	}
-	all := Points(r.s.e.Model.Layers)
-	return r.point != "" && slices.Index(all, name) <= slices.Index(all, r.point)
+	return r.point != "" && r.l.index[name] <= r.l.index[r.point]
 }
 
 // Finish runs the rest of the prefill and returns its trace. The session's

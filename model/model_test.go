@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/stratalab/strata/internal/sharedtest"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
 )
 

@@ -5,14 +5,13 @@ import (
 	"context"
 	"testing"
 
-	"github.com/stratalab/strata/internal/sharedtest"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
 )

@@ -9,11 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stratalab/strata/internal/sharedtest"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
 )
 

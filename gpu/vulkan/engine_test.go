@@ -7,14 +7,13 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stratalab/strata/internal/sharedtest"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
 )
 

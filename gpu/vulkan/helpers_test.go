@@ -1,7 +1,6 @@
 package vulkan_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -165,14 +164,7 @@ func (r *rig) matrix(name string, rows, cols int, typ gguf.Type) (gpu.Matrix, gp
 // genModel builds a random model of a named shape in memory.
 func genModel(t testing.TB, shape string, typ gguf.Type, seed uint64) *model.Model {
 	t.Helper()
-	w, err := model.Generate(model.Shapes[shape], typ, seed)
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	_, err = w.WriteTo(&buf)
-	require.NoError(t, err)
-	f, err := gguf.Parse(buf.Bytes(), shape)
-	require.NoError(t, err)
-	m, err := model.Load(f)
+	m, err := model.Random(model.Shapes[shape], typ, seed)
 	require.NoError(t, err)
 	return m
 }

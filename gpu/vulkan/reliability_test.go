@@ -1,7 +1,6 @@
 package vulkan_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,14 +28,7 @@ var longShape = model.Shape{Arch: "llama", Layers: 9, DModel: 256, FFN: 256, Hea
 
 func shapeModel(t testing.TB, s model.Shape, typ gguf.Type, seed uint64) *model.Model {
 	t.Helper()
-	w, err := model.Generate(s, typ, seed)
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	_, err = w.WriteTo(&buf)
-	require.NoError(t, err)
-	f, err := gguf.Parse(buf.Bytes(), "long")
-	require.NoError(t, err)
-	m, err := model.Load(f)
+	m, err := model.Random(s, typ, seed)
 	require.NoError(t, err)
 	return m
 }

@@ -6,11 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stratalab/strata/internal/sharedtest"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/internal/sharedtest"
 )
 
 // findShared locates path in the shared folder beside the repository root
