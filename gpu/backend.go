@@ -30,9 +30,10 @@ type Backend interface {
 }
 
 // Stream records kernels in order. A CPU stream may run each as it is
-// recorded; a GPU stream collects them into one submission until Sync. Kernel
-// methods do not return errors: a stream keeps its first error and Sync
-// returns it, so that recording never waits on the device.
+// recorded; a GPU stream collects them into one submission until Sync (or
+// Flush). Kernel methods do not return errors: a stream keeps its first error
+// and Sync returns it, so that recording never waits on the device. The
+// error is the request's: after Sync has returned it, the stream works again.
 type Stream interface {
 	// Alloc returns a zeroed tensor of n float32s; name appears in errors.
 	Alloc(name string, n int) (Tensor, error)
@@ -46,6 +47,13 @@ type Stream interface {
 	Download(ts ...Tensor)
 	// Sync submits what was recorded and waits for it.
 	Sync() error
+	// Flush submits what was recorded without waiting for it, so that the
+	// device starts while recording goes on; it blocks only to bound the
+	// work in flight. A cancellable run flushes each layer.
+	Flush()
+	// Close waits for the stream's work and releases what it holds now,
+	// rather than when it is garbage; later calls fail.
+	Close()
 
 	// Embed gathers rows ids of table into dst [len(ids), table.Cols()].
 	Embed(dst Tensor, table Matrix, ids []int32)

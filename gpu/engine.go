@@ -33,6 +33,7 @@ type layerWeights struct {
 func NewEngine(m *model.Model, b Backend) (*Engine, error) {
 	e := &Engine{Model: m, Backend: b}
 	st := b.NewStream()
+	defer st.Close()
 	var err error
 	upload := func(w *model.Weight) Matrix {
 		if err != nil {
@@ -113,6 +114,8 @@ type Session struct {
 	pos      int
 	cacheK   []Tensor
 	cacheV   []Tensor
+	ws       workspace // the last prefill's buffers, for the next
+	run      *Run      // the run holding ws, until it ends
 }
 
 // NewSession allocates a KV cache for capacity positions (0: the model's context length).
@@ -142,16 +145,29 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 	return s, nil
 }
 
-// Close frees the session's KV cache.
+// Close ends the session's unfinished run, if any, and frees the session's
+// KV cache and prefill buffers.
 func (s *Session) Close() {
+	s.endRun(errSessionClosed)
+	s.ws.free(s.st)
 	for _, t := range append(s.cacheK, s.cacheV...) {
 		s.st.Free(t)
 	}
 	s.cacheK, s.cacheV = nil, nil
-	// A GPU stream defers frees while it holds recorded work; syncing
-	// releases the memory now rather than when the stream is collected.
-	// An error here belongs to work that is being thrown away.
-	_ = s.st.Sync()
+	// Release the stream's own buffers now rather than when it is
+	// collected; an error here belongs to work that is being thrown away.
+	s.st.Close()
+}
+
+var errSessionClosed = errors.New("engine: the run's session was closed")
+
+// endRun stops the run holding the session's buffers, if any, so that they
+// can go to a new run or be freed; the run's calls then return why.
+func (s *Session) endRun(why error) {
+	if s.run != nil {
+		s.run.fail(why)
+		s.run.release()
+	}
 }
 
 // Engine is the engine the session runs on.
@@ -195,7 +211,9 @@ type Estimate struct {
 func (m Estimate) Total() int64 { return m.Scratch + m.Capture + m.Cache }
 
 // EstimateMemory says what a prefill of t tokens at pos0 with options o
-// needs, for a session of the given cache capacity.
+// needs, for a session of the given cache capacity. A session keeps a
+// prefill's scratch and capture buffers for the next one (until Close), each
+// at most twice the size the next one needs.
 func EstimateMemory(c *model.Config, t, pos0, capacity int, o Options) Estimate {
 	l := newLayout(c, t, pos0, o)
 	var est Estimate
@@ -206,19 +224,28 @@ func EstimateMemory(c *model.Config, t, pos0, capacity int, o Options) Estimate 
 }
 
 // layout is the plan of one prefill's memory: the sizes of its scratch and
-// the captured points' shapes. Each captured point gets a device tensor of
-// its own, so no single buffer has to hold a whole trace.
+// where each captured point goes. Captured points are packed in program
+// order into arenas, one per layer (and one each before and after the
+// layers), split where one would pass arenaCap, so that a trace comes back
+// in a few downloads and a step-wise run downloads each layer once.
 type layout struct {
 	t, pos0, keys, logitRows int
 	materialize              []bool // per layer: scores and pattern needed
 	slots                    map[string]slot
 	order                    []string
 	index                    map[string]int // every point's place in program order
+	arenas                   []int          // each arena's size in elements
 	captureElements          int
 }
 
+// arenaCap bounds an arena unless one point is larger: 128 MiB, the largest
+// storage buffer every Vulkan device must support.
+const arenaCap = 1 << 25
+
+// slot is a captured point: its shape, and where it lies in which arena.
 type slot struct {
-	shape []int
+	shape      []int
+	arena, off int
 }
 
 func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
@@ -233,6 +260,7 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		l.logitRows = t
 	}
 	l.materialize = make([]bool, c.Layers)
+	arenaLayer := 0
 	for i, name := range Points(c.Layers) {
 		l.index[name] = i
 		layer, local := SplitPoint(name)
@@ -244,12 +272,23 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 			continue
 		}
 		shape := shapeOf(c, name, t, pos0, l.logitRows)
-		if elements(shape) == 0 {
+		n := elements(shape)
+		if n == 0 {
 			continue
 		}
-		l.slots[name] = slot{shape: shape}
+		// The points after the last layer, like those before the first, are in no layer.
+		if layer < 0 && i > 0 {
+			layer = c.Layers
+		}
+		if last := len(l.arenas) - 1; last < 0 || layer != arenaLayer || l.arenas[last]+n > arenaCap {
+			l.arenas = append(l.arenas, 0)
+			arenaLayer = layer
+		}
+		last := len(l.arenas) - 1
+		l.slots[name] = slot{shape: shape, arena: last, off: l.arenas[last]}
+		l.arenas[last] += n
 		l.order = append(l.order, name)
-		l.captureElements += elements(shape)
+		l.captureElements += n
 	}
 	return l
 }
@@ -274,6 +313,10 @@ func (l *layout) scratchElements(c *model.Config) int {
 	}
 	return n
 }
+
+// ErrOverBudget is wrapped by the error of a prefill whose capture plan
+// needs more memory than its budget.
+var ErrOverBudget = errors.New("capture over budget")
 
 var errNoTokens = errors.New("engine: prefill of zero tokens: the prompt is empty")
 
@@ -307,8 +350,8 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 		budget = DefaultBudget
 	}
 	if need := 4 * int64(l.captureElements); need > budget {
-		return nil, fmt.Errorf("engine: capture needs %s for %d points at T=%d, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget)",
-			HumanBytes(need), len(l.order), len(tokens), HumanBytes(budget))
+		return nil, fmt.Errorf("engine: capture needs %s for %d points at T=%d, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget): %w",
+			HumanBytes(need), len(l.order), len(tokens), HumanBytes(budget), ErrOverBudget)
 	}
 	return l, nil
 }

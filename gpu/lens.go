@@ -13,6 +13,7 @@ import (
 func (e *Engine) LogitLens(tr *trace.Trace) error {
 	c := &e.Model.Config
 	st := e.Backend.NewStream()
+	defer st.Close()
 	var t int
 	for l := range c.Layers {
 		x, err := tr.Get(LayerPoint(l, "hook_resid_post"))

@@ -28,14 +28,14 @@ const peakT = 512
 // at T=512 stays within 10% of what `strata info` estimates (weights plus
 // gpu.EstimateMemory). The prefill runs in a child process so that its
 // VmHWM is the prefill's alone, not this test binary's generation of the
-// model. About ten minutes on two cores: set STRATA_SLOW=1.
+// model. About ten minutes on two cores, so -short skips it; CI runs it.
 func TestCPUPeakMemoryMatchesEstimate(t *testing.T) {
 	if path := os.Getenv(peakChildEnv); path != "" {
 		peakChild(t, path)
 		return
 	}
-	if os.Getenv("STRATA_SLOW") != "1" {
-		t.Skip("a bonsai-1.7b-shape prefill takes about ten minutes on the CPU: set STRATA_SLOW=1")
+	if testing.Short() {
+		t.Skip("a bonsai-1.7b-shape prefill takes about ten minutes on two cores; CI runs it without -short")
 	}
 	w, err := model.Generate(model.Shapes["bonsai-1.7b"], gguf.Q1_0_G128, 1)
 	require.NoError(t, err)

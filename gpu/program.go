@@ -12,6 +12,12 @@ func (r *Run) program(yield func(string) bool) {
 		return
 	}
 	for layer := range c.Layers {
+		// A run that can be cancelled hands the device each layer as it is
+		// recorded, so that a cancel stops it within about a layer instead
+		// of after the whole prefill.
+		if r.ctx.Done() != nil {
+			st.Flush()
+		}
 		if err := r.ctx.Err(); err != nil {
 			r.fail(err)
 			return

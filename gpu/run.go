@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
@@ -26,12 +27,13 @@ type Run struct {
 	gate, up         Tensor
 	scores, pattern  Tensor
 	logits, argmax   Tensor
-	captures         map[string]Tensor
-	owned            []Tensor
+	arenas           []Tensor // the captures, laid out by the layout's slots
+	owned            []Tensor // intervention sources, freed with the run
 	next             func() (string, bool)
 	stop             func()
 	point            string // the last point reached
 	done             bool
+	released         bool // the session has its buffers back
 	err              error
 	hostScratch      []float32
 }
@@ -39,56 +41,57 @@ type Run struct {
 // Start prepares a prefill of tokens at the session's position and stops
 // before the first kernel. Errors in the request (empty prompt, cache too
 // small, unknown capture names, capture over budget) come back here, before
-// any work.
+// any work. The run borrows the session's buffers: a run of the session
+// that has not finished ends here, with an error saying why.
 func (s *Session) Start(ctx context.Context, tokens []int32, o Options) (*Run, error) {
 	l, err := s.check(tokens, o)
 	if err != nil {
 		return nil, err
 	}
+	s.endRun(errSuperseded)
 	c := &s.e.Model.Config
 	r := &Run{s: s, st: s.st, ctx: ctx, o: o, l: l, tokens: slices.Clone(tokens)}
 	t := l.t
-	alloc := func(name string, n int) Tensor {
-		if err != nil || n == 0 {
-			return nil
-		}
-		var x Tensor
-		if x, err = r.st.Alloc(name, n); err == nil {
-			r.owned = append(r.owned, x)
-		}
-		return x
+	needs := []need{
+		{"residual", t * c.DModel, &r.x},
+		{"normalized", t * c.DModel, &r.h},
+		{"q", t * c.QDim(), &r.q},
+		{"k", t * c.KVDim(), &r.k},
+		{"v", t * c.KVDim(), &r.v},
+		{"z", t * c.QDim(), &r.z},
+		{"attn_out", t * c.DModel, &r.attnOut},
+		{"mlp_out", t * c.DModel, &r.mlpOut},
+		{"mlp_gate", t * c.FFN, &r.gate},
+		{"mlp_up", t * c.FFN, &r.up},
 	}
-	r.x = alloc("residual", t*c.DModel)
-	r.h = alloc("normalized", t*c.DModel)
-	r.q = alloc("q", t*c.QDim())
-	r.k = alloc("k", t*c.KVDim())
-	r.v = alloc("v", t*c.KVDim())
-	r.z = alloc("z", t*c.QDim())
-	r.attnOut = alloc("attn_out", t*c.DModel)
-	r.mlpOut = alloc("mlp_out", t*c.DModel)
-	r.gate = alloc("mlp_gate", t*c.FFN)
-	r.up = alloc("mlp_up", t*c.FFN)
 	if l.anyMaterialized() {
-		r.scores = alloc("attn_scores", c.Heads*t*l.keys)
-		r.pattern = alloc("attn_pattern", c.Heads*t*l.keys)
+		needs = append(needs, need{"attn_scores", c.Heads * t * l.keys, &r.scores}, need{"attn_pattern", c.Heads * t * l.keys, &r.pattern})
 	}
 	if l.logitRows > 0 {
-		r.logits = alloc("logits", l.logitRows*c.Vocab)
+		needs = append(needs, need{"logits", l.logitRows * c.Vocab, &r.logits})
 		if o.Predict {
-			r.argmax = alloc("argmax", l.logitRows)
+			needs = append(needs, need{"argmax", l.logitRows, &r.argmax})
 		}
 	}
-	r.captures = make(map[string]Tensor, len(l.order))
-	for _, name := range l.order {
-		r.captures[name] = alloc(name, elements(l.slots[name].shape))
+	r.arenas = make([]Tensor, len(l.arenas))
+	for i, n := range l.arenas {
+		needs = append(needs, need{fmt.Sprintf("capture arena %d", i), n, &r.arenas[i]})
 	}
-	if err != nil {
-		r.release()
+	if err := s.ws.fit(s.st, needs); err != nil {
+		// A GPU stream defers frees while it holds recorded work: submit it,
+		// so the memory is back before the next request.
+		_ = s.st.Sync()
 		return nil, fmt.Errorf("engine: prefill of %d tokens: %w", t, err)
 	}
+	s.run = r
 	r.next, r.stop = iter.Pull(r.program)
 	return r, nil
 }
+
+var (
+	errSuperseded = errors.New("engine: a later prefill on this run's session took its buffers (finish or close a run before starting the next)")
+	errRunOver    = errors.New("engine: the run is over and its buffers are back with the session: take the trace before Finish or Close")
+)
 
 // at is a named point: apply hooks, capture, then let a stepping caller pause.
 func (r *Run) at(name string, x Tensor, off int, yield func(string) bool) bool {
@@ -103,7 +106,7 @@ func (r *Run) at(name string, x Tensor, off int, yield func(string) bool) bool {
 		}
 	}
 	if s, ok := r.l.slots[name]; ok {
-		r.st.Copy(r.captures[name], 0, x, off, elements(s.shape))
+		r.st.Copy(r.arenas[s.arena], s.off, x, off, elements(s.shape))
 	}
 	return yield(name)
 }
@@ -165,19 +168,29 @@ func (r *Run) RunTo(name string) error {
 	return fmt.Errorf("engine: the run ended without reaching %s (it comes before %s, or its part of the program did not run)", name, r.point)
 }
 
-// Trace reads what has been captured so far.
+// Trace reads what has been captured so far; once the run is over (Finish
+// or Close), its buffers are the session's and Trace is an error.
 func (r *Run) Trace() (*trace.Trace, error) {
-	var reached []Tensor
+	if r.released {
+		if r.err != nil {
+			return nil, r.err
+		}
+		return nil, errRunOver
+	}
+	// Slots follow program order, so the reached points fill the first arenas.
+	arenas := 0
 	for _, name := range r.l.order {
 		if r.reached(name) {
-			reached = append(reached, r.captures[name])
+			arenas = r.l.slots[name].arena + 1
 		}
 	}
+	down := slices.Clone(r.arenas[:arenas])
 	if r.done && r.err == nil {
-		reached = append(reached, r.logits, r.argmax)
+		down = append(down, r.logits, r.argmax)
 	}
-	r.st.Download(slices.DeleteFunc(reached, func(t Tensor) bool { return t == nil })...)
+	r.st.Download(slices.DeleteFunc(down, func(t Tensor) bool { return t == nil })...)
 	if err := r.st.Sync(); err != nil {
+		r.fail(err) // Sync hands the error over once: the run keeps it
 		return nil, err
 	}
 	tr := r.newTrace()
@@ -187,7 +200,7 @@ func (r *Run) Trace() (*trace.Trace, error) {
 			continue
 		}
 		x := &trace.Tensor{Shape: s.shape, Data: make([]float32, elements(s.shape))}
-		if err := r.st.Read(r.captures[name], 0, x.Data); err != nil {
+		if err := r.st.Read(r.arenas[s.arena], s.off, x.Data); err != nil {
 			return nil, err
 		}
 		tr.Put(name, x)
@@ -237,8 +250,8 @@ func (r *Run) Finish() (*trace.Trace, error) {
 	return tr, nil
 }
 
-// Close abandons an unfinished run, freeing its buffers; the session's
-// position does not move.
+// Close abandons an unfinished run, handing its buffers back to the
+// session; the session's position does not move.
 func (r *Run) Close() { r.release() }
 
 func (r *Run) release() {
@@ -247,6 +260,13 @@ func (r *Run) release() {
 		r.stop = nil
 	}
 	r.done = true
+	if r.released {
+		return
+	}
+	r.released = true
+	if r.s.run == r {
+		r.s.run = nil
+	}
 	for _, t := range r.owned {
 		r.st.Free(t)
 	}

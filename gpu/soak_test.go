@@ -17,7 +17,8 @@ var soakGlobs = []string{"*", "blocks.*.attn.hook_pattern", "blocks.*.hook_resid
 
 // Soak runs many prefills of random lengths with random capture plans,
 // some continuing earlier ones, and checks each against a capture-free
-// one-shot run of the same tokens, and that memory returns to its baseline.
+// one-shot run of the same tokens, and that memory returns to its baseline
+// once the sessions, which keep their last prefill's buffers, are closed.
 func TestSoakRandomPrefills(t *testing.T) {
 	n := 1000
 	if testing.Short() {
@@ -65,6 +66,8 @@ func TestSoakRandomPrefills(t *testing.T) {
 		got, full := tr.Tensors["logits"].Data, want.Tensors["logits"].Data
 		require.Equal(t, full[len(full)-len(got):], got, "prefill %d (T=%d, continued %v, capture %v): logits differ from a one-shot run", i, T, cont, c)
 	}
+	s.Close()
+	ref.Close()
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)

@@ -23,9 +23,14 @@ type Variant struct {
 }
 
 // formats names each weight format's define and variant suffix.
-var formats = []struct{ suffix, define string }{
-	{"f32", "FMT_F32"}, {"f16", "FMT_F16"}, {"bf16", "FMT_BF16"}, {"q8_0", "FMT_Q8_0"},
-	{"q4_0", "FMT_Q4_0"}, {"q1_0", "FMT_Q1_0"}, {"tq2_0", "FMT_TQ2_0"},
+// exactHalf says every weight it decodes is exact in float16, so the
+// cooperative-matrix GEMM need not split W.
+var formats = []struct {
+	suffix, define string
+	exactHalf      bool
+}{
+	{"f32", "FMT_F32", false}, {"f16", "FMT_F16", true}, {"bf16", "FMT_BF16", false}, {"q8_0", "FMT_Q8_0", false},
+	{"q4_0", "FMT_Q4_0", false}, {"q1_0", "FMT_Q1_0", true}, {"tq2_0", "FMT_TQ2_0", true},
 }
 
 // Variants lists every module, in build order.
@@ -37,6 +42,11 @@ var Variants = func() []Variant {
 			Variant{Name: "matvec_" + f.suffix, Source: "matvec.comp", Defines: []string{f.define}},
 			Variant{Name: "matvec_" + f.suffix + "_sg", Source: "matvec.comp", Defines: []string{f.define, "USE_SUBGROUP"}},
 			Variant{Name: "embed_" + f.suffix, Source: "embed.comp", Defines: []string{f.define}})
+		coop := Variant{Name: "matmul_coop_" + f.suffix, Source: "matmul_coop.comp", Defines: []string{f.define}}
+		if !f.exactHalf {
+			coop.Defines = append(coop.Defines, "SPLIT_W")
+		}
+		vs = append(vs, coop)
 	}
 	for _, src := range []string{"rmsnorm", "rope", "scores", "softmax", "mix", "flash", "add", "swiglu", "edit", "edit_mean", "argmax"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})

@@ -86,6 +86,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
+	budget := fs.Float64("budget", 16, "capture memory a prefill may use, in GiB (captures are copied to host memory); a point over it is reported as refused")
 	jsonOut := fs.String("json", "", "also write the rows as JSON to this file")
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -119,7 +120,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	var rows []benchRow
 	fmt.Fprintf(out, "%-14s %-11s %-28s %6s %-7s %10s %10s\n", "model", "type", "backend", "T", "capture", "median ms", "tok/s")
 	for _, capture := range strings.Split(*captures, ",") {
-		o := gpu.Options{Budget: 1 << 40}
+		o := gpu.Options{Budget: int64(*budget * (1 << 30))}
 		switch capture {
 		case "none":
 		case "all":
@@ -133,6 +134,10 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 				tokens[i] = int32((i*7919 + 13) % m.Vocab)
 			}
 			ms, err := timePrefill(ctx, s, tokens, o, *iters)
+			if errors.Is(err, gpu.ErrOverBudget) {
+				fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %10s %10s  %v\n", name, typ, b.Name(), t, capture, "-", "-", err)
+				continue
+			}
 			if err != nil {
 				return err
 			}

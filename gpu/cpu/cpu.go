@@ -92,11 +92,28 @@ func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
 	if off < 0 || off+len(dst) > len(d) {
 		return fmt.Errorf("cpu: read of %d elements at %d from a tensor of %d", len(dst), off, len(d))
 	}
+	if err := s.Sync(); err != nil {
+		return err
+	}
 	copy(dst, d[off:])
-	return s.err
+	return nil
 }
 
-func (s *stream) Sync() error { return s.err }
+// Sync returns the request's first error and forgets it: the next request
+// starts clean.
+func (s *stream) Sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.err
+	s.err = nil
+	return err
+}
+
+// Flush has nothing to submit: kernels ran as they were recorded.
+func (s *stream) Flush() {}
+
+// Close has nothing to release: the CPU stream's tensors are Go memory.
+func (s *stream) Close() {}
 
 // Download has nothing to do: CPU tensors are host memory.
 func (s *stream) Download(...gpu.Tensor) {}

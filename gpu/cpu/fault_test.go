@@ -58,3 +58,18 @@ func TestFaultInAKernelBecomesAnError(t *testing.T) {
 	st.MatMul(x, 4, gpu.Proj{W: mat, Dst: y})
 	require.ErrorContains(t, st.Sync(), "memory fault")
 }
+
+// A stream's error is the request's: Sync hands it over once, and the
+// stream works again afterwards.
+func TestStreamErrorEndsWithSync(t *testing.T) {
+	st := cpu.New(1).NewStream()
+	x, err := st.Alloc("x", 8)
+	require.NoError(t, err)
+	st.Write(x, 5, make([]float32, 10))
+	require.EqualError(t, st.Sync(), "cpu: write of 10 elements at 5 into a tensor of 8")
+	data := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	st.Write(x, 0, data)
+	out := make([]float32, len(data))
+	require.NoError(t, st.Read(x, 0, out))
+	require.Equal(t, data, out)
+}

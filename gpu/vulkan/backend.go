@@ -1,12 +1,14 @@
 // Package vulkan is the GPU backend: every kernel of the layer program as a
 // GLSL compute shader (package shaders), run through Vulkan loaded at run
 // time without cgo (package vk). A stream records all kernels into one
-// command buffer and submits it at Sync, so a prefill is one submission.
+// command buffer and submits it at Sync, so a prefill is one submission
+// (a cancellable one flushes a submission per layer).
 package vulkan
 
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -43,6 +45,9 @@ type Backend struct {
 	reduceWG uint32
 	// subgroups says compute shaders may use subgroup arithmetic.
 	subgroups bool
+	// coop says GEMMs run on cooperative matrices (matmul_coop.comp);
+	// coopEnabled that the device was opened with them.
+	coop, coopEnabled bool
 	// timestampNs is nanoseconds per timestamp tick; 0 when the queue has no timestamps.
 	timestampNs float64
 
@@ -85,14 +90,14 @@ func Open(o Options) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{in: in, phys: d, pipelines: map[pipelineKey]*pipeline{}, buffers: map[*buffer]struct{}{}, streams: map[*streamRes]struct{}{}, stageTimes: map[string]*StageTime{}}
-	if err := b.init(); err != nil {
+	if err := b.init(o); err != nil {
 		b.Close()
 		return nil, err
 	}
 	return b, nil
 }
 
-func (b *Backend) init() error {
+func (b *Backend) init(o Options) error {
 	d := b.phys
 	if d.props.ApiVersion < vk.MakeVersion(1, 1, 0) {
 		return fmt.Errorf("vulkan: %s implements Vulkan %s; Strata needs 1.1 or later", d.info.Name, d.info.API)
@@ -130,7 +135,15 @@ func (b *Backend) init() error {
 			exts = append(exts, e)
 		}
 	}
-	dci := vk.DeviceCreateInfo{SType: vk.StructureTypeDeviceCreateInfo, QueueCreateInfoCount: 1, PQueueCreateInfos: qci,
+	var features unsafe.Pointer
+	portable := o.PortableGEMM || os.Getenv("STRATA_GEMM") == "portable"
+	if coop, ok := b.in.coopMatrix(d); ok && !portable {
+		exts = append(exts, "VK_NV_cooperative_matrix")
+		p.Pin(coop)
+		p.Pin(coop.PNext)
+		features, b.coop, b.coopEnabled = unsafe.Pointer(coop), true, true
+	}
+	dci := vk.DeviceCreateInfo{SType: vk.StructureTypeDeviceCreateInfo, PNext: features, QueueCreateInfoCount: 1, PQueueCreateInfos: qci,
 		EnabledExtensionCount: uint32(len(exts)), PpEnabledExtensionNames: cstrings(&p, exts)}
 	if err := b.in.f.CreateDevice(d.handle, &dci, nil, &b.device); err != nil {
 		return fmt.Errorf("vulkan: opening %s: %w", d.info.Name, err)
@@ -147,6 +160,9 @@ func (b *Backend) init() error {
 		b.reduceWG /= 2
 	}
 	b.name = fmt.Sprintf("vulkan: %s (%s, Vulkan %s)", d.info.Name, d.info.Type, d.info.API)
+	if b.coop {
+		b.name += ", cooperative-matrix GEMMs"
+	}
 	for n := 1; n <= maxBindings; n++ {
 		if err := b.createLayout(n); err != nil {
 			return err
@@ -372,7 +388,7 @@ type pipeline struct {
 }
 
 // maxSpec is the most specialization constants a kernel takes.
-const maxSpec = 2
+const maxSpec = 4
 
 type pipelineKey struct {
 	name string
@@ -467,7 +483,6 @@ func (b *Backend) Upload(w *model.Weight) (gpu.Matrix, error) {
 	defer b.upload.Unlock()
 	b.uploads.writeBytes(buf, 0, data)
 	if err := b.uploads.Sync(); err != nil {
-		b.uploads = b.newStream() // a stream keeps its first error; the next upload gets a fresh one
 		b.freeBuffer(buf)
 		return nil, fmt.Errorf("vulkan: uploading %s: %w", w.Name, err)
 	}

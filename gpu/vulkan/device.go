@@ -37,6 +37,10 @@ type Options struct {
 	// Validation enables the Khronos validation layer; the errors it reports
 	// fail the next Sync. For tests: it slows every call.
 	Validation bool
+	// PortableGEMM keeps GEMMs on the portable shared-memory kernels even
+	// where the device has cooperative matrices, to compare the two. The
+	// STRATA_GEMM=portable environment variable does the same.
+	PortableGEMM bool
 }
 
 // DeviceInfo describes one physical device.
@@ -382,6 +386,50 @@ func choose(ds []physical, selector string) (*physical, error) {
 func (d *physical) subgroupArithmetic() bool {
 	sg := &d.subgroup
 	return sg.SupportedStages&vk.ShaderStageComputeBit != 0 && sg.SupportedOperations&vk.SubgroupFeatureArithmeticBit != 0
+}
+
+// coopMatrix reports whether the device runs the cooperative-matrix GEMMs:
+// VK_NV_cooperative_matrix with 16x16x16 float16 products accumulated in
+// float32 at subgroup scope, float16 arithmetic in shaders, and 32-lane
+// subgroups (matmul_coop.comp's workgroup is 8 of them). It returns the
+// device-creation chain that enables them.
+func (in *instance) coopMatrix(d *physical) (*vk.PhysicalDeviceCooperativeMatrixFeaturesNV, bool) {
+	// The largest tile coopTileFor picks needs 30 KiB of shared memory.
+	if !slices.Contains(d.extensions, "VK_NV_cooperative_matrix") || d.subgroup.SubgroupSize != 32 || d.props.Limits.MaxComputeSharedMemorySize < 32<<10 ||
+		!in.f.HasGetPhysicalDeviceFeatures2() || !in.f.HasGetPhysicalDeviceCooperativeMatrixPropertiesNV() {
+		return nil, false
+	}
+	coop := &vk.PhysicalDeviceCooperativeMatrixFeaturesNV{SType: vk.StructureTypePhysicalDeviceCooperativeMatrixFeaturesNV}
+	f16 := &vk.PhysicalDeviceShaderFloat16Int8Features{SType: vk.StructureTypePhysicalDeviceShaderFloat16Int8Features, PNext: unsafe.Pointer(coop)}
+	f2 := &vk.PhysicalDeviceFeatures2{SType: vk.StructureTypePhysicalDeviceFeatures2, PNext: unsafe.Pointer(f16)}
+	var p runtime.Pinner
+	p.Pin(coop)
+	p.Pin(f16)
+	in.f.GetPhysicalDeviceFeatures2(d.handle, f2)
+	p.Unpin()
+	if coop.CooperativeMatrix == 0 || f16.ShaderFloat16 == 0 {
+		return nil, false
+	}
+	var n uint32
+	if err := second(in.f.GetPhysicalDeviceCooperativeMatrixPropertiesNV(d.handle, &n, nil)); err != nil || n == 0 {
+		return nil, false
+	}
+	props := make([]vk.CooperativeMatrixPropertiesNV, n)
+	for i := range props {
+		props[i].SType = vk.StructureTypeCooperativeMatrixPropertiesNV
+	}
+	if err := second(in.f.GetPhysicalDeviceCooperativeMatrixPropertiesNV(d.handle, &n, &props[0])); err != nil {
+		return nil, false
+	}
+	for _, c := range props[:n] {
+		if c.MSize == 16 && c.NSize == 16 && c.KSize == 16 && c.AType == vk.ComponentTypeFloat16NV && c.BType == vk.ComponentTypeFloat16NV &&
+			c.CType == vk.ComponentTypeFloat32NV && c.DType == vk.ComponentTypeFloat32NV && c.Scope == vk.ScopeSubgroupNV {
+			// Enable exactly what the kernels use.
+			return &vk.PhysicalDeviceCooperativeMatrixFeaturesNV{SType: vk.StructureTypePhysicalDeviceCooperativeMatrixFeaturesNV, CooperativeMatrix: 1,
+				PNext: unsafe.Pointer(&vk.PhysicalDeviceShaderFloat16Int8Features{SType: vk.StructureTypePhysicalDeviceShaderFloat16Int8Features, ShaderFloat16: 1})}, true
+		}
+	}
+	return nil, false
 }
 
 // memoryType finds a memory type allowed by bits with all of required,

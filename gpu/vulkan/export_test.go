@@ -35,3 +35,17 @@ func HeapSize(b *Backend) uint64 {
 	typ, _ := b.phys.memoryType(^uint32(0), 0, vk.MemoryPropertyDeviceLocalBit, 0)
 	return uint64(b.phys.memory.MemoryHeaps[b.phys.memory.MemoryTypes[typ].HeapIndex].Size)
 }
+
+// SetCoop turns the cooperative-matrix GEMMs off or back on (where the
+// device was opened with them); it returns the previous setting.
+func SetCoop(b *Backend, on bool) bool {
+	old := b.coop
+	b.coop = on && b.coopEnabled
+	return old
+}
+
+// Coop reports whether the device was opened with cooperative-matrix GEMMs.
+func Coop(b *Backend) bool { return b.coopEnabled }
+
+// MaxStorageBuffer is the largest storage buffer the device binds.
+func MaxStorageBuffer(b *Backend) uint64 { return uint64(b.phys.props.Limits.MaxStorageBufferRange) }

@@ -140,20 +140,26 @@ func (r *rig) read(x twin) (c, v []float32) {
 	return c, v
 }
 
-// matrix quantizes a random rows x cols weight to typ and uploads it to both.
-func (r *rig) matrix(name string, rows, cols int, typ gguf.Type) (gpu.Matrix, gpu.Matrix) {
-	r.t.Helper()
+// quantized is a random rows x cols weight in typ.
+func quantized(t testing.TB, r *rig, name string, rows, cols int, typ gguf.Type) *model.Weight {
+	t.Helper()
 	f, err := quant.For(typ)
-	require.NoError(r.t, err)
+	require.NoError(t, err)
 	src := r.values(rows*cols, 0.5)
 	rb, err := typ.RowBytes(int64(cols))
-	require.NoError(r.t, err)
+	require.NoError(t, err)
 	rowBytes := int(rb)
 	data := make([]byte, rowBytes*rows)
 	for i := range rows {
 		f.Quantize(data[i*rowBytes:(i+1)*rowBytes], src[i*cols:(i+1)*cols])
 	}
-	w := &model.Weight{Name: name, Rows: rows, Cols: cols, Format: f, Data: data}
+	return &model.Weight{Name: name, Rows: rows, Cols: cols, Format: f, Data: data}
+}
+
+// matrix quantizes a random rows x cols weight to typ and uploads it to both.
+func (r *rig) matrix(name string, rows, cols int, typ gguf.Type) (gpu.Matrix, gpu.Matrix) {
+	r.t.Helper()
+	w := quantized(r.t, r, name, rows, cols, typ)
 	c, err := cpu.New(1).Upload(w)
 	require.NoError(r.t, err)
 	v, err := backend(r.t).Upload(w)

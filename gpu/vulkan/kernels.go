@@ -16,11 +16,35 @@ import (
 const (
 	tile      = 64  // output tile edge of matmul, scores and mix (tile.glsl)
 	vecRows   = 8   // the most rows of x matvec.comp takes
-	flashRows = 16  // queries per flash-attention workgroup (flash.comp)
-	flashKeys = 16  // keys per flash-attention block
-	maxHeadD  = 256 // flash.comp's per-lane registers hold at most this
+	flashRows = 64  // (query, head) rows per flash-attention workgroup (flash.comp's R)
+	flashKeys = 64  // keys per flash-attention block (BKV)
+	flashDims = 16  // head dims per staged Q/K slice (DC)
+	maxHeadD  = 256 // flash.comp's register tiles hold at most this
 	maxGroups = 65535
 )
+
+// coopTile is a tile shape of matmul_coop.comp (its specialization
+// constants): tm x tn 16x16 accumulators per subgroup, wgm of the 8
+// subgroups along the rows of x, k step bk.
+type coopTile struct{ tm, tn, wgm, bk int }
+
+func (c coopTile) bm() int { return 16 * c.tm * c.wgm }
+func (c coopTile) bn() int { return 16 * c.tn * (8 / c.wgm) }
+func (c coopTile) spec() []uint32 {
+	return []uint32{uint32(c.tm), uint32(c.tn), uint32(c.wgm), uint32(c.bk)}
+}
+
+// coopTileFor picks the tile for a GEMM of rows x n outputs. On the H200
+// (BenchmarkMatMul, Q1_0 12288 x 4096) 64 x 128 tiles of 16 x 64 per
+// subgroup ran fastest at T = 512 and 2048 (60-62 TFLOP/s, 2.6x the portable
+// kernel) and 32 x 128 ones at T = 128, where the larger tiles leave SMs idle.
+func coopTileFor(rows, n int) coopTile {
+	big := coopTile{tm: 1, tn: 4, wgm: 4, bk: 32}
+	if int(ceilDiv(rows, big.bm())*ceilDiv(n, big.bn())) >= 384 {
+		return big
+	}
+	return coopTile{tm: 1, tn: 2, wgm: 2, bk: 32}
+}
 
 func ceilDiv(a, b int) uint32 { return uint32((a + b - 1) / b) }
 
@@ -152,6 +176,11 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		}
 		uses := []use{{buf: xs.buf}, {buf: m.buf}, {buf: dst.buf, write: true}, {buf: bias.buf}}
 		push := []uint32{uint32(rows), uint32(m.w.Rows), uint32(cols), m.scaleBase, hasBias}
+		if rows > vecRows && s.b.coop {
+			t := coopTileFor(rows, m.w.Rows)
+			s.dispatch("matmul_coop_"+m.f.suffix, t.spec(), uses, push, ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm()), 1)
+			continue
+		}
 		if rows > vecRows {
 			s.dispatch("matmul_"+m.f.suffix, nil, uses, push, ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
 			continue
@@ -286,13 +315,28 @@ func (s *stream) FlashAttention(a *gpu.Attention) {
 	if t == nil {
 		return
 	}
-	shared := 4 * ((flashRows+2*flashKeys)*a.HeadDim + flashRows*flashKeys)
+	// flash.comp's shared arrays: staged Q and K slices and transposed
+	// scores (rows padded by 4), two partial sums and a rescale per row.
+	shared := 4 * ((flashKeys+2*flashDims)*(flashRows+4) + 3*flashRows)
 	if limit := int(s.b.phys.props.Limits.MaxComputeSharedMemorySize); a.HeadDim > maxHeadD || shared > limit {
 		s.fail(fmt.Errorf("vulkan: flash attention over %d-dim heads needs %d bytes of shared memory (the device has %d) and at most %d dims; capture the pattern to use the materialised path", a.HeadDim, shared, limit, maxHeadD))
 		return
 	}
+	// A workgroup takes flashRows rows of (query, head), its heads from one
+	// GQA group so that they share each K/V tile.
+	wgHeads := flashHeads(a.Heads / a.KVHeads)
 	s.dispatch("flash", []uint32{uint32(a.HeadDim)}, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
-		pushOf(a).words(true), ceilDiv(a.T, flashRows), uint32(a.Heads), 1)
+		append(pushOf(a).words(true), uint32(wgHeads)), ceilDiv(a.T, flashRows/wgHeads), uint32(a.Heads/wgHeads), 1)
+}
+
+// flashHeads is how many heads of a GQA group of g share a flash workgroup:
+// the largest divisor of g that fits in its rows.
+func flashHeads(g int) int {
+	for n := min(g, flashRows); ; n-- {
+		if g%n == 0 {
+			return n
+		}
+	}
 }
 
 func (s *stream) Add(dst, src gpu.Tensor, n int) {

@@ -39,11 +39,10 @@ func stageOf(name string) string {
 }
 
 // profile writes a timestamp at the start of a command buffer and after
-// each command, naming the command each interval ends with.
+// each command, naming (in the frame's stamps) the command each interval
+// ends with.
 type profile struct {
-	on    bool
-	n     uint32
-	names []string
+	on bool
 }
 
 // SetProfiling turns timing on or off for streams created afterwards. It
@@ -75,27 +74,32 @@ func (p *profile) begin(s *stream) {
 	if !p.on {
 		return
 	}
-	s.b.f.CmdResetQueryPool(s.r.cmd, s.r.queries, 0, maxQueries)
-	s.b.f.CmdWriteTimestamp(s.r.cmd, vk.PipelineStageTopOfPipeBit, s.r.queries, 0)
-	p.n, p.names = 1, p.names[:0]
+	fr := s.frame()
+	s.b.f.CmdResetQueryPool(fr.cmd, fr.queries, 0, maxQueries)
+	s.b.f.CmdWriteTimestamp(fr.cmd, vk.PipelineStageTopOfPipeBit, fr.queries, 0)
+	fr.stamps = fr.stamps[:0]
 }
 
 func (p *profile) stamp(s *stream, name string) {
-	if !p.on || p.n >= maxQueries {
+	if !p.on {
 		return
 	}
-	s.b.f.CmdWriteTimestamp(s.r.cmd, vk.PipelineStageBottomOfPipeBit, s.r.queries, p.n)
-	p.names = append(p.names, name)
-	p.n++
+	fr := s.frame()
+	if len(fr.stamps)+1 >= maxQueries {
+		return
+	}
+	s.b.f.CmdWriteTimestamp(fr.cmd, vk.PipelineStageBottomOfPipeBit, fr.queries, uint32(len(fr.stamps)+1))
+	fr.stamps = append(fr.stamps, name)
 }
 
-// collect reads the finished submission's timestamps into the backend's totals.
-func (p *profile) collect(s *stream) {
-	if !p.on || p.n < 2 {
+// collect reads a finished submission's timestamps into the backend's totals.
+func (p *profile) collect(s *stream, fr *frame) {
+	n := uint32(len(fr.stamps)) + 1
+	if !p.on || n < 2 {
 		return
 	}
 	sc := s.r.sc
-	if _, err := s.b.f.GetQueryPoolResults(s.b.device, s.r.queries, 0, p.n, uintptr(8*p.n), unsafe.Pointer(&sc.stamps[0]), 8,
+	if _, err := s.b.f.GetQueryPoolResults(s.b.device, fr.queries, 0, n, uintptr(8*n), unsafe.Pointer(&sc.stamps[0]), 8,
 		vk.QueryResult64Bit|vk.QueryResultWaitBit); err != nil {
 		s.fail(err)
 		return
@@ -103,7 +107,7 @@ func (p *profile) collect(s *stream) {
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i, name := range p.names {
+	for i, name := range fr.stamps {
 		st := b.stageTimes[name]
 		if st == nil {
 			st = &StageTime{Name: name, Stage: stageOf(name)}

@@ -1,6 +1,7 @@
 package vulkan
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -22,21 +23,32 @@ const (
 	setsPerPool = 512
 	// fenceTimeout bounds a wait for the device, so a hung GPU is an error.
 	fenceTimeout = 10 * time.Minute
+	// maxInFlight bounds the submissions a flushing stream has on the device.
+	maxInFlight = 2
 )
 
-// streamRes are a stream's Vulkan objects, apart from the stream so that a
-// cleanup can release them once the stream is garbage.
-type streamRes struct {
+// frame is one command buffer and everything its submission uses: nothing
+// of it is reset, reused or freed before its fence has signalled.
+type frame struct {
 	pool      vk.CommandPool
 	cmd       vk.CommandBuffer
 	fence     vk.Fence
 	queries   vk.QueryPool // 0 unless profiling
 	descPools []vk.DescriptorPool
 	staging   []*buffer
-	helpers   []*buffer // token ids and RoPE tables
-	deferred  []*buffer // freed while recorded work may still use them
-	sc        *scratch
-	pin       runtime.Pinner // pins sc for the stream's life
+	deferred  []*buffer // freed by the host before this submission
+	stamps    []string  // the command each timestamp after the first ends
+	pending   bool      // submitted, and its fence not yet waited on
+}
+
+// streamRes are a stream's Vulkan objects, apart from the stream so that a
+// cleanup can release them once the stream is garbage.
+type streamRes struct {
+	frames   []*frame  // the first made with the stream, a second by the first Flush
+	helpers  []*buffer // token ids and RoPE tables
+	deferred []*buffer // freed since the last submission: they go with the next
+	sc       *scratch
+	pin      runtime.Pinner // pins sc for the stream's life
 }
 
 // scratch holds the structures recording passes to Vulkan by pointer. It is
@@ -56,40 +68,65 @@ type scratch struct {
 	stamps  [maxQueries]uint64
 }
 
-// destroy releases the objects; b.mu must be held.
+// destroy releases the objects, first waiting for submissions still in
+// flight (a stream dropped between Flush and Sync); b.mu must be held.
 func (r *streamRes) destroy(b *Backend) {
 	f, d := b.f, b.device
-	for _, p := range r.descPools {
-		f.DestroyDescriptorPool(d, p, nil)
+	for _, fr := range r.frames {
+		if fr.pending {
+			r.sc.fence = fr.fence
+			_, _ = f.WaitForFences(d, 1, &r.sc.fence, 1, uint64(fenceTimeout.Nanoseconds()))
+		}
 	}
-	for _, bufs := range [][]*buffer{r.staging, r.helpers, r.deferred} {
-		for _, buf := range bufs {
+	bufs := [][]*buffer{r.helpers, r.deferred}
+	for _, fr := range r.frames {
+		bufs = append(bufs, fr.staging, fr.deferred)
+	}
+	for _, list := range bufs {
+		for _, buf := range list {
 			if _, ok := b.buffers[buf]; ok {
 				b.destroyBuffer(buf)
 			}
 		}
 	}
-	if r.queries != 0 {
-		f.DestroyQueryPool(d, r.queries, nil)
-	}
-	if r.fence != 0 {
-		f.DestroyFence(d, r.fence, nil)
-	}
-	if r.pool != 0 {
-		f.DestroyCommandPool(d, r.pool, nil)
+	for _, fr := range r.frames {
+		fr.destroy(b)
 	}
 	r.pin.Unpin()
 	delete(b.streams, r)
 }
 
-// stream records kernels into one command buffer until Sync.
+// destroy releases the frame's Vulkan objects (not its buffers).
+func (fr *frame) destroy(b *Backend) {
+	f, d := b.f, b.device
+	for _, p := range fr.descPools {
+		f.DestroyDescriptorPool(d, p, nil)
+	}
+	if fr.queries != 0 {
+		f.DestroyQueryPool(d, fr.queries, nil)
+	}
+	if fr.fence != 0 {
+		f.DestroyFence(d, fr.fence, nil)
+	}
+	if fr.pool != 0 {
+		f.DestroyCommandPool(d, fr.pool, nil)
+	}
+}
+
+// stream records kernels into a command buffer until Sync submits it. A
+// Flush submits the recording without waiting and goes on in another frame.
 type stream struct {
-	b         *Backend
-	r         *streamRes
-	err       error
+	b *Backend
+	r *streamRes
+	// err is the first error of the request in progress: Sync returns it and
+	// clears it. dead is an error that leaves the stream unusable (the device
+	// did not finish, or a submission or reset failed); it stays.
+	err, dead error
+	cur       int // the frame being recorded, an index into r.frames
 	recording bool
 	bound     vk.Pipeline
-	// Buffer ranges read and written since the last barrier.
+	// Buffer ranges read and written since the last barrier. They carry
+	// across a Flush: a barrier also orders the earlier submissions.
 	reads, writes []span
 	sets          map[setKey]vk.DescriptorSet
 	poolIdx       int // descriptor pool sets are allocated from
@@ -137,7 +174,7 @@ func (b *Backend) newStream() *stream {
 	b.mu.Unlock()
 	if closed {
 		r.pin.Unpin()
-		s.err = errClosed
+		s.die(errClosed)
 		return s
 	}
 	runtime.AddCleanup(s, func(r *streamRes) {
@@ -147,34 +184,7 @@ func (b *Backend) newStream() *stream {
 			r.destroy(b)
 		}
 	}, r)
-	if err := s.create(); err != nil {
-		s.fail(err)
-	}
-	return s
-}
-
-func (s *stream) create() error {
-	f, d, r := s.b.f, s.b.device, s.r
-	pci := vk.CommandPoolCreateInfo{SType: vk.StructureTypeCommandPoolCreateInfo, Flags: vk.CommandPoolCreateTransientBit, QueueFamilyIndex: s.b.family}
-	if err := f.CreateCommandPool(d, &pci, nil, &r.pool); err != nil {
-		return err
-	}
-	ai := vk.CommandBufferAllocateInfo{SType: vk.StructureTypeCommandBufferAllocateInfo, CommandPool: r.pool, Level: vk.CommandBufferLevelPrimary, CommandBufferCount: 1}
-	if err := f.AllocateCommandBuffers(d, &ai, &r.cmd); err != nil {
-		return err
-	}
-	fci := vk.FenceCreateInfo{SType: vk.StructureTypeFenceCreateInfo}
-	if err := f.CreateFence(d, &fci, nil, &r.fence); err != nil {
-		return err
-	}
-	if s.prof.on {
-		qci := vk.QueryPoolCreateInfo{SType: vk.StructureTypeQueryPoolCreateInfo, QueryType: vk.QueryTypeTimestamp, QueryCount: maxQueries}
-		if err := f.CreateQueryPool(d, &qci, nil, &r.queries); err != nil {
-			return err
-		}
-	}
 	sc := r.sc
-	sc.cmd, sc.fence = r.cmd, r.fence
 	sc.submit = vk.SubmitInfo{SType: vk.StructureTypeSubmitInfo, CommandBufferCount: 1, PCommandBuffers: &sc.cmd}
 	sc.alloc = vk.DescriptorSetAllocateInfo{SType: vk.StructureTypeDescriptorSetAllocateInfo, DescriptorSetCount: 1, PSetLayouts: &sc.layout}
 	for i := range sc.writes {
@@ -182,12 +192,74 @@ func (s *stream) create() error {
 			DescriptorType: vk.DescriptorTypeStorageBuffer, PBufferInfo: &sc.infos[i]}
 	}
 	sc.barrier = vk.MemoryBarrier{SType: vk.StructureTypeMemoryBarrier}
+	if err := s.addFrame(); err != nil {
+		s.die(err)
+	}
+	return s
+}
+
+// addFrame makes a command pool, buffer and fence (and query pool when
+// profiling) for one more frame.
+func (s *stream) addFrame() error {
+	f, d := s.b.f, s.b.device
+	fr := &frame{}
+	err := func() error {
+		pci := vk.CommandPoolCreateInfo{SType: vk.StructureTypeCommandPoolCreateInfo, Flags: vk.CommandPoolCreateTransientBit, QueueFamilyIndex: s.b.family}
+		if err := f.CreateCommandPool(d, &pci, nil, &fr.pool); err != nil {
+			return err
+		}
+		ai := vk.CommandBufferAllocateInfo{SType: vk.StructureTypeCommandBufferAllocateInfo, CommandPool: fr.pool, Level: vk.CommandBufferLevelPrimary, CommandBufferCount: 1}
+		if err := f.AllocateCommandBuffers(d, &ai, &fr.cmd); err != nil {
+			return err
+		}
+		fci := vk.FenceCreateInfo{SType: vk.StructureTypeFenceCreateInfo}
+		if err := f.CreateFence(d, &fci, nil, &fr.fence); err != nil {
+			return err
+		}
+		if s.prof.on {
+			qci := vk.QueryPoolCreateInfo{SType: vk.StructureTypeQueryPoolCreateInfo, QueryType: vk.QueryTypeTimestamp, QueryCount: maxQueries}
+			if err := f.CreateQueryPool(d, &qci, nil, &fr.queries); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		fr.destroy(s.b)
+		return fmt.Errorf("vulkan: creating a command buffer: %w", err)
+	}
+	s.r.frames = append(s.r.frames, fr)
 	return nil
 }
+
+// frame is the frame being recorded.
+func (s *stream) frame() *frame { return s.r.frames[s.cur] }
 
 func (s *stream) fail(err error) {
 	if s.err == nil {
 		s.err = err
+	}
+}
+
+// die fails the stream for good.
+var errStreamClosed = errors.New("vulkan: the stream is closed")
+
+// Close submits and waits for what was recorded, then releases the
+// stream's Vulkan objects and buffers; its error, if any, is dropped with it.
+func (s *stream) Close() {
+	_ = s.Sync()
+	s.b.mu.Lock()
+	if _, ok := s.b.streams[s.r]; ok && !s.b.closed.Load() {
+		s.r.destroy(s.b)
+	}
+	s.b.mu.Unlock()
+	s.die(errStreamClosed)
+}
+
+func (s *stream) die(err error) {
+	s.fail(err)
+	if s.dead == nil {
+		s.dead = err
 	}
 }
 
@@ -197,14 +269,14 @@ func (s *stream) begin() bool {
 		return false
 	}
 	if s.b.closed.Load() {
-		s.fail(errClosed)
+		s.die(errClosed)
 		return false
 	}
 	if s.recording {
 		return true
 	}
 	bi := vk.CommandBufferBeginInfo{SType: vk.StructureTypeCommandBufferBeginInfo, Flags: vk.CommandBufferUsageOneTimeSubmitBit}
-	if err := s.b.f.BeginCommandBuffer(s.r.cmd, &bi); err != nil {
+	if err := s.b.f.BeginCommandBuffer(s.frame().cmd, &bi); err != nil {
 		s.fail(err)
 		return false
 	}
@@ -254,7 +326,7 @@ func (u use) span() span {
 func (s *stream) barrier(srcStage vk.PipelineStageFlags, srcAccess vk.AccessFlags, dstStage vk.PipelineStageFlags, dstAccess vk.AccessFlags) {
 	sc := s.r.sc
 	sc.barrier.SrcAccessMask, sc.barrier.DstAccessMask = srcAccess, dstAccess
-	s.b.f.CmdPipelineBarrier(s.r.cmd, srcStage, dstStage, 0, 1, &sc.barrier, 0, nil, 0, nil)
+	s.b.f.CmdPipelineBarrier(s.frame().cmd, srcStage, dstStage, 0, 1, &sc.barrier, 0, nil, 0, nil)
 }
 
 // descriptorSet returns a set binding bufs in order, reusing one made for
@@ -267,13 +339,13 @@ func (s *stream) descriptorSet(bufs []*buffer) (vk.DescriptorSet, error) {
 	if set, ok := s.sets[key]; ok {
 		return set, nil
 	}
-	f, d, sc := s.b.f, s.b.device, s.r.sc
-	if len(s.r.descPools) == 0 || s.poolUsed == setsPerPool {
+	f, d, sc, fr := s.b.f, s.b.device, s.r.sc, s.frame()
+	if len(fr.descPools) == 0 || s.poolUsed == setsPerPool {
 		if s.poolUsed == setsPerPool {
 			s.poolIdx++
 		}
 		s.poolUsed = 0
-		if s.poolIdx == len(s.r.descPools) {
+		if s.poolIdx == len(fr.descPools) {
 			size := &vk.DescriptorPoolSize{Type: vk.DescriptorTypeStorageBuffer, DescriptorCount: setsPerPool * maxBindings}
 			var p runtime.Pinner
 			p.Pin(size)
@@ -284,11 +356,11 @@ func (s *stream) descriptorSet(bufs []*buffer) (vk.DescriptorSet, error) {
 			if err != nil {
 				return 0, err
 			}
-			s.r.descPools = append(s.r.descPools, pool)
+			fr.descPools = append(fr.descPools, pool)
 		}
 	}
 	sc.layout = s.b.setLayouts[len(bufs)]
-	sc.alloc.DescriptorPool = s.r.descPools[s.poolIdx]
+	sc.alloc.DescriptorPool = fr.descPools[s.poolIdx]
 	if err := f.AllocateDescriptorSets(d, &sc.alloc, &sc.set); err != nil {
 		return 0, err
 	}
@@ -331,7 +403,7 @@ func (s *stream) dispatch(name string, spec []uint32, uses []use, push []uint32,
 		s.fail(fmt.Errorf("vulkan: descriptor set for %s: %w", name, err))
 		return
 	}
-	f, cmd, sc := s.b.f, s.r.cmd, s.r.sc
+	f, cmd, sc := s.b.f, s.frame().cmd, s.r.sc
 	if s.bound != p.handle {
 		f.CmdBindPipeline(cmd, vk.PipelineBindPointCompute, p.handle)
 		s.bound = p.handle
@@ -352,26 +424,27 @@ func (s *stream) copyBuffer(dst *buffer, dstOff uint64, src *buffer, srcOff, n u
 	s.access(use{buf: src, lo: srcOff, hi: srcOff + n}, use{buf: dst, write: true, lo: dstOff, hi: dstOff + n})
 	sc := s.r.sc
 	sc.region = vk.BufferCopy{SrcOffset: vk.DeviceSize(srcOff), DstOffset: vk.DeviceSize(dstOff), Size: vk.DeviceSize(n)}
-	s.b.f.CmdCopyBuffer(s.r.cmd, src.handle, dst.handle, 1, &sc.region)
+	s.b.f.CmdCopyBuffer(s.frame().cmd, src.handle, dst.handle, 1, &sc.region)
 	s.prof.stamp(s, "copy")
 }
 
 // stage returns room for n bytes of host data in a staging buffer.
 func (s *stream) stage(n uint64) (*buffer, uint64, error) {
 	if s.staged+n > stagingCap && s.staged > 0 {
-		if err := s.Sync(); err != nil {
-			return nil, 0, err
+		if s.drain(); s.err != nil {
+			return nil, 0, s.err
 		}
 	}
 	for {
-		if s.stageIdx == len(s.r.staging) {
+		fr := s.frame()
+		if s.stageIdx == len(fr.staging) {
 			buf, err := s.b.newBuffer(max(n, stagingChunk), upload)
 			if err != nil {
 				return nil, 0, err
 			}
-			s.r.staging = append(s.r.staging, buf)
+			fr.staging = append(fr.staging, buf)
 		}
-		buf := s.r.staging[s.stageIdx]
+		buf := fr.staging[s.stageIdx]
 		off := (s.stageOff + 15) &^ 15
 		if off+n <= buf.size {
 			s.stageOff = off + n
@@ -401,85 +474,166 @@ func (s *stream) writeBytes(dst *buffer, off uint64, data []byte) {
 	}
 }
 
-// Sync submits what was recorded, waits for it, and returns the stream's
-// first error (recording errors are kept until then).
+// Sync submits what was recorded, waits for every submission, and returns
+// the request's first error (recording errors are kept until then). The
+// error belongs to the request: once the resources are reset the stream
+// records again, unless the device failed it for good.
 func (s *stream) Sync() error {
-	if s.recording {
-		s.submit()
-	}
+	s.drain()
 	if err := s.b.validationErrors(); err != nil {
 		s.fail(err)
 	}
-	return s.err
+	err := s.err
+	s.err = s.dead
+	return err
 }
 
-func (s *stream) submit() {
-	if s.b.closed.Load() { // Close destroyed the command buffer
-		s.fail(errClosed)
-		s.recording = false
+// Flush submits what was recorded without waiting for it and goes on
+// recording into another frame. It waits only for that frame's earlier
+// submission, so that at most maxInFlight are on the device. After an
+// error it does nothing: Sync settles the request.
+func (s *stream) Flush() {
+	if !s.recording || s.err != nil {
 		return
 	}
-	f, d, r := s.b.f, s.b.device, s.r
-	ok := s.err == nil
-	if ok {
-		// Make device writes visible to the host that reads mapped memory next.
-		s.barrier(vk.PipelineStageComputeShaderBit|vk.PipelineStageTransferBit, vk.AccessShaderWriteBit|vk.AccessTransferWriteBit,
-			vk.PipelineStageHostBit, vk.AccessHostReadBit)
+	if s.submit(); s.err != nil {
+		return
 	}
-	if err := f.EndCommandBuffer(r.cmd); err != nil {
-		s.fail(err)
-		ok = false
-	}
-	if ok {
-		s.b.queueMu.Lock()
-		err := f.QueueSubmit(s.b.queue, 1, &r.sc.submit, r.fence)
-		s.b.queueMu.Unlock()
-		if err != nil {
-			s.fail(err)
-			ok = false
-		}
-	}
-	if ok {
-		res, err := f.WaitForFences(d, 1, &r.sc.fence, 1, uint64(fenceTimeout.Nanoseconds()))
-		if err == nil && res == vk.Timeout {
-			err = fmt.Errorf("vulkan: vkWaitForFences: the device did not finish within %v", fenceTimeout)
-		}
-		if err != nil {
-			// The work may still run: keep its resources and give up on the stream.
-			s.fail(err)
+	next := (s.cur + 1) % maxInFlight
+	if next == len(s.r.frames) {
+		if err := s.addFrame(); err != nil {
+			s.fail(err) // the next begin would reuse a frame in flight; Sync waits for it
 			return
 		}
-		if err := f.ResetFences(d, 1, &r.sc.fence); err != nil {
-			s.fail(err)
-		}
-		s.prof.collect(s)
 	}
-	if err := f.ResetCommandPool(d, r.pool, 0); err != nil {
-		s.fail(err)
+	if s.wait(s.r.frames[next]); s.err != nil {
+		return
 	}
-	for _, p := range r.descPools {
-		if err := f.ResetDescriptorPool(d, p, 0); err != nil {
-			s.fail(err)
-		}
+	s.recycle(s.r.frames[next])
+	s.cur = next
+}
+
+// drain submits what was recorded and waits for all of it, then resets
+// every frame for reuse.
+func (s *stream) drain() {
+	if s.recording {
+		s.submit()
 	}
+	if s.b.closed.Load() { // Close destroyed the frames
+		s.die(errClosed)
+		return
+	}
+	for i := range s.r.frames {
+		s.wait(s.r.frames[(s.cur+1+i)%len(s.r.frames)]) // oldest first
+	}
+	if s.dead != nil {
+		return // work may still run: keep everything it could use
+	}
+	for _, fr := range s.r.frames {
+		s.recycle(fr)
+	}
+	for _, buf := range s.r.deferred {
+		s.b.freeBuffer(buf)
+	}
+	s.r.deferred = s.r.deferred[:0]
+	s.reads, s.writes = s.reads[:0], s.writes[:0]
+}
+
+// submit ends the frame being recorded and submits it without waiting.
+// Work recorded before a request's error is submitted too: each command in
+// it passed its checks, and the zeroing, writes and copies it holds are
+// what the stream's state (zeroed tensors, mirrors, the RoPE table) says
+// has happened.
+func (s *stream) submit() {
+	fr, f, sc := s.frame(), s.b.f, s.r.sc
+	s.recording, s.bound = false, 0
 	clear(s.sets)
 	s.poolIdx, s.poolUsed = 0, 0
-	s.recording, s.bound = false, 0
-	s.reads, s.writes = s.reads[:0], s.writes[:0]
+	s.stageIdx, s.stageOff, s.staged = 0, 0, 0
+	fr.deferred = append(fr.deferred, s.r.deferred...)
+	s.r.deferred = s.r.deferred[:0]
+	if s.b.closed.Load() { // Close destroyed the command buffer
+		s.die(errClosed)
+		return
+	}
+	// Make device writes visible to the host that reads mapped memory next.
+	s.barrier(vk.PipelineStageComputeShaderBit|vk.PipelineStageTransferBit, vk.AccessShaderWriteBit|vk.AccessTransferWriteBit,
+		vk.PipelineStageHostBit, vk.AccessHostReadBit)
+	if err := f.EndCommandBuffer(fr.cmd); err != nil {
+		s.die(fmt.Errorf("vulkan: vkEndCommandBuffer: %w", err))
+		return
+	}
+	sc.cmd = fr.cmd
+	s.b.queueMu.Lock()
+	err := f.QueueSubmit(s.b.queue, 1, &sc.submit, fr.fence)
+	s.b.queueMu.Unlock()
+	if err != nil {
+		s.die(fmt.Errorf("vulkan: vkQueueSubmit: %w", err))
+		return
+	}
+	fr.pending = true
+}
+
+// wait blocks until fr's submission has run, then collects its timestamps.
+func (s *stream) wait(fr *frame) {
+	if !fr.pending {
+		return
+	}
+	f, d, sc := s.b.f, s.b.device, s.r.sc
+	sc.fence = fr.fence
+	res, err := f.WaitForFences(d, 1, &sc.fence, 1, uint64(fenceTimeout.Nanoseconds()))
+	if err == nil && res == vk.Timeout {
+		err = fmt.Errorf("vulkan: vkWaitForFences: the device did not finish within %v", fenceTimeout)
+	}
+	if err != nil {
+		s.die(err) // the work may still run: keep its resources
+		return
+	}
+	fr.pending = false
+	if err := f.ResetFences(d, 1, &sc.fence); err != nil {
+		s.die(err)
+		return
+	}
+	s.prof.collect(s, fr)
+}
+
+// recycle resets a finished frame's command and descriptor pools and frees
+// what its submission held.
+func (s *stream) recycle(fr *frame) {
+	f, d := s.b.f, s.b.device
+	if err := f.ResetCommandPool(d, fr.pool, 0); err != nil {
+		s.die(err)
+		return
+	}
+	for _, p := range fr.descPools {
+		if err := f.ResetDescriptorPool(d, p, 0); err != nil {
+			s.die(err)
+			return
+		}
+	}
 	// Keep one ordinary staging buffer for the next submission; release the rest.
 	keep := 0
-	if len(r.staging) > 0 && r.staging[0].size == stagingChunk {
+	if len(fr.staging) > 0 && fr.staging[0].size == stagingChunk {
 		keep = 1
 	}
-	for _, buf := range r.staging[keep:] {
+	for _, buf := range fr.staging[keep:] {
 		s.b.freeBuffer(buf)
 	}
-	r.staging = r.staging[:keep]
-	s.stageIdx, s.stageOff, s.staged = 0, 0, 0
-	for _, buf := range r.deferred {
+	fr.staging = fr.staging[:keep]
+	for _, buf := range fr.deferred {
 		s.b.freeBuffer(buf)
 	}
-	r.deferred = r.deferred[:0]
+	fr.deferred = fr.deferred[:0]
+}
+
+// inFlight reports whether a submission may still be running.
+func (s *stream) inFlight() bool {
+	for _, fr := range s.r.frames {
+		if fr.pending {
+			return true
+		}
+	}
+	return false
 }
 
 // tensor is a float32 buffer in device memory, with a host-visible mirror
@@ -526,7 +680,7 @@ func (s *stream) Alloc(name string, n int) (gpu.Tensor, error) {
 		return nil, s.err
 	}
 	s.access(use{buf: buf, write: true})
-	s.b.f.CmdFillBuffer(s.r.cmd, buf.handle, 0, vk.DeviceSize(vk.WholeSize), 0)
+	s.b.f.CmdFillBuffer(s.frame().cmd, buf.handle, 0, vk.DeviceSize(vk.WholeSize), 0)
 	s.prof.stamp(s, "fill")
 	return t, nil
 }
@@ -540,7 +694,7 @@ func (s *stream) Free(x gpu.Tensor) {
 	for _, buf := range []*buffer{t.buf, t.mirror} {
 		switch {
 		case buf == nil:
-		case s.recording:
+		case s.recording || s.inFlight():
 			s.r.deferred = append(s.r.deferred, buf)
 		default:
 			s.b.freeBuffer(buf)
@@ -583,7 +737,9 @@ func (s *stream) Download(ts ...gpu.Tensor) {
 			}
 			t.mirror = m
 		}
-		s.copyBuffer(t.mirror, 0, t.buf, 0, t.buf.size)
+		if s.copyBuffer(t.mirror, 0, t.buf, 0, t.buf.size); s.err != nil {
+			return // not recorded: the mirror keeps its old version
+		}
 		t.mirrorVersion = t.buf.version
 	}
 }

@@ -10,67 +10,69 @@ import (
 
 // Command indices into Funcs.ptrs.
 const (
-	cmdCreateInstance                         = 0
-	cmdEnumerateInstanceLayerProperties       = 1
-	cmdEnumerateInstanceExtensionProperties   = 2
-	cmdEnumerateInstanceVersion               = 3
-	cmdDestroyInstance                        = 4
-	cmdEnumeratePhysicalDevices               = 5
-	cmdGetPhysicalDeviceProperties2           = 6
-	cmdGetPhysicalDeviceMemoryProperties      = 7
-	cmdGetPhysicalDeviceQueueFamilyProperties = 8
-	cmdEnumerateDeviceExtensionProperties     = 9
-	cmdCreateDevice                           = 10
-	cmdGetDeviceProcAddr                      = 11
-	cmdCreateDebugUtilsMessengerEXT           = 12
-	cmdDestroyDebugUtilsMessengerEXT          = 13
-	cmdDestroyDevice                          = 14
-	cmdDeviceWaitIdle                         = 15
-	cmdGetDeviceQueue                         = 16
-	cmdQueueSubmit                            = 17
-	cmdCreateBuffer                           = 18
-	cmdDestroyBuffer                          = 19
-	cmdGetBufferMemoryRequirements            = 20
-	cmdAllocateMemory                         = 21
-	cmdFreeMemory                             = 22
-	cmdBindBufferMemory                       = 23
-	cmdMapMemory                              = 24
-	cmdCreateShaderModule                     = 25
-	cmdDestroyShaderModule                    = 26
-	cmdCreateDescriptorSetLayout              = 27
-	cmdDestroyDescriptorSetLayout             = 28
-	cmdCreatePipelineLayout                   = 29
-	cmdDestroyPipelineLayout                  = 30
-	cmdCreateComputePipelines                 = 31
-	cmdDestroyPipeline                        = 32
-	cmdCreateDescriptorPool                   = 33
-	cmdDestroyDescriptorPool                  = 34
-	cmdResetDescriptorPool                    = 35
-	cmdAllocateDescriptorSets                 = 36
-	cmdUpdateDescriptorSets                   = 37
-	cmdCreateCommandPool                      = 38
-	cmdDestroyCommandPool                     = 39
-	cmdResetCommandPool                       = 40
-	cmdAllocateCommandBuffers                 = 41
-	cmdBeginCommandBuffer                     = 42
-	cmdEndCommandBuffer                       = 43
-	cmdCreateFence                            = 44
-	cmdDestroyFence                           = 45
-	cmdWaitForFences                          = 46
-	cmdResetFences                            = 47
-	cmdCreateQueryPool                        = 48
-	cmdDestroyQueryPool                       = 49
-	cmdGetQueryPoolResults                    = 50
-	cmdCmdResetQueryPool                      = 51
-	cmdCmdWriteTimestamp                      = 52
-	cmdCmdBindPipeline                        = 53
-	cmdCmdBindDescriptorSets                  = 54
-	cmdCmdPushConstants                       = 55
-	cmdCmdDispatch                            = 56
-	cmdCmdPipelineBarrier                     = 57
-	cmdCmdCopyBuffer                          = 58
-	cmdCmdFillBuffer                          = 59
-	numCommands                               = 60
+	cmdCreateInstance                                 = 0
+	cmdEnumerateInstanceLayerProperties               = 1
+	cmdEnumerateInstanceExtensionProperties           = 2
+	cmdEnumerateInstanceVersion                       = 3
+	cmdDestroyInstance                                = 4
+	cmdEnumeratePhysicalDevices                       = 5
+	cmdGetPhysicalDeviceProperties2                   = 6
+	cmdGetPhysicalDeviceMemoryProperties              = 7
+	cmdGetPhysicalDeviceQueueFamilyProperties         = 8
+	cmdEnumerateDeviceExtensionProperties             = 9
+	cmdCreateDevice                                   = 10
+	cmdGetPhysicalDeviceFeatures2                     = 11
+	cmdGetPhysicalDeviceCooperativeMatrixPropertiesNV = 12
+	cmdGetDeviceProcAddr                              = 13
+	cmdCreateDebugUtilsMessengerEXT                   = 14
+	cmdDestroyDebugUtilsMessengerEXT                  = 15
+	cmdDestroyDevice                                  = 16
+	cmdDeviceWaitIdle                                 = 17
+	cmdGetDeviceQueue                                 = 18
+	cmdQueueSubmit                                    = 19
+	cmdCreateBuffer                                   = 20
+	cmdDestroyBuffer                                  = 21
+	cmdGetBufferMemoryRequirements                    = 22
+	cmdAllocateMemory                                 = 23
+	cmdFreeMemory                                     = 24
+	cmdBindBufferMemory                               = 25
+	cmdMapMemory                                      = 26
+	cmdCreateShaderModule                             = 27
+	cmdDestroyShaderModule                            = 28
+	cmdCreateDescriptorSetLayout                      = 29
+	cmdDestroyDescriptorSetLayout                     = 30
+	cmdCreatePipelineLayout                           = 31
+	cmdDestroyPipelineLayout                          = 32
+	cmdCreateComputePipelines                         = 33
+	cmdDestroyPipeline                                = 34
+	cmdCreateDescriptorPool                           = 35
+	cmdDestroyDescriptorPool                          = 36
+	cmdResetDescriptorPool                            = 37
+	cmdAllocateDescriptorSets                         = 38
+	cmdUpdateDescriptorSets                           = 39
+	cmdCreateCommandPool                              = 40
+	cmdDestroyCommandPool                             = 41
+	cmdResetCommandPool                               = 42
+	cmdAllocateCommandBuffers                         = 43
+	cmdBeginCommandBuffer                             = 44
+	cmdEndCommandBuffer                               = 45
+	cmdCreateFence                                    = 46
+	cmdDestroyFence                                   = 47
+	cmdWaitForFences                                  = 48
+	cmdResetFences                                    = 49
+	cmdCreateQueryPool                                = 50
+	cmdDestroyQueryPool                               = 51
+	cmdGetQueryPoolResults                            = 52
+	cmdCmdResetQueryPool                              = 53
+	cmdCmdWriteTimestamp                              = 54
+	cmdCmdBindPipeline                                = 55
+	cmdCmdBindDescriptorSets                          = 56
+	cmdCmdPushConstants                               = 57
+	cmdCmdDispatch                                    = 58
+	cmdCmdPipelineBarrier                             = 59
+	cmdCmdCopyBuffer                                  = 60
+	cmdCmdFillBuffer                                  = 61
+	numCommands                                       = 62
 )
 
 // commandInfo gives each command's NUL-terminated name, level and whether it may be absent.
@@ -90,6 +92,8 @@ var commandInfo = [numCommands]struct {
 	{"vkGetPhysicalDeviceQueueFamilyProperties\x00", levelInstance, false},
 	{"vkEnumerateDeviceExtensionProperties\x00", levelInstance, false},
 	{"vkCreateDevice\x00", levelInstance, false},
+	{"vkGetPhysicalDeviceFeatures2\x00", levelInstance, true},
+	{"vkGetPhysicalDeviceCooperativeMatrixPropertiesNV\x00", levelInstance, true},
 	{"vkGetDeviceProcAddr\x00", levelInstance, false},
 	{"vkCreateDebugUtilsMessengerEXT\x00", levelInstance, true},
 	{"vkDestroyDebugUtilsMessengerEXT\x00", levelInstance, true},
@@ -213,6 +217,28 @@ func (f *Funcs) EnumerateDeviceExtensionProperties(physicalDevice PhysicalDevice
 func (f *Funcs) CreateDevice(physicalDevice PhysicalDevice, pCreateInfo *DeviceCreateInfo, pAllocator unsafe.Pointer, pDevice *Device) error {
 	r, _, _ := purego.SyscallN(f.ptrs[cmdCreateDevice], uintptr(physicalDevice), uintptr(unsafe.Pointer(pCreateInfo)), uintptr(pAllocator), uintptr(unsafe.Pointer(pDevice)))
 	return check("vkCreateDevice", Result(int32(r)))
+}
+
+// GetPhysicalDeviceFeatures2 calls vkGetPhysicalDeviceFeatures2.
+func (f *Funcs) GetPhysicalDeviceFeatures2(physicalDevice PhysicalDevice, pFeatures *PhysicalDeviceFeatures2) {
+	purego.SyscallN(f.ptrs[cmdGetPhysicalDeviceFeatures2], uintptr(physicalDevice), uintptr(unsafe.Pointer(pFeatures)))
+}
+
+// HasGetPhysicalDeviceFeatures2 reports whether vkGetPhysicalDeviceFeatures2 was found.
+func (f *Funcs) HasGetPhysicalDeviceFeatures2() bool {
+	return f.ptrs[cmdGetPhysicalDeviceFeatures2] != 0
+}
+
+// GetPhysicalDeviceCooperativeMatrixPropertiesNV calls vkGetPhysicalDeviceCooperativeMatrixPropertiesNV.
+// Besides VK_SUCCESS it may return VK_INCOMPLETE.
+func (f *Funcs) GetPhysicalDeviceCooperativeMatrixPropertiesNV(physicalDevice PhysicalDevice, pPropertyCount *uint32, pProperties *CooperativeMatrixPropertiesNV) (Result, error) {
+	r, _, _ := purego.SyscallN(f.ptrs[cmdGetPhysicalDeviceCooperativeMatrixPropertiesNV], uintptr(physicalDevice), uintptr(unsafe.Pointer(pPropertyCount)), uintptr(unsafe.Pointer(pProperties)))
+	return Result(int32(r)), check("vkGetPhysicalDeviceCooperativeMatrixPropertiesNV", Result(int32(r)))
+}
+
+// HasGetPhysicalDeviceCooperativeMatrixPropertiesNV reports whether vkGetPhysicalDeviceCooperativeMatrixPropertiesNV was found.
+func (f *Funcs) HasGetPhysicalDeviceCooperativeMatrixPropertiesNV() bool {
+	return f.ptrs[cmdGetPhysicalDeviceCooperativeMatrixPropertiesNV] != 0
 }
 
 // GetDeviceProcAddr calls vkGetDeviceProcAddr.

@@ -8,98 +8,105 @@ import (
 )
 
 const (
-	AccessHostReadBit                                   AccessFlags                       = 8192        // VK_ACCESS_HOST_READ_BIT
-	AccessShaderReadBit                                 AccessFlags                       = 32          // VK_ACCESS_SHADER_READ_BIT
-	AccessShaderWriteBit                                AccessFlags                       = 64          // VK_ACCESS_SHADER_WRITE_BIT
-	AccessTransferReadBit                               AccessFlags                       = 2048        // VK_ACCESS_TRANSFER_READ_BIT
-	AccessTransferWriteBit                              AccessFlags                       = 4096        // VK_ACCESS_TRANSFER_WRITE_BIT
-	BufferUsageStorageBufferBit                         BufferUsageFlags                  = 32          // VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
-	BufferUsageTransferDstBit                           BufferUsageFlags                  = 2           // VK_BUFFER_USAGE_TRANSFER_DST_BIT
-	BufferUsageTransferSrcBit                           BufferUsageFlags                  = 1           // VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-	CommandBufferLevelPrimary                           CommandBufferLevel                = 0           // VK_COMMAND_BUFFER_LEVEL_PRIMARY
-	CommandBufferUsageOneTimeSubmitBit                  CommandBufferUsageFlags           = 1           // VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT
-	CommandPoolCreateTransientBit                       CommandPoolCreateFlags            = 1           // VK_COMMAND_POOL_CREATE_TRANSIENT_BIT
-	DebugUtilsMessageSeverityErrorBitEXT                DebugUtilsMessageSeverityFlagsEXT = 4096        // VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT
-	DebugUtilsMessageTypeGeneralBitEXT                  DebugUtilsMessageTypeFlagsEXT     = 1           // VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
-	DebugUtilsMessageTypePerformanceBitEXT              DebugUtilsMessageTypeFlagsEXT     = 4           // VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT
-	DebugUtilsMessageTypeValidationBitEXT               DebugUtilsMessageTypeFlagsEXT     = 2           // VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
-	DescriptorTypeStorageBuffer                         DescriptorType                    = 7           // VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-	ErrorDeviceLost                                     Result                            = -4          // VK_ERROR_DEVICE_LOST
-	ErrorExtensionNotPresent                            Result                            = -7          // VK_ERROR_EXTENSION_NOT_PRESENT
-	ErrorFeatureNotPresent                              Result                            = -8          // VK_ERROR_FEATURE_NOT_PRESENT
-	ErrorFormatNotSupported                             Result                            = -11         // VK_ERROR_FORMAT_NOT_SUPPORTED
-	ErrorFragmentation                                  Result                            = -1000161000 // VK_ERROR_FRAGMENTATION
-	ErrorFragmentedPool                                 Result                            = -12         // VK_ERROR_FRAGMENTED_POOL
-	ErrorIncompatibleDriver                             Result                            = -9          // VK_ERROR_INCOMPATIBLE_DRIVER
-	ErrorInitializationFailed                           Result                            = -3          // VK_ERROR_INITIALIZATION_FAILED
-	ErrorInvalidExternalHandle                          Result                            = -1000072003 // VK_ERROR_INVALID_EXTERNAL_HANDLE
-	ErrorInvalidOpaqueCaptureAddress                    Result                            = -1000257000 // VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS
-	ErrorInvalidShaderNV                                Result                            = -1000012000 // VK_ERROR_INVALID_SHADER_NV
-	ErrorLayerNotPresent                                Result                            = -6          // VK_ERROR_LAYER_NOT_PRESENT
-	ErrorMemoryMapFailed                                Result                            = -5          // VK_ERROR_MEMORY_MAP_FAILED
-	ErrorOutOfDeviceMemory                              Result                            = -2          // VK_ERROR_OUT_OF_DEVICE_MEMORY
-	ErrorOutOfHostMemory                                Result                            = -1          // VK_ERROR_OUT_OF_HOST_MEMORY
-	ErrorOutOfPoolMemory                                Result                            = -1000069000 // VK_ERROR_OUT_OF_POOL_MEMORY
-	ErrorTooManyObjects                                 Result                            = -10         // VK_ERROR_TOO_MANY_OBJECTS
-	ErrorUnknown                                        Result                            = -13         // VK_ERROR_UNKNOWN
-	EventReset                                          Result                            = 4           // VK_EVENT_RESET
-	EventSet                                            Result                            = 3           // VK_EVENT_SET
-	Incomplete                                          Result                            = 5           // VK_INCOMPLETE
-	InstanceCreateEnumeratePortabilityBitKHR            InstanceCreateFlags               = 1           // VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR
-	MemoryHeapDeviceLocalBit                            MemoryHeapFlags                   = 1           // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT
-	MemoryPropertyDeviceLocalBit                        MemoryPropertyFlags               = 1           // VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
-	MemoryPropertyHostCachedBit                         MemoryPropertyFlags               = 8           // VK_MEMORY_PROPERTY_HOST_CACHED_BIT
-	MemoryPropertyHostCoherentBit                       MemoryPropertyFlags               = 4           // VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
-	MemoryPropertyHostVisibleBit                        MemoryPropertyFlags               = 2           // VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
-	NotReady                                            Result                            = 1           // VK_NOT_READY
-	PhysicalDeviceTypeCpu                               PhysicalDeviceType                = 4           // VK_PHYSICAL_DEVICE_TYPE_CPU
-	PhysicalDeviceTypeDiscreteGpu                       PhysicalDeviceType                = 2           // VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU
-	PhysicalDeviceTypeIntegratedGpu                     PhysicalDeviceType                = 1           // VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU
-	PhysicalDeviceTypeVirtualGpu                        PhysicalDeviceType                = 3           // VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU
-	PipelineBindPointCompute                            PipelineBindPoint                 = 1           // VK_PIPELINE_BIND_POINT_COMPUTE
-	PipelineCompileRequired                             Result                            = 1000297000  // VK_PIPELINE_COMPILE_REQUIRED
-	PipelineStageBottomOfPipeBit                        PipelineStageFlags                = 8192        // VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
-	PipelineStageComputeShaderBit                       PipelineStageFlags                = 2048        // VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
-	PipelineStageHostBit                                PipelineStageFlags                = 16384       // VK_PIPELINE_STAGE_HOST_BIT
-	PipelineStageTopOfPipeBit                           PipelineStageFlags                = 1           // VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
-	PipelineStageTransferBit                            PipelineStageFlags                = 4096        // VK_PIPELINE_STAGE_TRANSFER_BIT
-	QueryResult64Bit                                    QueryResultFlags                  = 1           // VK_QUERY_RESULT_64_BIT
-	QueryResultWaitBit                                  QueryResultFlags                  = 2           // VK_QUERY_RESULT_WAIT_BIT
-	QueryTypeTimestamp                                  QueryType                         = 2           // VK_QUERY_TYPE_TIMESTAMP
-	QueueComputeBit                                     QueueFlags                        = 2           // VK_QUEUE_COMPUTE_BIT
-	ShaderStageComputeBit                               ShaderStageFlags                  = 32          // VK_SHADER_STAGE_COMPUTE_BIT
-	SharingModeExclusive                                SharingMode                       = 0           // VK_SHARING_MODE_EXCLUSIVE
-	StructureTypeApplicationInfo                        StructureType                     = 0           // VK_STRUCTURE_TYPE_APPLICATION_INFO
-	StructureTypeBufferCreateInfo                       StructureType                     = 12          // VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO
-	StructureTypeCommandBufferAllocateInfo              StructureType                     = 40          // VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO
-	StructureTypeCommandBufferBeginInfo                 StructureType                     = 42          // VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
-	StructureTypeCommandPoolCreateInfo                  StructureType                     = 39          // VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO
-	StructureTypeComputePipelineCreateInfo              StructureType                     = 29          // VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO
-	StructureTypeDebugUtilsMessengerCreateInfoEXT       StructureType                     = 1000128004  // VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT
-	StructureTypeDescriptorPoolCreateInfo               StructureType                     = 33          // VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO
-	StructureTypeDescriptorSetAllocateInfo              StructureType                     = 34          // VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO
-	StructureTypeDescriptorSetLayoutCreateInfo          StructureType                     = 32          // VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO
-	StructureTypeDeviceCreateInfo                       StructureType                     = 3           // VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO
-	StructureTypeDeviceQueueCreateInfo                  StructureType                     = 2           // VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO
-	StructureTypeFenceCreateInfo                        StructureType                     = 8           // VK_STRUCTURE_TYPE_FENCE_CREATE_INFO
-	StructureTypeInstanceCreateInfo                     StructureType                     = 1           // VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO
-	StructureTypeMemoryAllocateInfo                     StructureType                     = 5           // VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO
-	StructureTypeMemoryBarrier                          StructureType                     = 46          // VK_STRUCTURE_TYPE_MEMORY_BARRIER
-	StructureTypePhysicalDeviceMaintenance3Properties   StructureType                     = 1000168000  // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES
-	StructureTypePhysicalDeviceProperties2              StructureType                     = 1000059001  // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2
-	StructureTypePhysicalDeviceSubgroupProperties       StructureType                     = 1000094000  // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES
-	StructureTypePipelineLayoutCreateInfo               StructureType                     = 30          // VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO
-	StructureTypePipelineShaderStageCreateInfo          StructureType                     = 18          // VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
-	StructureTypeQueryPoolCreateInfo                    StructureType                     = 11          // VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO
-	StructureTypeShaderModuleCreateInfo                 StructureType                     = 16          // VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO
-	StructureTypeSubmitInfo                             StructureType                     = 4           // VK_STRUCTURE_TYPE_SUBMIT_INFO
-	StructureTypeValidationFeaturesEXT                  StructureType                     = 1000247000  // VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT
-	StructureTypeWriteDescriptorSet                     StructureType                     = 35          // VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-	SubgroupFeatureArithmeticBit                        SubgroupFeatureFlags              = 4           // VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
-	Success                                             Result                            = 0           // VK_SUCCESS
-	Timeout                                             Result                            = 2           // VK_TIMEOUT
-	ValidationFeatureEnableSynchronizationValidationEXT ValidationFeatureEnableEXT        = 4           // VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
-	WholeSize                                           uint64                            = ^uint64(0)  // VK_WHOLE_SIZE
+	AccessHostReadBit                                      AccessFlags                       = 8192        // VK_ACCESS_HOST_READ_BIT
+	AccessShaderReadBit                                    AccessFlags                       = 32          // VK_ACCESS_SHADER_READ_BIT
+	AccessShaderWriteBit                                   AccessFlags                       = 64          // VK_ACCESS_SHADER_WRITE_BIT
+	AccessTransferReadBit                                  AccessFlags                       = 2048        // VK_ACCESS_TRANSFER_READ_BIT
+	AccessTransferWriteBit                                 AccessFlags                       = 4096        // VK_ACCESS_TRANSFER_WRITE_BIT
+	BufferUsageStorageBufferBit                            BufferUsageFlags                  = 32          // VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
+	BufferUsageTransferDstBit                              BufferUsageFlags                  = 2           // VK_BUFFER_USAGE_TRANSFER_DST_BIT
+	BufferUsageTransferSrcBit                              BufferUsageFlags                  = 1           // VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+	CommandBufferLevelPrimary                              CommandBufferLevel                = 0           // VK_COMMAND_BUFFER_LEVEL_PRIMARY
+	CommandBufferUsageOneTimeSubmitBit                     CommandBufferUsageFlags           = 1           // VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT
+	CommandPoolCreateTransientBit                          CommandPoolCreateFlags            = 1           // VK_COMMAND_POOL_CREATE_TRANSIENT_BIT
+	ComponentTypeFloat16NV                                 ComponentTypeNV                   = 0           // VK_COMPONENT_TYPE_FLOAT16_NV
+	ComponentTypeFloat32NV                                 ComponentTypeNV                   = 1           // VK_COMPONENT_TYPE_FLOAT32_NV
+	DebugUtilsMessageSeverityErrorBitEXT                   DebugUtilsMessageSeverityFlagsEXT = 4096        // VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT
+	DebugUtilsMessageTypeGeneralBitEXT                     DebugUtilsMessageTypeFlagsEXT     = 1           // VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
+	DebugUtilsMessageTypePerformanceBitEXT                 DebugUtilsMessageTypeFlagsEXT     = 4           // VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT
+	DebugUtilsMessageTypeValidationBitEXT                  DebugUtilsMessageTypeFlagsEXT     = 2           // VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
+	DescriptorTypeStorageBuffer                            DescriptorType                    = 7           // VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+	ErrorDeviceLost                                        Result                            = -4          // VK_ERROR_DEVICE_LOST
+	ErrorExtensionNotPresent                               Result                            = -7          // VK_ERROR_EXTENSION_NOT_PRESENT
+	ErrorFeatureNotPresent                                 Result                            = -8          // VK_ERROR_FEATURE_NOT_PRESENT
+	ErrorFormatNotSupported                                Result                            = -11         // VK_ERROR_FORMAT_NOT_SUPPORTED
+	ErrorFragmentation                                     Result                            = -1000161000 // VK_ERROR_FRAGMENTATION
+	ErrorFragmentedPool                                    Result                            = -12         // VK_ERROR_FRAGMENTED_POOL
+	ErrorIncompatibleDriver                                Result                            = -9          // VK_ERROR_INCOMPATIBLE_DRIVER
+	ErrorInitializationFailed                              Result                            = -3          // VK_ERROR_INITIALIZATION_FAILED
+	ErrorInvalidExternalHandle                             Result                            = -1000072003 // VK_ERROR_INVALID_EXTERNAL_HANDLE
+	ErrorInvalidOpaqueCaptureAddress                       Result                            = -1000257000 // VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS
+	ErrorInvalidShaderNV                                   Result                            = -1000012000 // VK_ERROR_INVALID_SHADER_NV
+	ErrorLayerNotPresent                                   Result                            = -6          // VK_ERROR_LAYER_NOT_PRESENT
+	ErrorMemoryMapFailed                                   Result                            = -5          // VK_ERROR_MEMORY_MAP_FAILED
+	ErrorOutOfDeviceMemory                                 Result                            = -2          // VK_ERROR_OUT_OF_DEVICE_MEMORY
+	ErrorOutOfHostMemory                                   Result                            = -1          // VK_ERROR_OUT_OF_HOST_MEMORY
+	ErrorOutOfPoolMemory                                   Result                            = -1000069000 // VK_ERROR_OUT_OF_POOL_MEMORY
+	ErrorTooManyObjects                                    Result                            = -10         // VK_ERROR_TOO_MANY_OBJECTS
+	ErrorUnknown                                           Result                            = -13         // VK_ERROR_UNKNOWN
+	EventReset                                             Result                            = 4           // VK_EVENT_RESET
+	EventSet                                               Result                            = 3           // VK_EVENT_SET
+	Incomplete                                             Result                            = 5           // VK_INCOMPLETE
+	InstanceCreateEnumeratePortabilityBitKHR               InstanceCreateFlags               = 1           // VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR
+	MemoryHeapDeviceLocalBit                               MemoryHeapFlags                   = 1           // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT
+	MemoryPropertyDeviceLocalBit                           MemoryPropertyFlags               = 1           // VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+	MemoryPropertyHostCachedBit                            MemoryPropertyFlags               = 8           // VK_MEMORY_PROPERTY_HOST_CACHED_BIT
+	MemoryPropertyHostCoherentBit                          MemoryPropertyFlags               = 4           // VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+	MemoryPropertyHostVisibleBit                           MemoryPropertyFlags               = 2           // VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
+	NotReady                                               Result                            = 1           // VK_NOT_READY
+	PhysicalDeviceTypeCpu                                  PhysicalDeviceType                = 4           // VK_PHYSICAL_DEVICE_TYPE_CPU
+	PhysicalDeviceTypeDiscreteGpu                          PhysicalDeviceType                = 2           // VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU
+	PhysicalDeviceTypeIntegratedGpu                        PhysicalDeviceType                = 1           // VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU
+	PhysicalDeviceTypeVirtualGpu                           PhysicalDeviceType                = 3           // VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU
+	PipelineBindPointCompute                               PipelineBindPoint                 = 1           // VK_PIPELINE_BIND_POINT_COMPUTE
+	PipelineCompileRequired                                Result                            = 1000297000  // VK_PIPELINE_COMPILE_REQUIRED
+	PipelineStageBottomOfPipeBit                           PipelineStageFlags                = 8192        // VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
+	PipelineStageComputeShaderBit                          PipelineStageFlags                = 2048        // VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+	PipelineStageHostBit                                   PipelineStageFlags                = 16384       // VK_PIPELINE_STAGE_HOST_BIT
+	PipelineStageTopOfPipeBit                              PipelineStageFlags                = 1           // VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
+	PipelineStageTransferBit                               PipelineStageFlags                = 4096        // VK_PIPELINE_STAGE_TRANSFER_BIT
+	QueryResult64Bit                                       QueryResultFlags                  = 1           // VK_QUERY_RESULT_64_BIT
+	QueryResultWaitBit                                     QueryResultFlags                  = 2           // VK_QUERY_RESULT_WAIT_BIT
+	QueryTypeTimestamp                                     QueryType                         = 2           // VK_QUERY_TYPE_TIMESTAMP
+	QueueComputeBit                                        QueueFlags                        = 2           // VK_QUEUE_COMPUTE_BIT
+	ScopeSubgroupNV                                        ScopeNV                           = 3           // VK_SCOPE_SUBGROUP_NV
+	ShaderStageComputeBit                                  ShaderStageFlags                  = 32          // VK_SHADER_STAGE_COMPUTE_BIT
+	SharingModeExclusive                                   SharingMode                       = 0           // VK_SHARING_MODE_EXCLUSIVE
+	StructureTypeApplicationInfo                           StructureType                     = 0           // VK_STRUCTURE_TYPE_APPLICATION_INFO
+	StructureTypeBufferCreateInfo                          StructureType                     = 12          // VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO
+	StructureTypeCommandBufferAllocateInfo                 StructureType                     = 40          // VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO
+	StructureTypeCommandBufferBeginInfo                    StructureType                     = 42          // VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
+	StructureTypeCommandPoolCreateInfo                     StructureType                     = 39          // VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO
+	StructureTypeComputePipelineCreateInfo                 StructureType                     = 29          // VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO
+	StructureTypeCooperativeMatrixPropertiesNV             StructureType                     = 1000249001  // VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV
+	StructureTypeDebugUtilsMessengerCreateInfoEXT          StructureType                     = 1000128004  // VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT
+	StructureTypeDescriptorPoolCreateInfo                  StructureType                     = 33          // VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO
+	StructureTypeDescriptorSetAllocateInfo                 StructureType                     = 34          // VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO
+	StructureTypeDescriptorSetLayoutCreateInfo             StructureType                     = 32          // VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO
+	StructureTypeDeviceCreateInfo                          StructureType                     = 3           // VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO
+	StructureTypeDeviceQueueCreateInfo                     StructureType                     = 2           // VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO
+	StructureTypeFenceCreateInfo                           StructureType                     = 8           // VK_STRUCTURE_TYPE_FENCE_CREATE_INFO
+	StructureTypeInstanceCreateInfo                        StructureType                     = 1           // VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO
+	StructureTypeMemoryAllocateInfo                        StructureType                     = 5           // VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO
+	StructureTypeMemoryBarrier                             StructureType                     = 46          // VK_STRUCTURE_TYPE_MEMORY_BARRIER
+	StructureTypePhysicalDeviceCooperativeMatrixFeaturesNV StructureType                     = 1000249000  // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV
+	StructureTypePhysicalDeviceFeatures2                   StructureType                     = 1000059000  // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
+	StructureTypePhysicalDeviceMaintenance3Properties      StructureType                     = 1000168000  // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES
+	StructureTypePhysicalDeviceProperties2                 StructureType                     = 1000059001  // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2
+	StructureTypePhysicalDeviceShaderFloat16Int8Features   StructureType                     = 1000082000  // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES
+	StructureTypePhysicalDeviceSubgroupProperties          StructureType                     = 1000094000  // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES
+	StructureTypePipelineLayoutCreateInfo                  StructureType                     = 30          // VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO
+	StructureTypePipelineShaderStageCreateInfo             StructureType                     = 18          // VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
+	StructureTypeQueryPoolCreateInfo                       StructureType                     = 11          // VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO
+	StructureTypeShaderModuleCreateInfo                    StructureType                     = 16          // VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO
+	StructureTypeSubmitInfo                                StructureType                     = 4           // VK_STRUCTURE_TYPE_SUBMIT_INFO
+	StructureTypeValidationFeaturesEXT                     StructureType                     = 1000247000  // VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT
+	StructureTypeWriteDescriptorSet                        StructureType                     = 35          // VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+	SubgroupFeatureArithmeticBit                           SubgroupFeatureFlags              = 4           // VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
+	Success                                                Result                            = 0           // VK_SUCCESS
+	Timeout                                                Result                            = 2           // VK_TIMEOUT
+	ValidationFeatureEnableSynchronizationValidationEXT    ValidationFeatureEnableEXT        = 4           // VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
+	WholeSize                                              uint64                            = ^uint64(0)  // VK_WHOLE_SIZE
 )
 
 // resultNames holds the C name of every VkResult.
@@ -166,6 +173,9 @@ type CommandPoolCreateFlags uint32
 
 // CommandPoolResetFlags is VkCommandPoolResetFlags, a bitmask.
 type CommandPoolResetFlags uint32
+
+// ComponentTypeNV is VkComponentTypeNV, an enum.
+type ComponentTypeNV int32
 
 // DebugUtilsMessageSeverityFlagsEXT is VkDebugUtilsMessageSeverityFlagsEXT, a bitmask.
 type DebugUtilsMessageSeverityFlagsEXT uint32
@@ -301,6 +311,9 @@ type SampleCountFlags uint32
 
 // Sampler is VkSampler, a non-dispatchable handle.
 type Sampler uint64
+
+// ScopeNV is VkScopeNV, an enum.
+type ScopeNV int32
 
 // Semaphore is VkSemaphore, a non-dispatchable handle.
 type Semaphore uint64
@@ -596,7 +609,7 @@ type DeviceCreateInfo struct {
 	PpEnabledLayerNames     **byte
 	EnabledExtensionCount   uint32
 	PpEnabledExtensionNames **byte
-	PEnabledFeatures        unsafe.Pointer
+	PEnabledFeatures        *PhysicalDeviceFeatures
 }
 
 // BufferCreateInfo is VkBufferCreateInfo.
@@ -887,4 +900,105 @@ type ValidationFeaturesEXT struct {
 	PEnabledValidationFeatures     *ValidationFeatureEnableEXT
 	DisabledValidationFeatureCount uint32
 	PDisabledValidationFeatures    *ValidationFeatureDisableEXT
+}
+
+// PhysicalDeviceFeatures is VkPhysicalDeviceFeatures.
+type PhysicalDeviceFeatures struct {
+	_                                       structs.HostLayout
+	RobustBufferAccess                      Bool32
+	FullDrawIndexUint32                     Bool32
+	ImageCubeArray                          Bool32
+	IndependentBlend                        Bool32
+	GeometryShader                          Bool32
+	TessellationShader                      Bool32
+	SampleRateShading                       Bool32
+	DualSrcBlend                            Bool32
+	LogicOp                                 Bool32
+	MultiDrawIndirect                       Bool32
+	DrawIndirectFirstInstance               Bool32
+	DepthClamp                              Bool32
+	DepthBiasClamp                          Bool32
+	FillModeNonSolid                        Bool32
+	DepthBounds                             Bool32
+	WideLines                               Bool32
+	LargePoints                             Bool32
+	AlphaToOne                              Bool32
+	MultiViewport                           Bool32
+	SamplerAnisotropy                       Bool32
+	TextureCompressionETC2                  Bool32
+	TextureCompressionASTC_LDR              Bool32
+	TextureCompressionBC                    Bool32
+	OcclusionQueryPrecise                   Bool32
+	PipelineStatisticsQuery                 Bool32
+	VertexPipelineStoresAndAtomics          Bool32
+	FragmentStoresAndAtomics                Bool32
+	ShaderTessellationAndGeometryPointSize  Bool32
+	ShaderImageGatherExtended               Bool32
+	ShaderStorageImageExtendedFormats       Bool32
+	ShaderStorageImageMultisample           Bool32
+	ShaderStorageImageReadWithoutFormat     Bool32
+	ShaderStorageImageWriteWithoutFormat    Bool32
+	ShaderUniformBufferArrayDynamicIndexing Bool32
+	ShaderSampledImageArrayDynamicIndexing  Bool32
+	ShaderStorageBufferArrayDynamicIndexing Bool32
+	ShaderStorageImageArrayDynamicIndexing  Bool32
+	ShaderClipDistance                      Bool32
+	ShaderCullDistance                      Bool32
+	ShaderFloat64                           Bool32
+	ShaderInt64                             Bool32
+	ShaderInt16                             Bool32
+	ShaderResourceResidency                 Bool32
+	ShaderResourceMinLod                    Bool32
+	SparseBinding                           Bool32
+	SparseResidencyBuffer                   Bool32
+	SparseResidencyImage2D                  Bool32
+	SparseResidencyImage3D                  Bool32
+	SparseResidency2Samples                 Bool32
+	SparseResidency4Samples                 Bool32
+	SparseResidency8Samples                 Bool32
+	SparseResidency16Samples                Bool32
+	SparseResidencyAliased                  Bool32
+	VariableMultisampleRate                 Bool32
+	InheritedQueries                        Bool32
+}
+
+// PhysicalDeviceFeatures2 is VkPhysicalDeviceFeatures2.
+type PhysicalDeviceFeatures2 struct {
+	_        structs.HostLayout
+	SType    StructureType
+	PNext    unsafe.Pointer
+	Features PhysicalDeviceFeatures
+}
+
+// PhysicalDeviceShaderFloat16Int8Features is VkPhysicalDeviceShaderFloat16Int8Features.
+type PhysicalDeviceShaderFloat16Int8Features struct {
+	_             structs.HostLayout
+	SType         StructureType
+	PNext         unsafe.Pointer
+	ShaderFloat16 Bool32
+	ShaderInt8    Bool32
+}
+
+// PhysicalDeviceCooperativeMatrixFeaturesNV is VkPhysicalDeviceCooperativeMatrixFeaturesNV.
+type PhysicalDeviceCooperativeMatrixFeaturesNV struct {
+	_                                   structs.HostLayout
+	SType                               StructureType
+	PNext                               unsafe.Pointer
+	CooperativeMatrix                   Bool32
+	CooperativeMatrixRobustBufferAccess Bool32
+}
+
+// CooperativeMatrixPropertiesNV is VkCooperativeMatrixPropertiesNV.
+type CooperativeMatrixPropertiesNV struct {
+	_     structs.HostLayout
+	SType StructureType
+	PNext unsafe.Pointer
+	MSize uint32
+	NSize uint32
+	KSize uint32
+	AType ComponentTypeNV
+	BType ComponentTypeNV
+	CType ComponentTypeNV
+	DType ComponentTypeNV
+	Scope ScopeNV
 }

@@ -44,6 +44,10 @@ var structs = []string{
 	"VkDebugUtilsMessengerCreateInfoEXT",
 	"VkDebugUtilsMessengerCallbackDataEXT",
 	"VkValidationFeaturesEXT",
+	"VkPhysicalDeviceFeatures2",
+	"VkPhysicalDeviceShaderFloat16Int8Features",
+	"VkPhysicalDeviceCooperativeMatrixFeaturesNV",
+	"VkCooperativeMatrixPropertiesNV",
 }
 
 // commands lists the functions package vk calls. Extension commands are
@@ -61,6 +65,8 @@ var commands = []string{
 	"vkGetPhysicalDeviceQueueFamilyProperties",
 	"vkEnumerateDeviceExtensionProperties",
 	"vkCreateDevice",
+	"vkGetPhysicalDeviceFeatures2",
+	"vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
 	"vkGetDeviceProcAddr",
 	"vkCreateDebugUtilsMessengerEXT",
 	"vkDestroyDebugUtilsMessengerEXT",
@@ -145,6 +151,13 @@ var constants = []string{
 	"VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT",
 	"VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT",
 	"VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT",
+	"VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2",
+	"VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES",
+	"VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV",
+	"VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV",
+	"VK_COMPONENT_TYPE_FLOAT16_NV",
+	"VK_COMPONENT_TYPE_FLOAT32_NV",
+	"VK_SCOPE_SUBGROUP_NV",
 
 	"VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR",
 

@@ -1,0 +1,194 @@
+package vulkan_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/gpu/vulkan"
+	"github.com/stratalab/strata/model"
+)
+
+// deepShape has enough layers, each slow enough on lavapipe (about 0.1 s at
+// T=32 on two busy cores), that a prefill takes many times one layer.
+var deepShape = model.Shape{Arch: "llama", Layers: 12, DModel: 128, FFN: 384, Heads: 2, KVHeads: 2, HeadDim: 64,
+	Vocab: 512, Context: 256, Theta: 10000}
+
+// requireIdentical checks two traces hold the same points, bit for bit.
+func requireIdentical(t *testing.T, got, want *trace.Trace, what string) {
+	t.Helper()
+	require.Equal(t, want.Names, got.Names, what)
+	for _, name := range want.Names {
+		g, w := got.Tensors[name], want.Tensors[name]
+		require.Equal(t, w.Shape, g.Shape, "%s: %s", what, name)
+		for i := range w.Data {
+			if g.Data[i] != w.Data[i] {
+				t.Fatalf("%s: %s[%d] is %g, want %g", what, name, i, g.Data[i], w.Data[i])
+			}
+		}
+	}
+}
+
+// A cancellable prefill hands the device one layer at a time, so a cancel
+// that arrives while the device runs stops it within about a layer rather
+// than after the whole prefill, which a single submission would run to its
+// end. The backend counts the matrix products that reached the device.
+func TestCancelStopsTheDeviceWithinALayer(t *testing.T) {
+	b, err := vulkan.Open(vulkan.Options{Validation: true})
+	if errors.Is(err, vulkan.ErrNoValidationLayer) {
+		b, err = vulkan.Open(vulkan.Options{})
+	}
+	if errors.Is(err, vulkan.ErrNoDevice) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Close()) }()
+	if err := b.SetProfiling(true); err != nil {
+		t.Skip(err)
+	}
+	m := shapeModel(t, deepShape, gguf.F32, 11)
+	ve, err := gpu.NewEngine(m, b)
+	require.NoError(t, err)
+	gemms := func() int {
+		n := 0
+		for _, st := range b.StageTimes() {
+			if st.Stage == "gemm" {
+				n += st.Count
+			}
+		}
+		return n
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	tokens := make([]int32, 32)
+	for i := range tokens {
+		tokens[i] = int32(r.IntN(m.Vocab))
+	}
+	o := gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post"), Logits: gpu.LogitsNone}
+
+	// The reference: a fresh session, one submission (no cancel possible).
+	fresh, err := ve.NewSession(len(tokens))
+	require.NoError(t, err)
+	want, err := fresh.Prefill(context.Background(), tokens, o)
+	require.NoError(t, err)
+	fresh.Close()
+
+	vs, err := ve.NewSession(len(tokens))
+	require.NoError(t, err)
+	defer vs.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gemms() // drop the upload's and the reference's
+	start := time.Now()
+	got, err := vs.Prefill(ctx, tokens, o)
+	fullTime := time.Since(start)
+	require.NoError(t, err)
+	requireIdentical(t, got, want, "flushed per layer")
+	all := gemms()
+	require.Zero(t, all%m.Layers, "%d matrix products over %d layers", all, m.Layers)
+	perLayer := all / m.Layers
+	vs.Reset()
+	buffers, used := vulkan.DeviceMemory(b)
+
+	// Cancel once layer 0 has been handed to the device (its flush comes
+	// before layer 1's first point): a single submission would have all of
+	// the prefill recorded and queued by the time the device runs.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	cancelAtLayer1 := gpu.Hook{Point: "blocks.1.hook_resid_pre", Device: func(string, []int) ([]gpu.DeviceEdit, error) {
+		cancel()
+		return nil, nil
+	}}
+	start = time.Now()
+	_, err = vs.Prefill(ctx, tokens, gpu.Options{Capture: o.Capture, Logits: o.Logits, Hooks: []gpu.Hook{cancelAtLayer1}})
+	cancelTime := time.Since(start)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 0, vs.Pos())
+	ran := gemms()
+	t.Logf("whole prefill: %v for %d layers; cancelled in layer 1: %v, %d of %d layers reached the device",
+		fullTime, m.Layers, cancelTime, ran/perLayer, m.Layers)
+	require.Zero(t, ran%perLayer, "the device ran whole layers")
+	// Layer 0 was in flight; layer 1, recorded when the cancel came, is
+	// submitted with the run's release; nothing after it.
+	require.Equal(t, 2, ran/perLayer, "layers that reached the device")
+	requireMemoryBack(t, b, buffers, used, "after the cancelled prefill")
+
+	// The session is as it was: the next prefill matches the reference.
+	_, err = vs.Prefill(ctx, tokens, o)
+	require.ErrorIs(t, err, context.Canceled, "the cancelled context stops a new prefill before its first layer")
+	got, err = vs.Prefill(context.Background(), tokens, o)
+	require.NoError(t, err)
+	requireIdentical(t, got, want, "after the cancelled prefill")
+}
+
+// A stream error belongs to the request that caused it: the prefill fails
+// with an error naming the problem, the stream's memory is back, and the
+// next prefill on the same session is exact.
+func TestStreamErrorEndsWithItsRequest(t *testing.T) {
+	b := backend(t)
+	m := genModel(t, "tiny-llama", gguf.F32, 8)
+	ve, err := gpu.NewEngine(m, b)
+	require.NoError(t, err)
+	o := gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post"), Logits: gpu.LogitsAll}
+	fresh, err := ve.NewSession(0)
+	require.NoError(t, err)
+	want, err := fresh.Prefill(context.Background(), testTokens, o)
+	require.NoError(t, err)
+	fresh.Close()
+
+	// The engine passes an edit's operation through; the backend refuses
+	// one it does not know while recording, in the last layer, so that a
+	// flushing run has earlier layers in flight when it fails.
+	badEdit := gpu.Hook{Point: gpu.LayerPoint(m.Layers-1, "attn.hook_z"), Device: func(string, []int) ([]gpu.DeviceEdit, error) {
+		return []gpu.DeviceEdit{{Edit: gpu.Edit{Op: gpu.EditOp(42), Rows: 1, Cols: 1}}}, nil
+	}}
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"one submission", func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }},
+		{"a submission per layer", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			vs, err := ve.NewSession(0)
+			require.NoError(t, err)
+			defer vs.Close()
+			_, err = vs.Prefill(ctx, testTokens, o) // the stream's staging and tables now exist
+			require.NoError(t, err)
+			vs.Reset()
+			buffers, used := vulkan.DeviceMemory(b)
+
+			_, err = vs.Prefill(ctx, testTokens, gpu.Options{Capture: o.Capture, Logits: o.Logits, Hooks: []gpu.Hook{badEdit}})
+			require.EqualError(t, err, "vulkan: unknown edit operation 42")
+			require.Equal(t, 0, vs.Pos())
+			requireMemoryBack(t, b, buffers, used, "after the failed prefill")
+
+			got, err := vs.Prefill(ctx, testTokens, o)
+			require.NoError(t, err)
+			requireIdentical(t, got, want, "after the failed prefill")
+		})
+	}
+
+	t.Run("a bare stream", func(t *testing.T) {
+		st := b.NewStream()
+		x, err := st.Alloc("x", 8)
+		require.NoError(t, err)
+		st.Write(x, 5, make([]float32, 10))
+		require.EqualError(t, st.Sync(), "vulkan: write of 10 elements at 5 into x of 8")
+		data := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+		st.Write(x, 0, data)
+		out := make([]float32, 8)
+		require.NoError(t, st.Read(x, 0, out))
+		require.Equal(t, data, out)
+		st.Free(x)
+		require.NoError(t, st.Sync())
+	})
+}

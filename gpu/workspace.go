@@ -1,0 +1,60 @@
+package gpu
+
+// workspace is a session's prefill buffers (scratch and capture arenas),
+// kept by name for the next prefill, so that repeated prefills of the same
+// shape allocate nothing. It holds only what the last prefill used.
+type workspace struct {
+	bufs map[string]Tensor
+}
+
+// need is a buffer a prefill uses: its name, its size in elements, and the
+// run's field that gets it.
+type need struct {
+	name string
+	n    int
+	dst  *Tensor
+}
+
+// fit hands out a buffer for each need. It keeps a buffer that holds the
+// elements needed and at most twice as many, so that a session holds no more
+// than twice what its last prefill needs and a download of a kept buffer
+// copies at most twice the data. The rest it frees before allocating any,
+// so that a backend that frees at once has that memory back for the new
+// buffers. On an error it frees everything: a refused prefill leaves the
+// session holding only its KV cache.
+//
+// Kept buffers hold the last prefill's data, not zeros: every element a
+// prefill reads from a scratch buffer it has written first, and a trace
+// reads only the captures the run has reached.
+func (w *workspace) fit(st Stream, needs []need) error {
+	keep := make(map[string]Tensor, len(needs))
+	for _, q := range needs {
+		if x, ok := w.bufs[q.name]; ok && q.n <= x.Len() && x.Len() <= 2*q.n {
+			keep[q.name] = x
+			delete(w.bufs, q.name)
+		}
+	}
+	w.free(st)
+	w.bufs = keep
+	for _, q := range needs {
+		x, ok := w.bufs[q.name]
+		if !ok {
+			var err error
+			if x, err = st.Alloc(q.name, q.n); err != nil {
+				w.free(st)
+				return err
+			}
+			w.bufs[q.name] = x
+		}
+		*q.dst = x
+	}
+	return nil
+}
+
+// free releases every buffer.
+func (w *workspace) free(st Stream) {
+	for _, x := range w.bufs {
+		st.Free(x)
+	}
+	w.bufs = nil
+}

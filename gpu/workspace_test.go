@@ -1,0 +1,172 @@
+package gpu_test
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+)
+
+// poisonBackend is the CPU backend with streams that count their live
+// tensors and fill new ones with NaN instead of zeros, so that a prefill
+// reading an element it has not written shows up in its results.
+type poisonBackend struct {
+	*cpu.Backend
+	streams []*poisonStream
+}
+
+func (b *poisonBackend) NewStream() gpu.Stream {
+	s := &poisonStream{Stream: b.Backend.NewStream(), live: map[gpu.Tensor]string{}}
+	b.streams = append(b.streams, s)
+	return s
+}
+
+type poisonStream struct {
+	gpu.Stream
+	live   map[gpu.Tensor]string
+	allocs int
+}
+
+func (s *poisonStream) Alloc(name string, n int) (gpu.Tensor, error) {
+	t, err := s.Stream.Alloc(name, n)
+	if err == nil {
+		s.live[t] = name
+		s.allocs++
+		s.fill(t)
+	}
+	return t, err
+}
+
+func (s *poisonStream) Free(t gpu.Tensor) {
+	delete(s.live, t)
+	s.Stream.Free(t)
+}
+
+func (s *poisonStream) fill(t gpu.Tensor) {
+	nan := make([]float32, t.Len())
+	for i := range nan {
+		nan[i] = float32(math.NaN())
+	}
+	s.Write(t, 0, nan)
+}
+
+// poisonKept overwrites every live tensor but the KV cache with NaN, as if
+// the buffers a session keeps between prefills held garbage.
+func (s *poisonStream) poisonKept() {
+	for t, name := range s.live {
+		if !strings.Contains(name, ".attn.cache_") {
+			s.fill(t)
+		}
+	}
+}
+
+// A session keeps its prefill buffers: a prefill like the last one
+// allocates nothing, and no prefill reads what an earlier one left in them.
+// Each request below runs on a session whose kept buffers are filled with NaN
+// before it, and must give bit-identically what the plain CPU backend gives.
+func TestPrefillsReuseBuffersAndReadNothingStale(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 5)
+	pb := &poisonBackend{Backend: cpu.New(0)}
+	pe, err := gpu.NewEngine(m, pb)
+	require.NoError(t, err)
+	ps, err := pe.NewSession(64)
+	require.NoError(t, err)
+	st := pb.streams[len(pb.streams)-1]
+	ref, err := newEngine(t, m).NewSession(64)
+	require.NoError(t, err)
+	defer ref.Close()
+
+	steer := make([]float32, m.DModel)
+	for i := range steer {
+		steer[i] = float32(i%7) - 3
+	}
+	all := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll, Predict: true}
+	requests := []struct {
+		what   string
+		tokens []int32
+		cont   bool
+		o      gpu.Options
+		allocs int // -1: any
+	}{
+		{"capture-all", testTokens, false, all, -1},
+		{"the same again", testTokens, false, all, 0},
+		{"continued, narrower", testTokens[:5], true, gpu.Options{Capture: gpu.CaptureOf("blocks.*.attn.hook_pattern", "logits"), Logits: gpu.LogitsLast}, -1},
+		{"shorter, nothing captured, flash attention", testTokens[:3], false, gpu.Options{}, -1},
+		{"shorter again, with interventions", testTokens[2:9], false, gpu.Options{Capture: gpu.CaptureOf("blocks.1.*"), Logits: gpu.LogitsAll,
+			Hooks: []gpu.Hook{gpu.AddVector("blocks.0.hook_resid_post", steer, 0.5, nil), gpu.AblateHead(1, 2)}}, -1},
+		{"capture-all after all that", testTokens, false, all, -1},
+	}
+	ctx := context.Background()
+	for _, q := range requests {
+		if !q.cont {
+			ps.Reset()
+			ref.Reset()
+		}
+		st.poisonKept()
+		before := st.allocs
+		got, err := ps.Prefill(ctx, q.tokens, q.o)
+		require.NoError(t, err, q.what)
+		if q.allocs >= 0 {
+			require.Equal(t, q.allocs, st.allocs-before, "%s: allocations", q.what)
+		}
+		want, err := ref.Prefill(ctx, q.tokens, q.o)
+		require.NoError(t, err, q.what)
+		require.Equal(t, want.Names, got.Names, q.what)
+		for _, name := range want.Names {
+			require.Equal(t, want.Tensors[name].Data, got.Tensors[name].Data, "%s: %s", q.what, name)
+		}
+		require.Equal(t, want.Predicted, got.Predicted, q.what)
+	}
+
+	cache := 2 * m.Layers
+	require.Greater(t, len(st.live), cache, "the session keeps its last prefill's buffers")
+	ps.Close()
+	require.Empty(t, st.live, "Close frees the KV cache and every kept buffer")
+}
+
+// A run hands its buffers back when it ends; one that a later Start, or
+// the session's Close, took them from says so instead of reading them.
+func TestRunsEndWhenTheirBuffersGo(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.Q8_0, 2)
+	e := newEngine(t, m)
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
+
+	first, err := s.Start(ctx, testTokens, o)
+	require.NoError(t, err)
+	require.True(t, first.Next())
+	second, err := s.Start(ctx, testTokens[:4], o)
+	require.NoError(t, err)
+	require.False(t, first.Next())
+	require.ErrorContains(t, first.Err(), "a later prefill on this run's session took its buffers")
+	_, err = first.Trace()
+	require.ErrorContains(t, err, "took its buffers")
+	_, err = first.Finish()
+	require.ErrorContains(t, err, "took its buffers")
+	require.Equal(t, 0, s.Pos(), "the superseded run does not move the session")
+
+	tr, err := second.Finish()
+	require.NoError(t, err)
+	require.Equal(t, prefill(t, e, testTokens[:4], o).Tensors["logits"].Data, tr.Tensors["logits"].Data)
+	require.Equal(t, 4, s.Pos())
+	_, err = second.Trace()
+	require.ErrorContains(t, err, "the run is over")
+	_, err = second.Finish()
+	require.ErrorContains(t, err, "the run is over")
+	require.Equal(t, 4, s.Pos(), "a second Finish does not move the session again")
+
+	third, err := s.Start(ctx, testTokens[:2], o)
+	require.NoError(t, err)
+	s.Close()
+	require.False(t, third.Next())
+	require.ErrorContains(t, third.Err(), "session was closed")
+}
