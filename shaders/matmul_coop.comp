@@ -12,9 +12,10 @@
 // gpu/vulkan); blocks of more than 4 accumulators ran slower on the H200.
 //
 // Accuracy: X is split into float16 hi + lo (x - hi), two products per step,
-// so the result keeps float32's accuracy rather than float16's. 1-bit,
-// ternary and F16 weights are exact in float16; other formats split W too
-// (SPLIT_W). A tile whose X exceeds float16's range is recomputed in float32.
+// so the result keeps float32's accuracy rather than float16's. It is built
+// only for weights exact in float16 (1-bit, ternary, F16): splitting W too
+// ran slower than matmul.comp on the H200. A tile whose X exceeds float16's
+// range is recomputed in float32.
 layout(local_size_x = 256) in;
 
 // The tile shape, chosen per GEMM by the host: each subgroup holds TM x TN
@@ -49,9 +50,6 @@ const uint SROW = (BK + 8) / 8;
 
 shared uvec4 Ahi[BM * SROW], Alo[BM * SROW];
 shared uvec4 Bhi[BN * SROW];
-#ifdef SPLIT_W
-shared uvec4 Blo[BN * SROW];
-#endif
 shared uint outOfRange;
 
 
@@ -122,19 +120,13 @@ void main() {
             uint id = tid + 256 * h, r = id / CH, c = id % CH;
             float v[8];
             elemsB(n0 + r, k0 + 8 * c, v);
-            uvec4 hi, lo;
+            uvec4 hi, lo; // lo is 0: the weights are exact in float16
             split(v, hi, lo);
             Bhi[r * SROW + c] = hi;
-#ifdef SPLIT_W
-            Blo[r * SROW + c] = lo;
-#endif
         }
         barrier();
         [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
             MAT16 ah[TM], al[TM], bh[TN];
-#ifdef SPLIT_W
-            MAT16 bl[TN];
-#endif
             [[unroll]] for (uint i = 0; i < TM; i++) {
                 coopMatLoadNV(ah[i], Ahi, (wm + 16 * i) * SROW + kk / 8, SROW, false);
                 coopMatLoadNV(al[i], Alo, (wm + 16 * i) * SROW + kk / 8, SROW, false);
@@ -142,17 +134,11 @@ void main() {
             [[unroll]] for (uint j = 0; j < TN; j++) {
                 // B = W^T is K x N; W's rows are its columns, so column-major.
                 coopMatLoadNV(bh[j], Bhi, (wn + 16 * j) * SROW + kk / 8, SROW, true);
-#ifdef SPLIT_W
-                coopMatLoadNV(bl[j], Blo, (wn + 16 * j) * SROW + kk / 8, SROW, true);
-#endif
             }
             [[unroll]] for (uint i = 0; i < TM; i++) {
                 [[unroll]] for (uint j = 0; j < TN; j++) {
                     acc[i][j] = coopMatMulAddNV(ah[i], bh[j], acc[i][j]);
                     acc[i][j] = coopMatMulAddNV(al[i], bh[j], acc[i][j]);
-#ifdef SPLIT_W
-                    acc[i][j] = coopMatMulAddNV(ah[i], bl[j], acc[i][j]);
-#endif
                 }
             }
         }

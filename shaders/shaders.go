@@ -10,6 +10,7 @@ import (
 	"embed"
 	"encoding/binary"
 	"fmt"
+	"io/fs"
 )
 
 //go:embed spv/*.spv
@@ -23,8 +24,8 @@ type Variant struct {
 }
 
 // formats names each weight format's define and variant suffix.
-// exactHalf says every weight it decodes is exact in float16, so the
-// cooperative-matrix GEMM need not split W.
+// exactHalf says every weight it decodes is exact in float16: only those
+// formats get a cooperative-matrix GEMM (matmul_coop.comp).
 var formats = []struct {
 	suffix, define string
 	exactHalf      bool
@@ -42,17 +43,21 @@ var Variants = func() []Variant {
 			Variant{Name: "matvec_" + f.suffix, Source: "matvec.comp", Defines: []string{f.define}},
 			Variant{Name: "matvec_" + f.suffix + "_sg", Source: "matvec.comp", Defines: []string{f.define, "USE_SUBGROUP"}},
 			Variant{Name: "embed_" + f.suffix, Source: "embed.comp", Defines: []string{f.define}})
-		coop := Variant{Name: "matmul_coop_" + f.suffix, Source: "matmul_coop.comp", Defines: []string{f.define}}
-		if !f.exactHalf {
-			coop.Defines = append(coop.Defines, "SPLIT_W")
+		if f.exactHalf {
+			vs = append(vs, Variant{Name: "matmul_coop_" + f.suffix, Source: "matmul_coop.comp", Defines: []string{f.define}})
 		}
-		vs = append(vs, coop)
 	}
 	for _, src := range []string{"rmsnorm", "rope", "scores", "softmax", "mix", "flash", "add", "swiglu", "edit", "edit_mean", "argmax"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})
 	}
 	return vs
 }()
+
+// Has reports whether the named module exists.
+func Has(name string) bool {
+	_, err := fs.Stat(spv, "spv/"+name+".spv")
+	return err == nil
+}
 
 // SPIRV returns the named module as 32-bit words, as vkCreateShaderModule
 // wants them (an embedded []byte is not guaranteed 4-byte aligned).

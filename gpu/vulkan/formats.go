@@ -6,6 +6,7 @@ import (
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/shaders"
 )
 
 // weightFormat is how one tensor type lives on the device: the shader
@@ -22,6 +23,15 @@ type weightFormat struct {
 	quantOff   int // and of the quants
 	quantBytes int // 0 for float formats
 }
+
+// coopFormats are the types with a cooperative-matrix GEMM.
+var coopFormats = func() map[gguf.Type]bool {
+	m := map[gguf.Type]bool{}
+	for _, f := range weightFormats {
+		m[f.typ] = shaders.Has("matmul_coop_" + f.suffix)
+	}
+	return m
+}()
 
 var weightFormats = []weightFormat{
 	{typ: gguf.F32, suffix: "f32", blockSize: 1, blockBytes: 4},

@@ -40,9 +40,9 @@ func blockOf(typ gguf.Type) int {
 }
 
 func TestMatMulEveryFormat(t *testing.T) {
-	// 70 rows take the tiled kernel (cooperative-matrix where the device has
-	// them, and the portable one); 5 and 1 the matrix-vector one, with
-	// subgroup sums and without.
+	// 70 rows take the tiled kernel (cooperative-matrix for the formats that
+	// have one, where the device has them, and the portable one); 5 and 1
+	// the matrix-vector one, with subgroup sums and without.
 	if vulkan.Coop(backend(t)) {
 		old := vulkan.SetCoop(backend(t), false)
 		t.Run("rows70/portable", func(t *testing.T) { testMatMul(t, 70) })

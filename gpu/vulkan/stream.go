@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -772,6 +773,26 @@ func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
 		}
 		t.mirrorVersion = t.buf.version
 	}
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), t.mirror.bytes()[4*off:])
+	copyParallel(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), t.mirror.bytes()[4*off:])
 	return nil
+}
+
+// copyParallel copies large reads on every core: a capture-all trace is
+// gigabytes, and one core's copy (with the page faults of fresh Go memory)
+// took most of such a prefill's time.
+func copyParallel(dst, src []byte) {
+	const chunk = 2 << 20
+	n := min(len(dst), len(src))
+	workers := min(runtime.GOMAXPROCS(0), n/chunk)
+	if workers < 2 {
+		copy(dst, src)
+		return
+	}
+	var wg sync.WaitGroup
+	per := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+	}
+	wg.Wait()
 }
