@@ -67,11 +67,8 @@ func TestCPUPeakMemoryMatchesEstimate(t *testing.T) {
 
 // estimateLikeInfo is the total `strata info` prints for a T=512 prefill.
 func estimateLikeInfo(m *model.Model) int64 {
-	var weights int64
-	for _, t := range m.File.Tensors {
-		weights += t.Size
-	}
-	return weights + gpu.EstimateMemory(&m.Config, peakT, 0, peakT, gpu.Options{}).Total()
+	weights, other := m.Resident()
+	return weights + other + gpu.EstimateMemory(&m.Config, peakT, 0, peakT, gpu.Options{}).Total()
 }
 
 func peakChild(t *testing.T, path string) {

@@ -2,8 +2,6 @@ package gpu_test
 
 import (
 	"context"
-	"math"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,60 +9,8 @@ import (
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/internal/poison"
 )
-
-// poisonBackend is the CPU backend with streams that count their live
-// tensors and fill new ones with NaN instead of zeros, so that a prefill
-// reading an element it has not written shows up in its results.
-type poisonBackend struct {
-	*cpu.Backend
-	streams []*poisonStream
-}
-
-func (b *poisonBackend) NewStream() gpu.Stream {
-	s := &poisonStream{Stream: b.Backend.NewStream(), live: map[gpu.Tensor]string{}}
-	b.streams = append(b.streams, s)
-	return s
-}
-
-type poisonStream struct {
-	gpu.Stream
-	live   map[gpu.Tensor]string
-	allocs int
-}
-
-func (s *poisonStream) Alloc(name string, n int) (gpu.Tensor, error) {
-	t, err := s.Stream.Alloc(name, n)
-	if err == nil {
-		s.live[t] = name
-		s.allocs++
-		s.fill(t)
-	}
-	return t, err
-}
-
-func (s *poisonStream) Free(t gpu.Tensor) {
-	delete(s.live, t)
-	s.Stream.Free(t)
-}
-
-func (s *poisonStream) fill(t gpu.Tensor) {
-	nan := make([]float32, t.Len())
-	for i := range nan {
-		nan[i] = float32(math.NaN())
-	}
-	s.Write(t, 0, nan)
-}
-
-// poisonKept overwrites every live tensor but the KV cache with NaN, as if
-// the buffers a session keeps between prefills held garbage.
-func (s *poisonStream) poisonKept() {
-	for t, name := range s.live {
-		if !strings.Contains(name, ".attn.cache_") {
-			s.fill(t)
-		}
-	}
-}
 
 // A session keeps its prefill buffers: a prefill like the last one
 // allocates nothing, and no prefill reads what an earlier one left in them.
@@ -72,12 +18,12 @@ func (s *poisonStream) poisonKept() {
 // before it, and must give bit-identically what the plain CPU backend gives.
 func TestPrefillsReuseBuffersAndReadNothingStale(t *testing.T) {
 	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 5)
-	pb := &poisonBackend{Backend: cpu.New(0)}
+	pb := &poison.Backend{Backend: cpu.New(0)}
 	pe, err := gpu.NewEngine(m, pb)
 	require.NoError(t, err)
 	ps, err := pe.NewSession(64)
 	require.NoError(t, err)
-	st := pb.streams[len(pb.streams)-1]
+	st := pb.Last()
 	ref, err := newEngine(t, m).NewSession(64)
 	require.NoError(t, err)
 	defer ref.Close()
@@ -108,12 +54,12 @@ func TestPrefillsReuseBuffersAndReadNothingStale(t *testing.T) {
 			ps.Reset()
 			ref.Reset()
 		}
-		st.poisonKept()
-		before := st.allocs
+		st.PoisonKept()
+		before := st.Allocs
 		got, err := ps.Prefill(ctx, q.tokens, q.o)
 		require.NoError(t, err, q.what)
 		if q.allocs >= 0 {
-			require.Equal(t, q.allocs, st.allocs-before, "%s: allocations", q.what)
+			require.Equal(t, q.allocs, st.Allocs-before, "%s: allocations", q.what)
 		}
 		want, err := ref.Prefill(ctx, q.tokens, q.o)
 		require.NoError(t, err, q.what)
@@ -125,9 +71,9 @@ func TestPrefillsReuseBuffersAndReadNothingStale(t *testing.T) {
 	}
 
 	cache := 2 * m.Layers
-	require.Greater(t, len(st.live), cache, "the session keeps its last prefill's buffers")
+	require.Greater(t, len(st.Live), cache, "the session keeps its last prefill's buffers")
 	ps.Close()
-	require.Empty(t, st.live, "Close frees the KV cache and every kept buffer")
+	require.Empty(t, st.Live, "Close frees the KV cache and every kept buffer")
 }
 
 // A run hands its buffers back when it ends; one that a later Start, or

@@ -207,3 +207,19 @@ func (m *Model) Params() int64 {
 	}
 	return n
 }
+
+// Resident is the memory the open model holds before any prefill, in bytes:
+// its tensor data and the file's header, both mapped and read, and the
+// tokenizer's tables. A model built in memory (no File) counts its tokenizer.
+func (m *Model) Resident() (weights, other int64) {
+	if m.File != nil {
+		for _, t := range m.File.Tensors {
+			weights += t.Size
+		}
+		other = m.File.DataOffset
+	}
+	if m.Tok != nil {
+		other += m.Tok.Footprint()
+	}
+	return weights, other
+}

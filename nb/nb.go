@@ -217,7 +217,8 @@ func (m *Model) Lens(tr *trace.Trace) *trace.Trace {
 // Steps is a prefill advanced a layer at a time.
 type Steps struct{ r *gpu.Run }
 
-// Start begins a step-wise prefill; call Next to advance a layer.
+// Start begins a step-wise prefill; call Next to advance a layer. The
+// model's next prefill (or Start) ends it: the steps share its buffers.
 func (m *Model) Start(prompt any, opts ...Option) *Steps {
 	ids, err := m.tokens(prompt)
 	if err != nil {

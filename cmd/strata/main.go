@@ -177,8 +177,9 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "tokenizer     %s, %d tokens, BOS %d, EOS %d\n", kind, m.Tok.VocabSize(), m.Tok.BOS(), m.Tok.EOS())
 
 	est := gpu.EstimateMemory(c, *n, 0, *n, gpu.Options{})
-	fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, KV cache %s, activations %s\n",
-		*n, gpu.HumanBytes(weightBytes+est.Total()), gpu.HumanBytes(weightBytes), gpu.HumanBytes(est.Cache), gpu.HumanBytes(est.Scratch))
+	_, other := m.Resident()
+	fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, header and tokenizer %s, KV cache %s, activations %s\n",
+		*n, gpu.HumanBytes(weightBytes+other+est.Total()), gpu.HumanBytes(weightBytes), gpu.HumanBytes(other), gpu.HumanBytes(est.Cache), gpu.HumanBytes(est.Scratch))
 	return nil
 }
 

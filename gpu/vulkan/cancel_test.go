@@ -56,15 +56,6 @@ func TestCancelStopsTheDeviceWithinALayer(t *testing.T) {
 	m := shapeModel(t, deepShape, gguf.F32, 11)
 	ve, err := gpu.NewEngine(m, b)
 	require.NoError(t, err)
-	gemms := func() int {
-		n := 0
-		for _, st := range b.StageTimes() {
-			if st.Stage == "gemm" {
-				n += st.Count
-			}
-		}
-		return n
-	}
 	r := rand.New(rand.NewPCG(5, 6))
 	tokens := make([]int32, 32)
 	for i := range tokens {
@@ -84,13 +75,13 @@ func TestCancelStopsTheDeviceWithinALayer(t *testing.T) {
 	defer vs.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	gemms() // drop the upload's and the reference's
+	gemmCount(b) // drop the upload's and the reference's
 	start := time.Now()
 	got, err := vs.Prefill(ctx, tokens, o)
 	fullTime := time.Since(start)
 	require.NoError(t, err)
 	requireIdentical(t, got, want, "flushed per layer")
-	all := gemms()
+	all := gemmCount(b)
 	require.Zero(t, all%m.Layers, "%d matrix products over %d layers", all, m.Layers)
 	perLayer := all / m.Layers
 	vs.Reset()
@@ -110,7 +101,7 @@ func TestCancelStopsTheDeviceWithinALayer(t *testing.T) {
 	cancelTime := time.Since(start)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, 0, vs.Pos())
-	ran := gemms()
+	ran := gemmCount(b)
 	t.Logf("whole prefill: %v for %d layers; cancelled in layer 1: %v, %d of %d layers reached the device",
 		fullTime, m.Layers, cancelTime, ran/perLayer, m.Layers)
 	require.Zero(t, ran%perLayer, "the device ran whole layers")

@@ -174,3 +174,15 @@ func genModel(t testing.TB, shape string, typ gguf.Type, seed uint64) *model.Mod
 	require.NoError(t, err)
 	return m
 }
+
+// gemmCount is how many matrix products a profiling backend timed since
+// its stage times were last read.
+func gemmCount(b *vulkan.Backend) int {
+	n := 0
+	for _, st := range b.StageTimes() {
+		if st.Stage == "gemm" {
+			n += st.Count
+		}
+	}
+	return n
+}

@@ -155,16 +155,7 @@ func TestCancellationStopsWithinOneLayerAndNextPrefillIsCorrect(t *testing.T) {
 	cs, err := ce.NewSession(0)
 	require.NoError(t, err)
 	defer cs.Close()
-	gemms := func() int {
-		n := 0
-		for _, st := range b.StageTimes() {
-			if st.Stage == "gemm" {
-				n += st.Count
-			}
-		}
-		return n
-	}
-	gemms() // drop the upload's
+	gemmCount(b) // drop the upload's
 
 	ctx, cancel := context.WithCancel(context.Background())
 	layersRun := 0
@@ -177,11 +168,11 @@ func TestCancellationStopsWithinOneLayerAndNextPrefillIsCorrect(t *testing.T) {
 	require.True(t, errors.Is(err, context.Canceled), "got %v", err)
 	require.Equal(t, 1, layersRun, "stops before the next layer")
 	require.Equal(t, 0, vs.Pos())
-	cancelled := gemms()
+	cancelled := gemmCount(b)
 
 	_, err = vs.Prefill(context.Background(), testTokens, gpu.Options{Logits: gpu.LogitsNone})
 	require.NoError(t, err)
-	full := gemms()
+	full := gemmCount(b)
 	t.Logf("matrix products submitted: %d for the cancelled run, %d for a whole one of %d layers", cancelled, full, m.Layers)
 	require.Positive(t, full)
 	require.Equal(t, full, cancelled*m.Layers, "the cancelled run submitted its first layer and nothing after it")

@@ -2,8 +2,6 @@ package vulkan_test
 
 import (
 	"context"
-	"math"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,60 +9,9 @@ import (
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/internal/poison"
 	"github.com/stratalab/strata/gpu/vulkan"
 )
-
-// poisonBackend gives the engine Vulkan streams that fill new tensors with
-// NaN instead of zeros and can refill the ones a session keeps, so that a
-// kernel reading an element the prefill has not written shows up.
-type poisonBackend struct {
-	gpu.Backend
-	streams []*poisonStream
-}
-
-func (b *poisonBackend) NewStream() gpu.Stream {
-	s := &poisonStream{Stream: b.Backend.NewStream(), live: map[gpu.Tensor]string{}}
-	b.streams = append(b.streams, s)
-	return s
-}
-
-type poisonStream struct {
-	gpu.Stream
-	live   map[gpu.Tensor]string
-	allocs int
-}
-
-func (s *poisonStream) Alloc(name string, n int) (gpu.Tensor, error) {
-	t, err := s.Stream.Alloc(name, n)
-	if err == nil {
-		s.live[t] = name
-		s.allocs++
-		s.fill(t)
-	}
-	return t, err
-}
-
-func (s *poisonStream) Free(t gpu.Tensor) {
-	delete(s.live, t)
-	s.Stream.Free(t)
-}
-
-func (s *poisonStream) fill(t gpu.Tensor) {
-	nan := make([]float32, t.Len())
-	for i := range nan {
-		nan[i] = float32(math.NaN())
-	}
-	s.Write(t, 0, nan)
-}
-
-// poisonKept refills every live tensor but the KV cache with NaN.
-func (s *poisonStream) poisonKept() {
-	for t, name := range s.live {
-		if !strings.Contains(name, ".attn.cache_") {
-			s.fill(t)
-		}
-	}
-}
 
 // A session's kept buffers go from prefill to prefill with NaN in them, and
 // every prefill still matches the CPU backend: no kernel reads what the
@@ -73,13 +20,13 @@ func (s *poisonStream) poisonKept() {
 func TestPrefillsReuseBuffersAndReadNothingStale(t *testing.T) {
 	b := backend(t)
 	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 5)
-	pb := &poisonBackend{Backend: b}
+	pb := &poison.Backend{Backend: b}
 	ve, err := gpu.NewEngine(m, pb)
 	require.NoError(t, err)
 	vs, err := ve.NewSession(64)
 	require.NoError(t, err)
 	defer vs.Close()
-	st := pb.streams[len(pb.streams)-1]
+	st := pb.Last()
 	ce, err := gpu.NewEngine(m, cpu.New(0))
 	require.NoError(t, err)
 	cs, err := ce.NewSession(64)
@@ -106,7 +53,7 @@ func TestPrefillsReuseBuffersAndReadNothingStale(t *testing.T) {
 			vs.Reset()
 			cs.Reset()
 		}
-		st.poisonKept()
+		st.PoisonKept()
 		got, err := vs.Prefill(ctx, q.tokens, q.o)
 		require.NoError(t, err, q.what)
 		want, err := cs.Prefill(ctx, q.tokens, q.o)
@@ -118,10 +65,10 @@ func TestPrefillsReuseBuffersAndReadNothingStale(t *testing.T) {
 	}
 
 	buffers, used := vulkan.DeviceMemory(b)
-	allocs := st.allocs
+	allocs := st.Allocs
 	vs.Reset()
 	_, err = vs.Prefill(ctx, testTokens, all)
 	require.NoError(t, err)
-	require.Equal(t, allocs, st.allocs, "the same request again allocates no tensor")
+	require.Equal(t, allocs, st.Allocs, "the same request again allocates no tensor")
 	requireMemoryBack(t, b, buffers, used, "after the same request again")
 }

@@ -219,6 +219,27 @@ func (t *Tokenizer) inRange(id int32) bool { return id >= 0 && int(id) < len(t.v
 // VocabSize is the number of tokens.
 func (t *Tokenizer) VocabSize() int { return len(t.vocab.Tokens) }
 
+// Footprint estimates the bytes the tokenizer's tables hold, for memory
+// estimates: token and merge texts with their string headers, scores and
+// types, and the text-to-id and merge-rank maps. A Go map slot holds its key
+// and value, padded; a map has between 1.15 and 2.3 slots per entry,
+// depending on where its size falls between doublings (2 fits a vocabulary
+// of Qwen's size, TestFootprintMatchesTheHeap).
+func (t *Tokenizer) Footprint() int64 {
+	const stringHeader, slotsPerEntry = 16, 2.0
+	var n int64
+	for _, s := range t.vocab.Tokens {
+		n += stringHeader + int64(len(s))
+	}
+	for _, s := range t.vocab.Merges {
+		n += stringHeader + int64(len(s))
+	}
+	n += 4 * int64(len(t.vocab.Scores)+len(t.vocab.Types))
+	n += int64(slotsPerEntry * float64(len(t.ids)*(stringHeader+8)))
+	n += int64(slotsPerEntry * float64(len(t.ranks)*(2*stringHeader+8)))
+	return n
+}
+
 // BOS is the beginning-of-sequence id, -1 if the vocabulary has none.
 func (t *Tokenizer) BOS() int32 { return int32(t.vocab.BOS) }
 
