@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
 	budget := fs.Float64("budget", 16, "capture memory a prefill may use, in GiB (captures are copied to host memory); a point over it is reported as refused")
 	jsonOut := fs.String("json", "", "also write the rows as JSON to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the host's work to this file (go tool pprof)")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -117,6 +119,17 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer s.Close()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var rows []benchRow
 	fmt.Fprintf(out, "%-14s %-11s %-28s %6s %-7s %10s %10s\n", "model", "type", "backend", "T", "capture", "median ms", "tok/s")
 	for _, capture := range strings.Split(*captures, ",") {
