@@ -10,10 +10,8 @@ import (
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 )
-
-var soakGlobs = []string{"*", "blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post", "blocks.1.*",
-	"blocks.*.attn.cache_?", "hook_embed", "logits", "blocks.*.mlp.*", "ln_final.hook_normalized"}
 
 // Soak runs many prefills of random lengths with random capture plans,
 // some continuing earlier ones, and checks each against a capture-free
@@ -48,13 +46,7 @@ func TestSoakRandomPrefills(t *testing.T) {
 		for j := range tokens {
 			tokens[j] = int32(r.IntN(m.Vocab))
 		}
-		var c gpu.Capture
-		if r.IntN(4) > 0 {
-			c = gpu.Capture{Globs: []string{soakGlobs[r.IntN(len(soakGlobs))]}, FirstLayer: r.IntN(m.Layers), LastLayer: -1}
-			if r.IntN(2) == 0 {
-				c.LastLayer = c.FirstLayer
-			}
-		}
+		c := gputest.RandomCapture(r, m.Layers)
 		tr, err := s.Prefill(ctx, tokens, gpu.Options{Capture: c, Logits: gpu.LogitsAll})
 		require.NoError(t, err, "prefill %d", i)
 		history = append(history, tokens...)

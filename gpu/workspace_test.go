@@ -9,7 +9,7 @@ import (
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
-	"github.com/stratalab/strata/gpu/internal/poison"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 )
 
 // A session keeps its prefill buffers: a prefill like the last one
@@ -18,7 +18,7 @@ import (
 // before it, and must give bit-identically what the plain CPU backend gives.
 func TestPrefillsReuseBuffersAndReadNothingStale(t *testing.T) {
 	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 5)
-	pb := &poison.Backend{Backend: cpu.New(0)}
+	pb := &gputest.PoisonBackend{Backend: cpu.New(0)}
 	pe, err := gpu.NewEngine(m, pb)
 	require.NoError(t, err)
 	ps, err := pe.NewSession(64)

@@ -61,6 +61,23 @@ func layersWith(tr *trace.Trace, figure, local string) ([]int, error) {
 	return ls, nil
 }
 
+// residStages lists the residual stream's captured stages bottom up: the
+// embedding when captured, then each captured layer's hook_resid_post, as
+// points and row labels.
+func residStages(tr *trace.Trace, figure string) (points, labels []string, err error) {
+	layers, err := layersWith(tr, figure, "hook_resid_post")
+	if err != nil {
+		return nil, nil, err
+	}
+	if tr.Has("hook_embed") {
+		points, labels = append(points, "hook_embed"), append(labels, "embed")
+	}
+	for _, l := range layers {
+		points, labels = append(points, gpu.LayerPoint(l, "hook_resid_post")), append(labels, layerName(l))
+	}
+	return points, labels, nil
+}
+
 func checkTokens(tr *trace.Trace, figure string) error {
 	if len(tr.Tokens) == 0 {
 		return fmt.Errorf("viz: %s: the trace has no tokens", figure)

@@ -12,7 +12,6 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
 )
 
@@ -25,18 +24,11 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err
 	}
-	layers, err := layersWith(tr, name, "hook_resid_post")
+	names, stages, err := residStages(tr, name)
 	if err != nil {
 		return nil, err
 	}
 	t, d := len(tr.Tokens), tr.Model.DModel
-	var names, stages []string
-	if tr.Has("hook_embed") {
-		names, stages = append(names, "hook_embed"), append(stages, "embed")
-	}
-	for _, l := range layers {
-		names, stages = append(names, gpu.LayerPoint(l, "hook_resid_post")), append(stages, layerName(l))
-	}
 	if len(names)*t < 3 || d < 2 {
 		return nil, fmt.Errorf("viz: %s: %d hidden states of width %d are too few for two principal components (want 3 states or more)", name, len(names)*t, d)
 	}

@@ -23,25 +23,18 @@ func ResidNorms(tr *trace.Trace) (*Figure, error) {
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err
 	}
-	layers, err := layersWith(tr, name, "hook_resid_post")
+	points, stages, err := residStages(tr, name)
 	if err != nil {
 		return nil, err
 	}
 	t, d := len(tr.Tokens), tr.Model.DModel
-	g := grid{cols: positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, t), xName: "position", yName: "residual stream after", rowsUp: true}
-	if tr.Has("hook_embed") {
-		x, err := tensor(tr, name, "hook_embed", t, d)
+	g := grid{cols: positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, t), xName: "position", yName: "residual stream after", rowsUp: true, rows: stages}
+	for _, p := range points {
+		x, err := tensor(tr, name, p, t, d)
 		if err != nil {
 			return nil, err
 		}
-		g.z, g.rows = append(g.z, rowNorms(x, t, d)), append(g.rows, "embed")
-	}
-	for _, l := range layers {
-		x, err := tensor(tr, name, gpu.LayerPoint(l, "hook_resid_post"), t, d)
-		if err != nil {
-			return nil, err
-		}
-		g.z, g.rows = append(g.z, rowNorms(x, t, d)), append(g.rows, layerName(l))
+		g.z = append(g.z, rowNorms(x, t, d))
 	}
 	cellW := cellSize(t, 520, 5, 32)
 	cellH := rowHeight(cellW, len(g.rows))

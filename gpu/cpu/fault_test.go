@@ -3,31 +3,17 @@ package cpu_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
-	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 )
 
-// writeModel writes a small random model to a file and opens it mapped.
-func writeModel(t *testing.T) (string, *model.Model) {
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	w, err := model.Generate(model.Shapes["tiny-llama"], gguf.Q8_0, 1)
-	require.NoError(t, err)
-	require.NoError(t, w.WriteFile(path))
-	m, err := model.Open(path)
-	require.NoError(t, err)
-	t.Cleanup(func() { m.Close() })
-	return path, m
-}
-
 func TestModelFileChangedOnDiskIsAnError(t *testing.T) {
-	path, m := writeModel(t)
+	path, m := gputest.MappedModel(t)
 	e, err := gpu.NewEngine(m, cpu.New(0))
 	require.NoError(t, err)
 	s, err := e.NewSession(0)
@@ -44,7 +30,7 @@ func TestModelFileChangedOnDiskIsAnError(t *testing.T) {
 // A kernel reading weights past the end of a truncated file faults; the
 // stream reports it instead of crashing the process.
 func TestFaultInAKernelBecomesAnError(t *testing.T) {
-	path, m := writeModel(t)
+	path, m := gputest.MappedModel(t)
 	b := cpu.New(0)
 	w := m.Blocks[1].Down
 	mat, err := b.Upload(w)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gguf/quant"
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 	"github.com/stratalab/strata/gpu/vulkan"
 	"github.com/stratalab/strata/model"
 )
@@ -336,14 +336,8 @@ func TestLargeWrites(t *testing.T) {
 // underneath it is an error, not a crash.
 func TestUploadOfTruncatedFileIsAnError(t *testing.T) {
 	b := backend(t)
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	w, err := model.Generate(model.Shapes["tiny-llama"], gguf.Q8_0, 1)
-	require.NoError(t, err)
-	require.NoError(t, w.WriteFile(path))
-	m, err := model.Open(path)
-	require.NoError(t, err)
-	defer m.Close()
+	path, m := gputest.MappedModel(t)
 	require.NoError(t, os.Truncate(path, 4096))
-	_, err = b.Upload(m.Blocks[1].Down)
+	_, err := b.Upload(m.Blocks[1].Down)
 	require.ErrorContains(t, err, "vulkan: memory fault reading blk.1.ffn_down.weight")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stratalab/strata/gguf/quant"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/gpu/vulkan"
 	"github.com/stratalab/strata/model"
@@ -210,8 +211,6 @@ func TestSoakMatchesCPU(t *testing.T) {
 	defer vs.Close()
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 4))
-	globs := []string{"*", "blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post", "blocks.1.*",
-		"blocks.*.attn.cache_?", "hook_embed", "logits", "blocks.*.mlp.*", "ln_final.hook_normalized"}
 
 	// Warm up: the stream's staging and its token and RoPE tables grow to
 	// the largest request once and are kept. The session keeps the buffers
@@ -241,13 +240,7 @@ func TestSoakMatchesCPU(t *testing.T) {
 		for j := range tokens {
 			tokens[j] = int32(r.IntN(m.Vocab))
 		}
-		var c gpu.Capture
-		if r.IntN(4) > 0 {
-			c = gpu.Capture{Globs: []string{globs[r.IntN(len(globs))]}, FirstLayer: r.IntN(m.Layers), LastLayer: -1}
-			if r.IntN(2) == 0 {
-				c.LastLayer = c.FirstLayer
-			}
-		}
+		c := gputest.RandomCapture(r, m.Layers)
 		o := gpu.Options{Capture: c, Logits: gpu.LogitsAll, Predict: r.IntN(2) == 0}
 		got, err := vs.Prefill(ctx, tokens, o)
 		require.NoError(t, err, "prefill %d", i)

@@ -9,7 +9,7 @@ import (
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
-	"github.com/stratalab/strata/gpu/internal/poison"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 	"github.com/stratalab/strata/gpu/vulkan"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestPrefillsReuseBuffersAndReadNothingStale(t *testing.T) {
 	b := backend(t)
 	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 5)
-	pb := &poison.Backend{Backend: b}
+	pb := &gputest.PoisonBackend{Backend: b}
 	ve, err := gpu.NewEngine(m, pb)
 	require.NoError(t, err)
 	vs, err := ve.NewSession(64)
