@@ -73,6 +73,10 @@ type File struct {
 // Open maps the file read-only and parses it. Tensor data is not read until
 // used. Close unmaps it; slices from Data and Extent are invalid after that.
 func Open(path string) (*File, error) {
+	// Opening a FIFO or device blocks or reads forever: refuse it first.
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("gguf: %s: not a regular file", path)
+	}
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
@@ -123,7 +127,7 @@ func mapFile(fh *os.File, st os.FileInfo, path string) (*File, error) {
 // callers check before using the data. A file replaced by a new one (renamed
 // over the path) leaves the mapping intact and is not a change.
 func (f *File) Changed() error {
-	if !f.mapped || f.fh == nil {
+	if f == nil || !f.mapped || f.fh == nil {
 		return nil
 	}
 	now, err := f.fh.Stat()
@@ -150,7 +154,7 @@ func Parse(data []byte, name string) (*File, error) {
 
 // Close releases the mapping made by Open; it is a no-op for parsed bytes.
 func (f *File) Close() error {
-	if !f.mapped || f.data == nil {
+	if f == nil || !f.mapped || f.data == nil {
 		return nil
 	}
 	data := mmap.MMap(f.data)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
@@ -31,6 +33,12 @@ type layerWeights struct {
 
 // NewEngine uploads the model's weights to the backend once.
 func NewEngine(m *model.Model, b Backend) (*Engine, error) {
+	if m == nil || b == nil {
+		return nil, fmt.Errorf("engine: NewEngine needs a model and a backend (got model %v, backend %v)", m != nil, b != nil)
+	}
+	if len(m.Blocks) != m.Layers || m.Embed == nil {
+		return nil, fmt.Errorf("engine: model %q is not loaded: %d layers configured, %d bound (use model.Open or model.Load)", m.Name, m.Layers, len(m.Blocks))
+	}
 	e := &Engine{Model: m, Backend: b}
 	st := b.NewStream()
 	defer st.Close()
@@ -106,22 +114,46 @@ type Options struct {
 }
 
 // Session is one conversation with an engine: a KV cache and a position.
-// A session is used from one goroutine at a time.
+// A session is used from one goroutine at a time: a call made while
+// another goroutine's call on the same session (or on one of its runs) is in
+// progress fails with ErrSessionBusy and changes nothing. Different sessions
+// of one engine run concurrently.
 type Session struct {
 	e        *Engine
 	st       Stream
 	capacity int
-	pos      int
+	pos      atomic.Int64
 	cacheK   []Tensor
 	cacheV   []Tensor
 	ws       workspace // the last prefill's buffers, for the next
 	run      *Run      // the run holding ws, until it ends
+
+	mu       sync.Mutex  // held by the call in progress
+	closing  atomic.Bool // Close was called: whoever holds mu closes
+	isClosed bool        // under mu
 }
+
+var (
+	// ErrSessionBusy is returned by a call on a session (or its run) while
+	// another goroutine's call on it is in progress. Use one session per
+	// goroutine, or serialise the calls.
+	ErrSessionBusy = errors.New("engine: the session is in use by another goroutine (a session runs one call at a time; use a session per goroutine)")
+	// ErrSessionClosed is returned by a call on a closed session or on a
+	// run of one.
+	ErrSessionClosed = errors.New("engine: the session was closed")
+	errNilSession    = errors.New("engine: nil *Session (use Engine.NewSession)")
+)
 
 // NewSession allocates a KV cache for capacity positions (0: the model's context length).
 func (e *Engine) NewSession(capacity int) (*Session, error) {
+	if e == nil || e.Model == nil || e.Backend == nil {
+		return nil, errors.New("engine: nil or unbuilt *Engine (use NewEngine)")
+	}
 	c := &e.Model.Config
-	if capacity <= 0 {
+	if capacity < 0 {
+		return nil, fmt.Errorf("engine: KV cache of %d positions: the capacity must be 0 (the model's context, %d) or positive", capacity, c.Context)
+	}
+	if capacity == 0 {
 		capacity = c.Context
 	}
 	if capacity > c.Context {
@@ -145,10 +177,60 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 	return s, nil
 }
 
+// lock claims the session for one call: ErrSessionBusy while another
+// goroutine holds it, ErrSessionClosed once it is closed.
+func (s *Session) lock() error {
+	if s == nil {
+		return errNilSession
+	}
+	if !s.mu.TryLock() {
+		return ErrSessionBusy
+	}
+	if s.isClosed || s.closing.Load() {
+		s.unlock()
+		return ErrSessionClosed
+	}
+	return nil
+}
+
+// unlock ends a call, first carrying out a Close that arrived during it.
+func (s *Session) unlock() {
+	for {
+		if s.closing.Load() && !s.isClosed {
+			s.close()
+		}
+		closed := s.isClosed
+		s.mu.Unlock()
+		// A Close that found the session busy after the check above is
+		// seen here: take the lock back and close, unless another call
+		// has it now (it closes as it ends).
+		if closed || !s.closing.Load() || !s.mu.TryLock() {
+			return
+		}
+	}
+}
+
 // Close ends the session's unfinished run, if any, and frees the session's
-// KV cache and prefill buffers.
+// KV cache and prefill buffers. Called while another goroutine's call on the
+// session is in progress, it returns at once and that call closes the
+// session as it ends. Later calls fail with ErrSessionClosed; Close again
+// does nothing.
 func (s *Session) Close() {
-	s.endRun(errSessionClosed)
+	if s == nil {
+		return
+	}
+	s.closing.Store(true)
+	if s.mu.TryLock() {
+		if !s.isClosed {
+			s.close()
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *Session) close() {
+	s.isClosed = true
+	s.endRun(ErrSessionClosed)
 	s.ws.free(s.st)
 	for _, t := range append(s.cacheK, s.cacheV...) {
 		s.st.Free(t)
@@ -158,8 +240,6 @@ func (s *Session) Close() {
 	// collected; an error here belongs to work that is being thrown away.
 	s.st.Close()
 }
-
-var errSessionClosed = errors.New("engine: the run's session was closed")
 
 // endRun stops the run holding the session's buffers, if any, so that they
 // can go to a new run or be freed; the run's calls then return why.
@@ -171,33 +251,64 @@ func (s *Session) endRun(why error) {
 }
 
 // Engine is the engine the session runs on.
-func (s *Session) Engine() *Engine { return s.e }
+func (s *Session) Engine() *Engine {
+	if s == nil {
+		return nil
+	}
+	return s.e
+}
 
 // Pos is the position the next prefill starts at.
-func (s *Session) Pos() int { return s.pos }
+func (s *Session) Pos() int {
+	if s == nil {
+		return 0
+	}
+	return int(s.pos.Load())
+}
 
 // Capacity is the KV cache's length in positions.
-func (s *Session) Capacity() int { return s.capacity }
+func (s *Session) Capacity() int {
+	if s == nil {
+		return 0
+	}
+	return s.capacity
+}
 
-// Reset forgets the cached positions; the next prefill starts at 0.
-func (s *Session) Reset() { s.pos = 0 }
+// Reset forgets the cached positions; the next prefill starts at 0. It
+// fails only as every call does: on a busy, closed or nil session.
+func (s *Session) Reset() error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.unlock()
+	s.pos.Store(0)
+	return nil
+}
 
 // Rewind moves the position back to pos, as when a speculative draft is rejected.
 func (s *Session) Rewind(pos int) error {
-	if pos < 0 || pos > s.pos {
-		return fmt.Errorf("engine: cannot rewind to position %d (session is at %d)", pos, s.pos)
+	if err := s.lock(); err != nil {
+		return err
 	}
-	s.pos = pos
+	defer s.unlock()
+	if now := s.Pos(); pos < 0 || pos > now {
+		return fmt.Errorf("engine: cannot rewind to position %d (session is at %d)", pos, now)
+	}
+	s.pos.Store(int64(pos))
 	return nil
 }
 
 // Prefill runs tokens through every layer in one go.
 func (s *Session) Prefill(ctx context.Context, tokens []int32, o Options) (*trace.Trace, error) {
-	r, err := s.Start(ctx, tokens, o)
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock()
+	r, err := s.start(ctx, tokens, o)
 	if err != nil {
 		return nil, err
 	}
-	return r.Finish()
+	return r.finish()
 }
 
 // Estimate is the memory a prefill needs beyond the resident weights, in bytes.
@@ -213,8 +324,10 @@ func (m Estimate) Total() int64 { return m.Scratch + m.Capture + m.Cache }
 // EstimateMemory says what a prefill of t tokens at pos0 with options o
 // needs, for a session of the given cache capacity. A session keeps a
 // prefill's scratch and capture buffers for the next one (until Close), each
-// at most twice the size the next one needs.
+// at most twice the size the next one needs. Negative counts count as 0:
+// callers refuse them (a prefill's check does).
 func EstimateMemory(c *model.Config, t, pos0, capacity int, o Options) Estimate {
+	t, pos0, capacity = max(t, 0), max(pos0, 0), max(capacity, 0)
 	l := newLayout(c, t, pos0, o)
 	var est Estimate
 	est.Scratch = 4 * int64(l.scratchElements(c))
@@ -320,6 +433,10 @@ var ErrOverBudget = errors.New("capture over budget")
 
 var errNoTokens = errors.New("engine: prefill of zero tokens: the prompt is empty")
 
+// ErrCacheFull is wrapped by the error of a prefill whose tokens do not fit
+// in the rest of the session's KV cache (at most the model's context).
+var ErrCacheFull = errors.New("the KV cache is full")
+
 func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	c := &s.e.Model.Config
 	if len(tokens) == 0 {
@@ -328,23 +445,41 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	if err := s.e.Model.File.Changed(); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if s.pos+len(tokens) > s.capacity {
-		return nil, fmt.Errorf("engine: %d tokens at position %d exceed the KV cache of %d positions", len(tokens), s.pos, s.capacity)
+	if pos := s.Pos(); pos+len(tokens) > s.capacity {
+		if pos == 0 {
+			return nil, fmt.Errorf("engine: the prompt is %d tokens, which exceed the KV cache of %d positions (the model's context is %d tokens): %w",
+				len(tokens), s.capacity, c.Context, ErrCacheFull)
+		}
+		return nil, fmt.Errorf("engine: %d tokens at position %d exceed the KV cache of %d positions (%d left): %w",
+			len(tokens), pos, s.capacity, s.capacity-pos, ErrCacheFull)
 	}
 	for i, id := range tokens {
 		if id < 0 || int(id) >= c.Vocab {
-			return nil, fmt.Errorf("engine: token %d at index %d is outside the vocabulary of %d", id, i, c.Vocab)
+			return nil, fmt.Errorf("engine: token %d at index %d is outside the vocabulary of %d (ids are 0..%d)", id, i, c.Vocab, c.Vocab-1)
 		}
 	}
 	if err := o.Capture.Validate(c.Layers); err != nil {
 		return nil, err
 	}
-	for _, h := range o.Hooks {
-		if err := h.validate(c.Layers); err != nil {
+	switch o.Logits {
+	case LogitsLast, LogitsAll, LogitsNone:
+	default:
+		return nil, fmt.Errorf("engine: Options.Logits %d is not LogitsLast, LogitsAll or LogitsNone", o.Logits)
+	}
+	if o.Budget < 0 {
+		return nil, fmt.Errorf("engine: Options.Budget %d is negative (0 means the default, %s)", o.Budget, HumanBytes(DefaultBudget))
+	}
+	for i := range o.Hooks {
+		if err := o.Hooks[i].validate(c.Layers); err != nil {
 			return nil, err
 		}
 	}
-	l := newLayout(c, len(tokens), s.pos, o)
+	l := newLayout(c, len(tokens), s.Pos(), o)
+	// Scores are the one buffer of three sizes multiplied: bound it before
+	// the int product can wrap (only contrived head counts get near).
+	if keys := s.Pos() + len(tokens); l.anyMaterialized() && float64(c.Heads)*float64(len(tokens))*float64(keys) > 1<<46 {
+		return nil, fmt.Errorf("engine: attention scores of %d heads x %d x %d positions are too large to materialise", c.Heads, len(tokens), keys)
+	}
 	budget := o.Budget
 	if budget == 0 {
 		budget = DefaultBudget
@@ -370,3 +505,83 @@ func HumanBytes(n int64) string {
 }
 
 func attnScale(c *model.Config) float32 { return float32(1 / math.Sqrt(float64(c.HeadDim))) }
+
+// StopReason says why a generation ended.
+type StopReason int
+
+const (
+	StopLength  StopReason = iota // it generated the tokens asked for
+	StopEOS                       // the model predicted its end-of-sequence token
+	StopContext                   // the session's KV cache (at most the model's context) is full
+	StopError                     // an error ended it: cancellation, a device failure
+)
+
+func (r StopReason) String() string {
+	switch r {
+	case StopLength:
+		return "length"
+	case StopEOS:
+		return "end of sequence"
+	case StopContext:
+		return "context full"
+	case StopError:
+		return "error"
+	}
+	return fmt.Sprintf("StopReason(%d)", int(r))
+}
+
+// Generation is what a greedy generation produced and why it ended.
+type Generation struct {
+	Tokens []int32 // generated, without the end-of-sequence token
+	Stop   StopReason
+}
+
+// Generate continues the session greedily: it prefills prompt at the
+// session's position, then feeds back each predicted token, until it has n
+// tokens, the model predicts the end-of-sequence token of its tokenizer, or
+// the KV cache is full (the last token needs no room: a cache of C positions
+// gives at most C-len(prompt)+1 tokens from position 0). A prompt that does
+// not fit is an error wrapping ErrCacheFull, before any work. An error part
+// way (a cancelled ctx) returns the tokens generated so far, Stop set to
+// StopError, and the error. The session is held for the whole call.
+func (s *Session) Generate(ctx context.Context, prompt []int32, n int) (Generation, error) {
+	var g Generation
+	if err := s.lock(); err != nil {
+		g.Stop = StopError
+		return g, err
+	}
+	defer s.unlock()
+	if n < 0 {
+		g.Stop = StopError
+		return g, fmt.Errorf("engine: generate %d tokens: the count must not be negative", n)
+	}
+	eos := int32(-1)
+	if tok := s.e.Model.Tok; tok != nil {
+		eos = tok.EOS()
+	}
+	next := prompt
+	for len(g.Tokens) < n {
+		r, err := s.start(ctx, next, Options{Logits: LogitsLast, Predict: true})
+		var tr *trace.Trace
+		if err == nil {
+			tr, err = r.finish()
+		}
+		if err != nil {
+			g.Stop = StopError
+			return g, err
+		}
+		id := tr.Predicted[len(tr.Predicted)-1]
+		if id == eos {
+			g.Stop = StopEOS
+			return g, nil
+		}
+		g.Tokens = append(g.Tokens, id)
+		if len(g.Tokens) < n && s.Pos() >= s.capacity {
+			g.Stop = StopContext
+			return g, nil
+		}
+		next = []int32{id}
+	}
+	g.Stop = StopLength
+	return g, nil
+}

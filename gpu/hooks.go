@@ -1,7 +1,9 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
+	"math/bits"
 	"path"
 
 	"github.com/stratalab/strata/gpu/trace"
@@ -17,6 +19,8 @@ type Hook struct {
 	Device func(name string, shape []int) ([]DeviceEdit, error)
 	// Host may read and change data in place.
 	Host func(name string, shape []int, data []float32) error
+
+	err error // why the constructor refused it, reported by the prefill's check
 }
 
 // DeviceEdit is an Edit whose source, if Data is set, is uploaded first.
@@ -26,6 +30,9 @@ type DeviceEdit struct {
 }
 
 func (h *Hook) validate(layers int) error {
+	if h.err != nil {
+		return h.err
+	}
 	if h.Device == nil && h.Host == nil {
 		return fmt.Errorf("hook at %q does nothing: set Device or Host", h.Point)
 	}
@@ -82,10 +89,10 @@ func (r *Run) applyHook(h *Hook, name string, x Tensor, off int, shape []int) er
 
 // edit checks an edit against the point's extent and records it.
 func (r *Run) edit(x Tensor, off, n int, e DeviceEdit) error {
-	if e.Rows <= 0 || e.Cols <= 0 || e.Off < 0 || e.Off+(e.Rows-1)*e.Stride+e.Cols > n {
-		return fmt.Errorf("edit of %d rows x %d at offset %d stride %d falls outside the point's %d elements", e.Rows, e.Cols, e.Off, e.Stride, n)
-	}
 	if e.Data != nil {
+		if e.Src != nil {
+			return errors.New("edit has both Src and Data: set one")
+		}
 		src, err := r.st.Alloc("intervention source", len(e.Data))
 		if err != nil {
 			return err
@@ -94,17 +101,61 @@ func (r *Run) edit(x Tensor, off, n int, e DeviceEdit) error {
 		r.st.Write(src, 0, e.Data)
 		e.Src = src
 	}
-	if e.Op == EditSet || e.Op == EditAdd {
-		if e.Src == nil {
-			return fmt.Errorf("edit needs a source")
-		}
-		if last := e.SrcOff + (e.Rows-1)*e.SrcStride + e.Cols; last > e.Src.Len() {
-			return fmt.Errorf("edit source of %d elements is too short for %d rows x %d (stride %d)", e.Src.Len(), e.Rows, e.Cols, e.SrcStride)
-		}
+	if err := e.Edit.Check(n); err != nil {
+		return err
 	}
 	e.Off += off
 	r.st.Edit(x, e.Edit)
 	return nil
+}
+
+// Check reports whether the edit is well formed for a view of n elements
+// and its source, if the operation reads one: a known operation, rows that
+// do not overlap, and every element it touches inside the tensor. It works
+// in 64-bit arithmetic with overflow checks, so a huge or negative field is
+// refused rather than wrapped. The engine checks every edit of a hook with
+// it; backends check edits they are given directly with it too, so both
+// refuse the same edits.
+func (e *Edit) Check(n int) error {
+	switch e.Op {
+	case EditFill, EditScale, EditSet, EditAdd, EditMean:
+	default:
+		return fmt.Errorf("edit: unknown operation EditOp(%d) (EditFill, EditScale, EditSet, EditAdd or EditMean)", e.Op)
+	}
+	if e.Rows <= 0 || e.Cols <= 0 {
+		return fmt.Errorf("edit: view of %d rows x %d: both must be at least 1", e.Rows, e.Cols)
+	}
+	if e.Rows > 1 && e.Stride < e.Cols {
+		return fmt.Errorf("edit: stride %d is less than the row length %d: rows would overlap (or run backwards)", e.Stride, e.Cols)
+	}
+	if end, ok := viewEnd(e.Off, e.Rows, e.Stride, e.Cols); !ok || end > uint64(max(n, 0)) {
+		return fmt.Errorf("edit of %d rows x %d at offset %d stride %d falls outside the point's %d elements", e.Rows, e.Cols, e.Off, e.Stride, n)
+	}
+	if e.Op != EditSet && e.Op != EditAdd {
+		return nil
+	}
+	if e.Src == nil {
+		return fmt.Errorf("edit: operation %d needs a source (Src or DeviceEdit.Data)", e.Op)
+	}
+	if end, ok := viewEnd(e.SrcOff, e.Rows, e.SrcStride, e.Cols); !ok || end > uint64(e.Src.Len()) {
+		return fmt.Errorf("edit source of %d elements is too short for %d rows x %d at offset %d stride %d", e.Src.Len(), e.Rows, e.Cols, e.SrcOff, e.SrcStride)
+	}
+	return nil
+}
+
+// viewEnd is off + (rows-1)*stride + cols, the end of a strided view;
+// ok is false when a field is negative or the sum passes 2^63.
+func viewEnd(off, rows, stride, cols int) (uint64, bool) {
+	if off < 0 || rows < 1 || stride < 0 || cols < 0 {
+		return 0, false
+	}
+	hi, span := bits.Mul64(uint64(rows-1), uint64(stride))
+	end, c1 := bits.Add64(span, uint64(off), 0)
+	end, c2 := bits.Add64(end, uint64(cols), 0)
+	if hi != 0 || c1 != 0 || c2 != 0 || end > 1<<63-1 {
+		return 0, false
+	}
+	return end, true
 }
 
 // headView is the edit view of one head in a [T, heads, headDim] point.
@@ -170,6 +221,9 @@ func AddVector(point string, vec []float32, alpha float32, positions []int) Hook
 // (nil: all), with the same point from another run's trace: activation
 // patching. The source trace must have captured the point with the same shape.
 func Patch(point string, from *trace.Trace, rows []int) Hook {
+	if from == nil {
+		return Hook{Point: point, err: fmt.Errorf("hook: Patch(%q) has no source trace (nil)", point)}
+	}
 	return Hook{Point: point, Device: func(name string, shape []int) ([]DeviceEdit, error) {
 		src, err := from.Get(name)
 		if err != nil {
@@ -177,6 +231,9 @@ func Patch(point string, from *trace.Trace, rows []int) Hook {
 		}
 		if fmt.Sprint(src.Shape) != fmt.Sprint(shape) {
 			return nil, fmt.Errorf("source trace has %s with shape %v, this run %v", name, src.Shape, shape)
+		}
+		if len(src.Data) != elements(shape) {
+			return nil, fmt.Errorf("source trace's %s has %d elements for shape %v", name, len(src.Data), shape)
 		}
 		rowLen := elements(shape[1:])
 		if rows == nil {

@@ -73,3 +73,57 @@ func topProb(logits []float32) (float32, int32) {
 	}
 	return float32(1 / sum), int32(best)
 }
+
+// TokenLens is the logit lens for one target token: its probability and rank
+// at every layer's captured hook_resid_post and every position, with the
+// final norm and unembedding run on the backend as LogitLens runs them.
+func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, error) {
+	c := &e.Model.Config
+	if target < 0 || int(target) >= c.Vocab {
+		return nil, fmt.Errorf("token lens: token %d is outside the vocabulary of %d", target, c.Vocab)
+	}
+	var t int
+	for l := range c.Layers {
+		x, err := tr.Get(LayerPoint(l, "hook_resid_post"))
+		if err != nil {
+			return nil, fmt.Errorf("token lens needs every layer's resid_post (capture \"blocks.*.hook_resid_post\"): %w", err)
+		}
+		if l == 0 {
+			t = x.Shape[0]
+		}
+		if len(x.Shape) != 2 || x.Shape[0] != t || x.Shape[1] != c.DModel {
+			return nil, fmt.Errorf("token lens: %s has shape %v, want [%d %d]", LayerPoint(l, "hook_resid_post"), x.Shape, t, c.DModel)
+		}
+	}
+	st := e.Backend.NewStream()
+	defer st.Close()
+	h, err := st.Alloc("lens input", t*c.DModel)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Free(h)
+	logits, err := st.Alloc("lens logits", t*c.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Free(logits)
+	out := &trace.TokenLens{Token: target}
+	if e.Model.Tok != nil {
+		out.Piece = e.Model.Tok.Piece(target)
+	}
+	row := make([]float32, t*c.Vocab)
+	for l := range c.Layers {
+		st.Write(h, 0, tr.Tensors[LayerPoint(l, "hook_resid_post")].Data)
+		st.RMSNorm(h, h, e.outNorm, t, c.DModel, c.RMSEps)
+		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
+		if err := st.Read(logits, 0, row); err != nil {
+			return nil, err
+		}
+		prob, rank := make([]float64, t), make([]int, t)
+		for p := range t {
+			prob[p], rank[p] = trace.ProbRank(row[p*c.Vocab:(p+1)*c.Vocab], int(target))
+		}
+		out.Prob, out.Rank = append(out.Prob, prob), append(out.Rank, rank)
+	}
+	return out, nil
+}

@@ -132,8 +132,15 @@ func CaptureAll() Capture { return Capture{Globs: []string{"*"}, LastLayer: -1} 
 // CaptureOf selects the points matching globs in every layer.
 func CaptureOf(globs ...string) Capture { return Capture{Globs: globs, LastLayer: -1} }
 
-// Validate checks the globs' syntax and that each matches some point.
+// Validate checks the globs' syntax, that each matches some point, and,
+// when there are globs, that the layer range lies within the model's layers
+// and selects at least one.
 func (c Capture) Validate(layers int) error {
+	if len(c.Globs) > 0 {
+		if err := c.validateLayers(layers); err != nil {
+			return err
+		}
+	}
 	all := Points(layers)
 	for _, g := range c.Globs {
 		if _, err := path.Match(g, ""); err != nil {
@@ -149,6 +156,30 @@ func (c Capture) Validate(layers int) error {
 		if !found {
 			return fmt.Errorf("capture: pattern %q matches no capture point (names look like blocks.0.attn.hook_pattern; see gpu.Points)", g)
 		}
+	}
+	return nil
+}
+
+func (c Capture) validateLayers(layers int) error {
+	last := c.LastLayer
+	if last == -1 {
+		last = layers - 1
+	}
+	rng := fmt.Sprintf("capture: layer range %d..%d", c.FirstLayer, c.LastLayer)
+	if c.LastLayer == -1 {
+		rng = fmt.Sprintf("capture: layer range %d..last", c.FirstLayer)
+	}
+	switch {
+	case c.FirstLayer < 0:
+		return fmt.Errorf("%s: the first layer %d is negative (layers are 0..%d)", rng, c.FirstLayer, layers-1)
+	case c.LastLayer < -1:
+		return fmt.Errorf("%s: the last layer %d is negative (layers are 0..%d; -1 means the last)", rng, c.LastLayer, layers-1)
+	case c.FirstLayer >= layers:
+		return fmt.Errorf("%s selects no layer: the model has %d layers, 0..%d", rng, layers, layers-1)
+	case last >= layers:
+		return fmt.Errorf("%s: layer %d is past the model's last layer %d", rng, last, layers-1)
+	case last < c.FirstLayer:
+		return fmt.Errorf("%s selects no layer: the last layer %d is before the first %d", rng, last, c.FirstLayer)
 	}
 	return nil
 }

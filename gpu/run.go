@@ -16,7 +16,9 @@ import (
 // Run is a prefill in progress. A one-shot Prefill drives it to the end; a
 // step-wise caller advances it a layer or a point at a time and looks at the
 // trace in between. Either way the same kernels run in the same order, so a
-// stepped run ends bit-identical to a one-shot one.
+// stepped run ends bit-identical to a one-shot one. Like its session, a run
+// is used from one goroutine at a time: a call that finds the session busy
+// with another goroutine's call fails with ErrSessionBusy.
 type Run struct {
 	s      *Session
 	st     Stream
@@ -36,7 +38,8 @@ type Run struct {
 	stop             func()
 	point            string // the last point reached
 	done             bool
-	released         bool // the session has its buffers back
+	released         bool        // the session has its buffers back
+	refused          atomic.Bool // the last call found the session busy
 	err              error
 	hostScratch      []float32
 }
@@ -47,6 +50,18 @@ type Run struct {
 // any work. The run borrows the session's buffers: a run of the session
 // that has not finished ends here, with an error saying why.
 func (s *Session) Start(ctx context.Context, tokens []int32, o Options) (*Run, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock()
+	return s.start(ctx, tokens, o)
+}
+
+// start is Start for a caller holding the session.
+func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, error) {
+	if ctx == nil {
+		return nil, errors.New("engine: nil context (use context.Background())")
+	}
 	l, err := s.check(tokens, o)
 	if err != nil {
 		return nil, err
@@ -121,13 +136,40 @@ func (r *Run) fail(err error) {
 }
 
 // Point is the name of the last point the run reached ("" before the first).
-func (r *Run) Point() string { return r.point }
+func (r *Run) Point() string {
+	if r == nil {
+		return ""
+	}
+	return r.point
+}
 
 // Done reports whether the program has finished or failed.
-func (r *Run) Done() bool { return r.done }
+func (r *Run) Done() bool { return r == nil || r.done }
 
-// Err is the error that stopped the run, if any.
-func (r *Run) Err() error { return r.err }
+// Err is the error that stopped the run, if any, or ErrSessionBusy when the
+// last call (Next, say) was refused because another goroutine was using the
+// session; a later call that gets through clears that.
+func (r *Run) Err() error {
+	if r == nil {
+		return errNilRun
+	}
+	if r.refused.Load() {
+		return ErrSessionBusy
+	}
+	return r.err
+}
+
+var errNilRun = errors.New("engine: nil *Run (use Session.Start)")
+
+// lock claims the run's session for one call (see Session.lock).
+func (r *Run) lock() error {
+	if r == nil {
+		return errNilRun
+	}
+	err := r.s.lock()
+	r.refused.Store(errors.Is(err, ErrSessionBusy))
+	return err
+}
 
 // step advances to the next point; false when the program is over.
 func (r *Run) step() bool {
@@ -147,6 +189,10 @@ func (r *Run) step() bool {
 // the end of the program after the last layer. It returns false once the run
 // is over; check Err.
 func (r *Run) Next() bool {
+	if r.lock() != nil {
+		return false
+	}
+	defer r.s.unlock()
 	for r.step() {
 		if _, local := SplitPoint(r.point); local == "hook_resid_post" {
 			return true
@@ -157,6 +203,10 @@ func (r *Run) Next() bool {
 
 // RunTo advances until the named point has been reached (and captured).
 func (r *Run) RunTo(name string) error {
+	if err := r.lock(); err != nil {
+		return err
+	}
+	defer r.s.unlock()
 	if _, ok := r.l.index[name]; !ok {
 		return fmt.Errorf("engine: no capture point named %q", name)
 	}
@@ -174,6 +224,14 @@ func (r *Run) RunTo(name string) error {
 // Trace reads what has been captured so far; once the run is over (Finish
 // or Close), its buffers are the session's and Trace is an error.
 func (r *Run) Trace() (*trace.Trace, error) {
+	if err := r.lock(); err != nil {
+		return nil, err
+	}
+	defer r.s.unlock()
+	return r.trace()
+}
+
+func (r *Run) trace() (*trace.Trace, error) {
 	if r.released {
 		if r.err != nil {
 			return nil, r.err
@@ -244,13 +302,21 @@ func (r *Run) reached(name string) bool {
 // Finish runs the rest of the prefill and returns its trace. The session's
 // position advances only when the prefill completes.
 func (r *Run) Finish() (*trace.Trace, error) {
+	if err := r.lock(); err != nil {
+		return nil, err
+	}
+	defer r.s.unlock()
+	return r.finish()
+}
+
+func (r *Run) finish() (*trace.Trace, error) {
 	defer r.release()
 	for r.step() {
 	}
 	if r.err != nil {
 		return nil, r.err
 	}
-	tr, err := r.Trace()
+	tr, err := r.trace()
 	if err != nil {
 		return nil, err
 	}
@@ -271,13 +337,21 @@ func (r *Run) Finish() (*trace.Trace, error) {
 			tr.Predicted = append(tr.Predicted, int32(f))
 		}
 	}
-	r.s.pos += r.l.t
+	r.s.pos.Store(int64(r.l.pos0 + r.l.t))
 	return tr, nil
 }
 
 // Close abandons an unfinished run, handing its buffers back to the
-// session; the session's position does not move.
-func (r *Run) Close() { r.release() }
+// session; the session's position does not move. A run whose session is
+// closed, or busy on another goroutine, is left as it is (the session's
+// next prefill or Close ends it).
+func (r *Run) Close() {
+	if r.lock() != nil {
+		return
+	}
+	defer r.s.unlock()
+	r.release()
+}
 
 func (r *Run) release() {
 	if r.stop != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/stratalab/strata/gguf"
 )
@@ -106,9 +107,7 @@ func ReadConfig(f *gguf.File) (Config, error) {
 		}
 		var v int
 		if v, err = f.Int(p + key); err == nil {
-			if v <= 0 || v > 1<<24 {
-				err = fmt.Errorf("model: %s%s = %d is out of range", p, key, v)
-			}
+			err = intInRange(p+key, v)
 			*dst = v
 		}
 	}
@@ -122,9 +121,8 @@ func ReadConfig(f *gguf.File) (Config, error) {
 			*dst = def
 		case e != nil:
 			err = e
-		case v <= 0 || v > 1<<24:
-			err = fmt.Errorf("model: %s%s = %d is out of range", p, key, v)
 		default:
+			err = intInRange(p+key, v)
 			*dst = v
 		}
 	}
@@ -146,7 +144,9 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	if err != nil {
 		return c, err
 	}
-	if v, e := f.Int(p + "attention.value_length"); e == nil && v != c.HeadDim {
+	if v, e := f.Int(p + "attention.value_length"); e != nil && !errors.Is(e, gguf.ErrMissing) {
+		return c, e
+	} else if e == nil && v != c.HeadDim {
 		return c, fmt.Errorf("model: %sattention.value_length %d differs from key_length %d, which Strata does not support", p, v, c.HeadDim)
 	}
 	if c.Heads%c.KVHeads != 0 {
@@ -156,10 +156,13 @@ func ReadConfig(f *gguf.File) (Config, error) {
 		return c, fmt.Errorf("model: rope.dimension_count %d must be even and at most the head dimension %d", c.Rope.Dim, c.HeadDim)
 	}
 	c.Rope.Mode = traits.rope
-	if c.Rope.Theta, err = optFloat(f, p+"rope.freq_base", 10000); err != nil {
+	if c.Rope.Theta, err = optFloat(f, p+"rope.freq_base", 10000, 1, 1e12); err != nil {
 		return c, err
 	}
-	eps, err := optFloat(f, p+"attention.layer_norm_rms_epsilon", 1e-5)
+	// Kernels compute in float32: the epsilon must stay a positive normal
+	// float32 (1e-300 rounds to 0, 1e300 to +Inf), and one above 1 would
+	// swamp the mean square it is added to.
+	eps, err := optFloat(f, p+"attention.layer_norm_rms_epsilon", 1e-5, 1e-30, 1)
 	if err != nil {
 		return c, err
 	}
@@ -170,16 +173,48 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	return c, nil
 }
 
-func optFloat(f *gguf.File, key string, def float64) (float64, error) {
+// maxDim bounds every size read from metadata; the tensors' shapes bound
+// them further when the model is loaded.
+const maxDim = 1 << 24
+
+func intInRange(key string, v int) error {
+	if v <= 0 || v > maxDim {
+		return fmt.Errorf("model: %s = %d is out of range: want 1..%d", key, v, maxDim)
+	}
+	return nil
+}
+
+// optFloat reads a float key, def when absent; a present value must be a
+// finite number in [lo, hi].
+func optFloat(f *gguf.File, key string, def, lo, hi float64) (float64, error) {
 	v, err := f.Float64(key)
 	if errors.Is(err, gguf.ErrMissing) {
 		return def, nil
 	}
-	if err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v <= 0) {
-		return 0, fmt.Errorf("model: %s = %v must be a positive finite number", key, v)
+	if err != nil {
+		return 0, err
 	}
-	return v, err
+	return v, floatInRange(key, v, lo, hi)
 }
+
+func floatInRange(key string, v, lo, hi float64) error {
+	if math.IsNaN(v) || v < lo || v > hi {
+		// A float32 value reads as written (1e-05, not 9.99999974e-06).
+		bits := 64
+		if float64(float32(v)) == v {
+			bits = 32
+		}
+		return fmt.Errorf("model: %s = %s is out of range: want a number in [%g, %g]", key, strconv.FormatFloat(v, 'g', -1, bits), lo, hi)
+	}
+	return nil
+}
+
+// Bounds of the RoPE scaling parameters: a factor is a context multiplier
+// (real models use up to about 64), YaRN's betas are rotation counts.
+const (
+	minScaleFactor, maxScaleFactor = 1.0 / 64, 1024
+	maxYarnBeta                    = 1e4
+)
 
 func readScaling(f *gguf.File, p string, ctx int) (RopeScaling, error) {
 	s := RopeScaling{Type: "none", Factor: 1, BetaFast: 32, BetaSlow: 1, AttnFactor: 1}
@@ -187,12 +222,21 @@ func readScaling(f *gguf.File, p string, ctx int) (RopeScaling, error) {
 	switch {
 	case errors.Is(err, gguf.ErrMissing):
 		// Older files carry only rope.scale_linear.
-		if v, e := f.Float64(p + "rope.scale_linear"); e == nil && v != 1 {
-			typ = "linear"
-			s.Factor = v
-		} else {
+		v, e := f.Float64(p + "rope.scale_linear")
+		switch {
+		case errors.Is(e, gguf.ErrMissing):
+			return s, nil
+		case e != nil:
+			return s, e
+		}
+		if e := floatInRange(p+"rope.scale_linear", v, minScaleFactor, maxScaleFactor); e != nil {
+			return s, e
+		}
+		if v == 1 {
 			return s, nil
 		}
+		typ = "linear"
+		s.Factor = v
 	case err != nil:
 		return s, err
 	}
@@ -204,22 +248,28 @@ func readScaling(f *gguf.File, p string, ctx int) (RopeScaling, error) {
 		return s, fmt.Errorf("model: %srope.scaling.type %q is not supported (none, linear, yarn)", p, typ)
 	}
 	s.Type = typ
-	if v, e := optFloat(f, p+"rope.scaling.factor", s.Factor); e != nil {
-		return s, e
-	} else {
-		s.Factor = v
+	if s.Factor, err = optFloat(f, p+"rope.scaling.factor", s.Factor, minScaleFactor, maxScaleFactor); err != nil {
+		return s, err
 	}
 	if typ == "yarn" {
 		s.ExtFactor = 1
 		s.OrigContext = ctx
-		if v, e := f.Int(p + "rope.scaling.original_context_length"); e == nil && v > 0 {
+		v, e := f.Int(p + "rope.scaling.original_context_length")
+		switch {
+		case errors.Is(e, gguf.ErrMissing):
+		case e != nil:
+			return s, e
+		default:
+			if e := intInRange(p+"rope.scaling.original_context_length", v); e != nil {
+				return s, e
+			}
 			s.OrigContext = v
 		}
-		if v, e := optFloat(f, p+"rope.scaling.yarn_beta_fast", s.BetaFast); e == nil {
-			s.BetaFast = v
+		if s.BetaFast, err = optFloat(f, p+"rope.scaling.yarn_beta_fast", s.BetaFast, 1e-3, maxYarnBeta); err != nil {
+			return s, err
 		}
-		if v, e := optFloat(f, p+"rope.scaling.yarn_beta_slow", s.BetaSlow); e == nil {
-			s.BetaSlow = v
+		if s.BetaSlow, err = optFloat(f, p+"rope.scaling.yarn_beta_slow", s.BetaSlow, 1e-3, maxYarnBeta); err != nil {
+			return s, err
 		}
 	}
 	return s, nil

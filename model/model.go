@@ -57,7 +57,12 @@ func Open(path string) (*Model, error) {
 }
 
 // Close releases the file mapping; the model must not be used afterwards.
-func (m *Model) Close() error { return m.File.Close() }
+func (m *Model) Close() error {
+	if m == nil {
+		return nil
+	}
+	return m.File.Close()
+}
 
 // Load binds a parsed GGUF file's tensors to a model.
 func Load(f *gguf.File) (*Model, error) {
@@ -78,8 +83,21 @@ func Load(f *gguf.File) (*Model, error) {
 		c.TiedEmbd = true
 		m.Output = m.Embed
 	}
+	// The block count is metadata: check the file holds that many blocks
+	// before sizing anything by it, so a crafted count costs nothing.
+	if need := int64(c.Layers) * tensorsPerBlock; need > int64(len(f.Tensors)) {
+		return nil, fmt.Errorf("model: %s.block_count = %d needs at least %d tensors, but the file has %d", c.Arch, c.Layers, need, len(f.Tensors))
+	}
+	if last := fmt.Sprintf("blk.%d.attn_norm.weight", c.Layers-1); b.err == nil {
+		if _, ok := f.Tensor(last); !ok {
+			return nil, fmt.Errorf("model: %s.block_count = %d but tensor %s is missing", c.Arch, c.Layers, last)
+		}
+	}
 	m.Blocks = make([]Layer, c.Layers)
 	for i := range m.Blocks {
+		if b.err != nil {
+			break
+		}
 		n := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
 		l := &m.Blocks[i]
 		l.AttnNorm = b.vector(n("attn_norm.weight"), c.DModel)
@@ -113,6 +131,10 @@ func Load(f *gguf.File) (*Model, error) {
 	m.Config = c
 	return m, nil
 }
+
+// tensorsPerBlock is the fewest tensors a block has (norms, Q, K, V, O and
+// the three MLP matrices).
+const tensorsPerBlock = 9
 
 // binder looks tensors up and checks their shapes, keeping the first error.
 type binder struct {

@@ -60,6 +60,22 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	if _, ok := architectures[s.Arch]; !ok {
 		return nil, fmt.Errorf("model: cannot generate architecture %q", s.Arch)
 	}
+	// Sizes become uint32 metadata: check them before they can wrap.
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"Layers", s.Layers}, {"DModel", s.DModel}, {"FFN", s.FFN}, {"Heads", s.Heads}, {"KVHeads", s.KVHeads},
+		{"HeadDim", s.HeadDim}, {"Vocab", s.Vocab}, {"Context", s.Context}} {
+		if d.v <= 0 || d.v > maxDim {
+			return nil, fmt.Errorf("model: shape %s = %d is out of range: want 1..%d", d.name, d.v, maxDim)
+		}
+	}
+	if s.Heads%s.KVHeads != 0 {
+		return nil, fmt.Errorf("model: shape Heads %d is not a multiple of KVHeads %d", s.Heads, s.KVHeads)
+	}
+	if err := floatInRange("shape Theta", s.Theta, 1, 1e12); err != nil {
+		return nil, err
+	}
 	for _, w := range []int{s.DModel, s.FFN, s.Heads * s.HeadDim} {
 		if w%format.BlockSize != 0 {
 			return nil, fmt.Errorf("model: width %d is not a multiple of %s's %d-element blocks", w, typ, format.BlockSize)

@@ -3,6 +3,7 @@ package nb
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -18,6 +19,9 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	if bos := m.Tokens(""); len(bos) > 0 {
 		ids = append(ids, bos...)
 	}
+	if n < 0 || n > (m.Model.Context-len(ids))/2 {
+		panic(fmt.Errorf("nb.RepeatedRandom: n = %d: twice n tokens must fit the model's context of %d (n is 0..%d)", n, m.Model.Context, (m.Model.Context-len(ids))/2))
+	}
 	var half []int32
 	for len(half) < n {
 		id := int32(r.IntN(m.Model.Vocab))
@@ -31,13 +35,14 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 // LogitDiff is a patching metric: the last position's logit of the first
 // token of good minus that of bad (text, e.g. " Mary" and " John").
 func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
+	bos := m.Tokens("")
 	first := func(s string) int32 {
 		ids := m.Tokens(s)
-		if bos := m.Tokens(""); len(bos) > 0 && len(ids) > len(bos) {
+		if len(ids) >= len(bos) && slices.Equal(ids[:len(bos)], bos) {
 			ids = ids[len(bos):]
 		}
 		if len(ids) == 0 {
-			panic(fmt.Errorf("nb.LogitDiff: %q has no tokens", s))
+			panic(fmt.Errorf("nb.LogitDiff: %q encodes to no token (besides BOS): give each side some text, e.g. \" Mary\"", s))
 		}
 		return ids[0]
 	}
@@ -46,6 +51,9 @@ func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
 		l, err := tr.Get("logits")
 		if err != nil {
 			panic(err)
+		}
+		if len(l.Shape) != 2 || l.Shape[0] < 1 || l.Shape[1] <= int(max(g, b)) || len(l.Data) != l.Shape[0]*l.Shape[1] {
+			panic(fmt.Errorf("nb.LogitDiff: logits of shape %v cannot hold tokens %d and %d", l.Shape, g, b))
 		}
 		row := l.Data[(l.Shape[0]-1)*l.Shape[1]:]
 		return float64(row[g] - row[b])

@@ -1,7 +1,6 @@
 package nb
 
 import (
-	"bytes"
 	"fmt"
 	"time"
 
@@ -25,13 +24,13 @@ func Explore(tr *trace.Trace, idle time.Duration) {
 	svg := func() string {
 		f, err := viz.AttentionHead(tr, layer, head)
 		if err != nil {
-			return fmt.Sprintf("<pre>%v</pre>", err)
+			return errorHTML(err)
 		}
-		var buf bytes.Buffer
-		if err := f.Encode(&buf, "svg"); err != nil {
-			return fmt.Sprintf("<pre>%v</pre>", err)
+		h, err := figureHTML(f)
+		if err != nil {
+			return errorHTML(err)
 		}
-		return buf.String()
+		return h
 	}
 	if !gonbui.IsNotebook {
 		Show(viz.AttentionHead(tr, layer, head))

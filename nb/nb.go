@@ -6,7 +6,9 @@ package nb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/backends"
@@ -17,11 +19,31 @@ import (
 
 // Model is a model made resident on a backend, with a session for
 // incremental prefills.
+//
+// A Model is safe to share between goroutines (GoNB cells and user code
+// start them freely): its calls take turns on its one session, each whole
+// (a Generate runs to its end before another call starts). Continue and
+// Start are step-wise state of that one session, so they mean "after the
+// model's previous call", whichever goroutine made it: give each goroutine
+// its own Model (or gpu.Session) for concurrent conversations.
 type Model struct {
 	*gpu.Engine
 	// Note says which backend runs the model and why.
 	Note string
+
+	mu   sync.Mutex // serialises the calls that use sess
 	sess *gpu.Session
+}
+
+var errNilModel = errors.New("nb: nil *Model (Open failed, or the model was never opened)")
+
+// lock serialises a call on the model's session.
+func (m *Model) lock() error {
+	if m == nil || m.Engine == nil {
+		return errNilModel
+	}
+	m.mu.Lock()
+	return nil
 }
 
 // Open loads a GGUF model ("" for the embedded default model) on the best
@@ -80,7 +102,8 @@ func Capture(globs ...string) Option {
 	}
 }
 
-// Layers limits per-layer captures to layers first..last.
+// Layers limits per-layer captures to layers first..last (last -1: the last
+// layer); a range outside the model's layers, or selecting none, is refused.
 func Layers(first, last int) Option {
 	return func(s *settings) { s.o.Capture.FirstLayer, s.o.Capture.LastLayer = first, last }
 }
@@ -116,6 +139,9 @@ func (m *Model) settings(opts []Option) *settings {
 // Tokens encodes text as the model's tokenizer does for a prompt (BOS per
 // its metadata); it panics on text the tokenizer cannot represent.
 func (m *Model) Tokens(text string) []int32 {
+	if m == nil || m.Engine == nil {
+		panic(errNilModel)
+	}
 	ids, err := m.Model.Tok.Encode(text, tokenizer.Options{})
 	if err != nil {
 		panic(err)
@@ -139,16 +165,21 @@ func (m *Model) tokens(prompt any) ([]int32, error) {
 	case []int32:
 		return p, nil
 	case []int:
+		// Checked here, before the conversion to int32 can wrap an id
+		// into the vocabulary.
 		ids := make([]int32, len(p))
 		for i, v := range p {
+			if v < 0 || v >= m.Model.Vocab {
+				return nil, fmt.Errorf("nb: token %d at index %d is outside the vocabulary of %d (ids are 0..%d)", v, i, m.Model.Vocab, m.Model.Vocab-1)
+			}
 			ids[i] = int32(v)
 		}
 		return ids, nil
 	}
-	return nil, fmt.Errorf("nb: a prompt is a string or token ids ([]int32), not %T", prompt)
+	return nil, fmt.Errorf("nb: a prompt is a string or token ids ([]int32 or []int), not %T", prompt)
 }
 
-// session returns the model's session, fresh unless continuing.
+// session returns the model's session, fresh unless continuing; m.mu is held.
 func (m *Model) session(cont bool) (*gpu.Session, error) {
 	if m.sess == nil {
 		s, err := m.NewSession(0)
@@ -158,13 +189,23 @@ func (m *Model) session(cont bool) (*gpu.Session, error) {
 		m.sess = s
 	}
 	if !cont {
-		m.sess.Reset()
+		if err := m.sess.Reset(); err != nil {
+			return nil, err
+		}
 	}
 	return m.sess, nil
 }
 
 // Try runs a prefill and returns its trace or an error.
 func (m *Model) Try(prompt any, opts ...Option) (*trace.Trace, error) {
+	if err := m.lock(); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	return m.try(prompt, opts...)
+}
+
+func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
 	ids, err := m.tokens(prompt)
 	if err != nil {
 		return nil, err
@@ -187,27 +228,63 @@ func (m *Model) Prefill(prompt any, opts ...Option) *trace.Trace {
 	return tr
 }
 
-// Generate continues text greedily by n tokens and returns the continuation.
+// Generate continues text greedily by up to n tokens and returns the
+// continuation. It stops early at the end-of-sequence token or when the
+// context is full; TryGenerate says which. It panics on an error.
 func (m *Model) Generate(text string, n int) string {
-	tr := m.Prefill(text)
-	var out []int32
-	for len(out) < n {
-		next := tr.Predicted[len(tr.Predicted)-1]
-		if next == m.Model.Tok.EOS() {
-			break
-		}
-		out = append(out, next)
-		tr = m.Prefill([]int32{next}, Continue())
-	}
-	s, err := m.Model.Tok.Decode(out)
+	g, err := m.TryGenerate(text, n)
 	if err != nil {
 		panic(err)
 	}
-	return s
+	return g.Text
+}
+
+// Generated is a greedy continuation and why it ended.
+type Generated struct {
+	Text   string  // the generated tokens, decoded
+	Tokens []int32 // without the end-of-sequence token
+	// Stop is why it ended: gpu.StopLength (n tokens), gpu.StopEOS,
+	// gpu.StopContext (the model's context is full) or gpu.StopError.
+	Stop gpu.StopReason
+}
+
+// TryGenerate continues the prompt (text or token ids) greedily by up to n
+// tokens, from a fresh cache (or after the previous call with Continue()).
+// Reaching the end of the context is not an error: it returns what was
+// generated with Stop gpu.StopContext. On an error part way (a cancelled
+// Context) it returns what was generated so far and the error.
+func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error) {
+	if err := m.lock(); err != nil {
+		return Generated{Stop: gpu.StopError}, err
+	}
+	defer m.mu.Unlock()
+	ids, err := m.tokens(prompt)
+	if err != nil {
+		return Generated{Stop: gpu.StopError}, err
+	}
+	s := m.settings(opts)
+	sess, err := m.session(s.cont)
+	if err != nil {
+		return Generated{Stop: gpu.StopError}, err
+	}
+	g, err := sess.Generate(s.ctx, ids, n)
+	out := Generated{Tokens: g.Tokens, Stop: g.Stop}
+	text, derr := m.Model.Tok.Decode(g.Tokens)
+	out.Text = text
+	if err == nil {
+		err = derr
+	}
+	return out, err
 }
 
 // Lens adds the logit lens to a trace that captured every layer's resid_post.
 func (m *Model) Lens(tr *trace.Trace) *trace.Trace {
+	if m == nil || m.Engine == nil {
+		panic(errNilModel)
+	}
+	if tr == nil {
+		panic(errors.New("nb: Lens of a nil trace"))
+	}
 	if err := m.LogitLens(tr); err != nil {
 		panic(err)
 	}
@@ -215,18 +292,26 @@ func (m *Model) Lens(tr *trace.Trace) *trace.Trace {
 }
 
 // Steps is a prefill advanced a layer at a time.
-type Steps struct{ r *gpu.Run }
+type Steps struct {
+	m *Model
+	r *gpu.Run
+}
 
 // Start begins a step-wise prefill; call Next to advance a layer. The
 // model's next prefill (or Start) ends it: the steps share its buffers.
+// Without Capture it captures every point (of the Layers given).
 func (m *Model) Start(prompt any, opts ...Option) *Steps {
+	if err := m.lock(); err != nil {
+		panic(err)
+	}
+	defer m.mu.Unlock()
 	ids, err := m.tokens(prompt)
 	if err != nil {
 		panic(err)
 	}
 	s := m.settings(opts)
 	if !s.captured {
-		s.o.Capture = gpu.CaptureAll()
+		s.o.Capture.Globs = []string{"*"}
 	}
 	sess, err := m.session(s.cont)
 	if err != nil {
@@ -236,21 +321,43 @@ func (m *Model) Start(prompt any, opts ...Option) *Steps {
 	if err != nil {
 		panic(err)
 	}
-	return &Steps{r: r}
+	return &Steps{m: m, r: r}
+}
+
+// do runs f on the steps' run with the model's session to itself.
+func (s *Steps) do(f func(r *gpu.Run)) {
+	if s == nil || s.r == nil {
+		panic(errors.New("nb: nil *Steps (use Model.Start)"))
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	f(s.r)
 }
 
 // Next runs the next layer; false once every layer has run.
-func (s *Steps) Next() bool { return s.r.Next() }
+func (s *Steps) Next() (more bool) {
+	s.do(func(r *gpu.Run) { more = r.Next() })
+	return more
+}
+
+// Err is why the steps stopped early (nil when every layer ran), e.g. the
+// model's next prefill took the steps' buffers.
+func (s *Steps) Err() (err error) {
+	s.do(func(r *gpu.Run) { err = r.Err() })
+	return err
+}
 
 // Layer is the layer that ran last (-1 before the first).
-func (s *Steps) Layer() int {
-	l, _ := gpu.SplitPoint(s.r.Point())
+func (s *Steps) Layer() (l int) {
+	s.do(func(r *gpu.Run) { l, _ = gpu.SplitPoint(r.Point()) })
 	return l
 }
 
 // To runs until the named point, e.g. "blocks.2.attn.hook_pattern".
 func (s *Steps) To(point string) *Steps {
-	if err := s.r.RunTo(point); err != nil {
+	var err error
+	s.do(func(r *gpu.Run) { err = r.RunTo(point) })
+	if err != nil {
 		panic(err)
 	}
 	return s
@@ -258,7 +365,9 @@ func (s *Steps) To(point string) *Steps {
 
 // Trace is what has been captured so far.
 func (s *Steps) Trace() *trace.Trace {
-	tr, err := s.r.Trace()
+	var tr *trace.Trace
+	var err error
+	s.do(func(r *gpu.Run) { tr, err = r.Trace() })
 	if err != nil {
 		panic(err)
 	}
@@ -267,7 +376,9 @@ func (s *Steps) Trace() *trace.Trace {
 
 // Finish runs the rest and returns the whole trace.
 func (s *Steps) Finish() *trace.Trace {
-	tr, err := s.r.Finish()
+	var tr *trace.Trace
+	var err error
+	s.do(func(r *gpu.Run) { tr, err = r.Finish() })
 	if err != nil {
 		panic(err)
 	}

@@ -21,19 +21,21 @@ import (
 func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
 	cases := []struct {
 		name string
-		path func() string
+		// path takes the subtest's t: a skip (shared model absent) must
+		// come from the goroutine of the test it skips.
+		path func(t *testing.T) string
 		// roundTrip: decoding gives the text back. Not yet for the
 		// SentencePiece encoder, which after invalid UTF-8 byte-encodes the
 		// following "▁" (E2 96 81) instead of starting a "▁b" piece, so
 		// "\xff bad" decodes as "\xff▁bad" (model/tokenizer, reported).
 		roundTrip bool
 	}{
-		{"default (byte-level BPE)", func() string { return "" }, true},
-		{"stories260K (SentencePiece)", func() string { return sharedtest.Stories(t) }, false},
+		{"default (byte-level BPE)", func(*testing.T) string { return "" }, true},
+		{"stories260K (SentencePiece)", func(t *testing.T) string { return sharedtest.Stories(t) }, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			path := tc.path()
+			path := tc.path(t)
 			m, err := nb.Open(path, "cpu")
 			require.NoError(t, err)
 			tok, c := m.Model.Tok, m.Model.Config
@@ -68,7 +70,9 @@ func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
 				{[]int32{}, nil, "the prompt is empty"},
 				{[]int32{bos, int32(c.Vocab)}, nil, "is outside the vocabulary"},
 				{[]int{-1}, nil, "token -1 at index 0 is outside the vocabulary"},
-				{strings.Repeat("once upon a time ", c.Context), nil, "exceed the KV cache of"},
+				{strings.Repeat("once upon a time ", c.Context), nil, fmt.Sprintf("which exceed the KV cache of %d positions (the model's context is %d tokens)", c.Context, c.Context)},
+				{[]int{1<<32 + 5}, nil, fmt.Sprintf("token 4294967301 at index 0 is outside the vocabulary of %d", c.Vocab)},
+				{[]int{int(bos), -1 << 40}, nil, "token -1099511627776 at index 1 is outside the vocabulary"},
 				{"x", []nb.Option{nb.Capture("blocks.*.no_such_hook")}, "matches no capture point"},
 				{3.5, nil, "a prompt is a string or token ids"},
 			}

@@ -2,16 +2,21 @@ package nb
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"html"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/janpfeifer/gonb/gonbui"
+	"gonum.org/v1/plot"
 
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/viz"
 )
 
 // figure is what viz returns: something that encodes to an image format.
@@ -19,50 +24,117 @@ type figure interface {
 	Encode(w io.Writer, format string) error
 }
 
+// view is an HTML view such as viz.HTML; one that can Save is written to
+// a file outside GoNB.
+type view interface {
+	HTML() string
+}
+
+// Table is a table Show draws as HTML (as aligned text outside GoNB).
+type Table struct {
+	Header []string
+	Rows   [][]string
+}
+
 // ShowDir is where Show writes figures when not running under GoNB.
 var ShowDir = filepath.Join(os.TempDir(), "strata-show")
 
 var shown int
 
-// Show displays each item in the notebook: figures (as SVG), traces (as a
-// table of what was captured), strings (as Markdown) and errors. It takes a
-// figure function's results directly: nb.Show(viz.AttentionGrid(tr)).
-// Outside GoNB it writes figures as PNG files under ShowDir and prints
-// their paths, and prints everything else.
+// Show displays each item in the notebook and never panics: a problem is
+// shown as an error box with its message. It takes
+//   - a figure function's results directly, nb.Show(viz.AttentionGrid(tr)):
+//     the figure, or the error when there is one;
+//   - any viz figure, and a gonum *plot.Plot, drawn as SVG;
+//   - []float64 or []float32 as a line, [][]float64 as a heatmap, and a
+//     *trace.Tensor by its shape (ShowTensor labels a capture's tokens);
+//   - an HTML view (viz.HTML) as itself;
+//   - a *trace.Trace as a table of what was captured;
+//   - a Table, or [][]string whose first row is the header, as a table;
+//   - a string as Markdown, and an error as an error box.
+//
+// Outside GoNB it writes figures as PNG files and views as HTML files
+// under ShowDir and prints their paths, and prints everything else.
 func Show(items ...any) {
-	for _, it := range items {
-		if err := show(it); err != nil {
-			display("", fmt.Sprintf("<pre style=\"color:#b00\">%s</pre>", html.EscapeString(err.Error())), err.Error())
+	for i, it := range items {
+		// (nil, err) from a figure function: the error says it all.
+		if isNil(it) && i+1 < len(items) {
+			if err, ok := items[i+1].(error); ok && err != nil {
+				continue
+			}
 		}
+		showOne(it)
 	}
 }
 
+// ShowTensor shows the tensor tr captured under name, positions labelled
+// by token (viz.Captured).
+func ShowTensor(tr *trace.Trace, name string) {
+	if tr == nil {
+		Show(errors.New("nb.ShowTensor: a nil trace"))
+		return
+	}
+	Show(viz.Captured(tr, name))
+}
+
+func showOne(it any) {
+	defer func() {
+		if r := recover(); r != nil {
+			showError(fmt.Errorf("nb.Show: showing a %T failed: %v", it, r))
+		}
+	}()
+	if err := show(it); err != nil {
+		showError(err)
+	}
+}
+
+// isNil is true for nil and for a nil pointer, slice, map or function in
+// an interface, which a type switch does not catch.
+func isNil(it any) bool {
+	if it == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(it); v.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Func, reflect.Interface, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
 func show(it any) error {
-	switch x := it.(type) {
-	case nil:
+	if it == nil {
 		return nil
+	}
+	if isNil(it) {
+		return fmt.Errorf("nb.Show: a nil %T, nothing to show", it)
+	}
+	switch x := it.(type) {
 	case error:
 		return x
 	case figure:
-		if !gonbui.IsNotebook {
-			shown++
-			path := filepath.Join(ShowDir, fmt.Sprintf("figure-%03d.png", shown))
-			if err := os.MkdirAll(ShowDir, 0o755); err != nil {
-				return err
-			}
-			if err := trace.WriteAtomic(path, func(w io.Writer) error { return x.Encode(w, "png") }); err != nil {
-				return err
-			}
-			fmt.Println(path)
-			return nil
-		}
-		var buf bytes.Buffer
-		if err := x.Encode(&buf, "svg"); err != nil {
-			return err
-		}
-		gonbui.DisplaySVG(buf.String())
+		return showFigure(x)
+	case *plot.Plot:
+		return showFigure(viz.Plot(x, 0, 0))
+	case []float64:
+		return showMade(viz.Line("", x))
+	case []float32:
+		return showMade(viz.Tensor("", &trace.Tensor{Shape: []int{len(x)}, Data: x}))
+	case [][]float64:
+		return showMade(viz.Heatmap("", x))
+	case *trace.Tensor:
+		return showMade(viz.Tensor("", x))
+	case view:
+		return showView(x)
 	case *trace.Trace:
-		display(captureTable(x), "", captureText(x))
+		display(captureTable(x), captureText(x))
+	case Table:
+		display(tableHTML(x), tableText(x))
+	case [][]string:
+		t := Table{}
+		if len(x) > 0 {
+			t = Table{Header: x[0], Rows: x[1:]}
+		}
+		display(tableHTML(t), tableText(t))
 	case string:
 		if gonbui.IsNotebook {
 			gonbui.DisplayMarkdown(x)
@@ -70,20 +142,152 @@ func show(it any) error {
 			fmt.Println(x)
 		}
 	default:
-		return fmt.Errorf("nb.Show: cannot show a %T", it)
+		return fmt.Errorf("nb.Show: cannot show a %T: it shows figures, *plot.Plot, []float64, [][]float64, *trace.Tensor, *trace.Trace, HTML views, nb.Table, [][]string, strings and errors", it)
 	}
 	return nil
 }
 
-func display(htmlText, errHTML, text string) {
+func showMade(f *viz.Figure, err error) error {
+	if err != nil {
+		return err
+	}
+	return showFigure(f)
+}
+
+// showFile writes a file named kind-NNN.ext under ShowDir and prints its
+// path.
+func showFile(kind, ext string, write func(path string) error) error {
+	shown++
+	path := filepath.Join(ShowDir, fmt.Sprintf("%s-%03d.%s", kind, shown, ext))
+	if err := os.MkdirAll(ShowDir, 0o755); err != nil {
+		return err
+	}
+	if err := write(path); err != nil {
+		return err
+	}
+	fmt.Println(path)
+	return nil
+}
+
+func showView(v view) error {
+	if gonbui.IsNotebook {
+		gonbui.DisplayHTML(v.HTML())
+		return nil
+	}
+	if s, ok := v.(interface{ Save(string) error }); ok {
+		return showFile("view", "html", s.Save)
+	}
+	fmt.Println(v.HTML())
+	return nil
+}
+
+func showFigure(f figure) error {
 	if !gonbui.IsNotebook {
-		fmt.Println(text)
+		return showFile("figure", "png", func(path string) error {
+			return trace.WriteAtomic(path, func(w io.Writer) error { return f.Encode(w, "png") })
+		})
+	}
+	h, err := figureHTML(f)
+	if err != nil {
+		return err
+	}
+	gonbui.DisplayHTML(h)
+	return nil
+}
+
+// figureHTML is f as inline SVG at its own size: a notebook's style sheet
+// shrinks SVG to the output's width (max-width: 100%), which would draw it
+// smaller than its PNG; a figure wider than the output scrolls instead.
+func figureHTML(f figure) (string, error) {
+	var buf bytes.Buffer
+	if err := f.Encode(&buf, "svg"); err != nil {
+		return "", err
+	}
+	svg := buf.String()
+	i := strings.Index(svg, "<svg ")
+	if i < 0 {
+		return "", fmt.Errorf("nb.Show: the figure's SVG has no <svg> element")
+	}
+	if err := exportPNG(f); err != nil {
+		return "", err
+	}
+	return `<div class="strata-figure" style="overflow-x:auto"><svg style="max-width:none;height:auto" ` + svg[i+len("<svg "):] + `</div>`, nil
+}
+
+// ExportEnv names a folder where Show, in a notebook, also writes each
+// figure it displays as a PNG (figure-001.png, ...: numbered across the
+// notebook's cells, which run as separate processes), so that a test can
+// compare what the browser draws with the PNG export.
+const ExportEnv = "STRATA_SHOW_EXPORT"
+
+func exportPNG(f figure) error {
+	dir := os.Getenv(ExportEnv)
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("nb.Show: %s: %w", ExportEnv, err)
+	}
+	done, err := filepath.Glob(filepath.Join(dir, "figure-*.png"))
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("figure-%03d.png", len(done)+1))
+	return trace.WriteAtomic(path, func(w io.Writer) error { return f.Encode(w, "png") })
+}
+
+func showError(err error) {
+	if !gonbui.IsNotebook {
+		fmt.Println("error:", err)
 		return
 	}
-	if errHTML != "" {
-		htmlText = errHTML
+	gonbui.DisplayHTML(errorHTML(err))
+}
+
+func errorHTML(err error) string {
+	return `<div style="border:1px solid #e0b4b4;background:#fff6f6;color:#9f3a38;padding:6px 10px;margin:4px 0;` +
+		`font-family:monospace;white-space:pre-wrap">` + html.EscapeString(err.Error()) + `</div>`
+}
+
+func display(htmlText, text string) {
+	if !gonbui.IsNotebook {
+		fmt.Print(text)
+		return
 	}
 	gonbui.DisplayHTML(htmlText)
+}
+
+func tableHTML(t Table) string {
+	var b strings.Builder
+	b.WriteString(`<table>`)
+	row := func(cells []string, tag string) {
+		b.WriteString("<tr>")
+		for _, c := range cells {
+			fmt.Fprintf(&b, "<%s>%s</%s>", tag, html.EscapeString(c), tag)
+		}
+		b.WriteString("</tr>")
+	}
+	if t.Header != nil {
+		row(t.Header, "th")
+	}
+	for _, r := range t.Rows {
+		row(r, "td")
+	}
+	b.WriteString("</table>")
+	return b.String()
+}
+
+func tableText(t Table) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	if t.Header != nil {
+		fmt.Fprintln(w, strings.Join(t.Header, "\t"))
+	}
+	for _, r := range t.Rows {
+		fmt.Fprintln(w, strings.Join(r, "\t"))
+	}
+	w.Flush()
+	return b.String()
 }
 
 // captureTable is a trace's tokens and captured tensors as HTML.
@@ -93,19 +297,29 @@ func captureTable(tr *trace.Trace) string {
 		html.EscapeString(tr.Model.Name), tr.Model.Arch, tr.Model.Layers, html.EscapeString(tr.Backend), len(tr.Tokens), tr.Pos0)
 	b.WriteString(`<p style="font-family:monospace">`)
 	for i, p := range tr.Pieces {
-		fmt.Fprintf(&b, `<span title="id %d" style="background:#eef;margin:1px;padding:0 2px">%s</span>`, tr.Tokens[i], html.EscapeString(p))
+		fmt.Fprintf(&b, `<span title="id %d" style="background:#eef;margin:1px;padding:0 2px;white-space:pre">%s</span>`, tr.Tokens[i], html.EscapeString(p))
 	}
-	b.WriteString("</p><table><tr><th>capture point</th><th>shape</th></tr>")
+	// Jupyter right-aligns table cells, for numbers; names read left-aligned.
+	b.WriteString(`</p><table><tr><th style="text-align:left">capture point</th><th style="text-align:left">shape</th></tr>`)
 	for _, n := range tr.Names {
-		fmt.Fprintf(&b, "<tr><td><code>%s</code></td><td>%v</td></tr>", n, tr.Tensors[n].Shape)
+		fmt.Fprintf(&b, `<tr><td style="text-align:left"><code>%s</code></td><td style="text-align:left">%v</td></tr>`, n, tr.Tensors[n].Shape)
 	}
 	b.WriteString("</table>")
 	return b.String()
 }
 
+// captureText lists a trace's tokens (as the tokenizer escapes them, not
+// escaped again) and captured tensors.
 func captureText(tr *trace.Trace) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s on %s: %d tokens %q\n", tr.Model.Name, tr.Backend, len(tr.Tokens), tr.Pieces)
+	fmt.Fprintf(&b, "%s on %s: %d tokens [", tr.Model.Name, tr.Backend, len(tr.Tokens))
+	for i, p := range tr.Pieces {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "\"%s\"", p)
+	}
+	b.WriteString("]\n")
 	for _, n := range tr.Names {
 		fmt.Fprintf(&b, "  %-40s %v\n", n, tr.Tensors[n].Shape)
 	}

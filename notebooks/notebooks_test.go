@@ -1,47 +1,107 @@
-// Package notebooks holds the teaching notebooks; its test runs each one
-// headless on the GoNB kernel and checks what it displayed.
+// Package notebooks holds the teaching notebooks. Its tests run each one
+// headless on the GoNB kernel, check the numbers its story rests on, and
+// look at its figures as a reader does: the executed notebook converted to
+// HTML and drawn by Chromium, each figure compared with its PNG export.
 package notebooks
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// figures is how many figures each notebook must display.
-var figures = map[string]int{
-	"01-tour.ipynb":            5,
-	"02-induction-heads.ipynb": 4,
-	"03-logit-lens.ipynb":      2,
-	"04-kv-cache.ipynb":        3,
-	"05-interventions.ipynb":   2,
+// stories checks, per notebook, the numbers its text rests on; out is every
+// text output of the executed notebook, in order.
+var stories = map[string]func(t *testing.T, out string){
+	"01-tour.ipynb": func(t *testing.T, out string) {
+		assert.Contains(t, out, "gostd-qwen3-4m: qwen3, 4 layers")
+		assert.Regexp(t, `continuation: .{10,}`, out, "the generation cell printed a continuation")
+	},
+	"02-induction-heads.ipynb": func(t *testing.T, out string) {
+		first, repeat := number(t, out, `loss on the first copy: ([0-9.]+)`), number(t, out, `loss on the repeat: ([0-9.]+)`)
+		// A random sequence costs about ln(vocab) = 7.6 nats a token the first
+		// time; an induction head that copies makes the repeat far cheaper.
+		assert.Greater(t, first, 5.0, "random tokens are unpredictable the first time")
+		assert.Less(t, repeat, first-2, "the repeat's loss falls by at least 2 nats a token")
+		assert.Greater(t, number(t, out, `strongest induction head: layer \d+ head \d+, score ([0-9.]+)`), 0.3)
+		assert.Greater(t, number(t, out, `ablated, loss on the repeat: ([0-9.]+)`), repeat+0.5,
+			"ablating the induction head makes the repeat harder")
+	},
+	"03-logit-lens.ipynb": func(t *testing.T, out string) {
+		assert.Regexp(t, `after layer 3 the last position predicts`, out)
+		assert.GreaterOrEqual(t, number(t, out, `final layer's probability for the prediction: ([0-9.]+)`),
+			number(t, out, `first layer's probability for the prediction: ([0-9.]+)`),
+			"the prediction firms up through the layers")
+	},
+	"04-kv-cache.ipynb": func(t *testing.T, out string) {
+		// Two prefills of the same tokens, one incremental: float32 sums in a
+		// different order, a few ulps of logits of size ~10.
+		assert.Less(t, number(t, out, `largest logit difference, incremental vs whole: ([0-9.e+-]+)`), 1e-3)
+	},
+	"05-interventions.ipynb": func(t *testing.T, out string) {
+		clean, corrupt := number(t, out, `clean run: ([-0-9.]+)`), number(t, out, `corrupted run: ([-0-9.]+)`)
+		assert.Greater(t, clean, 2.0, "the clean run prefers i--")
+		assert.Less(t, corrupt, -2.0, "the corrupted run prefers i++")
+		// The comparison token is where the runs differ: patching it restores
+		// the clean answer at every layer, most of the way.
+		assert.Equal(t, `" >"`, line(t, out, `layer 3: patching (".*") restores`))
+		assert.Greater(t, number(t, out, `layer 3: patching ".*" restores ([-0-9.]+) of the way`), 0.5)
+		assert.Greater(t, number(t, out, `alpha 1.50: logit\(--\) − logit\(\+\+\) = ([-+0-9.]+)`),
+			number(t, out, `alpha 0.00: logit\(--\) − logit\(\+\+\) = ([-+0-9.]+)`)+5, "steering moves the metric by 5 or more")
+		assert.Equal(t, "++", line(t, out, `plain:   (.*)`))
+		assert.Equal(t, "--", line(t, out, `steered: (.*)`), "the steering vector turns the loop around")
+	},
+}
+
+func number(t *testing.T, out, pattern string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(line(t, out, pattern), 64)
+	require.NoError(t, err, "pattern %q", pattern)
+	return v
+}
+
+func line(t *testing.T, out, pattern string) string {
+	t.Helper()
+	m := regexp.MustCompile(pattern).FindStringSubmatch(out)
+	require.NotNil(t, m, "no output matches %q in:\n%s", pattern, out)
+	return m[1]
+}
+
+type output struct {
+	OutputType string         `json:"output_type"`
+	Name       string         `json:"name"`
+	Text       any            `json:"text"`
+	Data       map[string]any `json:"data"`
+	Ename      string         `json:"ename"`
+	Evalue     string         `json:"evalue"`
 }
 
 type notebook struct {
 	Cells []struct {
 		CellType string `json:"cell_type"`
-		Source   []string
-		Outputs  []struct {
-			OutputType string         `json:"output_type"`
-			Name       string         `json:"name"`
-			Text       any            `json:"text"`
-			Data       map[string]any `json:"data"`
-			Ename      string         `json:"ename"`
-			Evalue     string         `json:"evalue"`
-		}
+		Source   any    `json:"source"`
+		Outputs  []output
+		Metadata struct {
+			Execution map[string]string `json:"execution"`
+		} `json:"metadata"`
 	}
 }
 
-func TestNotebooksRunHeadless(t *testing.T) {
+// jupyter skips the test where Jupyter is missing, except in CI, and puts
+// GOPATH/bin (GoNB, goimports) on PATH.
+func jupyter(t *testing.T) {
 	gopath, err := exec.Command("go", "env", "GOPATH").Output()
 	require.NoError(t, err)
-	path := filepath.Join(strings.TrimSpace(string(gopath)), "bin") + string(os.PathListSeparator) + os.Getenv("PATH")
-	t.Setenv("PATH", path)
+	t.Setenv("PATH", filepath.Join(strings.TrimSpace(string(gopath)), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if _, err := exec.LookPath("jupyter"); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal("jupyter is not installed: scripts/setup.sh should have installed it")
@@ -51,39 +111,145 @@ func TestNotebooksRunHeadless(t *testing.T) {
 	if out, err := exec.Command("jupyter", "kernelspec", "list").CombinedOutput(); err != nil || !strings.Contains(string(out), "gonb") {
 		t.Fatalf("the GoNB kernel is not registered (scripts/setup.sh does it): %s", out)
 	}
+}
+
+// execute runs a notebook headless and returns the executed copy.
+func execute(t *testing.T, path, outDir string, env ...string) notebook {
+	t.Helper()
+	cmd := exec.Command("jupyter", "nbconvert", "--to", "notebook", "--execute",
+		"--ExecutePreprocessor.timeout=900", "--output-dir", outDir, path)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "nbconvert: %s", out)
+	raw, err := os.ReadFile(filepath.Join(outDir, filepath.Base(path)))
+	require.NoError(t, err)
+	var doc notebook
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	return doc
+}
+
+// texts is every text a notebook's cells printed, and an error for the first
+// cell that failed or wrote a panic or error to stderr.
+func (doc notebook) texts() (string, error) {
+	var b strings.Builder
+	for i, c := range doc.Cells {
+		for _, o := range c.Outputs {
+			text := toString(o.Text)
+			if o.OutputType == "error" {
+				return "", fmt.Errorf("cell %d: %s: %s", i, o.Ename, o.Evalue)
+			}
+			if o.Name == "stderr" && (strings.Contains(text, "panic") || strings.Contains(text, "error")) {
+				return "", fmt.Errorf("cell %d wrote to stderr: %s", i, text)
+			}
+			b.WriteString(text)
+			b.WriteString(toString(o.Data["text/plain"]))
+		}
+	}
+	return b.String(), nil
+}
+
+func TestNotebooks(t *testing.T) {
+	jupyter(t)
 	names, err := filepath.Glob("*.ipynb")
 	require.NoError(t, err)
-	require.Len(t, names, len(figures), "every notebook has an expected figure count")
-	outDir := t.TempDir()
+	require.Len(t, names, len(stories), "every notebook has a story check")
+	browser := newBrowser(t)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.Command("jupyter", "nbconvert", "--to", "notebook", "--execute",
-				"--ExecutePreprocessor.timeout=900", "--output-dir", outDir, name)
-			out, err := cmd.CombinedOutput()
-			require.NoError(t, err, "nbconvert: %s", out)
-			raw, err := os.ReadFile(filepath.Join(outDir, name))
-			require.NoError(t, err)
-			var doc notebook
-			require.NoError(t, json.Unmarshal(raw, &doc))
-			shown := 0
-			for i, c := range doc.Cells {
-				for _, o := range c.Outputs {
-					require.NotEqual(t, "error", o.OutputType, "cell %d: %s: %s", i, o.Ename, o.Evalue)
-					text := toString(o.Text)
-					require.False(t, o.Name == "stderr" && (strings.Contains(text, "panic") || strings.Contains(text, "error")),
-						"cell %d wrote to stderr: %s", i, text)
-					if _, ok := o.Data["image/svg+xml"]; ok {
-						shown++
-					} else if _, ok := o.Data["image/png"]; ok {
-						shown++
-					} else if strings.Contains(toString(o.Data["text/html"]), "<svg") {
-						shown++
-					}
-				}
+			dir := t.TempDir()
+			if keep := os.Getenv("STRATA_NOTEBOOK_OUT"); keep != "" {
+				// For a reader: the executed notebooks, their HTML and the screenshots.
+				dir = filepath.Join(keep, strings.TrimSuffix(name, ".ipynb"))
+				require.NoError(t, os.RemoveAll(dir))
 			}
-			require.GreaterOrEqual(t, shown, figures[name], "figures displayed by %s", name)
+			exports := filepath.Join(dir, "exports")
+			doc := execute(t, name, dir, "STRATA_SHOW_EXPORT="+exports)
+			out, err := doc.texts()
+			require.NoError(t, err)
+			stories[name](t, out)
+			logCellTimes(t, doc)
+
+			executed := filepath.Join(dir, name)
+			conv := exec.Command("jupyter", "nbconvert", "--to", "html", executed)
+			b, err := conv.CombinedOutput()
+			require.NoError(t, err, "nbconvert --to html: %s", b)
+			html := strings.TrimSuffix(executed, ".ipynb") + ".html"
+			compareFigures(t, browser, html, exports, filepath.Join(dir, "shots"))
 		})
 	}
+}
+
+// logCellTimes logs how long each code cell took, as the kernel reported it
+// (whole seconds): a record of where a notebook's time goes, not a check.
+func logCellTimes(t *testing.T, doc notebook) {
+	var b strings.Builder
+	for i, c := range doc.Cells {
+		e := c.Metadata.Execution
+		if c.CellType != "code" || e["iopub.execute_input"] == "" {
+			continue
+		}
+		fmt.Fprintf(&b, " %d:%s..%s", i, clock(e["iopub.execute_input"]), clock(e["shell.execute_reply"]))
+	}
+	t.Logf("cell times (start..end):%s", b.String())
+}
+
+func clock(stamp string) string {
+	if i := strings.IndexByte(stamp, 'T'); i >= 0 && len(stamp) >= i+9 {
+		return stamp[i+1 : i+9]
+	}
+	return stamp
+}
+
+// The set-up cell finds the checkout from any folder inside it, or from
+// STRATA_DIR, and says what to do when it finds neither.
+func TestSetUpCellFromAnotherFolder(t *testing.T) {
+	jupyter(t)
+	src, err := os.ReadFile("01-tour.ipynb")
+	require.NoError(t, err)
+	var full map[string]any
+	require.NoError(t, json.Unmarshal(src, &full))
+	cells := full["cells"].([]any)
+	var kept []any
+	for _, c := range cells {
+		cell := c.(map[string]any)
+		source := toString(cell["source"])
+		if cell["cell_type"] == "code" && (strings.Contains(source, "gonb-setup") || strings.Contains(source, "nb.MustOpen") || strings.Contains(source, "m.Note")) {
+			kept = append(kept, c)
+		}
+	}
+	require.Len(t, kept, 3, "01-tour has a set-up cell, an opening cell and a cell printing m.Note")
+	full["cells"] = kept
+	raw, err := json.Marshal(full)
+	require.NoError(t, err)
+
+	outside := t.TempDir()
+	path := filepath.Join(outside, "mine.ipynb")
+	require.NoError(t, os.WriteFile(path, raw, 0o644))
+
+	t.Run("without STRATA_DIR", func(t *testing.T) {
+		out := t.TempDir()
+		cmd := exec.Command("jupyter", "nbconvert", "--to", "notebook", "--execute", "--allow-errors", "--output-dir", out, path)
+		cmd.Env = append(os.Environ(), "STRATA_DIR=")
+		b, err := cmd.CombinedOutput()
+		require.NoError(t, err, "nbconvert: %s", b)
+		raw, err := os.ReadFile(filepath.Join(out, "mine.ipynb"))
+		require.NoError(t, err)
+		var doc notebook
+		require.NoError(t, json.Unmarshal(raw, &doc))
+		var setup strings.Builder
+		for _, o := range doc.Cells[0].Outputs {
+			setup.WriteString(toString(o.Text))
+		}
+		assert.Contains(t, setup.String(), "start Jupyter with STRATA_DIR=", "the set-up cell says what to do")
+	})
+	t.Run("with STRATA_DIR", func(t *testing.T) {
+		root, err := filepath.Abs("..")
+		require.NoError(t, err)
+		doc := execute(t, path, t.TempDir(), "STRATA_DIR="+root)
+		out, err := doc.texts()
+		require.NoError(t, err)
+		assert.Contains(t, out, "gostd-qwen3-4m")
+	})
 }
 
 func toString(v any) string {

@@ -3,14 +3,15 @@
 # Debian packages, GoNB with goimports and gopls, Mesa's lavapipe Vulkan
 # driver with the validation layer and the registry headers (the generated
 # bindings are checked against them), glslang-tools, numpy (to check traces
-# load in Python) and Chromium (to check the HTML report renders). Safe to
+# load in Python), Chromium with the Liberation fonts that figures name (to
+# check the report and the notebooks render as exported). Safe to
 # run again: it skips what is there.
 set -euo pipefail
 
 packages=(
 	jupyter-notebook jupyter-nbconvert python3-nbclient python3-ipykernel jupyter-client
 	mesa-vulkan-drivers libvulkan1 libvulkan-dev vulkan-validationlayers vulkan-tools glslang-tools
-	python3-numpy chromium
+	python3-numpy chromium fonts-liberation
 )
 missing=()
 for p in "${packages[@]}"; do

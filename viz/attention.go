@@ -58,10 +58,11 @@ func AttentionHead(tr *trace.Trace, layer, head int) (*Figure, error) {
 		cols:  positionLabels(tr.Pieces, tr.Pos0, 0, keys),
 		xName: "key", yName: "query",
 	}
-	cell := cellSize(max(t, keys), 440, 4, 24)
+	extra := labelMargin(g.rows) + barWidth + 30
+	cell := cellSize(max(t, keys), 440, 4, 24, maxWidth-extra)
 	title := fmt.Sprintf("Attention pattern, layer %d head %d", layer, head)
 	sc := sequential(0, 1)
-	return newFigure(title, vg.Length(keys)*cell+labelMargin(g.rows)+barWidth+30, vg.Length(t)*cell+labelMargin(g.cols)+60, withBar(heatPlot(title, g, sc, cell, cell), barPlot(sc, "attention"))), nil
+	return newFigure(title, vg.Length(keys)*cell+extra, vg.Length(t)*cell+xLabelRoom(g.cols, cell)+60, withBar(heatPlot(title, g, sc, cell, cell), barPlot(sc, "attention"))), nil
 }
 
 // labelWidth is the width of the widest tick label.
@@ -91,8 +92,8 @@ func AttentionGrid(tr *trace.Trace) (*Figure, error) {
 	}
 	heads := tr.Model.Heads
 	sc := sequential(0, 1)
-	tile := cellSize(max(heads, len(layers)), 900, 36, 110)
 	const gap, left, top, titleH = 4, 34, 18, 28
+	tile := min(cellSize(max(heads, len(layers)), 900, 36, 110, maxSpan), (maxWidth-left-barWidth-16)/vg.Length(heads)-gap)
 	px := int(2 * tile)
 	tiles := make([][][][]float64, len(layers))
 	for i, l := range layers {
@@ -173,7 +174,7 @@ func headScores(tr *trace.Trace, name, title string, score func(*trace.Tensor) (
 	for h := range tr.Model.Heads {
 		g.cols = append(g.cols, fmt.Sprintf("H%d", h))
 	}
-	cellW, cellH := cellSize(len(g.cols), 480, 10, 44), cellSize(len(g.rows), 480, 10, 44)
+	cellW, cellH := cellSize(len(g.cols), 480, 10, 44, maxWidth-barWidth-90), cellSize(len(g.rows), 480, 10, 44, maxSpan)
 	sc := sequential(0, 1)
 	p := heatPlot(title, g, sc, cellW, cellH)
 	if cellW >= 24 && cellH >= 10 { // room for two decimals in each cell

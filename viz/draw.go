@@ -162,17 +162,45 @@ func heatPlot(title string, g grid, sc scale, cellW, cellH vg.Length) *plot.Plot
 	p := newPlot(title)
 	p.Add(plotter.NewImage(raster(z, sc, 800), -0.5, -0.5, float64(m)-0.5, float64(n)-0.5))
 	p.X.Label.Text, p.Y.Label.Text = g.xName, g.yName
-	gapX := vg.Length(9) // the height of a rotated label
-	if longest(g.cols) > 3 {
+	gapX := cellW // every label
+	switch {
+	case upright(g.cols, cellW):
 		p.X.Tick.Label.Rotation = math.Pi / 2
 		p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
-	} else {
-		gapX = labelWidth(g.cols) + 4
+		gapX = 9 // the height of a rotated label
+	case collide(g.cols, cellW):
+		gapX = labelWidth(g.cols) + 8
 	}
 	p.X.Tick.Marker = nominal(g.cols, false, cellW, gapX)
 	p.Y.Tick.Marker = nominal(rowLabels, true, cellH, 9)
 	p.X.Padding, p.Y.Padding = 0, 0
 	return p
+}
+
+// upright says whether column labels cell points apart are drawn rotated:
+// when level ones would collide, unless all are short (numbers), which
+// stay level and are thinned instead.
+func upright(labels []string, cell vg.Length) bool {
+	return longest(labels) > 3 && collide(labels, cell)
+}
+
+// collide says whether level labels centred cell points apart would touch.
+func collide(labels []string, cell vg.Length) bool {
+	sty := text.Style{Font: font.From(sans, 8), Handler: plot.DefaultTextHandler}
+	for i := 1; i < len(labels); i++ {
+		if (sty.Width(labels[i-1])+sty.Width(labels[i]))/2+3 > cell {
+			return true
+		}
+	}
+	return false
+}
+
+// xLabelRoom is the room below a heatmap for its column labels and name.
+func xLabelRoom(labels []string, cell vg.Length) vg.Length {
+	if upright(labels, cell) {
+		return labelMargin(labels)
+	}
+	return 40
 }
 
 func longest(labels []string) int {
@@ -211,13 +239,25 @@ func annotate(p *plot.Plot, g grid, sc scale, texts [][]string, size vg.Length) 
 	return nil
 }
 
-// contrast is black on light colours and white on dark ones.
+// contrast is black or white, whichever has the higher WCAG contrast
+// ratio with the opaque colour c.
 func contrast(c color.Color) color.Color {
 	r, g, b, _ := c.RGBA()
-	if 0.299*float64(r)+0.587*float64(g)+0.114*float64(b) < 0.5*0xffff {
-		return color.White
+	l := 0.2126*linear(r) + 0.7152*linear(g) + 0.0722*linear(b)
+	// Black's ratio (l+0.05)/0.05 beats white's 1.05/(l+0.05).
+	if (l+0.05)*(l+0.05) > 0.05*1.05 {
+		return color.Black
 	}
-	return color.Black
+	return color.White
+}
+
+// linear undoes sRGB's gamma on a 16-bit channel.
+func linear(v uint32) float64 {
+	s := float64(v) / 0xffff
+	if s <= 0.04045 {
+		return s / 12.92
+	}
+	return math.Pow((s+0.055)/1.055, 2.4)
 }
 
 // nominal places labels at 0, 1, ...; top-down labels count from the top.
@@ -275,14 +315,21 @@ func withBar(p, bar *plot.Plot) func(c draw.Canvas) {
 	}
 }
 
-// maxSpan bounds the cells of a figure, in points, so a long prompt makes
-// thinner cells (and fewer labels) rather than a huge image.
+// maxSpan bounds the cells of a figure down the page, in points, so a
+// long prompt makes thinner cells (and fewer labels) rather than a huge
+// image.
 const maxSpan = 1600
 
+// maxWidth bounds a figure's width, in points: 960 CSS pixels, about a
+// notebook's output column. A wider figure is shrunk to fit (its labels
+// unreadable) or must be scrolled; a long token axis gets thinner cells and
+// every k-th label instead.
+const maxWidth = 720
+
 // cellSize fits n cells into about span points, between lo and hi each,
-// and all n within maxSpan.
-func cellSize(n int, span, lo, hi vg.Length) vg.Length {
-	return min(max(span/vg.Length(n), lo), hi, maxSpan/vg.Length(n))
+// and all n within room points, which overrides lo.
+func cellSize(n int, span, lo, hi, room vg.Length) vg.Length {
+	return min(max(span/vg.Length(n), lo), hi, room/vg.Length(n))
 }
 
 // rowHeight is the height of n rows (layers) beside columns cellW wide:
@@ -292,25 +339,33 @@ func rowHeight(cellW vg.Length, n int) vg.Length {
 	return min(max(cellW, 12), maxSpan/vg.Length(n))
 }
 
-// label makes a token's display string fit an axis: control characters
-// escaped, a piece of only spaces shown as middle dots, long pieces cut.
+// label makes a token's display string fit an axis: a piece of only
+// spaces shown as middle dots, long pieces cut, and control characters and
+// bytes that are not UTF-8 escaped as the tokenizer's pieces already are
+// (\n, \t, \r, \xAB), so a piece is escaped once whichever it comes as.
 func label(piece string) string {
 	const maxRunes = 14
 	if piece != "" && strings.Trim(piece, " ") == "" {
 		piece = strings.Repeat("·", len(piece))
 	}
 	var b strings.Builder
-	for _, r := range piece {
+	for i := 0; i < len(piece); {
+		r, size := utf8.DecodeRuneInString(piece[i:])
 		switch {
 		case r == '\n':
 			b.WriteString(`\n`)
 		case r == '\t':
 			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == utf8.RuneError && size == 1, r < 0x20, r == 0x7f:
+			fmt.Fprintf(&b, `\x%02X`, piece[i])
 		case !unicode.IsPrint(r) && r != ' ':
 			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
 		default:
-			b.WriteRune(r)
+			b.WriteString(piece[i : i+size])
 		}
+		i += size
 	}
 	s := b.String()
 	if utf8.RuneCountInString(s) > maxRunes {

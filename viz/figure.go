@@ -26,7 +26,8 @@ import (
 
 // Figure is a drawing ready to export. Width and Height are in points
 // (1/72 inch); PNG is rendered at 96 dots per inch, so a PNG is
-// Width*4/3 pixels wide. They may be changed before exporting.
+// Width*4/3 pixels wide, and an SVG is as many CSS pixels (PixelSize).
+// They may be changed before exporting.
 type Figure struct {
 	Title         string
 	Width, Height vg.Length
@@ -49,6 +50,12 @@ var formats = []string{"png", "svg", "pdf"}
 // PNGDPI is the resolution of PNG output.
 const PNGDPI = 96
 
+// PixelSize is the size of the figure's PNG in pixels, which is also its
+// SVG's size in CSS pixels: a browser shows both alike.
+func (f *Figure) PixelSize() (w, h int) {
+	return int(f.Width.Dots(PNGDPI) + 0.5), int(f.Height.Dots(PNGDPI) + 0.5)
+}
+
 // Encode writes the figure in format: "png", "svg" or "pdf".
 func (f *Figure) Encode(w io.Writer, format string) (err error) {
 	var c vg.CanvasWriterTo
@@ -56,7 +63,8 @@ func (f *Figure) Encode(w io.Writer, format string) (err error) {
 	case "png":
 		c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(f.Width, f.Height), vgimg.UseDPI(PNGDPI))}
 	case "svg":
-		c = vgsvg.New(f.Width, f.Height)
+		pw, ph := f.PixelSize()
+		c = &svgCanvas{Canvas: vgsvg.New(f.Width, f.Height), pw: pw, ph: ph}
 	case "pdf":
 		c = vgpdf.New(f.Width, f.Height)
 	default:
@@ -69,12 +77,17 @@ func (f *Figure) Encode(w io.Writer, format string) (err error) {
 			err = fmt.Errorf("viz: drawing %q: %v", f.Title, r)
 		}
 	}()
-	dc := draw.New(c)
+	f.paint(c)
+	_, err = c.WriteTo(w)
+	return err
+}
+
+// paint draws the figure on c, which is Width by Height.
+func (f *Figure) paint(c vg.Canvas) {
+	dc := draw.NewCanvas(c, f.Width, f.Height)
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
 	f.draw(draw.Crop(dc, margin, -margin, margin, -margin))
-	_, err = c.WriteTo(w)
-	return err
 }
 
 // Save writes the figure to path in the format its extension names (.png,

@@ -40,7 +40,7 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	title := "Logit lens: top next-token prediction and its probability"
 	// Cells wide enough for a token name, narrower (unannotated) for long
 	// prompts so the figure stays a readable size.
-	cellW := cellSize(t, 1600, 10, 46)
+	cellW := cellSize(t, 1600, 10, 46, maxWidth-barWidth-90)
 	p := heatPlot(title, g, sc, cellW, 18)
 	if cellW >= 30 {
 		texts := make([][]string, len(lens.Piece))
@@ -53,7 +53,7 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 			return nil, fmt.Errorf("viz: %s: %w", name, err)
 		}
 	}
-	return newFigure(title, vg.Length(t)*cellW+barWidth+90, vg.Length(len(g.rows))*18+labelMargin(g.cols)+60, withBar(p, barPlot(sc, "probability"))), nil
+	return newFigure(title, vg.Length(t)*cellW+barWidth+90, vg.Length(len(g.rows))*18+xLabelRoom(g.cols, cellW)+60, withBar(p, barPlot(sc, "probability"))), nil
 }
 
 // cellText fits a predicted token into a lens cell.
@@ -90,7 +90,8 @@ func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title st
 		g.rows[i] = label(s)
 	}
 	sc := diverging(maxAbs(result))
-	cellW := cellSize(cols, 520, 5, 32)
+	extra := labelMargin(g.rows) + barWidth + 30
+	cellW := cellSize(cols, 520, 5, 32, maxWidth-extra)
 	cellH := rowHeight(cellW, len(result))
-	return newFigure(title, vg.Length(cols)*cellW+labelMargin(g.rows)+barWidth+30, vg.Length(len(result))*cellH+labelMargin(g.cols)+60, withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "effect"))), nil
+	return newFigure(title, vg.Length(cols)*cellW+extra, vg.Length(len(result))*cellH+xLabelRoom(g.cols, cellW)+60, withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "effect"))), nil
 }

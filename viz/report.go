@@ -4,11 +4,8 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"html/template"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,37 +23,55 @@ var reportTemplate = template.Must(template.New("report").Parse(reportHTML))
 // often ends with a short repeat by chance ("the the", "}\n}\n").
 const minRepeat = 4
 
-// Report writes dir/index.html, a self-contained page of the trace: model
-// facts, the tokens, every figure the trace allows (inline, and beside it
-// as NAME.png and NAME.svg) and the list of captures with their shapes.
-// Figures that cannot be drawn (most often for want of a capture) are
-// listed with the reason, e.g. which capture would draw them; only failing
-// to write files is an error. Every file is written through a temporary
-// file renamed into place.
+// Report writes the report of a trace into the folder dir: index.html, a
+// self-contained page of model facts, the tokens, every figure the trace
+// allows (inline, and beside it as NAME.png and NAME.svg) and the list of
+// captures with their shapes and any NaN or Inf they hold. Figures that
+// cannot be drawn (most often for want of a capture) are listed with the
+// reason, e.g. which capture would draw them; only failing to write files
+// is an error. The folder is replaced as a whole (trace.ReplaceFolder):
+// files of another trace never stay beside the report, while trace.npz and
+// manifest.json of this same trace (from Trace.Save) are kept.
 func Report(tr *trace.Trace, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
+	return tr.ReplaceFolder(dir, func(tmp string) error { return writeReport(tr, tmp) })
+}
+
+// Export writes the whole trace folder that `strata trace` makes, in one
+// replacement: trace.npz and manifest.json (Trace.Save) and the report.
+func Export(tr *trace.Trace, dir string) error {
+	return tr.ReplaceFolder(dir, func(tmp string) error {
+		if err := tr.WriteFiles(tmp); err != nil {
+			return err
+		}
+		return writeReport(tr, tmp)
+	})
+}
+
+// writeReport writes the report's files into dir, a new folder.
+func writeReport(tr *trace.Trace, dir string) error {
 	page := reportPage{Model: tr.Model, Backend: tr.Backend, Pos0: tr.Pos0}
 	for i, id := range tr.Tokens {
 		page.Tokens = append(page.Tokens, reportToken{Pos: tr.Pos0 + i, ID: id, Text: stripText(pieceAt(tr, i))})
 	}
 	for _, n := range tr.Names {
-		page.Captures = append(page.Captures, reportCapture{Name: n, Shape: fmt.Sprint(tr.Tensors[n].Shape)})
+		c := reportCapture{Name: n, Shape: fmt.Sprint(tr.Tensors[n].Shape)}
+		if nf := tr.NonFiniteIn(n); nf.Any() {
+			c.NonFinite = nf.String()
+			page.NonFiniteCaptures++
+			if page.FirstNonFinite == nil {
+				page.FirstNonFinite = &reportNonFinite{Capture: n, Layer: trace.LayerOf(n), Counts: nf.String()}
+			}
+		}
+		page.Captures = append(page.Captures, c)
 	}
 	for _, e := range reportFigures(tr) {
 		fig, png, svg, err := e.draw()
 		if err != nil {
 			page.Skipped = append(page.Skipped, reportSkip{Name: e.name, Why: err.Error()})
-			for _, ext := range []string{".png", ".svg"} { // an earlier report's, now stale
-				if err := os.Remove(filepath.Join(dir, e.name+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return err
-				}
-			}
 			continue
 		}
 		for ext, b := range map[string][]byte{".png": png, ".svg": svg} {
-			if err := writeFile(filepath.Join(dir, e.name+ext), b); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, e.name+ext), b, 0o644); err != nil {
 				return err
 			}
 		}
@@ -69,14 +84,7 @@ func Report(tr *trace.Trace, dir string) error {
 	if err := reportTemplate.Execute(&html, page); err != nil {
 		return fmt.Errorf("viz: report page: %w", err)
 	}
-	return writeFile(filepath.Join(dir, "index.html"), html.Bytes())
-}
-
-func writeFile(path string, b []byte) error {
-	return trace.WriteAtomic(path, func(w io.Writer) error {
-		_, err := w.Write(b)
-		return err
-	})
+	return os.WriteFile(filepath.Join(dir, "index.html"), html.Bytes(), 0o644)
 }
 
 type reportEntry struct {
@@ -175,6 +183,15 @@ type reportPage struct {
 	Figures  []reportFigure
 	Skipped  []reportSkip
 	Captures []reportCapture
+	// FirstNonFinite is where the trace first holds NaN or Inf, if it does.
+	FirstNonFinite    *reportNonFinite
+	NonFiniteCaptures int
+}
+
+type reportNonFinite struct {
+	Capture string
+	Layer   int // -1: not a layer's capture
+	Counts  string
 }
 
 type reportToken struct {
@@ -191,4 +208,4 @@ type reportFigure struct {
 
 type reportSkip struct{ Name, Why string }
 
-type reportCapture struct{ Name, Shape string }
+type reportCapture struct{ Name, Shape, NonFinite string }

@@ -1,20 +1,29 @@
 package viz
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"image"
 	"image/png"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
 )
 
 var reportFigureNames = []string{"attention_grid", "attention_head", "prev_token_scores", "induction_scores",
@@ -34,14 +43,14 @@ func TestReportRendersInChromium(t *testing.T) {
 	for _, n := range reportFigureNames {
 		want = append(want, n+".png", n+".svg")
 	}
-	want = append(want, "index.html")
+	want = append(want, "index.html", ".strata-trace.json")
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	var got []string
 	for _, e := range entries {
 		got = append(got, e.Name())
 	}
-	require.ElementsMatch(t, want, got, "every figure as PNG and SVG, the page, and no temporary files")
+	require.ElementsMatch(t, want, got, "every figure as PNG and SVG, the page, the folder's index, and no temporary files")
 
 	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
 	require.NoError(t, err)
@@ -147,4 +156,126 @@ func TestReportOfOneTokenSaysWhatCannotBeDrawn(t *testing.T) {
 	require.True(t, strings.Contains(string(page), "<b>prev_token_scores</b>: viz: PrevTokenScores: layer 0: trace: previous-token scores need a query at position 1 or later"))
 	require.FileExists(t, filepath.Join(dir, "attention_head.png"), "the one-cell pattern is still drawn")
 	require.FileExists(t, filepath.Join(dir, "resid_norms.png"))
+}
+
+// nanModel is synthModel with layer 1's ffn_norm gain set to NaN: the
+// trace first goes non-finite at blocks.1.ln2.hook_normalized.
+func nanModel(t testing.TB) *model.Model {
+	t.Helper()
+	w, err := model.Generate(model.Shapes["tiny-qwen3"], gguf.F32, 5)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = w.WriteTo(&buf)
+	require.NoError(t, err)
+	f, err := gguf.Parse(buf.Bytes(), "nan-qwen3")
+	require.NoError(t, err)
+	ti, ok := f.Tensor("blk.1.ffn_norm.weight")
+	require.True(t, ok)
+	data := f.Data(ti) // aliases buf: the model reads it from there
+	for i := 0; i < len(data); i += 4 {
+		binary.LittleEndian.PutUint32(data[i:], math.Float32bits(float32(math.NaN())))
+	}
+	m, err := model.Load(f)
+	require.NoError(t, err)
+	return m
+}
+
+// A model that goes NaN is traced all the same: the folder is written, the
+// manifest reads back, and the page says where the values first went
+// non-finite and marks every capture that holds them.
+func TestReportOfANaNModelSaysWhereItWentNonFinite(t *testing.T) {
+	m := nanModel(t)
+	tr := prefill(t, m, synthTokens[:7], gpu.CaptureAll())
+	e, err := gpu.NewEngine(m, cpu.New(0))
+	require.NoError(t, err)
+	require.NoError(t, e.LogitLens(tr)) // NaN probabilities: what json.Marshal refused before
+	dir := t.TempDir()
+	require.NoError(t, Export(tr, dir))
+
+	got, err := trace.Load(dir)
+	require.NoError(t, err)
+	require.Equal(t, tr.Names, got.Names)
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	require.NoError(t, err)
+	var man trace.Manifest
+	require.NoError(t, json.Unmarshal(raw, &man))
+	require.NotNil(t, man.FirstNonFinite)
+	require.Equal(t, "blocks.1.ln2.hook_normalized", man.FirstNonFinite.Capture)
+	require.Equal(t, 1, man.FirstNonFinite.Layer)
+	require.Equal(t, 7*256, man.FirstNonFinite.NaN)
+	for _, te := range man.Tensors {
+		if trace.LayerOf(te.Name) == 0 || te.Name == "hook_embed" || strings.HasPrefix(te.Name, "blocks.1.") && slices.Index(tr.Names, te.Name) < slices.Index(tr.Names, "blocks.1.ln2.hook_normalized") {
+			require.Falsef(t, te.Any(), "%s is before the NaN", te.Name)
+		}
+	}
+	require.True(t, man.Tensors[len(man.Tensors)-1].Any(), "the logits are NaN")
+	require.Contains(t, string(raw), `"NaN"`, "the lens's NaN probabilities are strings")
+
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	require.NoError(t, err)
+	html := string(page)
+	require.Contains(t, html, `The model first went non-finite at <code>blocks.1.ln2.hook_normalized</code> (layer 1): 1792 NaN.`)
+	require.Contains(t, html, `<td><code>blocks.1.ln2.hook_normalized</code></td><td>[7 256]</td><td class="nonfinite">1792 NaN</td>`)
+	require.Contains(t, html, `<td><code>blocks.0.attn.hook_attn_scores</code></td><td>[8 7 7]</td><td></td>`, "the mask's -Inf is not a fault")
+}
+
+// Python's json module reads the manifest of a NaN trace.
+func TestPythonReadsANaNManifest(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	tr := trace.New()
+	tr.Put("x", &trace.Tensor{Shape: []int{3}, Data: []float32{1, float32(math.NaN()), float32(math.Inf(-1))}})
+	tr.Lens = &trace.Lens{Prob: [][]float32{{float32(math.NaN()), 0.5}}, Token: [][]int32{{1, 2}}, Piece: [][]string{{"a", "b"}}}
+	dir := t.TempDir()
+	require.NoError(t, tr.Save(dir))
+	out, err := exec.Command(py, "-c", `
+import json, sys
+m = json.load(open(sys.argv[1]))
+print(m["first_non_finite"], m["tensors"][0]["nan"], [float(p) for p in m["logit_lens"]["prob"][0]])
+`, filepath.Join(dir, "manifest.json")).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "{'capture': 'x', 'layer': -1, 'nan': 1, 'neg_inf': 1} 1 [nan, 0.5]\n", string(out))
+	got, err := trace.Load(dir)
+	require.NoError(t, err)
+	require.True(t, math.IsNaN(float64(got.Lens.Prob[0][0])))
+}
+
+// Save then Report, or Report then Save, of one trace leaves the whole
+// folder; a report of another trace replaces both.
+func TestSaveAndReportKeepEachOthersFiles(t *testing.T) {
+	m := synthModel(t)
+	tr := prefill(t, m, synthTokens[:5], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+	for _, order := range [][2]string{{"save", "report"}, {"report", "save"}} {
+		dir := filepath.Join(t.TempDir(), "out")
+		for _, step := range order {
+			if step == "save" {
+				require.NoError(t, tr.Save(dir))
+			} else {
+				require.NoError(t, Report(tr, dir))
+			}
+		}
+		require.FileExists(t, filepath.Join(dir, "trace.npz"), "%v", order)
+		require.FileExists(t, filepath.Join(dir, "index.html"), "%v", order)
+		require.FileExists(t, filepath.Join(dir, "attention_grid.png"), "%v", order)
+
+		other := prefill(t, m, synthTokens[:4], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+		require.NoError(t, Report(other, dir))
+		require.NoFileExists(t, filepath.Join(dir, "trace.npz"), "another trace's data does not stay beside this report")
+	}
+}
+
+// A folder holding files Strata did not write is refused, whole.
+func TestReportRefusesAFolderWithOtherFiles(t *testing.T) {
+	tr := prefill(t, synthModel(t), synthTokens[:3], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644))
+	err := Report(tr, dir)
+	require.ErrorContains(t, err, "holds notes.txt, which Strata did not write")
+	require.ErrorContains(t, err, dir)
+	b, err := os.ReadFile(filepath.Join(dir, "notes.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "mine", string(b))
+	require.NoFileExists(t, filepath.Join(dir, "index.html"))
 }

@@ -36,11 +36,11 @@ func ResidNorms(tr *trace.Trace) (*Figure, error) {
 		}
 		g.z = append(g.z, rowNorms(x, t, d))
 	}
-	cellW := cellSize(t, 520, 5, 32)
+	cellW := cellSize(t, 520, 5, 32, maxWidth-barWidth-110)
 	cellH := rowHeight(cellW, len(g.rows))
 	sc := sequential(finiteRange(g.z))
 	title := "Residual stream L2 norm"
-	return newFigure(title, vg.Length(t)*cellW+barWidth+110, vg.Length(len(g.rows))*cellH+labelMargin(g.cols)+60, withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "L2 norm"))), nil
+	return newFigure(title, vg.Length(t)*cellW+barWidth+110, vg.Length(len(g.rows))*cellH+xLabelRoom(g.cols, cellW)+60, withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "L2 norm"))), nil
 }
 
 // AttnMLPNorms draws, per layer, the mean over positions of the L2 norm of
@@ -133,9 +133,10 @@ func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
 		}
 		grids[i] = g
 	}
-	cell := cellSize(keys, 360, 4, 18)
-	dimCell := cellSize(m.HeadDim, 260, 2, 18)
-	heatW := vg.Length(m.HeadDim)*dimCell + labelMargin(labels) + barWidth + 30
+	cell := cellSize(keys, 360, 4, 18, maxSpan)
+	extra := labelMargin(labels) + barWidth + 30
+	dimCell := cellSize(m.HeadDim, 260, 2, 18, maxWidth/2-extra) // K and V side by side
+	heatW := vg.Length(m.HeadDim)*dimCell + extra
 	heatH := vg.Length(keys)*cell + 90
 	title := fmt.Sprintf("KV cache, layer %d KV head %d", layer, kvHead)
 
@@ -161,11 +162,16 @@ func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
 	}
 	np.Legend.Top = true
 	np.Y.Min, np.Y.Max = 0, 1.2*max(floats.Max(norms[0]), floats.Max(norms[1])) // headroom for the legend
-	normW := max(2*heatW, vg.Length(keys)*cellSize(keys, 700, 6, 24)+100)
-	np.X.Tick.Marker = nominal(labels, false, (normW-100)/vg.Length(keys), 9)
-	np.X.Tick.Label.Rotation = math.Pi / 2
-	np.X.Tick.Label.XAlign, np.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
-	normH := 200 + labelMargin(labels)
+	normW := max(2*heatW, vg.Length(keys)*cellSize(keys, 700, 6, 24, maxWidth-100)+100)
+	normCell := (normW - 100) / vg.Length(keys)
+	if upright(labels, normCell) {
+		np.X.Tick.Marker = nominal(labels, false, normCell, 9)
+		np.X.Tick.Label.Rotation = math.Pi / 2
+		np.X.Tick.Label.XAlign, np.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
+	} else {
+		np.X.Tick.Marker = nominal(labels, false, normCell, normCell)
+	}
+	normH := 200 + xLabelRoom(labels, normCell)
 
 	return newFigure(title, normW, 30+heatH+normH, func(c draw.Canvas) {
 		drawTitle(c, title)

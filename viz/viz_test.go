@@ -288,6 +288,11 @@ func TestLabelsShowWhitespaceAndStayShort(t *testing.T) {
 	require.Equal(t, "··", label("  "))
 	require.Equal(t, " x", label(" x"), "a leading space is kept: the piece is more than spaces")
 	require.Equal(t, `\x00`, label("\x00"))
+	require.Equal(t, `\r`, label("\r"))
+	require.Equal(t, `a\tb`, label(`a\tb`), "a tokenizer's piece, escaped already, is not escaped again")
+	require.Equal(t, `\xC3`, label("é"[:1]), "a byte of a split character")
+	require.Equal(t, `\xE2\x80`, label("…"[:2]))
+	require.Equal(t, "é…", label("é…"))
 	require.Equal(t, "abcdefghijklm…", label("abcdefghijklmnopqrstuvwxyz"))
 	require.Equal(t, []string{"#0", "#1", "x", "y"}, positionLabels([]string{"x", "y"}, 2, 0, 4), "positions before this prefill are numbered")
 }

@@ -79,7 +79,7 @@ func stageSummary(stages map[string]float64) string {
 }
 
 func cmdBench(ctx context.Context, args []string, out io.Writer) error {
-	fs := flags("bench")
+	fs := flags("bench", out)
 	path := fs.String("model", "", "model file (default: the default model)")
 	shape := fs.String("shape", "", "generate a random model of this shape instead: "+strings.Join(model.ShapeNames(), ", "))
 	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model")
@@ -93,6 +93,23 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
+	// The budget becomes bytes in an int64: refuse what has no such value.
+	if !(*budget*(1<<30) >= 1 && *budget < 1<<32) {
+		return fmt.Errorf("--budget %g: want a size in GiB of at least one byte (1e-9) and below 2^32", *budget)
+	}
+	if *jsonOut != "" {
+		if err := checkOutFile("--json", *jsonOut); err != nil {
+			return err
+		}
+	}
+	if *iters < 1 {
+		return fmt.Errorf("--iters %d: want at least 1 timed run", *iters)
+	}
+	for _, capture := range strings.Split(*captures, ",") {
+		if capture != "none" && capture != "all" {
+			return fmt.Errorf("--capture %q: want none or all, or both as none,all", capture)
+		}
+	}
 	var lengths []int
 	for _, f := range strings.Split(*tokenList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -105,11 +122,14 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if longest := slices.Max(lengths); longest > m.Context {
+		return fmt.Errorf("--tokens %d: %w", longest, promptTooLong(longest, m.Context))
+	}
 	b, note, err := backends.Open(*backend)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(os.Stderr, "strata:", note)
+	fmt.Fprintln(stderr, "strata:", note)
 	e, err := gpu.NewEngine(m, b)
 	if err != nil {
 		return err
@@ -134,12 +154,8 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "%-14s %-11s %-28s %6s %-7s %10s %10s\n", "model", "type", "backend", "T", "capture", "median ms", "tok/s")
 	for _, capture := range strings.Split(*captures, ",") {
 		o := gpu.Options{Budget: int64(*budget * (1 << 30))}
-		switch capture {
-		case "none":
-		case "all":
+		if capture == "all" {
 			o.Capture = gpu.CaptureAll()
-		default:
-			return fmt.Errorf("--capture %q: want none or all", capture)
 		}
 		for _, t := range lengths {
 			tokens := make([]int32, t)
@@ -163,11 +179,14 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if *jsonOut != "" {
-		return trace.WriteAtomic(*jsonOut, func(w io.Writer) error {
+		err := trace.WriteAtomic(*jsonOut, func(w io.Writer) error {
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", " ")
 			return enc.Encode(rows)
 		})
+		if err != nil {
+			return outFileError("--json", *jsonOut, err)
+		}
 	}
 	return nil
 }

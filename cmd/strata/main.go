@@ -9,15 +9,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/backends"
+	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
 	"github.com/stratalab/strata/viz"
@@ -29,6 +34,9 @@ type command struct {
 }
 
 var commands []command
+
+// stderr takes notes and warnings; tests read it.
+var stderr io.Writer = os.Stderr
 
 func init() {
 	commands = []command{
@@ -61,31 +69,58 @@ func main() {
 
 func dispatch(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(out)
-		return nil
+		if len(args) == 2 && args[0] == "help" { // strata help COMMAND
+			args = []string{args[1], "--help"}
+		} else {
+			usage(out)
+			return nil
+		}
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
-			return c.run(ctx, args[1:], out)
+			err := c.run(ctx, args[1:], out)
+			if errors.Is(err, flag.ErrHelp) {
+				return nil // asked for: the usage went to out
+			}
+			return err
 		}
 	}
 	usage(os.Stderr)
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-// flags is a flag set that returns errors instead of exiting.
-func flags(name string) *flag.FlagSet {
+// flags is a flag set that returns errors instead of exiting; --help
+// prints the command's usage to out.
+func flags(name string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("strata "+name, flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		for _, c := range commands {
+			if c.name == name {
+				fmt.Fprintf(fs.Output(), "usage: strata %s %s\n  %s\nflags:\n", c.name, c.args, c.help)
+			}
+		}
+		fs.PrintDefaults()
+	}
 	return fs
 }
 
-// parse parses flags and allows them after positional arguments too.
+// parse parses flags and allows them after positional arguments too. A
+// wrong flag is an error that says where to find the right ones, printed
+// once by main rather than with the whole usage.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	defer fs.SetOutput(out)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(out)
+				fs.Usage()
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w (%s --help lists the flags)", err, fs.Name())
 		}
 		if fs.NArg() == 0 {
 			return pos, nil
@@ -93,6 +128,19 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+}
+
+// isSet reports whether the flag was given on the command line, so that an
+// explicit empty value is told apart from the default.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// promptTooLong is how run and trace refuse a prompt the model cannot hold.
+func promptTooLong(n, context int) error {
+	return fmt.Errorf("the prompt is %d tokens; the model's context is %d", n, context)
 }
 
 func openModel(path string) (*model.Model, error) {
@@ -111,13 +159,13 @@ func openEngine(path, backend string) (*gpu.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(os.Stderr, "strata:", note)
+	fmt.Fprintln(stderr, "strata:", note)
 	return gpu.NewEngine(m, b)
 }
 
 func cmdInfo(_ context.Context, args []string, out io.Writer) error {
-	fs := flags("info")
-	n := fs.Int("n", 512, "prompt length for the memory estimate")
+	fs := flags("info", out)
+	n := fs.Int("n", 512, "prompt length for the memory estimate, 1 to the model's context (default 512 or the context if shorter)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -131,6 +179,12 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	}
 	defer m.Close()
 	c := &m.Config
+	if !isSet(fs, "n") {
+		*n = min(*n, c.Context) // a short-context model gets a default it can hold
+	}
+	if *n < 1 || *n > c.Context {
+		return fmt.Errorf("-n %d: the prompt length must be from 1 to the model's context of %d tokens", *n, c.Context)
+	}
 	fmt.Fprintf(out, "file          %s (GGUF v%d)\n", pos[0], m.File.Version)
 	fmt.Fprintf(out, "name          %s\n", c.Name)
 	fmt.Fprintf(out, "architecture  %s\n", c.Arch)
@@ -194,7 +248,7 @@ func humanCount(n int64) string {
 }
 
 func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
-	fs := flags("tokenize")
+	fs := flags("tokenize", out)
 	path := fs.String("model", "", "model file (default: the default model)")
 	special := fs.Bool("special", false, "recognise special tokens written in the text")
 	pos, err := parse(fs, args)
@@ -221,13 +275,16 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 }
 
 func cmdRun(ctx context.Context, args []string, out io.Writer) error {
-	fs := flags("run")
+	fs := flags("run", out)
 	path := fs.String("model", "", "model file (default: the default model)")
 	prompt := fs.String("prompt", "", "prompt text")
-	n := fs.Int("n", 30, "tokens to generate")
+	n := fs.Int("n", 30, "tokens to generate at most: generation stops earlier at the end token or when the context is full")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	if *n < 0 {
+		return fmt.Errorf("-n %d: the number of tokens to generate cannot be negative", *n)
 	}
 	e, err := openEngine(*path, *backend)
 	if err != nil {
@@ -237,61 +294,134 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if len(tokens) > e.Model.Context {
+		return promptTooLong(len(tokens), e.Model.Context)
+	}
 	s, err := e.NewSession(0)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	var gen []int32
-	for range *n {
+	g := &streamer{out: out, tok: e.Model.Tok}
+	for len(g.gen) < *n {
+		if s.Pos()+len(tokens) > s.Capacity() {
+			if err := g.flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "strata: stopped after %d of %d tokens: the context of %d tokens is full\n", len(g.gen), *n, s.Capacity())
+			return nil
+		}
 		tr, err := s.Prefill(ctx, tokens, gpu.Options{Predict: true})
 		if err != nil {
-			return err
+			if len(g.gen) == 0 {
+				return err
+			}
+			if ferr := g.flush(); ferr != nil {
+				return ferr
+			}
+			return fmt.Errorf("after %d generated tokens (printed): %w", len(g.gen), err)
 		}
 		next := tr.Predicted[0]
 		if next == e.Model.Tok.EOS() {
 			break
 		}
-		gen = append(gen, next)
+		if err := g.add(next); err != nil {
+			return err
+		}
 		tokens = []int32{next}
 	}
-	text, err := e.Model.Tok.Decode(gen)
+	return g.flush()
+}
+
+// streamer prints generated text as it comes, holding back only the bytes
+// of a character that the next token completes.
+type streamer struct {
+	out     io.Writer
+	tok     *tokenizer.Tokenizer
+	gen     []int32
+	printed int // bytes of the decoded text written
+}
+
+func (g *streamer) add(id int32) error {
+	g.gen = append(g.gen, id)
+	text, err := g.tok.Decode(g.gen)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, text)
-	return nil
+	end := len(text)
+	for back := 1; back <= utf8.UTFMax-1 && end-back >= g.printed; back++ {
+		if utf8.RuneStart(text[end-back]) {
+			if !utf8.FullRuneInString(text[end-back:]) {
+				end -= back
+			}
+			break
+		}
+	}
+	return g.write(text, end)
+}
+
+func (g *streamer) write(text string, end int) error {
+	if end <= g.printed {
+		return nil
+	}
+	_, err := io.WriteString(g.out, text[g.printed:end])
+	g.printed = end
+	return err
+}
+
+// flush writes what is left and ends the line.
+func (g *streamer) flush() error {
+	text, err := g.tok.Decode(g.gen)
+	if err != nil {
+		return err
+	}
+	if err := g.write(text, len(text)); err != nil {
+		return err
+	}
+	_, err = io.WriteString(g.out, "\n")
+	return err
 }
 
 func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
-	fs := flags("trace")
+	fs := flags("trace", out)
 	path := fs.String("model", "", "model file (default: the default model)")
-	prompt := fs.String("prompt", "", "prompt text")
+	prompt := fs.String("prompt", "", "prompt text (default: a Go function, for the default model)")
 	tokenList := fs.String("tokens", "", "comma-separated token ids instead of a prompt")
 	capture := fs.String("capture", "*", "comma-separated capture globs, e.g. 'blocks.*.attn.hook_pattern,blocks.*.hook_resid_post'")
 	layers := fs.String("layers", "", "layer range FIRST:LAST for per-layer points (default all)")
-	dir := fs.String("out", "strata-trace", "output directory")
+	dir := fs.String("out", "strata-trace", "output folder, replaced as a whole")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	switch {
+	case isSet(fs, "tokens") && isSet(fs, "prompt"):
+		return errors.New("trace takes --prompt or --tokens, not both")
+	case isSet(fs, "tokens") && strings.TrimSpace(*tokenList) == "":
+		return errors.New("--tokens is empty: give token ids, e.g. --tokens 1,403,407")
+	case isSet(fs, "prompt") && *prompt == "":
+		return errors.New("--prompt is empty: give the text to trace")
+	case *dir == "":
+		return errors.New("--out is empty: give the folder to write")
 	}
 	e, err := openEngine(*path, *backend)
 	if err != nil {
 		return err
 	}
+	c := &e.Model.Config
 	var tokens []int32
-	switch {
-	case *tokenList != "" && *prompt != "":
-		return errors.New("trace takes --prompt or --tokens, not both")
-	case *tokenList != "":
+	if *tokenList != "" {
 		for _, f := range strings.Split(*tokenList, ",") {
-			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
+			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
 			if err != nil {
 				return fmt.Errorf("--tokens: %q is not a token id", f)
 			}
+			if id < 0 || id >= int64(c.Vocab) {
+				return fmt.Errorf("--tokens: %d is not a token id of this model: its vocabulary is 0 to %d", id, c.Vocab-1)
+			}
 			tokens = append(tokens, int32(id))
 		}
-	default:
+	} else {
 		text := *prompt
 		if text == "" {
 			text = defaultPrompt
@@ -300,13 +430,19 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
+	if len(tokens) > c.Context {
+		return promptTooLong(len(tokens), c.Context)
+	}
 	plan := gpu.Capture{Globs: strings.Split(*capture, ","), LastLayer: -1}
 	if *layers != "" {
 		a, b, ok := strings.Cut(*layers, ":")
 		first, err1 := strconv.Atoi(a)
 		last, err2 := strconv.Atoi(b)
 		if !ok || err1 != nil || err2 != nil || first < 0 || last < first {
-			return fmt.Errorf("--layers %q: want FIRST:LAST, e.g. 0:3", *layers)
+			return fmt.Errorf("--layers %q: want FIRST:LAST with 0 <= FIRST <= LAST, e.g. 0:3", *layers)
+		}
+		if last >= c.Layers {
+			return fmt.Errorf("--layers %s: the model has %d layers, 0 to %d", *layers, c.Layers, c.Layers-1)
 		}
 		plan.FirstLayer, plan.LastLayer = first, last
 	}
@@ -321,22 +457,63 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	}
 	// The lens needs every layer's resid_post; without it the report says the lens was not drawn.
 	_ = e.LogitLens(tr)
-	if err := tr.Save(*dir); err != nil {
-		return err
+	if err := viz.Export(tr, *dir); err != nil {
+		// The error names the folder already: say it as the flag the user gave.
+		return &rewordedError{"--out " + *dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+*dir+": "), err}
 	}
-	if err := viz.Report(tr, *dir); err != nil {
-		return err
+	if name, nf := tr.FirstNonFinite(); name != "" {
+		at := name
+		if l := trace.LayerOf(name); l >= 0 {
+			at = fmt.Sprintf("%s (layer %d)", name, l)
+		}
+		fmt.Fprintf(stderr, "strata: warning: the model went non-finite: first at %s, %s; manifest.json and the report mark every capture with NaN or Inf\n", at, nf)
 	}
 	fmt.Fprintf(out, "traced %d tokens through %d layers on %s: %d tensors in %s/trace.npz, manifest in %s/manifest.json, report in %s/index.html\n",
 		len(tokens), e.Model.Layers, tr.Backend, len(tr.Names), *dir, *dir, *dir)
 	return nil
 }
 
+// checkOutFile refuses, before any work, an output file that cannot be
+// written where the user asked.
+func checkOutFile(flag, path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s %s: is a folder; give a file name", flag, path)
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s %s: the folder %s does not exist", flag, path, dir)
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", flag, path, err)
+	case !st.IsDir():
+		return fmt.Errorf("%s %s: %s is not a folder", flag, path, dir)
+	}
+	return nil
+}
+
+// outFileError names the flag and the user's file, not the temporary file
+// the writer renames into place.
+func outFileError(flag, path string, err error) error {
+	tmp := regexp.MustCompile(regexp.QuoteMeta(filepath.Base(path)) + `\.tmp-[0-9]+`)
+	msg := tmp.ReplaceAllLiteralString(err.Error(), filepath.Base(path))
+	return &rewordedError{flag + " " + path + ": " + msg, err}
+}
+
+// rewordedError says err in the user's terms and still wraps it.
+type rewordedError struct {
+	msg string
+	err error
+}
+
+func (e *rewordedError) Error() string { return e.msg }
+func (e *rewordedError) Unwrap() error { return e.err }
+
 // defaultPrompt suits the default model, trained on Go source.
 const defaultPrompt = "func (s *Server) Close() error {\n\ts.mu.Lock()\n\tdefer s.mu.Unlock()\n\treturn s.listener.Close()\n}\n"
 
 func cmdGen(_ context.Context, args []string, out io.Writer) error {
-	fs := flags("gen")
+	fs := flags("gen", out)
 	shape := fs.String("shape", "", "one of: "+strings.Join(model.ShapeNames(), ", "))
 	typName := fs.String("type", "F32", "tensor type of the matrices, e.g. Q1_0_g128, TQ2_0_g128, Q8_0, F16")
 	dst := fs.String("out", "", "output .gguf file")
@@ -351,6 +528,9 @@ func cmdGen(_ context.Context, args []string, out io.Writer) error {
 	if *dst == "" {
 		return errors.New("gen needs --out F.gguf")
 	}
+	if err := checkOutFile("--out", *dst); err != nil {
+		return err
+	}
 	typ, err := gguf.ParseType(*typName)
 	if err != nil {
 		return err
@@ -360,7 +540,7 @@ func cmdGen(_ context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	if err := w.WriteFile(*dst); err != nil {
-		return err
+		return outFileError("--out", *dst, err)
 	}
 	fmt.Fprintf(out, "wrote %s: %s shape, %s weights, seed %d\n", *dst, *shape, typ, *seed)
 	return nil

@@ -5,6 +5,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -73,6 +74,12 @@ func (s *stream) Alloc(name string, n int) (gpu.Tensor, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("cpu: allocating %s: negative size %d", name, n)
 	}
+	// Go cannot recover from failing to map a huge slice (the process
+	// dies), so a request no machine of this size could hold is an error.
+	if ram := physicalMemory(); ram > 0 && uint64(n) > ram/4 {
+		return nil, fmt.Errorf("cpu: allocating %s: %s is more than this machine's %s of memory",
+			name, gpu.HumanBytes(4*int64(min(n, math.MaxInt64/4))), gpu.HumanBytes(int64(min(ram, math.MaxInt64))))
+	}
 	return &tensor{data: make([]float32, n)}, nil
 }
 
@@ -80,7 +87,7 @@ func (s *stream) Free(gpu.Tensor) {}
 
 func (s *stream) Write(dst gpu.Tensor, off int, src []float32) {
 	d := data(dst)
-	if off < 0 || off+len(src) > len(d) {
+	if off < 0 || off > len(d) || len(src) > len(d)-off { // no off+len: it could wrap
 		s.fail(fmt.Errorf("cpu: write of %d elements at %d into a tensor of %d", len(src), off, len(d)))
 		return
 	}
@@ -89,7 +96,7 @@ func (s *stream) Write(dst gpu.Tensor, off int, src []float32) {
 
 func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
 	d := data(src)
-	if off < 0 || off+len(dst) > len(d) {
+	if off < 0 || off > len(d) || len(dst) > len(d)-off {
 		return fmt.Errorf("cpu: read of %d elements at %d from a tensor of %d", len(dst), off, len(d))
 	}
 	if err := s.Sync(); err != nil {

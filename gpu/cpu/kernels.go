@@ -301,7 +301,7 @@ func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
 
 func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int) {
 	d, x := data(dst), data(src)
-	if dstOff < 0 || srcOff < 0 || dstOff+n > len(d) || srcOff+n > len(x) {
+	if dstOff < 0 || srcOff < 0 || n < 0 || dstOff > len(d) || n > len(d)-dstOff || srcOff > len(x) || n > len(x)-srcOff {
 		s.fail(fmt.Errorf("cpu: copy of %d elements from %d/%d to %d/%d out of range", n, srcOff, len(x), dstOff, len(d)))
 		return
 	}
@@ -310,8 +310,12 @@ func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int)
 
 func (s *stream) Edit(t gpu.Tensor, e gpu.Edit) {
 	d := data(t)
+	if err := e.Check(len(d)); err != nil {
+		s.fail(fmt.Errorf("cpu: %w", err))
+		return
+	}
 	var src []float32
-	if e.Src != nil {
+	if e.Op == gpu.EditSet || e.Op == gpu.EditAdd {
 		src = data(e.Src)
 	}
 	row := func(r int) []float32 { return d[e.Off+r*e.Stride : e.Off+r*e.Stride+e.Cols] }

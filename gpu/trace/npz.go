@@ -2,10 +2,13 @@ package trace
 
 import (
 	"archive/zip"
+	"bufio"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +18,8 @@ import (
 )
 
 // Manifest is manifest.json: what the trace holds, readable without numpy.
+// Non-finite numbers are written as the strings "NaN", "Infinity" and
+// "-Infinity", which JSON readers accept (numpy turns them into floats).
 type Manifest struct {
 	Format    string        `json:"format"`
 	Model     Model         `json:"model"`
@@ -25,6 +30,9 @@ type Manifest struct {
 	Predicted []int32       `json:"predicted,omitempty"`
 	Tensors   []TensorEntry `json:"tensors"`
 	Lens      *Lens         `json:"logit_lens,omitempty"`
+	// FirstNonFinite is the first capture, in the order the prefill reached
+	// them, that holds NaN or Inf; absent when every value is finite.
+	FirstNonFinite *FirstNonFinite `json:"first_non_finite,omitempty"`
 }
 
 // TensorEntry describes one array of trace.npz.
@@ -32,28 +40,48 @@ type TensorEntry struct {
 	Name  string `json:"name"`
 	Shape []int  `json:"shape"`
 	DType string `json:"dtype"`
+	NonFinite
+}
+
+// FirstNonFinite names where a trace first went non-finite.
+type FirstNonFinite struct {
+	Capture string `json:"capture"`
+	Layer   int    `json:"layer"` // -1 for hook_embed, ln_final.hook_normalized and logits
+	NonFinite
 }
 
 const manifestFormat = "strata-trace/1"
 
-// Save writes dir/trace.npz and dir/manifest.json. Each file is written
-// under a temporary name and renamed, so an interrupted save never leaves a
-// half-written file under the final name. The archive holds its own copy of
-// the manifest, which Load reads, so the pair cannot disagree either.
-func (t *Trace) Save(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
+func (t *Trace) manifest() Manifest {
 	m := Manifest{Format: manifestFormat, Model: t.Model, Backend: t.Backend, Tokens: t.Tokens,
-		Pieces: t.Pieces, Pos0: t.Pos0, Predicted: t.Predicted, Lens: t.Lens}
+		Pieces: t.Pieces, Pos0: t.Pos0, Predicted: t.Predicted, Lens: t.Lens, Tensors: []TensorEntry{}}
 	for _, name := range t.Names {
-		m.Tensors = append(m.Tensors, TensorEntry{Name: name, Shape: t.Tensors[name].Shape, DType: "float32"})
+		nf := t.NonFiniteIn(name)
+		m.Tensors = append(m.Tensors, TensorEntry{Name: name, Shape: t.Tensors[name].Shape, DType: "float32", NonFinite: nf})
+		if nf.Any() && m.FirstNonFinite == nil {
+			m.FirstNonFinite = &FirstNonFinite{Capture: name, Layer: LayerOf(name), NonFinite: nf}
+		}
 	}
-	manifest, err := json.MarshalIndent(m, "", " ")
+	return m
+}
+
+// Save writes the trace folder dir: trace.npz and manifest.json. The
+// folder is replaced as a whole (see ReplaceFolder): a reader, or a save
+// that was killed, never leaves files of two traces side by side. A
+// report of this same trace already in dir is kept.
+func (t *Trace) Save(dir string) error {
+	return t.ReplaceFolder(dir, t.WriteFiles)
+}
+
+// WriteFiles writes trace.npz and manifest.json into dir as they are,
+// with no swap: for filling the new folder of ReplaceFolder. The archive
+// holds its own copy of the manifest, which Load reads.
+func (t *Trace) WriteFiles(dir string) error {
+	manifest, err := json.MarshalIndent(t.manifest(), "", " ")
 	if err != nil {
-		return err
+		return fmt.Errorf("trace: manifest: %w", err)
 	}
-	err = WriteAtomic(filepath.Join(dir, "trace.npz"), func(w io.Writer) error {
+	err = writeFile(filepath.Join(dir, "trace.npz"), func(w io.Writer) error {
 		z := zip.NewWriter(w)
 		mw, err := z.Create("manifest.json")
 		if err != nil {
@@ -73,21 +101,48 @@ func (t *Trace) Save(dir string) error {
 	if err != nil {
 		return err
 	}
-	return WriteAtomic(filepath.Join(dir, "manifest.json"), func(w io.Writer) error {
+	return writeFile(filepath.Join(dir, "manifest.json"), func(w io.Writer) error {
 		_, err := w.Write(append(manifest, '\n'))
 		return err
 	})
 }
 
-// WriteAtomic writes path through write into a temporary file in the same
-// directory, syncs it and renames it over path.
-func WriteAtomic(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err := write(bw); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// WriteAtomic writes path through write into a temporary file in the same
+// directory, syncs it and renames it over path. Errors name path, not the
+// temporary file.
+func WriteAtomic(path string, write func(io.Writer) error) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("writing %s: %w", path, pe.Err)
+		}
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // no-op once renamed
+	defer func() {
+		if err != nil {
+			err = &scrubbed{msg: strings.ReplaceAll(err.Error(), tmp, path), err: err}
+		}
+	}()
 	if err := f.Chmod(0o644); err != nil {
 		f.Close()
 		return err

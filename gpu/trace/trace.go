@@ -3,8 +3,11 @@
 package trace
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -87,4 +90,164 @@ func (t *Trace) Get(name string) (*Tensor, error) {
 func (t *Trace) Has(name string) bool {
 	_, ok := t.Tensors[name]
 	return ok
+}
+
+// NonFinite counts the NaN and infinite values of a capture.
+type NonFinite struct {
+	NaN    int `json:"nan,omitempty"`
+	PosInf int `json:"pos_inf,omitempty"`
+	NegInf int `json:"neg_inf,omitempty"`
+}
+
+// Any reports whether there is any non-finite value.
+func (n NonFinite) Any() bool { return n.NaN+n.PosInf+n.NegInf > 0 }
+
+func (n NonFinite) String() string {
+	var parts []string
+	for _, c := range []struct {
+		n    int
+		what string
+	}{{n.NaN, "NaN"}, {n.PosInf, "+Inf"}, {n.NegInf, "-Inf"}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	if len(parts) == 0 {
+		return "finite"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// NonFiniteIn counts the non-finite values of the named capture. The -Inf
+// that masks attention scores above the diagonal is not counted: it is
+// how causal attention works, not a fault.
+func (t *Trace) NonFiniteIn(name string) NonFinite {
+	var n NonFinite
+	x, ok := t.Tensors[name]
+	if !ok {
+		return n
+	}
+	masked := func(int) bool { return false }
+	if strings.HasSuffix(name, "attn.hook_attn_scores") && len(x.Shape) == 3 {
+		q, k := x.Shape[1], x.Shape[2] // [heads, T, Pos0+T]
+		pos0 := k - q
+		masked = func(i int) bool { return i%k > pos0+(i/k)%q }
+	}
+	for i, v := range x.Data {
+		switch {
+		case v != v:
+			n.NaN++
+		case math.IsInf(float64(v), 1):
+			n.PosInf++
+		case math.IsInf(float64(v), -1) && !masked(i):
+			n.NegInf++
+		}
+	}
+	return n
+}
+
+// FirstNonFinite returns the first capture, in capture order (the order
+// the prefill reached them), that holds NaN or Inf, and its counts; ""
+// when every value is finite.
+func (t *Trace) FirstNonFinite() (string, NonFinite) {
+	for _, name := range t.Names {
+		if n := t.NonFiniteIn(name); n.Any() {
+			return name, n
+		}
+	}
+	return "", NonFinite{}
+}
+
+// LayerOf is the layer of a per-layer capture name ("blocks.N. ..."), or
+// -1 for hook_embed, ln_final.hook_normalized and logits.
+func LayerOf(name string) int {
+	rest, ok := strings.CutPrefix(name, "blocks.")
+	if !ok {
+		return -1
+	}
+	num, _, ok := strings.Cut(rest, ".")
+	l, err := strconv.Atoi(num)
+	if !ok || err != nil || l < 0 {
+		return -1
+	}
+	return l
+}
+
+// jsonFloat writes a non-finite float as a string, which encoding/json
+// refuses to write as a number.
+type jsonFloat float32
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	switch {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"Infinity"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Infinity"`), nil
+	}
+	return json.Marshal(float32(f))
+}
+
+func (f *jsonFloat) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		switch s {
+		case "NaN":
+			*f = jsonFloat(math.NaN())
+		case "Infinity":
+			*f = jsonFloat(math.Inf(1))
+		case "-Infinity":
+			*f = jsonFloat(math.Inf(-1))
+		default:
+			return fmt.Errorf("trace: %q is not a number", s)
+		}
+		return nil
+	}
+	var v float32
+	err := json.Unmarshal(b, &v)
+	*f = jsonFloat(v)
+	return err
+}
+
+type lensJSON struct {
+	Prob  [][]jsonFloat `json:"prob"`
+	Token [][]int32     `json:"token"`
+	Piece [][]string    `json:"piece"`
+}
+
+// MarshalJSON writes the lens; a NaN probability (from a model that went
+// non-finite) is written as "NaN".
+func (l Lens) MarshalJSON() ([]byte, error) {
+	j := lensJSON{Token: l.Token, Piece: l.Piece}
+	if l.Prob != nil {
+		j.Prob = make([][]jsonFloat, len(l.Prob))
+	}
+	for i, row := range l.Prob {
+		j.Prob[i] = make([]jsonFloat, len(row))
+		for k, p := range row {
+			j.Prob[i][k] = jsonFloat(p)
+		}
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (l *Lens) UnmarshalJSON(b []byte) error {
+	var j lensJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*l = Lens{Token: j.Token, Piece: j.Piece}
+	if j.Prob != nil {
+		l.Prob = make([][]float32, len(j.Prob))
+	}
+	for i, row := range j.Prob {
+		l.Prob[i] = make([]float32, len(row))
+		for k, p := range row {
+			l.Prob[i][k] = float32(p)
+		}
+	}
+	return nil
 }

@@ -133,11 +133,18 @@ func TestStreamErrorEndsWithItsRequest(t *testing.T) {
 	require.NoError(t, err)
 	fresh.Close()
 
-	// The engine passes an edit's operation through; the backend refuses
-	// one it does not know while recording, in the last layer, so that a
-	// flushing run has earlier layers in flight when it fails.
+	// The engine's check passes an edit whose source was freed (it checks
+	// shapes, not liveness); the backend refuses it while recording, in the
+	// last layer, so that a flushing run has earlier layers in flight when
+	// it fails. (An unknown operation, used here before, is now refused by
+	// the engine's shared check before any recording.)
+	other := b.NewStream()
+	stale, err := other.Alloc("stale source", 1)
+	require.NoError(t, err)
+	other.Free(stale)
+	other.Close()
 	badEdit := gpu.Hook{Point: gpu.LayerPoint(m.Layers-1, "attn.hook_z"), Device: func(string, []int) ([]gpu.DeviceEdit, error) {
-		return []gpu.DeviceEdit{{Edit: gpu.Edit{Op: gpu.EditOp(42), Rows: 1, Cols: 1}}}, nil
+		return []gpu.DeviceEdit{{Edit: gpu.Edit{Op: gpu.EditSet, Rows: 1, Cols: 1, Src: stale}}}, nil
 	}}
 	for _, tc := range []struct {
 		name string
@@ -158,7 +165,7 @@ func TestStreamErrorEndsWithItsRequest(t *testing.T) {
 			buffers, used := vulkan.DeviceMemory(b)
 
 			_, err = vs.Prefill(ctx, testTokens, gpu.Options{Capture: o.Capture, Logits: o.Logits, Hooks: []gpu.Hook{badEdit}})
-			require.EqualError(t, err, "vulkan: unknown edit operation 42")
+			require.EqualError(t, err, "vulkan: tensor stale source is used after Free")
 			require.Equal(t, 0, vs.Pos())
 			requireMemoryBack(t, b, buffers, used, "after the failed prefill")
 

@@ -708,7 +708,7 @@ func (s *stream) Write(dst gpu.Tensor, off int, src []float32) {
 	if t == nil {
 		return
 	}
-	if off < 0 || off+len(src) > t.n {
+	if off < 0 || off > t.n || len(src) > t.n-off { // no off+len: it could wrap
 		s.fail(fmt.Errorf("vulkan: write of %d elements at %d into %s of %d", len(src), off, t.name, t.n))
 		return
 	}
@@ -750,7 +750,7 @@ func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
 	if t == nil {
 		return s.err
 	}
-	if off < 0 || off+len(dst) > t.n {
+	if off < 0 || off > t.n || len(dst) > t.n-off {
 		return fmt.Errorf("vulkan: read of %d elements at %d from %s of %d", len(dst), off, t.name, t.n)
 	}
 	if err := s.Sync(); err != nil {

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"io/fs"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/internal/sharedtest"
+	"github.com/stratalab/strata/model"
+)
+
+// strataErr runs a command and returns its stdout, its notes on stderr and
+// its error.
+func strataErr(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var errBuf bytes.Buffer
+	old := stderr
+	stderr = &errBuf
+	defer func() { stderr = old }()
+	out, err := strata(t, args...)
+	return out, errBuf.String(), err
+}
+
+// tinyShape is a model small enough to generate to the end of its context
+// in a moment.
+var tinyShape = model.Shape{Arch: "llama", Layers: 2, DModel: 32, FFN: 64, Heads: 2, KVHeads: 1, HeadDim: 16,
+	Vocab: 300, Context: 16, Theta: 10000}
+
+// writeModel writes a generated model to a file; nanTensor, when set, is a
+// F32 tensor whose values become NaN.
+func writeModel(t *testing.T, s model.Shape, nanTensor string) string {
+	t.Helper()
+	w, err := model.Generate(s, gguf.F32, 3)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = w.WriteTo(&buf)
+	require.NoError(t, err)
+	if nanTensor != "" {
+		f, err := gguf.Parse(buf.Bytes(), "nan")
+		require.NoError(t, err)
+		ti, ok := f.Tensor(nanTensor)
+		require.True(t, ok)
+		data := f.Data(ti) // aliases buf
+		for i := 0; i < len(data); i += 4 {
+			binary.LittleEndian.PutUint32(data[i:], math.Float32bits(float32(math.NaN())))
+		}
+	}
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
+	return path
+}
+
+// Case 13: --help exits 0 for every command, with its usage on stdout.
+func TestHelpSucceedsForEveryCommand(t *testing.T) {
+	for _, c := range commands {
+		for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}} {
+			out, err := strata(t, args...)
+			require.NoError(t, err, "%v", args)
+			require.Contains(t, out, "usage: strata "+c.name, "%v", args)
+			require.Contains(t, out, "flags:", "%v", args)
+		}
+	}
+	_, err := strata(t, "tokenize", "--frob", "x")
+	require.ErrorContains(t, err, "flag provided but not defined: -frob (strata tokenize --help lists the flags)")
+}
+
+// Case 13: info's prompt length must be one the model can prefill.
+func TestInfoRefusesAPromptLengthOutOfRange(t *testing.T) {
+	path := writeModel(t, tinyShape, "")
+	for _, n := range []string{"-5", "0", "17", "9223372036854775807"} {
+		_, err := strata(t, "info", path, "-n", n)
+		require.ErrorContains(t, err, "-n "+n+": the prompt length must be from 1 to the model's context of 16 tokens")
+	}
+	_, err := strata(t, "info", path, "-n", "99999999999999999999")
+	require.ErrorContains(t, err, "invalid value")
+	out, err := strata(t, "info", path, "-n", "16")
+	require.NoError(t, err)
+	require.Contains(t, out, "prefill of 16 tokens needs about")
+	out, err = strata(t, "info", path)
+	require.NoError(t, err)
+	require.Contains(t, out, "prefill of 16 tokens needs about", "the default fits a short context")
+}
+
+// countingWriter counts the writes to stdout, to see the text streamed.
+type countingWriter struct {
+	buf    bytes.Buffer
+	writes int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.buf.Write(p)
+}
+
+func (w *countingWriter) String() string { return w.buf.String() }
+
+// Case 8: generation past the context stops at its end, keeps (streams)
+// every token generated, says why it stopped and succeeds.
+func TestRunStopsAtTheEndOfTheContext(t *testing.T) {
+	path := writeModel(t, tinyShape, "")
+	var out countingWriter
+	var notes bytes.Buffer
+	old := stderr
+	stderr = &notes
+	defer func() { stderr = old }()
+	err := dispatch(context.Background(), []string{"run", "--model", path, "--backend", "cpu", "--prompt", "ab", "-n", "100000"}, &out)
+	require.NoError(t, err)
+	// The 2-token prompt and 14 generated tokens fill 16 positions; the 15th
+	// token's prediction needs no position of its own.
+	require.Contains(t, notes.String(), "strata: stopped after 15 of 100000 tokens: the context of 16 tokens is full")
+	t.Logf("generated %q in %d writes", out.String(), out.writes)
+	require.Greater(t, out.writes, 2, "the text is written as it is generated")
+	require.True(t, strings.HasSuffix(out.String(), "\n"))
+
+	// A shorter run is the start of the longer one: nothing was lost.
+	short, notes2, err := strataErr(t, "run", "--model", path, "--backend", "cpu", "--prompt", "ab", "-n", "5")
+	require.NoError(t, err)
+	require.NotContains(t, notes2, "stopped")
+	require.True(t, strings.HasPrefix(out.String(), strings.TrimSuffix(short, "\n")), "%q is not the start of %q", short, out.String())
+
+	_, err = strata(t, "run", "--model", path, "-n", "-1")
+	require.ErrorContains(t, err, "-n -1: the number of tokens to generate cannot be negative")
+}
+
+// Unclear messages: a prompt longer than the context is said the same way
+// by run and trace, in the prompt's and the context's terms.
+func TestPromptLongerThanTheContextIsSaidPlainly(t *testing.T) {
+	path := writeModel(t, tinyShape, "")
+	long := strings.Repeat("x", 20) // byte-level tokenizer: 20 tokens
+	_, err := strata(t, "run", "--model", path, "--prompt", long)
+	require.EqualError(t, err, "the prompt is 20 tokens; the model's context is 16")
+	_, err = strata(t, "trace", "--model", path, "--prompt", long, "--out", t.TempDir())
+	require.EqualError(t, err, "the prompt is 20 tokens; the model's context is 16")
+	ids := strings.TrimSuffix(strings.Repeat("1,", 17), ",")
+	_, err = strata(t, "trace", "--model", path, "--tokens", ids, "--out", t.TempDir())
+	require.EqualError(t, err, "the prompt is 17 tokens; the model's context is 16")
+}
+
+// Case 13 and the unclear messages: trace refuses empty and out-of-range
+// requests by naming the flag.
+func TestTraceRefusesEmptyAndOutOfRangeFlags(t *testing.T) {
+	path := writeModel(t, tinyShape, "")
+	dir := filepath.Join(t.TempDir(), "out")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tokens", ""}, "--tokens is empty: give token ids"},
+		{[]string{"--tokens", " "}, "--tokens is empty: give token ids"},
+		{[]string{"--prompt", ""}, "--prompt is empty"},
+		{[]string{"--tokens", "1", "--prompt", "a"}, "trace takes --prompt or --tokens, not both"},
+		{[]string{"--tokens", "1,300"}, "--tokens: 300 is not a token id of this model: its vocabulary is 0 to 299"},
+		{[]string{"--tokens", "1,-1"}, "--tokens: -1 is not a token id of this model"},
+		{[]string{"--tokens", "4294967301"}, "--tokens: 4294967301 is not a token id of this model"},
+		{[]string{"--tokens", "1,,2"}, `--tokens: "" is not a token id`},
+		{[]string{"--tokens", "1", "--layers", "5:9"}, "--layers 5:9: the model has 2 layers, 0 to 1"},
+		{[]string{"--tokens", "1", "--layers", "1:2"}, "--layers 1:2: the model has 2 layers, 0 to 1"},
+		{[]string{"--tokens", "1", "--layers", "-1:1"}, `--layers "-1:1": want FIRST:LAST`},
+		{[]string{"--tokens", "1", "--layers", "1:0"}, `--layers "1:0": want FIRST:LAST`},
+		{[]string{"--tokens", "1", "--out", ""}, "--out is empty"},
+	} {
+		args := append([]string{"trace", "--model", path, "--out", dir}, c.args...)
+		_, err := strata(t, args...)
+		require.ErrorContains(t, err, c.want, "%v", c.args)
+		require.NoDirExists(t, dir, "%v: nothing is written", c.args)
+	}
+}
+
+// Unclear messages: --out errors name the flag and the user's path, never
+// a temporary name, and leave what was there.
+func TestTraceOutErrorsNameTheFlagAndPath(t *testing.T) {
+	path := writeModel(t, tinyShape, "")
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, []byte("mine"), 0o644))
+	_, err := strata(t, "trace", "--model", path, "--tokens", "1,2", "--out", file)
+	require.EqualError(t, err, "--out "+file+": exists and is not a folder")
+	_, err = strata(t, "trace", "--model", path, "--tokens", "1,2", "--out", filepath.Join(file, "sub"))
+	require.ErrorContains(t, err, "--out "+filepath.Join(file, "sub")+": ")
+	require.NotContains(t, err.Error(), ".new-")
+
+	_, err = strata(t, "trace", "--model", path, "--tokens", "1,2", "--out", ".")
+	require.EqualError(t, err, "--out .: holds the current directory, which replacing the folder would pull away: choose another folder")
+	_, err = strata(t, "trace", "--model", path, "--tokens", "1,2", "--out", filepath.Join(file, "sub", "x"))
+	require.EqualError(t, err, "--out "+filepath.Join(file, "sub", "x")+": cannot make the folder above it: "+file+" is a file, not a folder")
+
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644))
+	_, err = strata(t, "trace", "--model", path, "--tokens", "1,2", "--out", dir)
+	require.EqualError(t, err, "--out "+dir+": holds notes.txt, which Strata did not write: move it away or choose another folder (nothing was written)")
+
+	// A write that fails midway (a folder where a file goes) names --out
+	// and the user's folder, not the hidden one being filled.
+	ro := filepath.Join(t.TempDir(), "ro")
+	require.NoError(t, os.Mkdir(ro, 0o755))
+	require.NoError(t, os.Chmod(ro, 0o555))
+	t.Cleanup(func() { os.Chmod(ro, 0o755) })
+	if os.Geteuid() != 0 { // root writes anyway
+		_, err = strata(t, "trace", "--model", path, "--tokens", "1,2", "--out", filepath.Join(ro, "out"))
+		require.ErrorContains(t, err, "--out "+filepath.Join(ro, "out")+": ")
+		require.NotContains(t, err.Error(), ".new-")
+	}
+}
+
+// Case 4 through the command line: a model with NaN weights in layer 1 is
+// traced; the manifest reads back with the first non-finite capture and
+// the report and stderr say where.
+func TestTraceOfANaNModel(t *testing.T) {
+	path := writeModel(t, tinyShape, "blk.1.ffn_norm.weight")
+	dir := filepath.Join(t.TempDir(), "out")
+	out, notes, err := strataErr(t, "trace", "--model", path, "--backend", "cpu", "--tokens", "1,2,3", "--out", dir)
+	require.NoError(t, err, "the trace of a broken model is written")
+	require.Contains(t, out, "traced 3 tokens")
+	require.Contains(t, notes, "strata: warning: the model went non-finite: first at blocks.1.ln2.hook_normalized (layer 1), 96 NaN")
+
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	require.NoError(t, err)
+	var m trace.Manifest
+	require.NoError(t, json.Unmarshal(raw, &m))
+	require.Equal(t, &trace.FirstNonFinite{Capture: "blocks.1.ln2.hook_normalized", Layer: 1, NonFinite: trace.NonFinite{NaN: 96}}, m.FirstNonFinite)
+	require.Contains(t, string(raw), `"NaN"`, "the logit lens's NaN probabilities")
+	tr, err := trace.Load(dir)
+	require.NoError(t, err)
+	require.True(t, math.IsNaN(float64(tr.Tensors["logits"].Data[0])))
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	require.NoError(t, err)
+	require.Contains(t, string(page), "The model first went non-finite at <code>blocks.1.ln2.hook_normalized</code> (layer 1): 96 NaN.")
+}
+
+// Case 13's class: bench refuses budgets, counts and lengths that would
+// give a wrong answer or a panic.
+func TestBenchRefusesBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--budget", "-1"}, "--budget -1: want a size in GiB"},
+		{[]string{"--budget", "0"}, "--budget 0: want a size in GiB"},
+		{[]string{"--budget", "NaN"}, "--budget NaN: want a size in GiB"},
+		{[]string{"--budget", "Inf"}, "--budget +Inf: want a size in GiB"},
+		{[]string{"--budget", "1e-300"}, "--budget 1e-300: want a size in GiB"},
+		{[]string{"--iters", "0"}, "--iters 0: want at least 1 timed run"},
+		{[]string{"--capture", "some"}, `--capture "some": want none or all`},
+		{[]string{"--tokens", "8,-3"}, `--tokens: "-3" is not a positive length`},
+		{[]string{"--tokens", "600"}, "--tokens 600: the prompt is 600 tokens; the model's context is 512"},
+	} {
+		args := append([]string{"bench", "--shape", "tiny-llama", "--type", "F32"}, c.args...)
+		_, err := strata(t, args...)
+		require.ErrorContains(t, err, c.want, "%v", c.args)
+	}
+}
+
+// traceArgs are two different traces of stories260K to one folder.
+func traceArgs(t *testing.T, dir string, which int) []string {
+	return []string{"trace", "--model", sharedtest.Stories(t), "--backend", "cpu",
+		"--tokens", []string{"1,403,407,261,378", "1,403,407,261,378,403,407"}[which],
+		"--capture", "blocks.*.hook_resid_post,blocks.*.attn.hook_pattern,blocks.*.attn.cache_k,logits", "--out", dir}
+}
+
+// readFolder is every file of a folder, by name.
+func readFolder(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		files[strings.TrimPrefix(p, dir+string(filepath.Separator))] = string(b)
+		return err
+	}))
+	return files
+}
+
+// whichTrace says which of the reference folders dir equals, file for
+// file, or fails.
+func whichTrace(t *testing.T, dir string, refs []map[string]string) int {
+	t.Helper()
+	got := readFolder(t, dir)
+	for i, ref := range refs {
+		if len(got) != len(ref) {
+			continue
+		}
+		same := true
+		for name, b := range ref {
+			same = same && got[name] == b
+		}
+		if same {
+			return i
+		}
+	}
+	var names []string
+	for n := range got {
+		names = append(names, n)
+	}
+	t.Fatalf("%s is not wholly one trace: it holds %v", dir, names)
+	return -1
+}
+
+// Case 3 through the command line: `strata trace --out D` killed at any
+// moment leaves D wholly the old trace folder or wholly the new one, every
+// file byte for byte.
+func TestKilledTraceLeavesAWholeFolder(t *testing.T) {
+	if dir := os.Getenv("STRATA_TRACE_CHILD"); dir != "" {
+		deadline := time.Now().Add(30 * time.Second) // should the parent die first
+		for i := 0; time.Now().Before(deadline); i++ {
+			_ = dispatch(context.Background(), traceArgs(t, dir, i%2), &bytes.Buffer{})
+		}
+		os.Exit(0)
+	}
+	refs := make([]map[string]string, 2)
+	for i := range refs {
+		ref := t.TempDir()
+		_, err := strata(t, traceArgs(t, ref, i)...)
+		require.NoError(t, err)
+		refs[i] = readFolder(t, ref)
+	}
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "out")
+	_, err := strata(t, traceArgs(t, dir, 0)...)
+	require.NoError(t, err)
+	seen := map[int]int{}
+	for kill := range 6 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKilledTraceLeavesAWholeFolder$")
+		cmd.Env = append(os.Environ(), "STRATA_TRACE_CHILD="+dir)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		time.Sleep(time.Duration(300+rand.IntN(700*(kill+1))) * time.Millisecond)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		seen[whichTrace(t, dir, refs)]++
+	}
+	t.Logf("folders after the kills: %v", seen)
+}
+
+// Case 3: concurrent `strata trace` to one --out: each succeeds or is
+// refused, naming --out and the other writer, and the folder is wholly one
+// trace at the end.
+func TestConcurrentTracesToOneFolder(t *testing.T) {
+	refs := make([]map[string]string, 2)
+	for i := range refs {
+		ref := t.TempDir()
+		_, err := strata(t, traceArgs(t, ref, i)...)
+		require.NoError(t, err)
+		refs[i] = readFolder(t, ref)
+	}
+	dir := filepath.Join(t.TempDir(), "out")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	for w := range 4 {
+		wg.Go(func() {
+			for range 3 {
+				err := dispatch(context.Background(), traceArgs(t, dir, w%2), &bytes.Buffer{})
+				mu.Lock()
+				if err == nil {
+					ok++
+				} else {
+					refused++
+					assert.ErrorIs(t, err, trace.ErrBusy)
+					assert.ErrorContains(t, err, "--out "+dir+": another writer is saving to this folder")
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d traces written, %d refused", ok, refused)
+	require.Positive(t, ok)
+	whichTrace(t, dir, refs)
+	left, err := os.ReadDir(filepath.Dir(dir))
+	require.NoError(t, err)
+	require.Len(t, left, 1, "no lock file or half-made folder is left: %v", left)
+}
+
+// The --out class for files: gen --out and bench --json name the flag and
+// the user's path, and are refused before any work.
+func TestOutputFilesAreCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, []byte("mine"), 0o644))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"gen", "--shape", "tiny-llama", "--out", dir}, "--out " + dir + ": is a folder; give a file name"},
+		{[]string{"gen", "--shape", "tiny-llama", "--out", filepath.Join(dir, "no", "m.gguf")}, "--out " + filepath.Join(dir, "no", "m.gguf") + ": the folder " + filepath.Join(dir, "no") + " does not exist"},
+		{[]string{"gen", "--shape", "tiny-llama", "--out", filepath.Join(file, "m.gguf")}, "--out " + filepath.Join(file, "m.gguf") + ": " + file + " is not a folder"},
+		{[]string{"bench", "--shape", "tiny-llama", "--type", "F32", "--tokens", "8", "--json", dir}, "--json " + dir + ": is a folder; give a file name"},
+	} {
+		_, err := strata(t, c.args...)
+		require.EqualError(t, err, c.want)
+	}
+}

@@ -1,0 +1,112 @@
+package trace
+
+import (
+	"fmt"
+	"math"
+)
+
+// allLogits returns the captured logits when they cover every position of
+// the prefill, which a per-token loss needs.
+func (t *Trace) allLogits() (*Tensor, error) {
+	l, err := t.Get("logits")
+	if err != nil {
+		return nil, err
+	}
+	if len(l.Shape) != 2 || len(l.Data) != l.Shape[0]*l.Shape[1] {
+		return nil, fmt.Errorf("trace: logits have shape %v, want [T, vocab]", l.Shape)
+	}
+	if l.Shape[0] != len(t.Tokens) {
+		return nil, fmt.Errorf("trace: per-token loss needs logits at every position (%d), the trace has %d rows: prefill with nb.AllLogits() (gpu.Options{Logits: gpu.LogitsAll})", len(t.Tokens), l.Shape[0])
+	}
+	return l, nil
+}
+
+// logSoftmax writes log(softmax(row)) into dst in float64; the max is
+// subtracted first so exp cannot overflow.
+func logSoftmax(dst []float64, row []float32) {
+	m := math.Inf(-1)
+	for _, v := range row {
+		m = max(m, float64(v))
+	}
+	var sum float64
+	for _, v := range row {
+		sum += math.Exp(float64(v) - m)
+	}
+	lse := m + math.Log(sum)
+	for i, v := range row {
+		dst[i] = float64(v) - lse
+	}
+}
+
+// LogProbs returns log-softmax of every logit row, [rows][vocab], in
+// float64. It works on last-position logits too (one row).
+func (t *Trace) LogProbs() ([][]float64, error) {
+	l, err := t.Get("logits")
+	if err != nil {
+		return nil, fmt.Errorf("%w: log-probabilities need the logits, which every prefill keeps unless a capture plan leaves them out", err)
+	}
+	if len(l.Shape) != 2 || len(l.Data) != l.Shape[0]*l.Shape[1] {
+		return nil, fmt.Errorf("trace: logits have shape %v, want [T, vocab]", l.Shape)
+	}
+	rows, v := l.Shape[0], l.Shape[1]
+	out := make([][]float64, rows)
+	for r := range out {
+		out[r] = make([]float64, v)
+		logSoftmax(out[r], l.Data[r*v:(r+1)*v])
+	}
+	return out, nil
+}
+
+// TokenLogProbs returns, for each position i < T-1, the log-probability the
+// model gave at i to the token at i+1 (TransformerLens's
+// lm_cross_entropy_loss with per_token=True, negated). It needs
+// all-position logits.
+func (t *Trace) TokenLogProbs() ([]float64, error) {
+	l, err := t.allLogits()
+	if err != nil {
+		return nil, err
+	}
+	v := l.Shape[1]
+	n := len(t.Tokens) - 1
+	if n < 1 {
+		return nil, fmt.Errorf("trace: a per-token loss needs two tokens or more, the trace has %d", len(t.Tokens))
+	}
+	row := make([]float64, v)
+	out := make([]float64, n)
+	for i := range out {
+		next := int(t.Tokens[i+1])
+		if next < 0 || next >= v {
+			return nil, fmt.Errorf("trace: token %d at position %d is outside the vocabulary of %d", next, i+1, v)
+		}
+		logSoftmax(row, l.Data[i*v:(i+1)*v])
+		out[i] = row[next]
+	}
+	return out, nil
+}
+
+// TokenLoss is the cross-entropy loss per position: -TokenLogProbs, so
+// loss[i] is the loss of predicting token i+1 at position i.
+func (t *Trace) TokenLoss() ([]float64, error) {
+	lp, err := t.TokenLogProbs()
+	for i := range lp {
+		lp[i] = -lp[i]
+	}
+	return lp, err
+}
+
+// MeanLoss is the mean of TokenLoss over positions from..T-2 (from 0: the
+// whole prompt), the usual language-model loss.
+func (t *Trace) MeanLoss(from int) (float64, error) {
+	loss, err := t.TokenLoss()
+	if err != nil {
+		return 0, err
+	}
+	if from < 0 || from >= len(loss) {
+		return 0, fmt.Errorf("trace: mean loss from position %d: the trace has losses at 0..%d", from, len(loss)-1)
+	}
+	var s float64
+	for _, x := range loss[from:] {
+		s += x
+	}
+	return s / float64(len(loss)-from), nil
+}

@@ -1,0 +1,97 @@
+package trace
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// randomLogits builds a trace of T tokens with logits at rows positions,
+// spread wide enough (±20) that a softmax without the max shift would be
+// visibly inaccurate in float32 but not in float64.
+func randomLogits(T, rows, vocab int, seed uint64) *Trace {
+	r := rand.New(rand.NewPCG(seed, 1))
+	tr := New()
+	for range T {
+		tr.Tokens = append(tr.Tokens, int32(r.IntN(vocab)))
+	}
+	l := &Tensor{Shape: []int{rows, vocab}, Data: make([]float32, rows*vocab)}
+	for i := range l.Data {
+		l.Data[i] = float32(r.NormFloat64() * 8)
+	}
+	tr.Put("logits", l)
+	return tr
+}
+
+// naiveLogProb is log(exp(x[k]) / sum exp(x)), written out in float64 with
+// no shift: fine for |x| < 700.
+func naiveLogProb(row []float32, k int) float64 {
+	var sum float64
+	for _, v := range row {
+		sum += math.Exp(float64(v))
+	}
+	return math.Log(math.Exp(float64(row[k])) / sum)
+}
+
+func TestTokenLossIsCrossEntropyOfTheNextToken(t *testing.T) {
+	const T, V = 7, 50
+	tr := randomLogits(T, T, V, 3)
+	loss, err := tr.TokenLoss()
+	require.NoError(t, err)
+	lp, err := tr.TokenLogProbs()
+	require.NoError(t, err)
+	all, err := tr.LogProbs()
+	require.NoError(t, err)
+	require.Len(t, loss, T-1)
+	l := tr.Tensors["logits"]
+	var mean float64
+	for i := range T - 1 {
+		want := naiveLogProb(l.Data[i*V:(i+1)*V], int(tr.Tokens[i+1]))
+		// Both are float64 from the same float32 inputs; they differ only
+		// in rounding of ~V terms, ~1e-14.
+		require.InDelta(t, -want, loss[i], 1e-12, "position %d", i)
+		require.InDelta(t, want, lp[i], 1e-12)
+		require.InDelta(t, want, all[i][tr.Tokens[i+1]], 1e-12)
+		mean -= want / (T - 1)
+	}
+	got, err := tr.MeanLoss(0)
+	require.NoError(t, err)
+	require.InDelta(t, mean, got, 1e-12)
+	got, err = tr.MeanLoss(T - 2)
+	require.NoError(t, err)
+	require.InDelta(t, loss[T-2], got, 1e-15)
+	_, err = tr.MeanLoss(T - 1)
+	require.ErrorContains(t, err, "0..5")
+
+	// Each row of LogProbs is a distribution.
+	for _, row := range all {
+		var s float64
+		for _, v := range row {
+			s += math.Exp(v)
+		}
+		require.InDelta(t, 1, s, 1e-12)
+	}
+}
+
+func TestTokenLossNeedsEveryPositionsLogits(t *testing.T) {
+	tr := randomLogits(5, 1, 10, 4)
+	_, err := tr.TokenLoss()
+	require.ErrorContains(t, err, "nb.AllLogits()")
+	lp, err := tr.LogProbs()
+	require.NoError(t, err, "one row is still a distribution")
+	require.Len(t, lp, 1)
+	_, err = New().TokenLoss()
+	require.ErrorContains(t, err, "logits was not captured")
+}
+
+func TestProbRank(t *testing.T) {
+	row := []float32{1, 3, 2, 3}
+	p, r := ProbRank(row, 2)
+	e := []float64{math.E, math.Exp(3), math.Exp(2), math.Exp(3)}
+	require.InDelta(t, e[2]/(e[0]+e[1]+e[2]+e[3]), p, 1e-15)
+	require.Equal(t, 2, r, "two logits are larger")
+	_, r = ProbRank(row, 1)
+	require.Equal(t, 0, r, "ties do not push a token down")
+}

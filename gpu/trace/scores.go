@@ -1,0 +1,142 @@
+package trace
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// HeadKind names a head score.
+type HeadKind string
+
+// Head scores, as in TransformerLens's head detectors. Each is the mean
+// attention a head pays, over the query positions where it is defined, to
+// the key the kind cares about.
+const (
+	// Induction: from the second copy of a repeated sequence to the token
+	// after the query's first occurrence (InductionScores).
+	Induction HeadKind = "induction"
+	// PrevToken: to the previous position (PrevTokenScores).
+	PrevToken HeadKind = "previous-token"
+	// DuplicateToken: to earlier positions holding the same token
+	// (DuplicateTokenScores).
+	DuplicateToken HeadKind = "duplicate-token"
+)
+
+// HeadScore is one head's score.
+type HeadScore struct {
+	Layer, Head int
+	Score       float64
+}
+
+func (h HeadScore) String() string { return fmt.Sprintf("L%dH%d %.3f", h.Layer, h.Head, h.Score) }
+
+// Scores holds one value per head, [layer][head].
+type Scores [][]float64
+
+// Ranked returns every head, highest score first (ties by layer, then head).
+func (s Scores) Ranked() []HeadScore {
+	var out []HeadScore
+	for l := range s {
+		for h, v := range s[l] {
+			out = append(out, HeadScore{l, h, v})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b HeadScore) int { return cmp.Compare(b.Score, a.Score) })
+	return out
+}
+
+// Top returns the k highest-scoring heads (all of them when k exceeds the count).
+func (s Scores) Top(k int) []HeadScore {
+	r := s.Ranked()
+	return r[:min(max(k, 0), len(r))]
+}
+
+// Bottom returns the k lowest-scoring heads, lowest first: for effects
+// such as AblateHeads', the heads whose loss hurts most.
+func (s Scores) Bottom(k int) []HeadScore {
+	r := s.Ranked()
+	r = r[len(r)-min(max(k, 0), len(r)):]
+	slices.Reverse(r)
+	return r
+}
+
+// Best is Top(1)[0].
+func (s Scores) Best() HeadScore { return s.Ranked()[0] }
+
+// HeadScores scores every head of every layer from the captured
+// blocks.*.attn.hook_pattern. Induction needs a prompt that ends in two
+// copies of a sequence (nb.RepeatedRandom); its period is found with
+// RepeatPeriod.
+func HeadScores(tr *Trace, kind HeadKind) (Scores, error) {
+	var score func(*Tensor) ([]float64, error)
+	switch kind {
+	case PrevToken:
+		score = PrevTokenScores
+	case Induction:
+		p := RepeatPeriod(tr.Tokens)
+		if p == 0 {
+			return nil, fmt.Errorf("trace: induction scores need a prompt ending in two copies of a sequence (nb.RepeatedRandom); this one does not repeat")
+		}
+		score = func(x *Tensor) ([]float64, error) { return InductionScores(x, p) }
+	case DuplicateToken:
+		score = func(x *Tensor) ([]float64, error) { return DuplicateTokenScores(x, tr.Tokens) }
+	default:
+		return nil, fmt.Errorf("trace: unknown head score %q (want %q, %q or %q)", kind, Induction, PrevToken, DuplicateToken)
+	}
+	out := make(Scores, tr.Model.Layers)
+	for l := range out {
+		name := point(l, "attn.hook_pattern")
+		x, err := tr.Get(name)
+		if err != nil {
+			return nil, missing(err, name)
+		}
+		if out[l], err = score(x); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return out, nil
+}
+
+// DuplicateTokenScores returns each head's duplicate-token score from one
+// layer's hook_pattern [heads, T, pos0+T] and this prefill's tokens: the
+// mean, over query positions whose token occurred earlier in the prefill,
+// of the attention paid to those earlier occurrences together. Tokens of an
+// earlier prefill (before pos0) are not known and not counted.
+func DuplicateTokenScores(pattern *Tensor, tokens []int32) ([]float64, error) {
+	heads, t, keys, err := patternDims(pattern)
+	if err != nil {
+		return nil, err
+	}
+	if len(tokens) != t {
+		return nil, fmt.Errorf("trace: %d tokens for a pattern of %d query positions", len(tokens), t)
+	}
+	pos0 := keys - t
+	scores := make([]float64, heads)
+	queries := 0
+	for r := range t {
+		var dup []int
+		for j := range r {
+			if tokens[j] == tokens[r] {
+				dup = append(dup, j)
+			}
+		}
+		if len(dup) == 0 {
+			continue
+		}
+		queries++
+		for h := range heads {
+			row := pattern.Data[(h*t+r)*keys:]
+			for _, j := range dup {
+				scores[h] += float64(row[pos0+j])
+			}
+		}
+	}
+	if queries == 0 {
+		return nil, fmt.Errorf("trace: duplicate-token scores need a token that occurs twice; none does")
+	}
+	for h := range scores {
+		scores[h] /= float64(queries)
+	}
+	return scores, nil
+}

@@ -1,0 +1,239 @@
+package nb
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
+)
+
+// Must returns v, or panics with err: for trace calls in notebook cells,
+// e.g. nb.Must(tr.Pattern(3, 0)).
+func Must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// Head score kinds, so notebooks need not import trace.
+const (
+	Induction      = trace.Induction
+	PrevToken      = trace.PrevToken
+	DuplicateToken = trace.DuplicateToken
+)
+
+// Loss runs the prompt with logits at every position and returns the
+// per-token cross-entropy loss: element i is the loss of predicting token
+// i+1 at position i (len(tokens)-1 values).
+func (m *Model) Loss(prompt any) []float64 {
+	return Must(m.Prefill(prompt, AllLogits()).TokenLoss())
+}
+
+// MeanLoss is a metric for sweeps: the mean per-token loss from position
+// from on. The prefills it scores need nb.AllLogits().
+func MeanLoss(from int) func(*trace.Trace) float64 {
+	return func(tr *trace.Trace) float64 { return Must(tr.MeanLoss(from)) }
+}
+
+// HeadScores runs prompt capturing every attention pattern and scores every
+// head: nb.Induction (on m.RepeatedRandom), nb.PrevToken or nb.DuplicateToken.
+func (m *Model) HeadScores(prompt any, kind trace.HeadKind) trace.Scores {
+	tr := m.Prefill(prompt, Capture("blocks.*.attn.hook_pattern"))
+	return Must(trace.HeadScores(tr, kind))
+}
+
+// Token returns the id of text that encodes to exactly one token (without
+// the BOS the tokenizer adds to prompts), or id itself given an int or int32.
+func (m *Model) Token(token any) int32 {
+	switch t := token.(type) {
+	case int32:
+		return t
+	case int:
+		return int32(t)
+	case string:
+		ids := m.Tokens(t)
+		if bos := m.Tokens(""); len(bos) > 0 && len(ids) >= len(bos) && ids[0] == bos[0] {
+			ids = ids[len(bos):]
+		}
+		if len(ids) != 1 {
+			panic(fmt.Errorf("nb: %q is %d tokens %q, not one", t, len(ids), m.Pieces(ids)))
+		}
+		return ids[0]
+	}
+	panic(fmt.Errorf("nb: a token is a string, int or int32, not %T", token))
+}
+
+// Unembed returns the unembedding row of a token (string or id): the
+// direction whose dot product with ln_final's output is that token's logit.
+func (m *Model) Unembed(token any) []float32 {
+	id := m.Token(token)
+	w := m.Model.Output
+	if int(id) < 0 || int(id) >= w.Rows {
+		panic(fmt.Errorf("nb: token %d is outside the vocabulary of %d", id, w.Rows))
+	}
+	rowBytes := w.Cols / w.Format.BlockSize * w.Format.BlockBytes
+	out := make([]float32, w.Cols)
+	w.Format.Dequantize(out, w.Data[int(id)*rowBytes:(int(id)+1)*rowBytes])
+	return out
+}
+
+// LogitDirection is Unembed(good) - Unembed(bad): dotted with a stack, the
+// attribution to the logit difference.
+func (m *Model) LogitDirection(good, bad any) []float32 {
+	g, b := m.Unembed(good), m.Unembed(bad)
+	for i := range g {
+		g[i] -= b[i]
+	}
+	return g
+}
+
+// dequantize decodes a whole weight matrix, [Rows][Cols] row-major.
+func dequantize(w *model.Weight) []float32 {
+	out := make([]float32, w.Rows*w.Cols)
+	w.Format.Dequantize(out, w.Data)
+	return out
+}
+
+// HeadResults is TransformerLens's blocks.L.attn.hook_result, each head's
+// output to the residual stream, [T, heads, d_model], from the trace's
+// captured hook_z and the layer's W_O, computed on the host.
+func (m *Model) HeadResults(tr *trace.Trace, layer int) *trace.Tensor {
+	if layer < 0 || layer >= m.Model.Layers {
+		panic(fmt.Errorf("nb.HeadResults: layer %d: the model has %d", layer, m.Model.Layers))
+	}
+	return Must(tr.HeadResults(layer, dequantize(m.Model.Blocks[layer].O)))
+}
+
+// CaptureDLA captures what the residual stacks and direct logit attribution
+// read: the embedding, every attention and MLP output, every hook_z (for
+// heads) and every resid_post (the final one sets the norm's scale).
+func CaptureDLA() Option {
+	return Capture("hook_embed", "blocks.*.hook_attn_out", "blocks.*.hook_mlp_out", "blocks.*.attn.hook_z", "blocks.*.hook_resid_post")
+}
+
+// FinalNorm applies the final RMSNorm's scaling, taken from the trace's
+// final resid_post, and its gain to each component of s
+// (trace.Stack.ApplyFinalNorm, TransformerLens's apply_ln_to_stack).
+func (m *Model) FinalNorm(tr *trace.Trace, s *trace.Stack) *trace.Stack {
+	final := Must(tr.Resid(m.Model.Layers))
+	return Must(s.ApplyFinalNorm(final, m.Model.OutNorm, m.Model.RMSEps))
+}
+
+func (m *Model) maybeNorm(tr *trace.Trace, s *trace.Stack, applyLN bool) *trace.Stack {
+	if applyLN {
+		return m.FinalNorm(tr, s)
+	}
+	return s
+}
+
+// AccumulatedResid is TransformerLens's accumulated_resid(apply_ln=...):
+// the residual stream before each layer and after the last.
+func (m *Model) AccumulatedResid(tr *trace.Trace, applyLN bool) *trace.Stack {
+	return m.maybeNorm(tr, Must(tr.AccumulatedResid()), applyLN)
+}
+
+// DecomposeResid is TransformerLens's decompose_resid(apply_ln=...): the
+// embedding and every layer's attention and MLP output, which sum to the
+// final resid_post.
+func (m *Model) DecomposeResid(tr *trace.Trace, applyLN bool) *trace.Stack {
+	return m.maybeNorm(tr, Must(tr.DecomposeResid()), applyLN)
+}
+
+// StackHeadResults is TransformerLens's stack_head_results(apply_ln=...):
+// every head's output, labelled "L0H0", ...
+func (m *Model) StackHeadResults(tr *trace.Trace, applyLN bool) *trace.Stack {
+	wO := make([][]float32, m.Model.Layers)
+	for l := range wO {
+		wO[l] = dequantize(m.Model.Blocks[l].O)
+	}
+	return m.maybeNorm(tr, Must(tr.StackHeadResults(wO)), applyLN)
+}
+
+// Contribution is one component's direct logit attribution.
+type Contribution struct {
+	Label string
+	Logit float64
+}
+
+func (c Contribution) String() string { return fmt.Sprintf("%s %+.3f", c.Label, c.Logit) }
+
+// DLA is direct logit attribution per component at position pos (negative
+// counts from the end): each term of DecomposeResid, through the final
+// norm, dotted with dir (m.Unembed(token) or m.LogitDirection(good, bad)).
+// The terms sum to the logit (difference) at pos; the models here have no
+// final-norm bias to leave out. The trace needs CaptureDLA().
+func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
+	s := m.DecomposeResid(tr, true)
+	v := Must(s.Dot(dir, pos))
+	out := make([]Contribution, len(v))
+	for i := range v {
+		out[i] = Contribution{s.Labels[i], v[i]}
+	}
+	return out
+}
+
+// HeadDLA is direct logit attribution per head, [layer][head], at position
+// pos: each head's output (HeadResults) through the final norm, dotted with
+// dir. A layer's heads sum to its attn_out term of DLA.
+func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
+	v := Must(m.StackHeadResults(tr, true).Dot(dir, pos))
+	h := m.Model.Heads
+	out := make(trace.Scores, m.Model.Layers)
+	for l := range out {
+		out[l] = v[l*h : (l+1)*h]
+	}
+	return out
+}
+
+// TokenLens is the logit lens for one token (string or id): its
+// probability and rank at each layer and position. The trace needs every
+// layer's resid_post (Capture("blocks.*.hook_resid_post")).
+func (m *Model) TokenLens(tr *trace.Trace, token any) *trace.TokenLens {
+	return Must(m.Engine.TokenLens(tr, m.Token(token)))
+}
+
+// SteeringVector is the difference of the residual stream entering layer
+// (resid_pre) at position pos between prompts a and b (negative pos counts
+// from each prompt's end): adding it steers toward a, away from b. Use it
+// with Steer, or gpu.AddVector at gpu.LayerPoint(layer, "hook_resid_pre").
+func (m *Model) SteeringVector(a, b string, layer, pos int) []float32 {
+	row := func(prompt string) []float32 {
+		name := gpu.LayerPoint(layer, "hook_resid_pre")
+		tr := m.Prefill(prompt, Capture(name))
+		r := Must(tr.Point(name))
+		p := pos
+		if p < 0 {
+			p += r.Rows
+		}
+		if p < 0 || p >= r.Rows {
+			panic(fmt.Errorf("nb.SteeringVector: position %d is outside %q's %d tokens", pos, prompt, r.Rows))
+		}
+		return r.Row(p)
+	}
+	va, vb := row(a), row(b)
+	for i := range va {
+		va[i] -= vb[i]
+	}
+	return va
+}
+
+// Steer adds alpha*vec to the residual stream entering layer, at the
+// given positions of the prefill (every position when none are given): the
+// use SteeringVector's result is made for.
+func Steer(layer int, vec []float32, alpha float32, positions ...int) Option {
+	return Hooks(gpu.AddVector(gpu.LayerPoint(layer, "hook_resid_pre"), vec, alpha, positions))
+}
+
+// Position returns the position of the first token of prompt whose piece
+// (as m.Pieces shows it) is piece, for hooks and steering at one token.
+func (m *Model) Position(prompt any, piece string) int {
+	ids := Must(m.tokens(prompt))
+	pieces := m.Pieces(ids)
+	if i := slices.Index(pieces, piece); i >= 0 {
+		return i
+	}
+	panic(fmt.Errorf("nb.Position: no token of the prompt is %q; its pieces are %q", piece, pieces))
+}

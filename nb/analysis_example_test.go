@@ -1,0 +1,214 @@
+package nb_test
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/nb"
+)
+
+// cpu is the default model on the CPU backend, opened once for the examples.
+var cpu = sync.OnceValue(func() *nb.Model { return nb.MustOpen("", "cpu") })
+
+func ExampleModel_Loss() {
+	m := cpu()
+	loss := m.Loss("if err != nil {\n\treturn err\n}")
+	fmt.Printf("%d losses; predicting \"err\" after \"return\": %.2f\n", len(loss), loss[len(loss)-3])
+	// Output:
+	// 9 losses; predicting "err" after "return": 1.66
+}
+
+func ExampleMeanLoss() {
+	m := cpu()
+	tr := m.Prefill(m.RepeatedRandom(20, 1), nb.AllLogits())
+	fmt.Printf("first copy %.1f, second copy %.1f\n", nb.MeanLoss(1)(tr), nb.MeanLoss(21)(tr))
+	// Output:
+	// first copy 12.9, second copy 10.3
+}
+
+func ExampleModel_HeadScores() {
+	m := cpu()
+	s := m.HeadScores(m.RepeatedRandom(40, 7), nb.Induction)
+	fmt.Println(s.Top(3))
+	fmt.Println(m.HeadScores(m.RepeatedRandom(40, 7), nb.PrevToken).Best())
+	// Output:
+	// [L3H0 0.609 L3H1 0.484 L3H5 0.101]
+	// L2H3 0.788
+}
+
+func ExampleMust() {
+	m := cpu()
+	tr := m.Prefill("x := y", nb.Capture("blocks.3.attn.hook_pattern"))
+	p := nb.Must(tr.Pattern(3, 0))
+	fmt.Println(p.Rows, p.Cols, p.Row(0)[0])
+	// Output:
+	// 4 4 1
+}
+
+func ExampleModel_Token() {
+	m := cpu()
+	id := m.Token("err")
+	fmt.Println(id, m.Pieces([]int32{id}), len(m.Unembed(id)))
+	// Output:
+	// 299 [err] 256
+}
+
+func ExampleModel_DLA() {
+	m := cpu()
+	tr := m.Prefill("if err != nil {\n\treturn", nb.CaptureDLA())
+	for _, c := range m.DLA(tr, m.LogitDirection(" err", " nil"), -1) {
+		fmt.Println(c)
+	}
+	// Output:
+	// embed -0.289
+	// 0_attn_out +0.004
+	// 0_mlp_out -1.334
+	// 1_attn_out +0.577
+	// 1_mlp_out -1.260
+	// 2_attn_out +3.061
+	// 2_mlp_out -1.120
+	// 3_attn_out +0.360
+	// 3_mlp_out -0.277
+}
+
+func ExampleModel_HeadDLA() {
+	m := cpu()
+	tr := m.Prefill("if err != nil {\n\treturn", nb.CaptureDLA())
+	fmt.Println(m.HeadDLA(tr, m.LogitDirection(" err", " nil"), -1).Top(2))
+	// Output:
+	// [L2H4 2.646 L3H4 0.431]
+}
+
+func ExampleModel_DecomposeResid() {
+	m := cpu()
+	tr := m.Prefill("return nil", nb.CaptureDLA())
+	s := m.DecomposeResid(tr, true)
+	fmt.Println(s.Labels)
+	fmt.Println(m.AccumulatedResid(tr, false).Labels)
+	fmt.Println(len(m.StackHeadResults(tr, true).Labels), m.HeadResults(tr, 0).Shape[1:])
+	// Output:
+	// [embed 0_attn_out 0_mlp_out 1_attn_out 1_mlp_out 2_attn_out 2_mlp_out 3_attn_out 3_mlp_out]
+	// [0_pre 1_pre 2_pre 3_pre final_post]
+	// 32 [8 256]
+}
+
+func ExampleModel_TokenLens() {
+	m := cpu()
+	tr := m.Prefill("if err != nil {\n\treturn", nb.Capture("blocks.*.hook_resid_post"))
+	lens := m.TokenLens(tr, " err")
+	for l := range lens.Prob {
+		last := len(lens.Prob[l]) - 1
+		fmt.Printf("layer %d: p(%q) = %.2f, rank %d\n", l, lens.Piece, lens.Prob[l][last], lens.Rank[l][last])
+	}
+	// Output:
+	// layer 0: p(" err") = 0.00, rank 52
+	// layer 1: p(" err") = 0.01, rank 12
+	// layer 2: p(" err") = 0.28, rank 1
+	// layer 3: p(" err") = 0.19, rank 1
+}
+
+func ExampleModel_SteeringVector() {
+	m := cpu()
+	v := m.SteeringVector("var x string", "var x int", 1, -1)
+	steered := m.Prefill("func f() ", nb.Steer(1, v, 4))
+	same := m.Prefill("func f() ", nb.Hooks(gpu.AddVector(gpu.LayerPoint(1, "hook_resid_pre"), v, 4, nil)))
+	plain := m.Prefill("func f() ")
+	fmt.Println(len(v), m.Pieces(plain.Predicted), m.Pieces(steered.Predicted), m.Pieces(same.Predicted))
+	// Output:
+	// 256 [~] [ID] [ID]
+}
+
+func ExampleModel_AblateHeads() {
+	m := cpu()
+	prompt := "func add(a, b int) int {\n\treturn a + b\n"
+	change := m.AblateHeads(prompt, nb.ZeroAblation, m.LogitDiff("}", ")"))
+	fmt.Println(change.Ranked()[len(change.Ranked())-1], "hurts the most")
+	// Output:
+	// L1H2 -3.032 hurts the most
+}
+
+func ExampleModel_PatchHeads() {
+	m := cpu()
+	p := m.PatchHeads("x := a + b; y := a ", "x := a - b; y := a ", m.LogitDiff("+", "-"))
+	fmt.Printf("clean %.2f, corrupt %.2f\n", p.Clean, p.Corrupt)
+	n := p.Normalized()
+	fmt.Printf("layer 0: %.2f\n", n[0])
+	// Output:
+	// clean -1.77, corrupt -2.36
+	// layer 0: [-0.34 0.15 -0.26 0.48 -0.27 -0.25 -0.12 0.15]
+}
+
+func ExampleModel_PatchResidNormalized() {
+	m := cpu()
+	res := m.PatchResidNormalized("x := a + b", "x := a - b", m.LogitDiff(" b", " c"))
+	// Layer 0 is the embedding: only the token that differs matters.
+	fmt.Printf("%.2f\n", plusZero(res[0]))
+	// Output:
+	// [0.00 0.00 0.00 0.00 1.00 0.00]
+}
+
+func ExampleNormalize() {
+	fmt.Println(nb.Normalize([][]float64{{1, 2, 3}}, 3, 1))
+	// Output: [[0 0.5 1]]
+}
+
+func ExamplePatchHead() {
+	m := cpu()
+	clean := m.Prefill("x := a + b", nb.Capture("blocks.*.attn.hook_z"))
+	tr := m.Prefill("x := a - b", nb.Hooks(nb.PatchHead(3, 0, clean)))
+	fmt.Println(m.Pieces(tr.Predicted))
+	// Output:
+	// [\n]
+}
+
+// plusZero turns -0 (0 divided by a negative clean-corrupt gap) into 0 for printing.
+func plusZero(x []float64) []float64 {
+	for i := range x {
+		x[i] += 0
+	}
+	return x
+}
+
+func ExampleModel_LogitDirection() {
+	m := cpu()
+	tr := m.Prefill("if err != nil {\n\treturn")
+	row := tr.Tensors["logits"]
+	dir := m.LogitDirection(" err", " nil") // dot it with a stack: m.DLA(tr, dir, -1)
+	fmt.Printf("%d %.2f\n", len(dir), row.At(0, int(m.Token(" err")))-row.At(0, int(m.Token(" nil"))))
+	// Output: 256 -0.28
+}
+
+func ExampleModel_FinalNorm() {
+	m := cpu()
+	tr := m.Prefill("return nil", nb.CaptureDLA())
+	raw := nb.Must(tr.DecomposeResid()) // the same as m.DecomposeResid(tr, false)
+	normed := m.FinalNorm(tr, raw)
+	fmt.Println(len(normed.X), normed.Labels[0])
+	// Output: 9 embed
+}
+
+func ExampleSteer() {
+	m := cpu()
+	v := m.SteeringVector("// error", "// value", 2, -1)
+	tr := m.Prefill("x := ", nb.Steer(2, v, 8))
+	fmt.Println(len(tr.Predicted))
+	// Output: 1
+}
+
+func ExamplePatching_Normalized() {
+	p := nb.Patching{Patched: [][]float64{{2, 4}}, Clean: 4, Corrupt: 2}
+	fmt.Println(p.Normalized())
+	// Output: [[0 1]]
+}
+
+func ExampleModel_Position() {
+	m := cpu()
+	down, up := "for i := n; i > 0; i", "for i := n; i < 0; i"
+	vec := m.SteeringVector(down, up, 1, m.Position(down, " >"))
+	prompt := "for j := 0; j < m; j"
+	steered := m.Prefill(prompt, nb.Steer(1, vec, 1.5, m.Position(prompt, " <")))
+	fmt.Println(m.Position(prompt, " <"), m.Pieces(m.Prefill(prompt).Predicted), m.Pieces(steered.Predicted))
+	// Output:
+	// 8 [++] [--]
+}

@@ -1,0 +1,271 @@
+package nb_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/nb"
+)
+
+func cpuModel(t *testing.T) *nb.Model {
+	m, err := nb.Open("", "cpu")
+	require.NoError(t, err)
+	return m
+}
+
+// logSoftmax64 is a plain float64 log-softmax, independent of trace's.
+func logSoftmax64(row []float32, k int) float64 {
+	m := math.Inf(-1)
+	for _, v := range row {
+		m = math.Max(m, float64(v))
+	}
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v) - m)
+	}
+	return float64(row[k]) - m - math.Log(s)
+}
+
+func TestLossIsTheNextTokensCrossEntropy(t *testing.T) {
+	m := cpuModel(t)
+	prompt := "func (s *Server) Close() error {\n\treturn nil\n}"
+	loss := m.Loss(prompt)
+	tr := m.Prefill(prompt, nb.AllLogits())
+	l := tr.Tensors["logits"]
+	V := l.Shape[1]
+	require.Len(t, loss, len(tr.Tokens)-1)
+	for i := range loss {
+		want := -logSoftmax64(l.Data[i*V:(i+1)*V], int(tr.Tokens[i+1]))
+		// Same logits (a deterministic CPU run), float64 either side.
+		require.InDelta(t, want, loss[i], 1e-9, "position %d", i)
+	}
+	require.InDelta(t, mean(loss[3:]), nb.MeanLoss(3)(tr), 1e-12)
+	// A trained model predicts "return nil\n}" better than chance (ln 2048 = 7.6).
+	require.Less(t, mean(loss), 7.6)
+}
+
+func mean(x []float64) float64 {
+	var s float64
+	for _, v := range x {
+		s += v
+	}
+	return s / float64(len(x))
+}
+
+func TestHeadScoresAreNotebook02sLoop(t *testing.T) {
+	m := cpuModel(t)
+	seq := m.RepeatedRandom(20, 7)
+	got := m.HeadScores(seq, nb.Induction)
+	tr := m.Prefill(seq, nb.Capture("blocks.*.attn.hook_pattern"))
+	for l := range m.Model.Layers {
+		want, err := trace.InductionScores(tr.Tensors[gpu.LayerPoint(l, "attn.hook_pattern")], 20)
+		require.NoError(t, err)
+		require.Equal(t, want, got[l])
+	}
+	// MODEL.md: the default model has an induction head.
+	require.Greater(t, got.Best().Score, 0.4)
+}
+
+// Ablating each head equals running the ablation hook yourself.
+func TestAblateHeadsIsTheHookByHand(t *testing.T) {
+	m := cpuModel(t)
+	prompt := "func add(a, b int) int {\n\treturn a + b\n"
+	metric := m.LogitDiff("}", ")")
+	for _, how := range []nb.Ablation{nb.ZeroAblation, nb.MeanAblation} {
+		got := m.AblateHeads(prompt, how, metric)
+		require.Len(t, got, m.Model.Layers)
+		base := metric(m.Prefill(prompt))
+		for _, lh := range [][2]int{{0, 0}, {3, 1}} {
+			hook := gpu.AblateHead(lh[0], lh[1])
+			if how == nb.MeanAblation {
+				hook = gpu.MeanAblateHead(lh[0], lh[1])
+			}
+			want := metric(m.Prefill(prompt, nb.Hooks(hook))) - base
+			require.InDelta(t, want, got[lh[0]][lh[1]], 1e-9)
+		}
+	}
+	// A loss metric with every position's logits.
+	loss := m.AblateHeads(prompt, nb.ZeroAblation, nb.MeanLoss(0), nb.AllLogits())
+	want := m.Prefill(prompt, nb.AllLogits(), nb.Hooks(gpu.AblateHead(1, 0)))
+	require.InDelta(t, nb.MeanLoss(0)(want)-mean(m.Loss(prompt)), loss[1][0], 1e-9)
+}
+
+// Patching a head equals copying the clean run's hook_z for that head in a
+// host hook, and normalising maps the baselines to 0 and 1.
+func TestPatchHeadsIsAHostCopyOfTheCleanHead(t *testing.T) {
+	m := cpuModel(t)
+	clean, corrupt := "x := a + b; y := a ", "x := a - b; y := a "
+	metric := m.LogitDiff("+", "-")
+	p := m.PatchHeads(clean, corrupt, metric)
+	require.Equal(t, metric(m.Prefill(clean)), p.Clean)
+	require.Equal(t, metric(m.Prefill(corrupt)), p.Corrupt)
+	src := m.Prefill(clean, nb.Capture("blocks.*.attn.hook_z"))
+	for l := range m.Model.Layers {
+		for h := range m.Model.Heads {
+			z := src.Tensors[gpu.LayerPoint(l, "attn.hook_z")]
+			hd := m.Model.HeadDim
+			host := gpu.Hook{Point: gpu.LayerPoint(l, "attn.hook_z"), Host: func(_ string, shape []int, data []float32) error {
+				for p := range shape[0] {
+					o := (p*shape[1] + h) * hd
+					copy(data[o:o+hd], z.Data[o:o+hd])
+				}
+				return nil
+			}}
+			want := metric(m.Prefill(corrupt, nb.Hooks(host)))
+			// The same float32 values reach the same kernels either way.
+			require.InDelta(t, want, p.Patched[l][h], 1e-9, "layer %d head %d", l, h)
+		}
+	}
+	n := p.Normalized()
+	for l := range n {
+		for h := range n[l] {
+			require.InDelta(t, (p.Patched[l][h]-p.Corrupt)/(p.Clean-p.Corrupt), n[l][h], 1e-12)
+		}
+	}
+	require.Panics(t, func() { nb.Normalize(n, 1, 1) })
+	require.Panics(t, func() { m.PatchHeads("a", "a b c", metric) })
+}
+
+func TestPatchResidNormalized(t *testing.T) {
+	m := cpuModel(t)
+	clean, corrupt := m.Tokens("x := a + b"), m.Tokens("x := a - b")
+	diff := -1
+	for i := range clean {
+		if clean[i] != corrupt[i] {
+			diff = i
+		}
+	}
+	res := m.PatchResidNormalized(clean, corrupt, m.LogitDiff(" b", " c"))
+	// Layer 0's resid_pre is the embedding: patching the differing token
+	// gives the clean run (1), any other position the corrupted one (0).
+	for p := range clean {
+		want := 0.0
+		if p == diff {
+			want = 1
+		}
+		require.InDelta(t, want, res[0][p], 1e-9, "position %d", p)
+	}
+}
+
+func TestSteeringVectorIsTheResidDifference(t *testing.T) {
+	m := cpuModel(t)
+	v := m.SteeringVector("var x string", "var x int", 2, -1)
+	name := gpu.LayerPoint(2, "hook_resid_pre")
+	a := m.Prefill("var x string", nb.Capture(name)).Tensors[name]
+	b := m.Prefill("var x int", nb.Capture(name)).Tensors[name]
+	d := m.Model.DModel
+	require.Len(t, v, d)
+	for i := range v {
+		require.Equal(t, a.At(a.Shape[0]-1, i)-b.At(b.Shape[0]-1, i), v[i])
+	}
+	// Adding it to the last position of b's run at layer 2 makes that
+	// row a's: the next layer sees a's resid_pre there.
+	pos := []int{b.Shape[0] - 1}
+	next := gpu.LayerPoint(2, "ln1.hook_normalized")
+	steered := m.Prefill("var x int", nb.Capture(next), nb.Hooks(gpu.AddVector(name, v, 1, pos)))
+	want := m.Prefill("var x string", nb.Capture(next)).Tensors[next]
+	got := steered.Tensors[next]
+	for i := range d {
+		// a - b + b in float32 is a to within one rounding of |a|, ~1e-6.
+		require.InDelta(t, want.At(want.Shape[0]-1, i), got.At(got.Shape[0]-1, i), 1e-4)
+	}
+	require.NotPanics(t, func() { m.Prefill("func f() ", nb.Steer(2, v, 4)) })
+	require.Panics(t, func() { m.SteeringVector("a", "b", 2, 40) })
+}
+
+// Direct logit attribution: the components sum to the logit the model
+// computed, and each layer's heads sum to its attention term.
+func TestDLASumsToTheLogit(t *testing.T) {
+	m := cpuModel(t)
+	prompt := "if err != nil {\n\treturn"
+	tr := m.Prefill(prompt, nb.CaptureDLA())
+	tok := tr.Predicted[len(tr.Predicted)-1]
+	logits := tr.Tensors["logits"]
+	for _, pos := range []int{-1} {
+		dla := m.DLA(tr, m.Unembed(tok), pos)
+		require.Equal(t, "embed", dla[0].Label)
+		require.Len(t, dla, 1+2*m.Model.Layers)
+		var sum float64
+		for _, c := range dla {
+			sum += c.Logit
+		}
+		want := float64(logits.At(0, int(tok)))
+		// The engine's logit is a float32 dot over d_model after a float32
+		// norm; ours rounds each component to float32 once: ~1e-5 relative.
+		require.InDelta(t, want, sum, 1e-4*(1+math.Abs(want)))
+
+		heads := m.HeadDLA(tr, m.Unembed(tok), pos)
+		for l := range m.Model.Layers {
+			var s float64
+			for _, v := range heads[l] {
+				s += v
+			}
+			attn := dla[1+2*l]
+			require.Equal(t, gpu.LayerPoint(l, "attn_out")[len("blocks."):], attn.Label[:1]+".attn_out")
+			require.InDelta(t, attn.Logit, s, 1e-4*(1+math.Abs(attn.Logit)), "layer %d", l)
+		}
+	}
+	// The logit difference direction is the difference of the two.
+	dir := m.LogitDirection(tok, 0)
+	d0, d1 := m.DLA(tr, m.Unembed(tok), -1), m.DLA(tr, m.Unembed(int32(0)), -1)
+	for i, c := range m.DLA(tr, dir, -1) {
+		require.InDelta(t, d0[i].Logit-d1[i].Logit, c.Logit, 1e-5)
+	}
+	// The head results sum to the captured attention output.
+	res := m.HeadResults(tr, 2)
+	out := tr.Tensors["blocks.2.hook_attn_out"]
+	for p := range res.Shape[0] {
+		for i := range res.Shape[2] {
+			var s float32
+			for h := range res.Shape[1] {
+				s += res.At(p, h, i)
+			}
+			require.InDelta(t, out.At(p, i), s, 1e-4*(1+math.Abs(float64(out.At(p, i)))))
+		}
+	}
+	// accumulated_resid's last entry through the norm is the final logit too.
+	acc := m.AccumulatedResid(tr, true)
+	require.Equal(t, "final_post", acc.Labels[len(acc.Labels)-1])
+	v, err := acc.Dot(m.Unembed(tok), -1)
+	require.NoError(t, err)
+	require.InDelta(t, float64(logits.At(0, int(tok))), v[len(v)-1], 1e-4*(1+math.Abs(v[len(v)-1])))
+	require.Panics(t, func() { m.Token("return err") }, "more than one token")
+}
+
+func TestTokenLensEndsAtTheModelsOutput(t *testing.T) {
+	m := cpuModel(t)
+	prompt := "for i := 0; i < n; i++ {"
+	tr := m.Prefill(prompt, nb.Capture("blocks.*.hook_resid_post"), nb.AllLogits())
+	tok := tr.Predicted[len(tr.Predicted)-1]
+	lens := m.TokenLens(tr, tok)
+	last := m.Model.Layers - 1
+	T := len(tr.Tokens)
+	require.Len(t, lens.Prob, m.Model.Layers)
+	require.Equal(t, 0, lens.Rank[last][T-1], "the predicted token is the top one")
+	l := tr.Tensors["logits"]
+	V := l.Shape[1]
+	for p := range T {
+		want := math.Exp(logSoftmax64(l.Data[p*V:(p+1)*V], int(tok)))
+		// The lens recomputes the last layer's logits on the same backend.
+		require.InDelta(t, want, lens.Prob[last][p], 1e-5)
+		rank := 0
+		for _, v := range l.Data[p*V : (p+1)*V] {
+			if v > l.Data[p*V+int(tok)] {
+				rank++
+			}
+		}
+		require.Equal(t, rank, lens.Rank[last][p], "position %d", p)
+	}
+	// The top token's probability matches the logit lens's.
+	m.Lens(tr)
+	for layer := range m.Model.Layers {
+		top := tr.Lens.Token[layer][T-1]
+		got := m.TokenLens(tr, top)
+		require.Equal(t, 0, got.Rank[layer][T-1])
+		require.InDelta(t, float64(tr.Lens.Prob[layer][T-1]), got.Prob[layer][T-1], 1e-6)
+	}
+}

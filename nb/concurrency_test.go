@@ -1,0 +1,221 @@
+package nb_test
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/gpu/vulkan"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/nb"
+)
+
+// Issue 15.1: one nb.Model used from many goroutines (as GoNB cells and
+// user code do) died on Vulkan (concurrent map writes in the stream,
+// malloc corruption, SIGSEGV) and gave wrong logits on CPU with no error.
+// Now the model's calls take turns: every result equals the serial one,
+// and a step-wise run that another goroutine's call ended says so.
+func TestOneModelFromManyGoroutinesMatchesSerial(t *testing.T) {
+	for _, c := range []struct {
+		backend           string
+		goroutines, steps int // lavapipe is slow: fewer there
+	}{{"cpu", 8, 3}, {"vulkan", 4, 2}} {
+		if testing.Short() {
+			c.goroutines = 4
+		}
+		t.Run(c.backend, func(t *testing.T) {
+			m, err := nb.Open("", c.backend)
+			if errors.Is(err, vulkan.ErrNoDevice) {
+				t.Skipf("this machine has no Vulkan device: %v", err)
+			}
+			require.NoError(t, err)
+			sharedModelAgreesWithSerial(t, m, c.goroutines, c.steps)
+		})
+	}
+}
+
+func sharedModelAgreesWithSerial(t *testing.T, m *nb.Model, goroutines, rounds int) {
+	prompts := []string{"func main() {", "for i := 0; i < n; i++ {", "package strings", "x := []int{1, 2, 3}"}
+	opts := []nb.Option{nb.Capture("blocks.*.hook_resid_post", "blocks.1.attn.hook_pattern"), nb.AllLogits()}
+	const genTokens = 3
+	wantTrace := make([]*trace.Trace, len(prompts))
+	wantGen := make([]string, len(prompts))
+	for i, p := range prompts {
+		wantTrace[i] = m.Prefill(p, opts...)
+		wantGen[i] = m.Generate(p, genTokens)
+	}
+	wantSteps := m.Start(prompts[0]).Finish()
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []string
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		failures = append(failures, fmt.Sprintf(format, args...))
+	}
+	for g := range goroutines {
+		wg.Go(func() {
+			for r := range rounds {
+				i := (g + r) % len(prompts)
+				switch (g + r) % 3 {
+				case 0:
+					tr, err := m.Try(prompts[i], opts...)
+					if err != nil {
+						fail("prefill %d: %v", i, err)
+						continue
+					}
+					for _, name := range wantTrace[i].Names {
+						if !equal(wantTrace[i].Tensors[name].Data, tr.Tensors[name].Data) {
+							fail("prefill %d: %s differs from the serial run", i, name)
+						}
+					}
+				case 1:
+					if got := m.Generate(prompts[i], genTokens); got != wantGen[i] {
+						fail("generate %d: %q, serially %q", i, got, wantGen[i])
+					}
+				case 2:
+					// Another goroutine's call may end a step-wise run between
+					// its steps: then it says so, and otherwise it is exact.
+					func() {
+						defer func() {
+							if p := recover(); p != nil && !strings.Contains(fmt.Sprint(p), "took its buffers") {
+								fail("steps: %v", p)
+							}
+						}()
+						s := m.Start(prompts[0])
+						for s.Next() {
+						}
+						if err := s.Err(); err != nil {
+							if !strings.Contains(err.Error(), "took its buffers") {
+								fail("steps: %v", err)
+							}
+							return
+						}
+						tr := s.Finish()
+						if !equal(wantSteps.Tensors["logits"].Data, tr.Tensors["logits"].Data) {
+							fail("steps: logits differ from the serial run")
+						}
+					}()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, failures)
+
+	// And the model is as good as new.
+	require.Equal(t, wantTrace[0].Tensors["logits"].Data, m.Prefill(prompts[0], opts...).Tensors["logits"].Data)
+}
+
+func equal(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Issue 15.8: generating past the context panicked in nb.Generate. It now
+// stops at the end of the context, returns what it made and says why.
+func TestGenerateStopsAtTheEndOfTheContext(t *testing.T) {
+	// A small random model (context 512) keeps filling the context quick.
+	w, err := model.Generate(model.Shapes["tiny-llama"], gguf.F32, 3)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	require.NoError(t, w.WriteFile(path))
+	m := nb.MustOpen(path, "cpu")
+	prompt := "abc"
+	ids := m.Tokens(prompt)
+	c := m.Model.Context
+	g, err := m.TryGenerate(prompt, 100000)
+	require.NoError(t, err)
+	if !testing.Short() {
+		var out string
+		require.NotPanics(t, func() { out = m.Generate(prompt, 100000) })
+		require.Equal(t, g.Text, out)
+	}
+	t.Logf("%d tokens, stopped by %v", len(g.Tokens), g.Stop)
+	switch g.Stop {
+	case gpu.StopContext:
+		require.Len(t, g.Tokens, c-len(ids)+1, "the whole context was used")
+	case gpu.StopEOS:
+		require.Less(t, len(g.Tokens), c-len(ids)+1)
+	default:
+		t.Fatalf("stopped by %v", g.Stop)
+	}
+
+	// With Continue, the room left is what the previous call left.
+	m.Prefill(make([]int32, c-3))
+	g, err = m.TryGenerate([]int32{5}, 100, nb.Continue())
+	require.NoError(t, err)
+	if g.Stop != gpu.StopEOS {
+		require.Equal(t, gpu.StopContext, g.Stop)
+		require.Len(t, g.Tokens, 3)
+	}
+
+	g, err = m.TryGenerate(prompt, 2)
+	require.NoError(t, err)
+	if g.Stop != gpu.StopEOS {
+		require.Equal(t, gpu.StopLength, g.Stop)
+		require.Len(t, g.Tokens, 2)
+	}
+	_, err = m.TryGenerate(make([]int32, c+1), 5)
+	require.ErrorIs(t, err, gpu.ErrCacheFull)
+	require.ErrorContains(t, err, fmt.Sprintf("the prompt is %d tokens, which exceed the KV cache of %d positions (the model's context is %d tokens)", c+1, c, c))
+}
+
+// Issue 15.9: layer ranges selecting nothing captured only the logits, and
+// Layers(-5,-2) captured every layer.
+func TestLayersOutsideTheModelAreRefused(t *testing.T) {
+	m := nb.MustOpen("", "cpu") // 4 layers
+	for _, c := range []struct {
+		first, last int
+		want        string
+	}{
+		{3, 1, "layer range 3..1 selects no layer"},
+		{5, 9, "layer range 5..9 selects no layer: the model has 4 layers, 0..3"},
+		{-5, -2, "the first layer -5 is negative"},
+		{0, 4, "layer 4 is past the model's last layer 3"},
+	} {
+		_, err := m.Try("x", nb.Capture("blocks.*.hook_resid_post"), nb.Layers(c.first, c.last))
+		require.ErrorContains(t, err, c.want)
+		require.Panics(t, func() { m.Start("x", nb.Layers(c.first, c.last)) })
+	}
+	// Start without Capture keeps the layers asked for.
+	tr := m.Start("x", nb.Layers(2, 2)).Finish()
+	require.True(t, tr.Has("blocks.2.hook_resid_post"))
+	require.False(t, tr.Has("blocks.1.hook_resid_post"))
+	require.False(t, tr.Has("blocks.3.hook_resid_post"))
+}
+
+// Issue 15.13: LogitDiff("", "x") silently compared BOS.
+func TestLogitDiffRefusesTextWithoutTokens(t *testing.T) {
+	m := nb.MustOpen("", "cpu")
+	require.PanicsWithError(t, `nb.LogitDiff: "" encodes to no token (besides BOS): give each side some text, e.g. " Mary"`, func() { m.LogitDiff("", "x") })
+	require.Panics(t, func() { m.LogitDiff("x", "") })
+	diff := m.LogitDiff(" x", " y")
+	require.NotPanics(t, func() { diff(m.Prefill("a")) })
+}
+
+// A nil model, as left by a failed Open, is an error rather than a nil dereference.
+func TestNilModelIsAnError(t *testing.T) {
+	var m *nb.Model
+	_, err := m.Try("x")
+	require.ErrorContains(t, err, "nil *Model")
+	_, err = m.TryGenerate("x", 1)
+	require.ErrorContains(t, err, "nil *Model")
+	require.Panics(t, func() { m.Prefill("x") })
+}

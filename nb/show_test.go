@@ -1,0 +1,139 @@
+package nb_test
+
+import (
+	"errors"
+	"image/png"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot"
+
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/viz"
+)
+
+// stdout runs f and returns what it printed.
+func stdout(t *testing.T, f func()) string {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	saved := os.Stdout
+	os.Stdout = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	defer func() { os.Stdout = saved }()
+	f()
+	require.NoError(t, w.Close())
+	os.Stdout = saved
+	return <-done
+}
+
+// showFiles shows items outside a notebook and returns what Show printed
+// and the files it wrote.
+func showFiles(t *testing.T, items ...any) (string, []string) {
+	nb.ShowDir = t.TempDir()
+	out := stdout(t, func() { nb.Show(items...) })
+	entries, err := os.ReadDir(nb.ShowDir)
+	require.NoError(t, err)
+	var files []string
+	for _, e := range entries {
+		files = append(files, filepath.Join(nb.ShowDir, e.Name()))
+	}
+	return out, files
+}
+
+func TestShowTurnsFigureErrorsIntoMessages(t *testing.T) {
+	m := nb.MustOpen("")
+	tr := m.Prefill("func main() {", nb.Capture("blocks.*.attn.hook_pattern"))
+	var out string
+	var files []string
+	require.NotPanics(t, func() { out, files = showFiles(t, both(viz.AttentionHead(tr, 3, 9))...) })
+	require.Contains(t, out, "error: viz: AttentionHead: head 9 is out of range: the model has 8 heads (0-7)")
+	require.Empty(t, files)
+
+	out, files = showFiles(t, both(viz.KVCache(tr, 0, 0))...)
+	require.Contains(t, out, `capture "blocks.*.attn.cache_k"`)
+	require.Empty(t, files)
+
+	out, _ = showFiles(t, (*viz.Figure)(nil))
+	require.Contains(t, out, "a nil *viz.Figure, nothing to show", "a figure whose error was dropped")
+	out, _ = showFiles(t, 42)
+	require.Contains(t, out, "cannot show a int")
+	require.NotPanics(t, func() { out, files = showFiles(t, panicking{}, "after") })
+	require.Contains(t, out, "error: nb.Show: showing a nb_test.panicking failed: drawing went wrong")
+	require.Contains(t, out, "after", "items after a panic are still shown")
+	require.Empty(t, files)
+}
+
+// both passes a figure function's results on, as nb.Show(viz.X(...)) does.
+func both(f *viz.Figure, err error) []any { return []any{f, err} }
+
+type panicking struct{}
+
+func (panicking) Encode(io.Writer, string) error { panic("drawing went wrong") }
+
+func TestShowDrawsWhatUsersHave(t *testing.T) {
+	m := nb.MustOpen("")
+	tr := m.Prefill("func main() {", nb.Capture("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post", "blocks.0.attn.hook_q"))
+	p := plot.New()
+	p.Title.Text = "mine"
+	items := append(both(viz.AttentionGrid(tr)),
+		p,
+		[]float64{1, 3, 2},
+		[]float32{1, 3, 2},
+		[][]float64{{1, -1}, {0, 2}},
+		tr.Tensors["blocks.0.hook_resid_post"],   // 2-D
+		tr.Tensors["blocks.0.attn.hook_pattern"], // 3-D
+		&trace.Tensor{Shape: []int{3}, Data: []float32{1, 2, 3}},
+	)
+	out, files := showFiles(t, items...)
+	require.Len(t, files, 8, "one per item, the grid's nil error skipped: %s", out)
+	for _, f := range files {
+		r, err := os.Open(f)
+		require.NoError(t, err)
+		c, err := png.DecodeConfig(r)
+		r.Close()
+		require.NoError(t, err, f)
+		require.Greater(t, c.Width, 100, f)
+		require.Contains(t, out, f, "the path is printed")
+	}
+
+	nb.ShowDir = t.TempDir()
+	out = stdout(t, func() { nb.ShowTensor(tr, "blocks.0.attn.hook_q") })
+	require.True(t, strings.HasSuffix(strings.TrimSpace(out), ".png"), out)
+	out = stdout(t, func() { nb.ShowTensor(tr, "blocks.0.mlp.hook_post") })
+	require.Contains(t, out, `capture "blocks.*.mlp.hook_post"`)
+}
+
+func TestShowPrintsTablesAndTraces(t *testing.T) {
+	out, files := showFiles(t,
+		nb.Table{Header: []string{"head", "score"}, Rows: [][]string{{"L3H0", "0.61"}, {"L3H1", "0.48"}}},
+		[][]string{{"token", "loss"}, {"func", "2.5"}})
+	require.Empty(t, files)
+	require.Contains(t, out, "head  score\nL3H0  0.61\nL3H1  0.48\n")
+	require.Contains(t, out, "token  loss\nfunc   2.5\n")
+
+	m := nb.MustOpen("")
+	tr := m.Prefill("\tx", nb.Capture("blocks.0.hook_resid_post"))
+	out, _ = showFiles(t, tr)
+	require.Contains(t, out, "blocks.0.hook_resid_post")
+	require.Contains(t, out, `"\t`, "a tab piece is escaped once")
+	require.NotContains(t, out, `\\t`)
+}
+
+func TestShowWritesHTMLViewsToFiles(t *testing.T) {
+	out, files := showFiles(t, viz.HTML{Title: "v", Body: "<p>hi</p>"}, errors.New("and an error"))
+	require.Len(t, files, 1)
+	require.True(t, strings.HasSuffix(files[0], ".html"))
+	b, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	require.Contains(t, string(b), "<p>hi</p>")
+	require.Contains(t, out, "error: and an error")
+}

@@ -1,0 +1,117 @@
+package nb
+
+import (
+	"fmt"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// Ablation says what ablating a head replaces its output (hook_z) with.
+type Ablation int
+
+const (
+	ZeroAblation Ablation = iota // zeros (gpu.AblateHead)
+	MeanAblation                 // its mean over the prompt's positions (gpu.MeanAblateHead)
+)
+
+// AblateHeads ablates each head in turn and returns, [layer][head], the
+// metric of the ablated run minus that of the plain run: negative where a
+// head helps the metric. opts go to every prefill (a loss metric needs
+// AllLogits()).
+func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) float64, opts ...Option) trace.Scores {
+	ablate := gpu.AblateHead
+	if how == MeanAblation {
+		ablate = gpu.MeanAblateHead
+	}
+	base := metric(m.Prefill(prompt, opts...))
+	out := make(trace.Scores, m.Model.Layers)
+	for l := range out {
+		out[l] = make([]float64, m.Model.Heads)
+		for h := range out[l] {
+			out[l][h] = metric(m.Prefill(prompt, append(opts[:len(opts):len(opts)], Hooks(ablate(l, h)))...)) - base
+		}
+	}
+	return out
+}
+
+// Patching is the result of an activation-patching sweep: the metric of
+// each patched run of the corrupted prompt, and of the two unpatched runs.
+type Patching struct {
+	Patched        [][]float64
+	Clean, Corrupt float64
+}
+
+// Normalized is (patched - corrupt) / (clean - corrupt): 0 where patching
+// does nothing, 1 where it restores the clean metric.
+func (p *Patching) Normalized() [][]float64 { return Normalize(p.Patched, p.Clean, p.Corrupt) }
+
+// Normalize maps each value x to (x - corrupt) / (clean - corrupt).
+func Normalize(x [][]float64, clean, corrupt float64) [][]float64 {
+	if clean == corrupt {
+		panic(fmt.Errorf("nb.Normalize: the clean and corrupted metric are both %g; nothing to normalise by", clean))
+	}
+	out := make([][]float64, len(x))
+	for i := range x {
+		out[i] = make([]float64, len(x[i]))
+		for j, v := range x[i] {
+			out[i][j] = (v - corrupt) / (clean - corrupt)
+		}
+	}
+	return out
+}
+
+// baselines runs both prompts unpatched, checks they are the same length
+// and returns the corrupted ids, the clean trace with capture, and both metrics.
+func (m *Model) baselines(clean, corrupt any, metric func(*trace.Trace) float64, capture string, opts []Option) ([]int32, *trace.Trace, *Patching) {
+	c := Must(m.tokens(clean))
+	x := Must(m.tokens(corrupt))
+	if len(c) != len(x) {
+		panic(fmt.Errorf("nb: clean prompt has %d tokens, corrupted %d; patching needs equal lengths", len(c), len(x)))
+	}
+	src := m.Prefill(c, append(opts[:len(opts):len(opts)], Capture(capture))...)
+	p := &Patching{Clean: metric(src), Corrupt: metric(m.Prefill(x, opts...))}
+	return x, src, p
+}
+
+// PatchResidNormalized is PatchResid with the normalised metric: [layer][position].
+func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trace) float64) [][]float64 {
+	res := m.PatchResid(clean, corrupt, metric) // checks the prompts first
+	return Normalize(res, metric(m.Prefill(clean)), metric(m.Prefill(corrupt)))
+}
+
+// PatchHeads is activation patching per head: for every layer and head it
+// runs the corrupted prompt with that head's hook_z, at every position,
+// taken from the clean run, and records metric: Patched is [layer][head].
+// Both prompts must have the same number of tokens; opts go to every prefill.
+func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
+	ids, src, p := m.baselines(clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
+	p.Patched = make([][]float64, m.Model.Layers)
+	for l := range p.Patched {
+		p.Patched[l] = make([]float64, m.Model.Heads)
+		for h := range p.Patched[l] {
+			tr := m.Prefill(ids, append(opts[:len(opts):len(opts)], Hooks(PatchHead(l, h, src)))...)
+			p.Patched[l][h] = metric(tr)
+		}
+	}
+	return p
+}
+
+// PatchHead is a hook that overwrites one head's hook_z at every position
+// with the same head's from another run's trace, on the backend.
+func PatchHead(layer, head int, from *trace.Trace) gpu.Hook {
+	return gpu.Hook{Point: gpu.LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]gpu.DeviceEdit, error) {
+		src, err := from.Get(name)
+		if err != nil {
+			return nil, err
+		}
+		if fmt.Sprint(src.Shape) != fmt.Sprint(shape) || len(shape) != 3 {
+			return nil, fmt.Errorf("source trace has %s with shape %v, this run %v", name, src.Shape, shape)
+		}
+		if head < 0 || head >= shape[1] {
+			return nil, fmt.Errorf("head %d is out of range: %s has %d heads", head, name, shape[1])
+		}
+		off, stride := head*shape[2], shape[1]*shape[2]
+		return []gpu.DeviceEdit{{Edit: gpu.Edit{Op: gpu.EditSet, Off: off, Rows: shape[0], Cols: shape[2], Stride: stride, SrcOff: off, SrcStride: stride}, Data: src.Data}}, nil
+	}}
+}

@@ -1,0 +1,27 @@
+package viz
+
+import "fmt"
+
+// HeadHeatmap draws one value per head, [layer][head], with layers as rows
+// (L0 at the bottom) and heads as columns, on a scale centred at 0: for
+// ablation effects, head patching and direct logit attribution per head.
+func HeadHeatmap(scores [][]float64, title string) (*Figure, error) {
+	if len(scores) == 0 {
+		return nil, fmt.Errorf("viz: HeadHeatmap: no layers")
+	}
+	return PatchingHeatmap(scores, LayerLabels(len(scores)), HeadLabels(len(scores[0])), title)
+}
+
+// LayerLabels are "L0".."L<n-1>", the row labels of per-layer figures.
+func LayerLabels(n int) []string { return indexLabels("L", n) }
+
+// HeadLabels are "H0".."H<n-1>".
+func HeadLabels(n int) []string { return indexLabels("H", n) }
+
+func indexLabels(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}

@@ -1,0 +1,122 @@
+package viz
+
+import (
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+func TestTokenValuesColoursBySign(t *testing.T) {
+	h, err := TokenValues([]string{"a", " b", "\n", "c"}, []float64{0, 2, math.NaN(), 1}, "loss")
+	require.NoError(t, err)
+	body := h.HTML()
+	require.Contains(t, body, "loss: 0 to 2")
+	require.Contains(t, body, `background:rgb(178,24,43)`, "the largest value is full red")
+	require.Contains(t, body, `background:rgb(255,255,255)`, "zero is white")
+	require.Contains(t, body, `background:transparent`, "NaN is plain")
+	require.Contains(t, body, "·b", "spaces are shown")
+	require.Contains(t, body, "↵</span><br>", "newlines break the line")
+
+	h, err = TokenValues([]string{"x", "y"}, []float64{-3, 1.5}, "attribution")
+	require.NoError(t, err)
+	require.Contains(t, h.HTML(), `background:rgb(33,102,172)`, "the most negative is full blue")
+	require.Contains(t, h.HTML(), `background:rgb(217,140,149)`, "half of red's distance from white")
+
+	_, err = TokenValues([]string{"x"}, nil, "")
+	require.ErrorContains(t, err, "0 values for 1 tokens")
+}
+
+func TestTokenLossNeedsAllLogits(t *testing.T) {
+	m := synthModel(t)
+	tr := prefill(t, m, synthTokens[:6], gpu.CaptureOf("blocks.0.hook_resid_post"))
+	h, err := TokenLoss(tr)
+	require.NoError(t, err)
+	loss, err := tr.TokenLoss()
+	require.NoError(t, err)
+	require.Equal(t, len(tr.Tokens), strings.Count(h.HTML(), "<span "))
+	require.Contains(t, h.HTML(), `data-v="NaN"`, "the first token has no loss")
+	require.Contains(t, h.HTML(), "data-v=\""+strconv.FormatFloat(loss[0], 'g', -1, 64)+"\"", "token 1 carries loss[0]")
+
+	l := tr.Tensors["logits"]
+	tr.Tensors["logits"] = &trace.Tensor{Shape: []int{1, l.Shape[1]}, Data: l.Data[:l.Shape[1]]}
+	_, err = TokenLoss(tr)
+	require.ErrorContains(t, err, "nb.AllLogits()")
+}
+
+func TestAttentionViewMissingPattern(t *testing.T) {
+	_, err := AttentionView(trace.New())
+	require.ErrorContains(t, err, `capture "blocks.*.attn.hook_pattern"`)
+}
+
+// The view in a real browser: hover a token, then read back the weights
+// the page painted on both rows and compare them with the pattern.
+func TestAttentionViewReactsToHover(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (Debian package chromium); the hover check needs it")
+	}
+	m := synthModel(t)
+	tr := prefill(t, m, synthTokens[:6], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+	view, err := AttentionView(tr, 1)
+	require.NoError(t, err)
+	require.NotContains(t, view.Page(), "http", "self-contained: nothing to fetch")
+	const focus, head = 3, 1
+	// Pick head 1, then hover token 3 of the top row, as a user would.
+	drive := `<script>
+const v=document.querySelector('.strata-attn');
+v.querySelector('.head[data-h="1"]').click();
+v.querySelector('.row.to span[data-i="3"]').dispatchEvent(new MouseEvent('mouseover',{bubbles:true}));
+</script>`
+	page := filepath.Join(t.TempDir(), "view.html")
+	require.NoError(t, os.WriteFile(page, []byte(strings.Replace(view.Page(), "</body>", drive+"</body>", 1)), 0o644))
+	dom, err := runChromium(t, browser, page, "")
+	require.NoError(t, err, "chromium")
+
+	p := tr.Tensors["blocks.1.attn.hook_pattern"]
+	weights := func(row string) []float64 {
+		i := strings.Index(dom, `class="row `+row+`"`)
+		require.GreaterOrEqual(t, i, 0, "the %s row is in the DOM", row)
+		seg := dom[i:]
+		seg = seg[:strings.Index(seg, "</div>")]
+		var out []float64
+		for _, m := range regexp.MustCompile(`data-w="([^"]*)"`).FindAllStringSubmatch(seg, -1) {
+			w := math.NaN()
+			if m[1] != "" {
+				w, err = strconv.ParseFloat(m[1], 64)
+				require.NoError(t, err)
+			}
+			out = append(out, w)
+		}
+		return out
+	}
+	to, from := weights("to"), weights("from")
+	require.Len(t, to, 6)
+	require.Len(t, from, 6)
+	for k := range 6 {
+		// The page carries weights rounded to 4 decimals.
+		require.InDelta(t, float64(p.At(head, focus, k)), to[k], 5e-5, "token 3 attends to %d", k)
+		require.InDelta(t, float64(p.At(head, k, focus)), from[k], 5e-5, "%d attends to token 3", k)
+	}
+	require.Contains(t, dom, "layer 1 head 1, token 3")
+}
+
+func TestHTMLSaveWritesThePage(t *testing.T) {
+	h, err := TokenValues([]string{"a"}, []float64{1}, "x<y")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "v.html")
+	require.NoError(t, h.Save(path))
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, h.Page(), string(got))
+	require.Contains(t, h.Page(), "<title>x&lt;y</title>")
+}

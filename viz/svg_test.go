@@ -1,0 +1,216 @@
+package viz
+
+import (
+	"bytes"
+	"encoding/xml"
+	"image/color"
+	"image/png"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/recorder"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// svgElement is one element of an SVG file with its attributes.
+type svgElement struct {
+	name  string
+	attrs map[string]string
+}
+
+func svgElements(t *testing.T, svg string) []svgElement {
+	var out []svgElement
+	d := xml.NewDecoder(strings.NewReader(svg))
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return out
+		}
+		require.NoError(t, err)
+		if s, ok := tok.(xml.StartElement); ok {
+			e := svgElement{name: s.Name.Local, attrs: map[string]string{}}
+			for _, a := range s.Attr {
+				e.attrs[a.Name.Local] = a.Value
+			}
+			out = append(out, e)
+		}
+	}
+}
+
+func number(t *testing.T, s string) float64 {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "px"), 64)
+	require.NoError(t, err, s)
+	return v
+}
+
+// A browser draws vgsvg's output unlike its PNG (issue 11: heatmaps fitted
+// into squares); every raster must fill the rectangle it was drawn in, and
+// the SVG must be as many CSS pixels as the PNG has pixels.
+func TestSVGDrawsRastersAndTextWhereThePNGDoes(t *testing.T) {
+	m := synthModel(t)
+	tr := withLens(t, m, prefill(t, m, synthTokens, gpu.CaptureAll()))
+	cases := append(figureCases(tr), genericCases(tr)...)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fig := must(c.make())
+			var rec recorder.Canvas
+			fig.paint(&rec)
+			var rects []vg.Rectangle
+			var texts []*recorder.FillString
+			for _, a := range rec.Actions {
+				switch a := a.(type) {
+				case *recorder.DrawImage:
+					rects = append(rects, a.Rectangle)
+				case *recorder.FillString:
+					texts = append(texts, a)
+				}
+			}
+
+			var b bytes.Buffer
+			require.NoError(t, fig.Encode(&b, "svg"))
+			els := svgElements(t, b.String())
+			require.Equal(t, "svg", els[0].name)
+			pw, ph := fig.PixelSize()
+			require.Equal(t, strconv.Itoa(pw)+"px", els[0].attrs["width"])
+			require.Equal(t, strconv.Itoa(ph)+"px", els[0].attrs["height"])
+			require.Equal(t, "preserve", els[0].attrs["space"], "labels keep their spaces")
+
+			var images, textEls []svgElement
+			for _, e := range els {
+				switch e.name {
+				case "image":
+					images = append(images, e)
+				case "text":
+					textEls = append(textEls, e)
+				}
+			}
+			require.Len(t, images, len(rects))
+			for i, img := range images {
+				require.Equal(t, "none", img.attrs["preserveAspectRatio"], "image %d", i)
+				require.InDelta(t, rects[i].Size().X.Points(), number(t, img.attrs["width"]), 1e-6, "image %d width", i)
+				require.InDelta(t, rects[i].Size().Y.Points(), number(t, img.attrs["height"]), 1e-6, "image %d height", i)
+				require.True(t, strings.HasPrefix(img.attrs["href"], "data:image/png;base64,"))
+			}
+			require.Len(t, textEls, len(texts))
+			for i, e := range textEls {
+				if texts[i].String == "" {
+					continue
+				}
+				require.Equal(t, "spacingAndGlyphs", e.attrs["lengthAdjust"], "text %q", texts[i].String)
+				require.Greater(t, number(t, e.attrs["textLength"]), 0.0, "text %q", texts[i].String)
+			}
+
+			b.Reset()
+			require.NoError(t, fig.Encode(&b, "png"))
+			cfg, err := png.DecodeConfig(&b)
+			require.NoError(t, err)
+			require.Equal(t, [2]int{pw, ph}, [2]int{cfg.Width, cfg.Height}, "PNG and SVG sizes")
+		})
+	}
+}
+
+// genericCases draws what nb.Show draws for plain data.
+func genericCases(tr *trace.Trace) []figureCase {
+	return []figureCase{
+		{"Line", func() (*Figure, error) { return Line("a line", []float64{1, 3, 2}) }, []string{"a line"}},
+		{"Heatmap", func() (*Figure, error) { return Heatmap("signed", [][]float64{{1, -2, 0}, {0.5, 0, 3}}) }, []string{"signed", "index 0"}},
+		{"Tensor1D", func() (*Figure, error) {
+			return Tensor("v", &trace.Tensor{Shape: []int{4}, Data: []float32{1, 2, 3, 4}})
+		}, []string{"v [4]"}},
+		{"Tensor3D", func() (*Figure, error) { return Tensor("", tr.Tensors["blocks.0.attn.hook_pattern"]) }, []string{"[0]", "[7]"}},
+		{"CapturedPattern", func() (*Figure, error) { return Captured(tr, "blocks.0.attn.hook_pattern") }, []string{"[7]"}},
+		{"CapturedQ", func() (*Figure, error) { return Captured(tr, "blocks.1.attn.hook_q") }, []string{"&lt;|unused_300|&gt;"}},
+		{"Plot", func() (*Figure, error) { return Plot(newPlot("mine"), 0, 0), nil }, []string{"mine"}},
+	}
+}
+
+func TestGenericFiguresExport(t *testing.T) {
+	m := synthModel(t)
+	checkFigures(t, genericCases(prefill(t, m, synthTokens, gpu.CaptureAll())))
+}
+
+func TestGenericFiguresRefuseWhatTheyCannotDraw(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{second(Line("x", nil)), "Line: no values"},
+		{second(Line("x", []float64{1, math.NaN()})), "Line"},
+		{second(Heatmap("x", [][]float64{{1, 2}, {3}})), "row 1 has 1 values, row 0 has 2"},
+		{second(Tensor("x", &trace.Tensor{Shape: []int{1, 1, 1, 2}, Data: []float32{1, 2}})), "cannot draw a 4-D tensor"},
+		{second(Tensor("x", &trace.Tensor{Shape: []int{3}, Data: []float32{1, 2}})), "shape [3] wants 3 values, the tensor holds 2"},
+		{second(Tensor("x", nil)), "a nil tensor"},
+		{second(Captured(trace.New(), "blocks.0.attn.hook_q")), `capture "blocks.*.attn.hook_q"`},
+	} {
+		require.ErrorContains(t, c.err, c.want)
+	}
+}
+
+func TestWideHeatmapsAverageColumns(t *testing.T) {
+	row := make([]float64, 3000)
+	for i := range row {
+		row[i] = float64(i % 3)
+	}
+	f := must(Heatmap("wide", [][]float64{row}))
+	require.Contains(t, f.Title, "averaged in blocks of 3")
+	require.Equal(t, [][]float64{{1, 2}}, meanPool([][]float64{{0, 2, 3, 1}}, 2))
+}
+
+// Long prompts make thinner cells and fewer labels, not figures wider than
+// a notebook's column (issue 11: a 101-token logit lens was 2,336 px).
+func TestLongPromptsKeepFiguresNarrow(t *testing.T) {
+	m := synthModel(t)
+	tokens := make([]int32, 150) // 75 twice, for induction scores
+	for i := range tokens {
+		tokens[i] = int32(1 + i%75*6)
+	}
+	tr := withLens(t, m, prefill(t, m, tokens, gpu.CaptureAll()))
+	for _, c := range append(figureCases(tr), genericCases(tr)...) {
+		fig := must(c.make())
+		require.LessOrEqual(t, float64(fig.Width), maxWidth+1e-6, c.name)
+	}
+	// The lens labels every other position or fewer.
+	var b bytes.Buffer
+	require.NoError(t, must(LogitLens(tr)).Encode(&b, "svg"))
+	labels := 0
+	for _, p := range tr.Pieces {
+		labels += strings.Count(b.String(), ">"+strings.ReplaceAll(label(p), "<", "&lt;")+"</text>")
+	}
+	require.Less(t, labels, 100)
+}
+
+func contrastRatio(a, b color.Color) float64 {
+	lum := func(c color.Color) float64 {
+		r, g, b, _ := c.RGBA()
+		return 0.2126*linear(r) + 0.7152*linear(g) + 0.0722*linear(b)
+	}
+	la, lb := lum(a), lum(b)
+	return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+}
+
+// Annotations are black or white, whichever is readable on the cell: at
+// least WCAG's 4.5:1 on every colour of both scales.
+func TestAnnotationsContrastWithEveryCell(t *testing.T) {
+	for _, sc := range []scale{sequential(0, 1), diverging(1)} {
+		for i := 0; i <= 100; i++ {
+			c := sc.color(sc.lo + (sc.hi-sc.lo)*float64(i)/100)
+			require.GreaterOrEqual(t, contrastRatio(contrast(c), c), 4.5, "cell colour %v", c)
+		}
+	}
+	require.Equal(t, color.White, contrast(sequential(0, 1).color(1)))
+	require.Equal(t, color.Black, contrast(sequential(0, 1).color(0)))
+}
+
+func TestColumnLabelsStandUprightOnlyWhenLevelOnesCollide(t *testing.T) {
+	require.False(t, upright([]string{"<|endoftext|>", " x", " :=", " a"}, 32), "one long label between short ones fits")
+	require.True(t, upright([]string{"<|endoftext|>", "func", " add"}, 20))
+	require.False(t, upright([]string{"10", "11", "12"}, 2), "numbers stay level, thinned")
+	require.True(t, collide([]string{"10", "11", "12"}, 2))
+}

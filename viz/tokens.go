@@ -1,0 +1,72 @@
+package viz
+
+import (
+	"fmt"
+	"html"
+	"math"
+	"strings"
+
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// TokenValues colours each token by a value, as CircuitsVis's
+// colored_tokens does: white to red for values that are all >= 0 (loss),
+// blue through white to red, around 0, when some are negative
+// (attribution). values[i] belongs to pieces[i]; NaN leaves a token plain.
+// Hovering a token shows its value.
+func TokenValues(pieces []string, values []float64, label string) (HTML, error) {
+	if len(values) != len(pieces) {
+		return HTML{}, fmt.Errorf("viz: TokenValues got %d values for %d tokens", len(values), len(pieces))
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range values {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+	}
+	lim := math.Max(math.Abs(lo), math.Abs(hi))
+	if lo > hi || lim == 0 {
+		lo, hi, lim = 0, 0, 1
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<div class="strata-tokens" style="font-family:monospace;line-height:1.9;white-space:pre-wrap">`)
+	fmt.Fprintf(&b, `<div style="font:12px sans-serif;color:#555">%s: %.3g to %.3g</div>`, html.EscapeString(label), lo, hi)
+	for i, p := range pieces {
+		v := values[i]
+		bg := "transparent"
+		title := fmt.Sprintf("%d %q", i, p)
+		if !math.IsNaN(v) {
+			bg = valueColor(v, lim, lo < 0)
+			title += fmt.Sprintf(": %.4g", v)
+		}
+		fmt.Fprintf(&b, `<span data-i="%d" data-v="%g" title="%s" style="background:%s;border:1px solid #ddd;margin:0 1px;padding:0 2px">%s</span>`,
+			i, v, html.EscapeString(title), bg, html.EscapeString(showPiece(p)))
+		if strings.HasSuffix(p, "\n") {
+			b.WriteString("<br>")
+		}
+	}
+	b.WriteString("</div>")
+	return HTML{Title: label, Body: b.String()}, nil
+}
+
+// valueColor is white at 0 fading to red (positive) or blue (negative) at
+// |v| = lim.
+func valueColor(v, lim float64, signed bool) string {
+	t := math.Min(math.Abs(v)/lim, 1)
+	fade := func(c float64) int { return int(math.Round(255 - t*(255-c))) }
+	if v < 0 && signed {
+		return fmt.Sprintf("rgb(%d,%d,%d)", fade(33), fade(102), fade(172))
+	}
+	return fmt.Sprintf("rgb(%d,%d,%d)", fade(178), fade(24), fade(43))
+}
+
+// TokenLoss colours each token of a trace by the loss of predicting it
+// (the first token, which nothing predicts, stays plain); the trace needs
+// every position's logits (nb.AllLogits()).
+func TokenLoss(tr *trace.Trace) (HTML, error) {
+	loss, err := tr.TokenLoss()
+	if err != nil {
+		return HTML{}, fmt.Errorf("viz: TokenLoss: %w", err)
+	}
+	return TokenValues(tr.Pieces, append([]float64{math.NaN()}, loss...), "loss of predicting each token")
+}
