@@ -4,7 +4,11 @@
 // supply kernels; they never hold a copy of the program.
 package gpu
 
-import "github.com/stratalab/strata/model"
+import (
+	"errors"
+
+	"github.com/stratalab/strata/model"
+)
 
 // Tensor is a float32 buffer owned by a backend, on its device.
 type Tensor interface {
@@ -42,6 +46,10 @@ type Stream interface {
 	Write(dst Tensor, off int, src []float32)
 	// Read copies from src at off into dst; it syncs first.
 	Read(src Tensor, off int, dst []float32) error
+	// ReadBatch copies each request's range to the host after the work
+	// recorded so far, in as few submissions as the backend's staging
+	// allows: what a lazily read trace uses.
+	ReadBatch(reqs []ReadRequest) error
 	// Download asks for tensors to come back to the host with the next
 	// Sync, so that reading many tensors costs one submission, not one each.
 	Download(ts ...Tensor)
@@ -84,6 +92,23 @@ type Stream interface {
 	// largest (as a float32, exact below 2^24).
 	Argmax(dst, src Tensor, rows, n int)
 }
+
+// ReadRequest is one range of a ReadBatch: len(Dst) elements of Src from Off.
+type ReadRequest struct {
+	Src Tensor
+	Off int
+	Dst []float32
+}
+
+// DeviceMemory is implemented by backends whose tensors live in device
+// memory: their traces stay there until read. Backends without it (the
+// CPU) copy traces into Go memory as the prefill ends.
+type DeviceMemory interface {
+	DeviceMemory() bool
+}
+
+// ErrBackendClosed is wrapped by the errors of a backend used after Close.
+var ErrBackendClosed = errors.New("the backend is closed")
 
 // Proj is one projection of a MatMul: Dst [rows, W.Rows()] = x W^T + Bias.
 type Proj struct {

@@ -38,12 +38,12 @@ func TestDefaultModelMatchesPyTorch(t *testing.T) {
 	const tol = 1e-5
 	for l := 0; l < m.Layers; l++ {
 		want := f64(resid[l*T*d : (l+1)*T*d])
-		rel, ok := relErr(tr.Tensors[gpu.LayerPoint(l, "hook_resid_post")].Data, want)
+		rel, ok := relErr(tr.Tensor(gpu.LayerPoint(l, "hook_resid_post")).Data, want)
 		require.True(t, ok)
 		t.Logf("layer %d resid_post: max error %.2g of the largest magnitude", l, rel)
 		require.LessOrEqual(t, rel, tol, "layer %d resid_post", l)
 	}
-	rel, ok := relErr(tr.Tensors["logits"].Data, f64(logits))
+	rel, ok := relErr(tr.Tensor("logits").Data, f64(logits))
 	require.True(t, ok)
 	t.Logf("logits: max error %.2g of the largest magnitude", rel)
 	require.LessOrEqual(t, rel, tol, "logits")

@@ -21,6 +21,8 @@ type Engine struct {
 	output  Matrix
 	outNorm Tensor
 	layers  []layerWeights
+	// traceBytes counts the device memory of live GPU traces.
+	traceBytes atomic.Int64
 }
 
 type layerWeights struct {
@@ -128,6 +130,10 @@ type Session struct {
 	ws       workspace // the last prefill's buffers, for the next
 	run      *Run      // the run holding ws, until it ends
 
+	readMu sync.Mutex                // orders reads of the session's device traces
+	reader Stream                    // their reads' own stream, made on first read
+	traces map[*deviceTrace]struct{} // live device traces, freed with the session
+
 	mu       sync.Mutex  // held by the call in progress
 	closing  atomic.Bool // Close was called: whoever holds mu closes
 	isClosed bool        // under mu
@@ -231,6 +237,7 @@ func (s *Session) Close() {
 func (s *Session) close() {
 	s.isClosed = true
 	s.endRun(ErrSessionClosed)
+	s.freeTraces()
 	s.ws.free(s.st)
 	for _, t := range append(s.cacheK, s.cacheV...) {
 		s.st.Free(t)

@@ -101,7 +101,7 @@ func TestSteppedRunIsBitIdentical(t *testing.T) {
 	stepped, err := r.Finish()
 	require.NoError(t, err)
 	for _, name := range oneShot.Names {
-		require.Equal(t, oneShot.Tensors[name].Data, stepped.Tensors[name].Data, name)
+		require.Equal(t, oneShot.Tensor(name).Data, stepped.Tensor(name).Data, name)
 	}
 	require.Equal(t, len(testTokens), s.Pos())
 }
@@ -122,16 +122,16 @@ func TestContinuedPrefillMatchesOneShot(t *testing.T) {
 	T, d := len(testTokens), m.DModel
 	for l := 0; l < m.Layers; l++ {
 		name := gpu.LayerPoint(l, "hook_resid_post")
-		rel, ok := relErr(tr.Tensors[name].Data, want[name][split*d:])
+		rel, ok := relErr(tr.Tensor(name).Data, want[name][split*d:])
 		require.True(t, ok)
 		require.LessOrEqual(t, rel, parityTol, name)
 		name = gpu.LayerPoint(l, "attn.cache_k")
-		rel, ok = relErr(tr.Tensors[name].Data, want[name])
+		rel, ok = relErr(tr.Tensor(name).Data, want[name])
 		require.True(t, ok)
 		require.LessOrEqual(t, rel, parityTol, name)
 		// The pattern's rows are the reference's last T-split query rows.
 		name = gpu.LayerPoint(l, "attn.hook_pattern")
-		got := tr.Tensors[name]
+		got := tr.Tensor(name)
 		require.Equal(t, []int{m.Heads, T - split, T}, got.Shape)
 		var wantRows []float64
 		for h := 0; h < m.Heads; h++ {
@@ -141,7 +141,7 @@ func TestContinuedPrefillMatchesOneShot(t *testing.T) {
 		require.True(t, ok)
 		require.LessOrEqual(t, rel, parityTol, name)
 	}
-	rel, _ := relErr(tr.Tensors["logits"].Data, want["logits"][split*m.Vocab:])
+	rel, _ := relErr(tr.Tensor("logits").Data, want["logits"][split*m.Vocab:])
 	require.LessOrEqual(t, rel, parityTol)
 }
 
@@ -171,8 +171,8 @@ func TestInterventions(t *testing.T) {
 
 	t.Run("ablate head", func(t *testing.T) {
 		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.AblateHead(1, 3)}})
-		z := tr.Tensors["blocks.1.attn.hook_z"].Data
-		zBase := base.Tensors["blocks.1.attn.hook_z"].Data
+		z := tr.Tensor("blocks.1.attn.hook_z").Data
+		zBase := base.Tensor("blocks.1.attn.hook_z").Data
 		for pos := range testTokens {
 			for h := 0; h < H; h++ {
 				row, rowBase := z[(pos*H+h)*hd:(pos*H+h+1)*hd], zBase[(pos*H+h)*hd:(pos*H+h+1)*hd]
@@ -183,13 +183,13 @@ func TestInterventions(t *testing.T) {
 				}
 			}
 		}
-		require.NotEqual(t, base.Tensors["blocks.1.hook_resid_post"].Data, tr.Tensors["blocks.1.hook_resid_post"].Data)
-		require.Equal(t, base.Tensors["blocks.0.hook_resid_post"].Data, tr.Tensors["blocks.0.hook_resid_post"].Data, "earlier layers are untouched")
+		require.NotEqual(t, base.Tensor("blocks.1.hook_resid_post").Data, tr.Tensor("blocks.1.hook_resid_post").Data)
+		require.Equal(t, base.Tensor("blocks.0.hook_resid_post").Data, tr.Tensor("blocks.0.hook_resid_post").Data, "earlier layers are untouched")
 	})
 
 	t.Run("mean ablate head", func(t *testing.T) {
 		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.MeanAblateHead(0, 2)}})
-		zBase, z := base.Tensors["blocks.0.attn.hook_z"].Data, tr.Tensors["blocks.0.attn.hook_z"].Data
+		zBase, z := base.Tensor("blocks.0.attn.hook_z").Data, tr.Tensor("blocks.0.attn.hook_z").Data
 		for d := 0; d < hd; d++ {
 			mean := 0.0
 			for pos := range testTokens {
@@ -204,7 +204,7 @@ func TestInterventions(t *testing.T) {
 
 	t.Run("scale to zero", func(t *testing.T) {
 		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.Scale("blocks.0.hook_mlp_out", 0)}})
-		require.Equal(t, tr.Tensors["blocks.0.hook_resid_mid"].Data, tr.Tensors["blocks.0.hook_resid_post"].Data)
+		require.Equal(t, tr.Tensor("blocks.0.hook_resid_mid").Data, tr.Tensor("blocks.0.hook_resid_post").Data)
 	})
 
 	t.Run("add vector", func(t *testing.T) {
@@ -213,7 +213,7 @@ func TestInterventions(t *testing.T) {
 			vec[i] = float32(i%7) - 3
 		}
 		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.AddVector("blocks.1.hook_resid_pre", vec, 0.5, []int{4})}})
-		got, was := tr.Tensors["blocks.1.hook_resid_pre"].Data, base.Tensors["blocks.1.hook_resid_pre"].Data
+		got, was := tr.Tensor("blocks.1.hook_resid_pre").Data, base.Tensor("blocks.1.hook_resid_pre").Data
 		d := m.DModel
 		for pos := range testTokens {
 			for i := 0; i < d; i++ {
@@ -232,7 +232,7 @@ func TestInterventions(t *testing.T) {
 		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.Patch("blocks.1.hook_resid_pre", src, nil)}})
 		// Only tokens' identity enters through the residual stream, so
 		// patching all of it makes the rest of the run the other run's.
-		require.Equal(t, src.Tensors["blocks.1.hook_resid_post"].Data, tr.Tensors["blocks.1.hook_resid_post"].Data)
+		require.Equal(t, src.Tensor("blocks.1.hook_resid_post").Data, tr.Tensor("blocks.1.hook_resid_post").Data)
 	})
 
 	t.Run("host hook", func(t *testing.T) {
@@ -247,10 +247,10 @@ func TestInterventions(t *testing.T) {
 		}}
 		tr := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{hook}})
 		require.Equal(t, m.Layers, calls)
-		require.NotEqual(t, base.Tensors["blocks.1.hook_resid_post"].Data, tr.Tensors["blocks.1.hook_resid_post"].Data)
+		require.NotEqual(t, base.Tensor("blocks.1.hook_resid_post").Data, tr.Tensor("blocks.1.hook_resid_post").Data)
 		// Layer 1's input is layer 0's output negated.
-		for i, v := range base.Tensors["blocks.0.hook_resid_post"].Data {
-			require.Equal(t, -v, tr.Tensors["blocks.1.hook_resid_pre"].Data[i])
+		for i, v := range base.Tensor("blocks.0.hook_resid_post").Data {
+			require.Equal(t, -v, tr.Tensor("blocks.1.hook_resid_pre").Data[i])
 		}
 	})
 
@@ -282,14 +282,14 @@ func TestCancellationStopsBetweenLayersAndSessionStaysUsable(t *testing.T) {
 	tr, err := s.Prefill(context.Background(), testTokens, gpu.Options{Logits: gpu.LogitsAll})
 	require.NoError(t, err)
 	want := newRef(m).points(testTokens)
-	rel, _ := relErr(tr.Tensors["logits"].Data, want["logits"])
+	rel, _ := relErr(tr.Tensor("logits").Data, want["logits"])
 	require.LessOrEqual(t, rel, parityTol)
 }
 
 func TestPredictGivesArgmaxPerPosition(t *testing.T) {
 	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 9)
 	tr := prefill(t, newEngine(t, m), testTokens, gpu.Options{Logits: gpu.LogitsAll, Predict: true})
-	logits := tr.Tensors["logits"]
+	logits := tr.Tensor("logits")
 	require.Len(t, tr.Predicted, len(testTokens))
 	for pos, id := range tr.Predicted {
 		row := logits.Data[pos*m.Vocab : (pos+1)*m.Vocab]
@@ -363,7 +363,7 @@ func TestSessionsRunConcurrently(t *testing.T) {
 	}
 	for i := range prompts {
 		for _, name := range serial[i].Names {
-			require.Equal(t, serial[i].Tensors[name].Data, got[i].Tensors[name].Data, "prompt %d %s", i, name)
+			require.Equal(t, serial[i].Tensor(name).Data, got[i].Tensor(name).Data, "prompt %d %s", i, name)
 		}
 	}
 }

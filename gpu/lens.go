@@ -40,7 +40,7 @@ func (e *Engine) LogitLens(tr *trace.Trace) error {
 	lens := &trace.Lens{}
 	row := make([]float32, t*c.Vocab)
 	for l := range c.Layers {
-		st.Write(h, 0, tr.Tensors[LayerPoint(l, "hook_resid_post")].Data)
+		st.Write(h, 0, tr.Tensor(LayerPoint(l, "hook_resid_post")).Data)
 		st.RMSNorm(h, h, e.outNorm, t, c.DModel, c.RMSEps)
 		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
 		if err := st.Read(logits, 0, row); err != nil {
@@ -113,7 +113,7 @@ func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, err
 	}
 	row := make([]float32, t*c.Vocab)
 	for l := range c.Layers {
-		st.Write(h, 0, tr.Tensors[LayerPoint(l, "hook_resid_post")].Data)
+		st.Write(h, 0, tr.Tensor(LayerPoint(l, "hook_resid_post")).Data)
 		st.RMSNorm(h, h, e.outNorm, t, c.DModel, c.RMSEps)
 		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
 		if err := st.Read(logits, 0, row); err != nil {

@@ -70,7 +70,7 @@ func TestOneSessionFromManyGoroutinesRefusesOrMatchesSerial(t *testing.T) {
 		require.False(t, seen[k], "position %d prefilled twice", tr.Pos0)
 		seen[k] = true
 		for _, name := range want[k].Names {
-			require.Equal(t, want[k].Tensors[name].Data, tr.Tensors[name].Data, "pos %d %s", tr.Pos0, name)
+			require.Equal(t, want[k].Tensor(name).Data, tr.Tensor(name).Data, "pos %d %s", tr.Pos0, name)
 		}
 	}
 	require.Equal(t, fits*len(tokens), s.Pos())
@@ -128,7 +128,7 @@ func TestBusySessionRefusesEveryCallAndClosesAfter(t *testing.T) {
 	close(release)
 	<-done
 	require.NoError(t, perr)
-	require.Equal(t, want.Tensors["logits"].Data, tr.Tensors["logits"].Data, "the held prefill is untouched")
+	require.Equal(t, want.Tensor("logits").Data, tr.Tensor("logits").Data, "the held prefill is untouched")
 	_, err = s.Prefill(ctx, testTokens, gpu.Options{})
 	require.ErrorIs(t, err, gpu.ErrSessionClosed)
 	require.False(t, stepping.Next())
@@ -346,7 +346,7 @@ func TestBadHookEditsFailThePrefill(t *testing.T) {
 	}
 	got, err := s.Prefill(context.Background(), testTokens, gpu.Options{})
 	require.NoError(t, err)
-	require.Equal(t, want.Tensors["logits"].Data, got.Tensors["logits"].Data)
+	require.Equal(t, want.Tensor("logits").Data, got.Tensor("logits").Data)
 }
 
 // Issue 15.8: generation past the context panicked (nb) or lost its output

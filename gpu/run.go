@@ -33,6 +33,7 @@ type Run struct {
 	scores, pattern  Tensor
 	logits, argmax   Tensor
 	arenas           []Tensor // the captures, laid out by the layout's slots
+	device           bool     // the arenas are the run's own, and become the trace
 	owned            []Tensor // intervention sources, freed with the run
 	next             func() (string, bool)
 	stop             func()
@@ -91,15 +92,27 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 			needs = append(needs, need{"argmax", l.logitRows, &r.argmax})
 		}
 	}
-	r.arenas = make([]Tensor, len(l.arenas))
-	for i, n := range l.arenas {
-		needs = append(needs, need{fmt.Sprintf("capture arena %d", i), n, &r.arenas[i]})
+	// A GPU trace keeps its arenas (they are the trace, until read), so
+	// they are made for each run; on the CPU they are the session's
+	// scratch, copied into the trace as the run ends.
+	r.device = onDevice(s.e.Backend)
+	if !r.device {
+		r.arenas = make([]Tensor, len(l.arenas))
+		for i, n := range l.arenas {
+			needs = append(needs, need{fmt.Sprintf("capture arena %d", i), n, &r.arenas[i]})
+		}
 	}
 	if err := s.ws.fit(s.st, needs); err != nil {
 		// A GPU stream defers frees while it holds recorded work: submit it,
 		// so the memory is back before the next request.
 		_ = s.st.Sync()
 		return nil, fmt.Errorf("engine: prefill of %d tokens: %w", t, err)
+	}
+	if r.device {
+		if err := r.allocArenas(); err != nil {
+			return nil, fmt.Errorf("engine: prefill of %d tokens: the capture of %s (%d points) does not fit in device memory beside %s of live traces (Close traces no longer needed, or narrow the capture): %w",
+				t, HumanBytes(4*int64(l.captureElements)), len(l.order), HumanBytes(s.e.traceBytes.Load()), err)
+		}
 	}
 	s.run = r
 	r.next, r.stop = iter.Pull(r.program)
@@ -316,9 +329,19 @@ func (r *Run) finish() (*trace.Trace, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	tr, err := r.trace()
-	if err != nil {
-		return nil, err
+	var tr *trace.Trace
+	if r.device {
+		if err := r.st.Sync(); err != nil {
+			r.fail(err)
+			return nil, err
+		}
+		tr = r.newTrace()
+		r.keep(tr)
+	} else {
+		var err error
+		if tr, err = r.trace(); err != nil {
+			return nil, err
+		}
 	}
 	c := &r.s.e.Model.Config
 	if r.logits != nil && !tr.Has("logits") {
@@ -370,6 +393,9 @@ func (r *Run) release() {
 		r.st.Free(t)
 	}
 	r.owned = nil
+	if r.device {
+		r.freeArenas() // none when a trace took them
+	}
 	// After a failed or abandoned run a GPU stream still holds recorded
 	// work and defers the frees until it is submitted: submit it now, so
 	// the memory is back before the next request. Its error, if any, is

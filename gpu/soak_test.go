@@ -55,7 +55,7 @@ func TestSoakRandomPrefills(t *testing.T) {
 		ref.Reset()
 		want, err := ref.Prefill(ctx, history, gpu.Options{Logits: gpu.LogitsAll})
 		require.NoError(t, err)
-		got, full := tr.Tensors["logits"].Data, want.Tensors["logits"].Data
+		got, full := tr.Tensor("logits").Data, want.Tensor("logits").Data
 		require.Equal(t, full[len(full)-len(got):], got, "prefill %d (T=%d, continued %v, capture %v): logits differ from a one-shot run", i, T, cont, c)
 	}
 	s.Close()

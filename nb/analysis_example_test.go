@@ -173,7 +173,7 @@ func plusZero(x []float64) []float64 {
 func ExampleModel_LogitDirection() {
 	m := cpu()
 	tr := m.Prefill("if err != nil {\n\treturn")
-	row := tr.Tensors["logits"]
+	row := tr.Tensor("logits")
 	dir := m.LogitDirection(" err", " nil") // dot it with a stack: m.DLA(tr, dir, -1)
 	fmt.Printf("%d %.2f\n", len(dir), row.At(0, int(m.Token(" err")))-row.At(0, int(m.Token(" nil"))))
 	// Output: 256 -0.28

@@ -35,7 +35,7 @@ func TestLossIsTheNextTokensCrossEntropy(t *testing.T) {
 	prompt := "func (s *Server) Close() error {\n\treturn nil\n}"
 	loss := m.Loss(prompt)
 	tr := m.Prefill(prompt, nb.AllLogits())
-	l := tr.Tensors["logits"]
+	l := tr.Tensor("logits")
 	V := l.Shape[1]
 	require.Len(t, loss, len(tr.Tokens)-1)
 	for i := range loss {
@@ -62,7 +62,7 @@ func TestHeadScoresAreNotebook02sLoop(t *testing.T) {
 	got := m.HeadScores(seq, nb.Induction)
 	tr := m.Prefill(seq, nb.Capture("blocks.*.attn.hook_pattern"))
 	for l := range m.Model.Layers {
-		want, err := trace.InductionScores(tr.Tensors[gpu.LayerPoint(l, "attn.hook_pattern")], 20)
+		want, err := trace.InductionScores(tr.Tensor(gpu.LayerPoint(l, "attn.hook_pattern")), 20)
 		require.NoError(t, err)
 		require.Equal(t, want, got[l])
 	}
@@ -106,7 +106,7 @@ func TestPatchHeadsIsAHostCopyOfTheCleanHead(t *testing.T) {
 	src := m.Prefill(clean, nb.Capture("blocks.*.attn.hook_z"))
 	for l := range m.Model.Layers {
 		for h := range m.Model.Heads {
-			z := src.Tensors[gpu.LayerPoint(l, "attn.hook_z")]
+			z := src.Tensor(gpu.LayerPoint(l, "attn.hook_z"))
 			hd := m.Model.HeadDim
 			host := gpu.Hook{Point: gpu.LayerPoint(l, "attn.hook_z"), Host: func(_ string, shape []int, data []float32) error {
 				for p := range shape[0] {
@@ -155,8 +155,8 @@ func TestSteeringVectorIsTheResidDifference(t *testing.T) {
 	m := cpuModel(t)
 	v := m.SteeringVector("var x string", "var x int", 2, -1)
 	name := gpu.LayerPoint(2, "hook_resid_pre")
-	a := m.Prefill("var x string", nb.Capture(name)).Tensors[name]
-	b := m.Prefill("var x int", nb.Capture(name)).Tensors[name]
+	a := m.Prefill("var x string", nb.Capture(name)).Tensor(name)
+	b := m.Prefill("var x int", nb.Capture(name)).Tensor(name)
 	d := m.Model.DModel
 	require.Len(t, v, d)
 	for i := range v {
@@ -167,8 +167,8 @@ func TestSteeringVectorIsTheResidDifference(t *testing.T) {
 	pos := []int{b.Shape[0] - 1}
 	next := gpu.LayerPoint(2, "ln1.hook_normalized")
 	steered := m.Prefill("var x int", nb.Capture(next), nb.Hooks(gpu.AddVector(name, v, 1, pos)))
-	want := m.Prefill("var x string", nb.Capture(next)).Tensors[next]
-	got := steered.Tensors[next]
+	want := m.Prefill("var x string", nb.Capture(next)).Tensor(next)
+	got := steered.Tensor(next)
 	for i := range d {
 		// a - b + b in float32 is a to within one rounding of |a|, ~1e-6.
 		require.InDelta(t, want.At(want.Shape[0]-1, i), got.At(got.Shape[0]-1, i), 1e-4)
@@ -184,7 +184,7 @@ func TestDLASumsToTheLogit(t *testing.T) {
 	prompt := "if err != nil {\n\treturn"
 	tr := m.Prefill(prompt, nb.CaptureDLA())
 	tok := tr.Predicted[len(tr.Predicted)-1]
-	logits := tr.Tensors["logits"]
+	logits := tr.Tensor("logits")
 	for _, pos := range []int{-1} {
 		dla := m.DLA(tr, m.Unembed(tok), pos)
 		require.Equal(t, "embed", dla[0].Label)
@@ -217,7 +217,7 @@ func TestDLASumsToTheLogit(t *testing.T) {
 	}
 	// The head results sum to the captured attention output.
 	res := m.HeadResults(tr, 2)
-	out := tr.Tensors["blocks.2.hook_attn_out"]
+	out := tr.Tensor("blocks.2.hook_attn_out")
 	for p := range res.Shape[0] {
 		for i := range res.Shape[2] {
 			var s float32
@@ -246,7 +246,7 @@ func TestTokenLensEndsAtTheModelsOutput(t *testing.T) {
 	T := len(tr.Tokens)
 	require.Len(t, lens.Prob, m.Model.Layers)
 	require.Equal(t, 0, lens.Rank[last][T-1], "the predicted token is the top one")
-	l := tr.Tensors["logits"]
+	l := tr.Tensor("logits")
 	V := l.Shape[1]
 	for p := range T {
 		want := math.Exp(logSoftmax64(l.Data[p*V:(p+1)*V], int(tok)))

@@ -74,7 +74,7 @@ func sharedModelAgreesWithSerial(t *testing.T, m *nb.Model, goroutines, rounds i
 						continue
 					}
 					for _, name := range wantTrace[i].Names {
-						if !equal(wantTrace[i].Tensors[name].Data, tr.Tensors[name].Data) {
+						if !equal(wantTrace[i].Tensor(name).Data, tr.Tensor(name).Data) {
 							fail("prefill %d: %s differs from the serial run", i, name)
 						}
 					}
@@ -101,7 +101,7 @@ func sharedModelAgreesWithSerial(t *testing.T, m *nb.Model, goroutines, rounds i
 							return
 						}
 						tr := s.Finish()
-						if !equal(wantSteps.Tensors["logits"].Data, tr.Tensors["logits"].Data) {
+						if !equal(wantSteps.Tensor("logits").Data, tr.Tensor("logits").Data) {
 							fail("steps: logits differ from the serial run")
 						}
 					}()
@@ -113,7 +113,7 @@ func sharedModelAgreesWithSerial(t *testing.T, m *nb.Model, goroutines, rounds i
 	require.Empty(t, failures)
 
 	// And the model is as good as new.
-	require.Equal(t, wantTrace[0].Tensors["logits"].Data, m.Prefill(prompts[0], opts...).Tensors["logits"].Data)
+	require.Equal(t, wantTrace[0].Tensor("logits").Data, m.Prefill(prompts[0], opts...).Tensor("logits").Data)
 }
 
 func equal(a, b []float32) bool {

@@ -82,8 +82,7 @@ func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64
 	for l := range out {
 		out[l] = make([]float64, len(cleanIDs))
 		for p := range cleanIDs {
-			tr := m.Prefill(corruptIDs, Hooks(gpu.Patch(gpu.LayerPoint(l, "hook_resid_pre"), src, []int{p})))
-			out[l][p] = metric(tr)
+			out[l][p] = m.score(metric, corruptIDs, Hooks(gpu.Patch(gpu.LayerPoint(l, "hook_resid_pre"), src, []int{p})))
 		}
 	}
 	return out

@@ -21,7 +21,7 @@ func TestPrefillCapturesWhatWasAsked(t *testing.T) {
 	T := len(tr.Tokens)
 	require.Equal(t, m.Pieces(tr.Tokens), tr.Pieces)
 	require.Len(t, tr.Names, 2*m.Model.Layers+1, "patterns, resid_post, and the last position's logits")
-	require.Equal(t, []int{m.Model.Heads, T, T}, tr.Tensors["blocks.0.attn.hook_pattern"].Shape)
+	require.Equal(t, []int{m.Model.Heads, T, T}, tr.Tensor("blocks.0.attn.hook_pattern").Shape)
 	require.Len(t, tr.Predicted, 1)
 
 	first := nb.Layers(1, 1)
@@ -47,7 +47,7 @@ func TestStepsEndLikeAOneShotPrefill(t *testing.T) {
 	require.Equal(t, []int{0, 1, 2, 3}, layers)
 	got := s.Finish()
 	for _, n := range want.Names {
-		require.Equal(t, want.Tensors[n].Data, got.Tensors[n].Data, n)
+		require.Equal(t, want.Tensor(n).Data, got.Tensor(n).Data, n)
 	}
 }
 
@@ -59,7 +59,7 @@ func TestContinueUsesTheCache(t *testing.T) {
 	rest := m.Prefill(ids[5:], nb.Continue(), nb.Capture("blocks.3.hook_resid_post"))
 	require.Equal(t, 5, rest.Pos0)
 	d := m.Model.DModel
-	got, want := rest.Tensors["blocks.3.hook_resid_post"].Data, whole.Tensors["blocks.3.hook_resid_post"].Data[5*d:]
+	got, want := rest.Tensor("blocks.3.hook_resid_post").Data, whole.Tensor("blocks.3.hook_resid_post").Data[5*d:]
 	for i := range want {
 		require.InDelta(t, want[i], got[i], float64(1e-4*(1+abs(want[i]))))
 	}
@@ -132,7 +132,7 @@ func TestDefaultModelHasInductionAndPreviousTokenHeads(t *testing.T) {
 	for seed := range uint64(batch) {
 		tr := m.Prefill(m.RepeatedRandom(period, seed+1), nb.Capture("blocks.*.attn.hook_pattern"))
 		for l := 0; l < L; l++ {
-			p := tr.Tensors[gpu.LayerPoint(l, "attn.hook_pattern")]
+			p := tr.Tensor(gpu.LayerPoint(l, "attn.hook_pattern"))
 			si, err := trace.InductionScores(p, period)
 			require.NoError(t, err)
 			sp, err := trace.PrevTokenScores(p)

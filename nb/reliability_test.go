@@ -101,7 +101,7 @@ func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
 			require.NoError(t, err)
 			want := fresh.Prefill(prompt, nb.AllLogits())
 			require.Equal(t, want.Tokens, got.Tokens)
-			require.Equal(t, want.Tensors["logits"].Data, got.Tensors["logits"].Data)
+			require.Equal(t, want.Tensor("logits").Data, got.Tensor("logits").Data)
 			require.True(t, slices.Equal(want.Predicted, got.Predicted))
 		})
 	}

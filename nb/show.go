@@ -302,7 +302,7 @@ func captureTable(tr *trace.Trace) string {
 	// Jupyter right-aligns table cells, for numbers; names read left-aligned.
 	b.WriteString(`</p><table><tr><th style="text-align:left">capture point</th><th style="text-align:left">shape</th></tr>`)
 	for _, n := range tr.Names {
-		fmt.Fprintf(&b, `<tr><td style="text-align:left"><code>%s</code></td><td style="text-align:left">%v</td></tr>`, n, tr.Tensors[n].Shape)
+		fmt.Fprintf(&b, `<tr><td style="text-align:left"><code>%s</code></td><td style="text-align:left">%v</td></tr>`, n, tr.Shape(n))
 	}
 	b.WriteString("</table>")
 	return b.String()
@@ -321,7 +321,7 @@ func captureText(tr *trace.Trace) string {
 	}
 	b.WriteString("]\n")
 	for _, n := range tr.Names {
-		fmt.Fprintf(&b, "  %-40s %v\n", n, tr.Tensors[n].Shape)
+		fmt.Fprintf(&b, "  %-40s %v\n", n, tr.Shape(n))
 	}
 	return b.String()
 }

@@ -89,8 +89,8 @@ func TestShowDrawsWhatUsersHave(t *testing.T) {
 		[]float64{1, 3, 2},
 		[]float32{1, 3, 2},
 		[][]float64{{1, -1}, {0, 2}},
-		tr.Tensors["blocks.0.hook_resid_post"],   // 2-D
-		tr.Tensors["blocks.0.attn.hook_pattern"], // 3-D
+		tr.Tensor("blocks.0.hook_resid_post"),   // 2-D
+		tr.Tensor("blocks.0.attn.hook_pattern"), // 3-D
 		&trace.Tensor{Shape: []int{3}, Data: []float32{1, 2, 3}},
 	)
 	out, files := showFiles(t, items...)

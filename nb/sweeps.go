@@ -24,15 +24,23 @@ func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) 
 	if how == MeanAblation {
 		ablate = gpu.MeanAblateHead
 	}
-	base := metric(m.Prefill(prompt, opts...))
+	base := m.score(metric, prompt, opts...)
 	out := make(trace.Scores, m.Model.Layers)
 	for l := range out {
 		out[l] = make([]float64, m.Model.Heads)
 		for h := range out[l] {
-			out[l][h] = metric(m.Prefill(prompt, append(opts[:len(opts):len(opts)], Hooks(ablate(l, h)))...)) - base
+			out[l][h] = m.score(metric, prompt, append(opts[:len(opts):len(opts)], Hooks(ablate(l, h)))...) - base
 		}
 	}
 	return out
+}
+
+// score runs a prefill, applies metric and closes the trace: a sweep's
+// hundreds of prefills do not hold device memory until they are collected.
+func (m *Model) score(metric func(*trace.Trace) float64, prompt any, opts ...Option) float64 {
+	tr := m.Prefill(prompt, opts...)
+	defer tr.Close()
+	return metric(tr)
 }
 
 // Patching is the result of an activation-patching sweep: the metric of
@@ -70,14 +78,14 @@ func (m *Model) baselines(clean, corrupt any, metric func(*trace.Trace) float64,
 		panic(fmt.Errorf("nb: clean prompt has %d tokens, corrupted %d; patching needs equal lengths", len(c), len(x)))
 	}
 	src := m.Prefill(c, append(opts[:len(opts):len(opts)], Capture(capture))...)
-	p := &Patching{Clean: metric(src), Corrupt: metric(m.Prefill(x, opts...))}
+	p := &Patching{Clean: metric(src), Corrupt: m.score(metric, x, opts...)}
 	return x, src, p
 }
 
 // PatchResidNormalized is PatchResid with the normalised metric: [layer][position].
 func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trace) float64) [][]float64 {
 	res := m.PatchResid(clean, corrupt, metric) // checks the prompts first
-	return Normalize(res, metric(m.Prefill(clean)), metric(m.Prefill(corrupt)))
+	return Normalize(res, m.score(metric, clean), m.score(metric, corrupt))
 }
 
 // PatchHeads is activation patching per head: for every layer and head it
@@ -90,8 +98,7 @@ func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64
 	for l := range p.Patched {
 		p.Patched[l] = make([]float64, m.Model.Heads)
 		for h := range p.Patched[l] {
-			tr := m.Prefill(ids, append(opts[:len(opts):len(opts)], Hooks(PatchHead(l, h, src)))...)
-			p.Patched[l][h] = metric(tr)
+			p.Patched[l][h] = m.score(metric, ids, append(opts[:len(opts):len(opts)], Hooks(PatchHead(l, h, src)))...)
 		}
 	}
 	return p

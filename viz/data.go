@@ -24,9 +24,12 @@ func captureHint(name string) string {
 
 // tensor returns a captured point, checking it has the given shape.
 func tensor(tr *trace.Trace, figure, name string, shape ...int) (*trace.Tensor, error) {
-	x, ok := tr.Tensors[name]
-	if !ok {
+	if !tr.Has(name) {
 		return nil, missing(figure, name, captureHint(name))
+	}
+	x, err := tr.Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("viz: %s: %w", figure, err)
 	}
 	if !slices.Equal(x.Shape, shape) {
 		return nil, fmt.Errorf("viz: %s: %s has shape %v, want %v from the trace's model and tokens", figure, name, x.Shape, shape)

@@ -130,9 +130,12 @@ func Tensor(title string, x *trace.Tensor) (*Figure, error) {
 // with positions labelled by token; a 3-D tensor whose first axis is
 // positions ([T, heads, head_dim]) is drawn as [T, heads*head_dim].
 func Captured(tr *trace.Trace, name string) (*Figure, error) {
-	x, ok := tr.Tensors[name]
-	if !ok {
+	if !tr.Has(name) {
 		return nil, missing("Captured", name, captureHint(name))
+	}
+	x, err := tr.Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("viz: Captured: %w", err)
 	}
 	var ax axes
 	title := name

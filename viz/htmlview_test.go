@@ -47,8 +47,8 @@ func TestTokenLossNeedsAllLogits(t *testing.T) {
 	require.Contains(t, h.HTML(), `data-v="NaN"`, "the first token has no loss")
 	require.Contains(t, h.HTML(), "data-v=\""+strconv.FormatFloat(loss[0], 'g', -1, 64)+"\"", "token 1 carries loss[0]")
 
-	l := tr.Tensors["logits"]
-	tr.Tensors["logits"] = &trace.Tensor{Shape: []int{1, l.Shape[1]}, Data: l.Data[:l.Shape[1]]}
+	l := tr.Tensor("logits")
+	tr.Put("logits", &trace.Tensor{Shape: []int{1, l.Shape[1]}, Data: l.Data[:l.Shape[1]]})
 	_, err = TokenLoss(tr)
 	require.ErrorContains(t, err, "nb.AllLogits()")
 }
@@ -82,7 +82,7 @@ v.querySelector('.row.to span[data-i="3"]').dispatchEvent(new MouseEvent('mouseo
 	dom, err := runChromium(t, browser, page, "")
 	require.NoError(t, err, "chromium")
 
-	p := tr.Tensors["blocks.1.attn.hook_pattern"]
+	p := tr.Tensor("blocks.1.attn.hook_pattern")
 	weights := func(row string) []float64 {
 		i := strings.Index(dom, `class="row `+row+`"`)
 		require.GreaterOrEqual(t, i, 0, "the %s row is in the DOM", row)

@@ -54,7 +54,7 @@ func writeReport(tr *trace.Trace, dir string) error {
 		page.Tokens = append(page.Tokens, reportToken{Pos: tr.Pos0 + i, ID: id, Text: stripText(pieceAt(tr, i))})
 	}
 	for _, n := range tr.Names {
-		c := reportCapture{Name: n, Shape: fmt.Sprint(tr.Tensors[n].Shape)}
+		c := reportCapture{Name: n, Shape: fmt.Sprint(tr.Tensor(n).Shape)}
 		if nf := tr.NonFiniteIn(n); nf.Any() {
 			c.NonFinite = nf.String()
 			page.NonFiniteCaptures++
@@ -150,8 +150,8 @@ func reportFigures(tr *trace.Trace) []reportEntry {
 func strongestPrevTokenHead(tr *trace.Trace) (layer, head int) {
 	layer, best := -1, -1.0
 	for l := range tr.Model.Layers {
-		p, ok := tr.Tensors[gpu.LayerPoint(l, "attn.hook_pattern")]
-		if !ok {
+		p := tr.Tensor(gpu.LayerPoint(l, "attn.hook_pattern"))
+		if p == nil {
 			continue
 		}
 		if layer < 0 {

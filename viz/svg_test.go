@@ -124,7 +124,7 @@ func genericCases(tr *trace.Trace) []figureCase {
 		{"Tensor1D", func() (*Figure, error) {
 			return Tensor("v", &trace.Tensor{Shape: []int{4}, Data: []float32{1, 2, 3, 4}})
 		}, []string{"v [4]"}},
-		{"Tensor3D", func() (*Figure, error) { return Tensor("", tr.Tensors["blocks.0.attn.hook_pattern"]) }, []string{"[0]", "[7]"}},
+		{"Tensor3D", func() (*Figure, error) { return Tensor("", tr.Tensor("blocks.0.attn.hook_pattern")) }, []string{"[0]", "[7]"}},
 		{"CapturedPattern", func() (*Figure, error) { return Captured(tr, "blocks.0.attn.hook_pattern") }, []string{"[7]"}},
 		{"CapturedQ", func() (*Figure, error) { return Captured(tr, "blocks.1.attn.hook_q") }, []string{"&lt;|unused_300|&gt;"}},
 		{"Plot", func() (*Figure, error) { return Plot(newPlot("mine"), 0, 0), nil }, []string{"mine"}},

@@ -252,7 +252,7 @@ func TestBadArgumentsAreNamed(t *testing.T) {
 	_, err := LogitLens(tr)
 	require.ErrorContains(t, err, "logit lens layer 0 has 1 probabilities and 1 pieces, want 13 (one per token)")
 
-	bad := tr.Tensors["blocks.1.attn.hook_pattern"]
+	bad := tr.Tensor("blocks.1.attn.hook_pattern")
 	bad.Shape = []int{8, 13, 12}
 	_, err = AttentionGrid(tr)
 	require.ErrorContains(t, err, "AttentionGrid: blocks.1.attn.hook_pattern has shape [8 13 12], want [8 13 13]")

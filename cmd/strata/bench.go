@@ -31,6 +31,9 @@ type benchRow struct {
 	MedianMS float64 `json:"median_ms"`
 	TokS     float64 `json:"tok_s"`
 	Runs     int     `json:"runs"`
+	// ReadbackGBs is how fast a whole trace of one more prefill came back
+	// to host memory (Trace.Load), for a capture held on a device.
+	ReadbackGBs float64 `json:"readback_gb_s,omitempty"`
 	// Stages is device time per kind of kernel in one more, profiled run
 	// (GPU timestamp queries), in milliseconds.
 	Stages map[string]float64 `json:"stages_ms,omitempty"`
@@ -87,7 +90,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
-	budget := fs.Float64("budget", 16, "capture memory a prefill may use, in GiB (captures are copied to host memory); a point over it is reported as refused")
+	budget := fs.Float64("budget", 16, "capture memory a prefill may use, in GiB (device memory on a GPU, host memory on the CPU); a point over it is reported as refused")
 	jsonOut := fs.String("json", "", "also write the rows as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the host's work to this file (go tool pprof)")
 	if _, err := parse(fs, args); err != nil {
@@ -174,8 +177,15 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 			if row.Stages, err = stageTimes(ctx, b, s, tokens, o); err != nil {
 				return err
 			}
+			readback := ""
+			if capture == "all" && onDevice(b) {
+				if row.ReadbackGBs, err = timeReadback(ctx, s, tokens, o); err != nil {
+					return err
+				}
+				readback = fmt.Sprintf("read-back %.1f GB/s  ", row.ReadbackGBs)
+			}
 			rows = append(rows, row)
-			fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %10.2f %10.1f  %s\n", row.Model, row.Type, row.Backend, row.T, row.Capture, row.MedianMS, row.TokS, stageSummary(row.Stages))
+			fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %10.2f %10.1f  %s%s\n", row.Model, row.Type, row.Backend, row.T, row.Capture, row.MedianMS, row.TokS, readback, stageSummary(row.Stages))
 		}
 	}
 	if *jsonOut != "" {
@@ -220,6 +230,35 @@ func benchModel(path, shape, typName string) (m *model.Model, name, typ string, 
 	return m, shape, t.String(), err
 }
 
+func onDevice(b gpu.Backend) bool {
+	d, ok := b.(gpu.DeviceMemory)
+	return ok && d.DeviceMemory()
+}
+
+// timeReadback runs one more prefill and times reading its whole trace
+// into host memory, in GB/s (10^9 bytes).
+func timeReadback(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options) (float64, error) {
+	s.Reset()
+	tr, err := s.Prefill(ctx, tokens, o)
+	if err != nil {
+		return 0, err
+	}
+	defer tr.Close()
+	var bytes int64
+	for _, name := range tr.Names {
+		n := int64(4)
+		for _, d := range tr.Shape(name) {
+			n *= int64(d)
+		}
+		bytes += n
+	}
+	start := time.Now()
+	if err := tr.Load(); err != nil {
+		return 0, err
+	}
+	return float64(bytes) / time.Since(start).Seconds() / 1e9, nil
+}
+
 // timePrefill runs one warm-up prefill, then iters timed ones from position 0,
 // and returns the median in milliseconds.
 func timePrefill(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options, iters int) (float64, error) {
@@ -227,12 +266,14 @@ func timePrefill(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Opti
 	for i := range iters + 1 {
 		s.Reset()
 		start := time.Now()
-		if _, err := s.Prefill(ctx, tokens, o); err != nil {
+		tr, err := s.Prefill(ctx, tokens, o)
+		if err != nil {
 			return 0, err
 		}
 		if i > 0 {
 			times = append(times, float64(time.Since(start).Microseconds())/1e3)
 		}
+		tr.Close() // a GPU trace stays on the device until read: give it back
 	}
 	slices.Sort(times)
 	return times[len(times)/2], nil

@@ -461,7 +461,11 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		// The error names the folder already: say it as the flag the user gave.
 		return &rewordedError{"--out " + *dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+*dir+": "), err}
 	}
-	if name, nf := tr.FirstNonFinite(); name != "" {
+	name, nf, err := tr.FirstNonFinite()
+	if err != nil {
+		return err
+	}
+	if name != "" {
 		at := name
 		if l := trace.LayerOf(name); l >= 0 {
 			at = fmt.Sprintf("%s (layer %d)", name, l)

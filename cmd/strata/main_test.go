@@ -55,9 +55,9 @@ func TestTraceWritesNpzAndManifest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int32{1, 403, 407, 261, 378}, tr.Tokens)
 	require.Len(t, tr.Names, 5*3+1)
-	require.Equal(t, []int{8, 5, 5}, tr.Tensors["blocks.4.attn.hook_pattern"].Shape)
-	require.Equal(t, []int{5, 4, 8}, tr.Tensors["blocks.0.attn.cache_k"].Shape)
-	require.Equal(t, []int{5, 512}, tr.Tensors["logits"].Shape)
+	require.Equal(t, []int{8, 5, 5}, tr.Tensor("blocks.4.attn.hook_pattern").Shape)
+	require.Equal(t, []int{5, 4, 8}, tr.Tensor("blocks.0.attn.cache_k").Shape)
+	require.Equal(t, []int{5, 512}, tr.Tensor("logits").Shape)
 	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	require.NoError(t, err)
 	var m trace.Manifest

@@ -237,7 +237,7 @@ func TestTraceOfANaNModel(t *testing.T) {
 	require.Contains(t, string(raw), `"NaN"`, "the logit lens's NaN probabilities")
 	tr, err := trace.Load(dir)
 	require.NoError(t, err)
-	require.True(t, math.IsNaN(float64(tr.Tensors["logits"].Data[0])))
+	require.True(t, math.IsNaN(float64(tr.Tensor("logits").Data[0])))
 	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
 	require.NoError(t, err)
 	require.Contains(t, string(page), "The model first went non-finite at <code>blocks.1.ln2.hook_normalized</code> (layer 1): 96 NaN.")

@@ -106,6 +106,15 @@ func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
 	return nil
 }
 
+func (s *stream) ReadBatch(reqs []gpu.ReadRequest) error {
+	for _, q := range reqs {
+		if err := s.Read(q.Src, q.Off, q.Dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Sync returns the request's first error and forgets it: the next request
 // starts clean.
 func (s *stream) Sync() error {

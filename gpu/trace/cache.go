@@ -136,20 +136,29 @@ func headName(name string) string {
 // head (grouped-query models have fewer of them).
 func (t *Trace) Head(name string, layer, head int) (*Matrix, error) {
 	full := point(layer, headName(name))
-	x, err := t.Get(full)
-	if err != nil {
+	shape := t.Shape(full)
+	if shape == nil {
+		_, err := t.Get(full)
 		return nil, missing(err, full)
 	}
-	if len(x.Shape) != 3 {
-		return nil, fmt.Errorf("trace: %s has shape %v, not a per-head point", full, x.Shape)
+	if len(shape) != 3 {
+		return nil, fmt.Errorf("trace: %s has shape %v, not a per-head point", full, shape)
 	}
 	label := fmt.Sprintf("%s head %d", full, head)
 	if strings.HasSuffix(full, "hook_pattern") || strings.HasSuffix(full, "hook_attn_scores") {
-		h, rows, cols := x.Shape[0], x.Shape[1], x.Shape[2]
+		h, rows, cols := shape[0], shape[1], shape[2]
 		if head < 0 || head >= h {
 			return nil, fmt.Errorf("trace: head %d is out of range: %s has %d heads", head, full, h)
 		}
-		return &Matrix{Name: label, Rows: rows, Cols: cols, Data: append([]float32(nil), x.Data[head*rows*cols:(head+1)*rows*cols]...)}, nil
+		x, err := t.Rows(full, head, head+1) // one head: a trace on a GPU reads only it
+		if err != nil {
+			return nil, err
+		}
+		return &Matrix{Name: label, Rows: rows, Cols: cols, Data: x.Data}, nil
+	}
+	x, err := t.Get(full)
+	if err != nil {
+		return nil, err
 	}
 	rows, h, cols := x.Shape[0], x.Shape[1], x.Shape[2]
 	if head < 0 || head >= h {

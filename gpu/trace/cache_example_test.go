@@ -106,7 +106,7 @@ func ExampleTrace_DecomposeResid() {
 	for _, v := range dla {
 		sum += v
 	}
-	logits := m.Prefill("return nil").Tensors["logits"]
+	logits := m.Prefill("return nil").Tensor("logits")
 	fmt.Printf("components sum to %.3f, the logit is %.3f\n", sum, logits.At(0, int(m.Token("\n"))))
 	// Output:
 	// components sum to 6.441, the logit is 6.441

@@ -3,6 +3,7 @@ package trace
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -47,7 +48,7 @@ func TestHeadSlicesMatchAt(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 3, z.Rows)
 		require.Equal(t, 3, z.Cols)
-		full := tr.Tensors["blocks.1.attn.hook_z"]
+		full := tr.Tensor("blocks.1.attn.hook_z")
 		d := z.Dense()
 		rows := z.Slices()
 		for p := range 3 {
@@ -60,7 +61,7 @@ func TestHeadSlicesMatchAt(t *testing.T) {
 	}
 	p, err := tr.Pattern(0, 1)
 	require.NoError(t, err)
-	full := tr.Tensors["blocks.0.attn.hook_pattern"]
+	full := tr.Tensor("blocks.0.attn.hook_pattern")
 	for q := range 3 {
 		for k := range 3 {
 			require.Equal(t, full.At(1, q, k), p.At(q, k))
@@ -80,14 +81,14 @@ func TestResidReadsWhicheverEqualPointWasCaptured(t *testing.T) {
 	tr := smallTrace(2)
 	r0, err := tr.Resid(0)
 	require.NoError(t, err)
-	require.Equal(t, tr.Tensors["hook_embed"].Data, r0.Data)
+	require.Equal(t, tr.Tensor("hook_embed").Data, r0.Data)
 	r2, err := tr.Resid(2)
 	require.NoError(t, err)
 	require.Equal(t, "blocks.1.hook_resid_post", r2.Name)
 	r1, err := tr.Resid(1)
 	require.NoError(t, err)
 	require.Equal(t, "blocks.0.hook_resid_post", r1.Name)
-	require.Equal(t, tr.Tensors["blocks.0.hook_resid_post"].Data[4:8], r1.Row(1))
+	require.Equal(t, tr.Tensor("blocks.0.hook_resid_post").Data[4:8], r1.Row(1))
 
 	tr.Put("blocks.1.hook_resid_pre", &Tensor{Shape: []int{3, 4}, Data: make([]float32, 12)})
 	r1, err = tr.Resid(1)
@@ -96,7 +97,7 @@ func TestResidReadsWhicheverEqualPointWasCaptured(t *testing.T) {
 
 	_, err = tr.Resid(3)
 	require.ErrorContains(t, err, "layers are 0..2")
-	delete(tr.Tensors, "blocks.1.hook_resid_post")
+	drop(tr, "blocks.1.hook_resid_post")
 	_, err = tr.Resid(2)
 	require.ErrorContains(t, err, `needs blocks.1.hook_resid_post, none was captured; capture with nb.Capture("blocks.*.hook_resid_post")`)
 }
@@ -111,7 +112,7 @@ func TestHeadResultsSumToZTimesWO(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{3, 2, 4}, res.Shape)
 
-	z := tr.Tensors["blocks.1.attn.hook_z"]
+	z := tr.Tensor("blocks.1.attn.hook_z")
 	zd, wd := mat.NewDense(3, 6, f64(z.Data)), mat.NewDense(4, 6, f64(wO))
 	var want mat.Dense
 	want.Mul(zd, wd.T())
@@ -148,11 +149,11 @@ func TestStacksSumAndNormalise(t *testing.T) {
 	tr := smallTrace(4)
 	// Make resid_post of the last layer the sum of the decomposition, as
 	// a real run's is.
-	final := tr.Tensors["blocks.1.hook_resid_post"]
+	final := tr.Tensor("blocks.1.hook_resid_post")
 	for i := range final.Data {
-		final.Data[i] = tr.Tensors["hook_embed"].Data[i]
+		final.Data[i] = tr.Tensor("hook_embed").Data[i]
 		for l := range 2 {
-			final.Data[i] += tr.Tensors[point(l, "hook_attn_out")].Data[i] + tr.Tensors[point(l, "hook_mlp_out")].Data[i]
+			final.Data[i] += tr.Tensor(point(l, "hook_attn_out")).Data[i] + tr.Tensor(point(l, "hook_mlp_out")).Data[i]
 		}
 	}
 	dec, err := tr.DecomposeResid()
@@ -200,7 +201,14 @@ func TestStacksSumAndNormalise(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"L0H0", "L0H1", "L1H0", "L1H1"}, heads.Labels)
 
-	delete(tr.Tensors, "blocks.1.hook_mlp_out")
+	drop(tr, "blocks.1.hook_mlp_out")
 	_, err = tr.DecomposeResid()
 	require.ErrorContains(t, err, `nb.Capture("blocks.*.hook_mlp_out")`)
+}
+
+// drop forgets a capture, as if it had not been captured.
+func drop(tr *Trace, name string) {
+	delete(tr.tensors, name)
+	delete(tr.shapes, name)
+	tr.Names = slices.DeleteFunc(tr.Names, func(n string) bool { return n == name })
 }

@@ -79,7 +79,10 @@ func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
 	}
-	fp := t.Fingerprint()
+	fp, err := t.Fingerprint()
+	if err != nil {
+		return fmt.Errorf("trace: %s: %w", dir, err)
+	}
 	tmp, err := os.MkdirTemp(parent, "."+base+".new-")
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
@@ -373,21 +376,26 @@ func scrub(err error, tmp, abs, dir string) error {
 }
 
 // Fingerprint identifies the trace's content: its manifest and every
-// tensor's values.
-func (t *Trace) Fingerprint() string {
+// tensor's values. Captures still on the device are read, not kept.
+func (t *Trace) Fingerprint() (string, error) {
 	h := sha256.New()
-	raw, _ := json.Marshal(t.manifest())
-	h.Write(raw)
+	m := t.manifest()
 	table := crc32.MakeTable(crc32.Castagnoli)
-	for _, name := range t.Names {
-		data := t.Tensors[name].Data
-		var b [4]byte
+	var sums []byte
+	err := t.each(func(name string, x *Tensor) error {
+		m.add(name, x)
 		var sum uint32
-		if len(data) > 0 {
-			sum = crc32.Checksum(unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), 4*len(data)), table)
+		if len(x.Data) > 0 {
+			sum = crc32.Checksum(unsafe.Slice((*byte)(unsafe.Pointer(&x.Data[0])), 4*len(x.Data)), table)
 		}
-		binary.LittleEndian.PutUint32(b[:], sum)
-		h.Write(b[:])
+		sums = binary.LittleEndian.AppendUint32(sums, sum)
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	raw, _ := json.Marshal(m)
+	h.Write(raw)
+	h.Write(sums)
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -45,7 +45,7 @@ func TestTokenLossIsCrossEntropyOfTheNextToken(t *testing.T) {
 	all, err := tr.LogProbs()
 	require.NoError(t, err)
 	require.Len(t, loss, T-1)
-	l := tr.Tensors["logits"]
+	l := tr.Tensor("logits")
 	var mean float64
 	for i := range T - 1 {
 		want := naiveLogProb(l.Data[i*V:(i+1)*V], int(tr.Tokens[i+1]))

@@ -53,16 +53,17 @@ type FirstNonFinite struct {
 const manifestFormat = "strata-trace/1"
 
 func (t *Trace) manifest() Manifest {
-	m := Manifest{Format: manifestFormat, Model: t.Model, Backend: t.Backend, Tokens: t.Tokens,
+	return Manifest{Format: manifestFormat, Model: t.Model, Backend: t.Backend, Tokens: t.Tokens,
 		Pieces: t.Pieces, Pos0: t.Pos0, Predicted: t.Predicted, Lens: t.Lens, Tensors: []TensorEntry{}}
-	for _, name := range t.Names {
-		nf := t.NonFiniteIn(name)
-		m.Tensors = append(m.Tensors, TensorEntry{Name: name, Shape: t.Tensors[name].Shape, DType: "float32", NonFinite: nf})
-		if nf.Any() && m.FirstNonFinite == nil {
-			m.FirstNonFinite = &FirstNonFinite{Capture: name, Layer: LayerOf(name), NonFinite: nf}
-		}
+}
+
+// add lists a capture in the manifest, with its non-finite counts.
+func (m *Manifest) add(name string, x *Tensor) {
+	nf := nonFinite(name, x)
+	m.Tensors = append(m.Tensors, TensorEntry{Name: name, Shape: x.Shape, DType: "float32", NonFinite: nf})
+	if nf.Any() && m.FirstNonFinite == nil {
+		m.FirstNonFinite = &FirstNonFinite{Capture: name, Layer: LayerOf(name), NonFinite: nf}
 	}
-	return m
 }
 
 // Save writes the trace folder dir: trace.npz and manifest.json. The
@@ -74,27 +75,31 @@ func (t *Trace) Save(dir string) error {
 }
 
 // WriteFiles writes trace.npz and manifest.json into dir as they are,
-// with no swap: for filling the new folder of ReplaceFolder. The archive
-// holds its own copy of the manifest, which Load reads.
+// with no swap: for filling the new folder of ReplaceFolder. Captures
+// still on the device stream through one buffer, never all at once. The
+// archive holds its own copy of the manifest, last (it counts the
+// non-finite values of every array), which Load reads.
 func (t *Trace) WriteFiles(dir string) error {
-	manifest, err := json.MarshalIndent(t.manifest(), "", " ")
-	if err != nil {
-		return fmt.Errorf("trace: manifest: %w", err)
-	}
-	err = writeFile(filepath.Join(dir, "trace.npz"), func(w io.Writer) error {
+	m := t.manifest()
+	var manifest []byte
+	err := writeFile(filepath.Join(dir, "trace.npz"), func(w io.Writer) error {
 		z := zip.NewWriter(w)
+		err := t.each(func(name string, x *Tensor) error {
+			m.add(name, x)
+			return writeNpy(z, name, x.Shape, x.Data)
+		})
+		if err != nil {
+			return err
+		}
+		if manifest, err = json.MarshalIndent(m, "", " "); err != nil {
+			return fmt.Errorf("trace: manifest: %w", err)
+		}
 		mw, err := z.Create("manifest.json")
 		if err != nil {
 			return err
 		}
 		if _, err := mw.Write(manifest); err != nil {
 			return err
-		}
-		for _, name := range t.Names {
-			x := t.Tensors[name]
-			if err := writeNpy(z, name, x.Shape, x.Data); err != nil {
-				return err
-			}
 		}
 		return z.Close()
 	})
@@ -183,15 +188,24 @@ func writeNpy(z *zip.Writer, name string, shape []int, data []float32) error {
 	if len(header) > math.MaxUint16 {
 		return fmt.Errorf("npy header for %s too long", name)
 	}
-	buf := make([]byte, 0, 10+len(header)+4*len(data))
-	buf = append(buf, "\x93NUMPY\x01\x00"...)
-	buf = binary.LittleEndian.AppendUint16(buf, uint16(len(header)))
-	buf = append(buf, header...)
-	for _, v := range data {
-		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+	head := append([]byte("\x93NUMPY\x01\x00"), 0, 0)
+	binary.LittleEndian.PutUint16(head[8:], uint16(len(header)))
+	if _, err := w.Write(append(head, header...)); err != nil {
+		return err
 	}
-	_, err = w.Write(buf)
-	return err
+	// In pieces, so that a large array is not copied whole once more.
+	var buf [64 << 10]byte
+	for len(data) > 0 {
+		n := min(len(data), len(buf)/4)
+		for i, v := range data[:n] {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+		}
+		if _, err := w.Write(buf[:4*n]); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
 }
 
 // Load reads a trace saved by Save.

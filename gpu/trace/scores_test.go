@@ -85,7 +85,7 @@ func TestHeadScoresRankEveryLayer(t *testing.T) {
 	s, err = HeadScores(tr, DuplicateToken)
 	require.NoError(t, err)
 	for l := range 2 {
-		want, err := DuplicateTokenScores(tr.Tensors[point(l, "attn.hook_pattern")], tokens)
+		want, err := DuplicateTokenScores(tr.Tensor(point(l, "attn.hook_pattern")), tokens)
 		require.NoError(t, err)
 		require.Equal(t, want, s[l])
 	}
@@ -95,7 +95,7 @@ func TestHeadScoresRankEveryLayer(t *testing.T) {
 	tr.Tokens = []int32{1, 2, 3, 4, 5, 6}
 	_, err = HeadScores(tr, Induction)
 	require.ErrorContains(t, err, "nb.RepeatedRandom")
-	delete(tr.Tensors, "blocks.1.attn.hook_pattern")
+	drop(tr, "blocks.1.attn.hook_pattern")
 	_, err = HeadScores(tr, PrevToken)
 	require.ErrorContains(t, err, `nb.Capture("blocks.*.attn.hook_pattern")`)
 }

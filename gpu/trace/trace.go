@@ -4,11 +4,13 @@ package trace
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Tensor is a captured float32 array in row-major order.
@@ -39,7 +41,12 @@ type Model struct {
 	Vocab   int    `json:"vocab"`
 }
 
-// Trace is the result of one prefill.
+// Trace is the result of one prefill. A trace made on a GPU keeps its
+// captures in device memory until they are read: Get reads one capture and
+// keeps it, Rows reads a slice and Load several captures in one go; only
+// what is read takes host memory. Close frees the device memory (so does
+// closing the session or engine); a capture read before stays readable. A
+// trace may be read from several goroutines.
 type Trace struct {
 	Model   Model
 	Backend string
@@ -49,10 +56,35 @@ type Trace struct {
 	// Predicted holds the argmax token of each computed logit row, when asked for.
 	Predicted []int32
 	Names     []string // capture order
-	Tensors   map[string]*Tensor
 	// Lens is the logit lens, when computed (gpu.Engine.LogitLens).
 	Lens *Lens
+
+	mu      sync.Mutex
+	tensors map[string]*Tensor // read so far (every capture, for a host trace)
+	shapes  map[string][]int   // every capture's shape
+	src     Source             // where the unread captures are; nil when all are read
 }
+
+// Source holds a trace's unread captures, in a GPU's memory.
+type Source interface {
+	// Read fills each request's Dst from its capture, starting at element
+	// Off, in as few device submissions as it can.
+	Read(reqs []Request) error
+	// Free releases the captures; later Reads fail with an error wrapping ErrClosed.
+	Free()
+}
+
+// Request is one read from a Source.
+type Request struct {
+	Name string
+	Off  int
+	Dst  []float32
+}
+
+// ErrClosed is wrapped by the error of a read of a capture whose device
+// memory was freed (Trace.Close, or the session or engine closed) before it
+// was read.
+var ErrClosed = errors.New("trace: its device memory was freed (the trace, its session or its engine was closed) before this capture was read")
 
 // Lens is the logit lens: the final norm and unembedding applied to each
 // layer's resid_post. Prob[l][t] is the top token's probability at layer l
@@ -64,32 +96,191 @@ type Lens struct {
 }
 
 // New returns an empty trace.
-func New() *Trace { return &Trace{Tensors: map[string]*Tensor{}} }
+func New() *Trace { return &Trace{tensors: map[string]*Tensor{}, shapes: map[string][]int{}} }
 
 // Put stores a tensor under name, keeping capture order.
 func (t *Trace) Put(name string, x *Tensor) {
-	if _, ok := t.Tensors[name]; !ok {
-		t.Names = append(t.Names, name)
-	}
-	t.Tensors[name] = x
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.add(name, x.Shape)
+	t.tensors[name] = x
 }
 
-// Get returns a captured tensor; the error lists what was captured.
+// PutUnread names a capture that src holds until it is read.
+func (t *Trace) PutUnread(name string, shape []int, src Source) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.add(name, shape)
+	delete(t.tensors, name)
+	t.src = src
+}
+
+func (t *Trace) add(name string, shape []int) {
+	if _, ok := t.shapes[name]; !ok {
+		t.Names = append(t.Names, name)
+	}
+	t.shapes[name] = shape
+}
+
+// Get returns a captured tensor, reading it from the device the first time;
+// the error lists what was captured.
 func (t *Trace) Get(name string) (*Tensor, error) {
-	if x, ok := t.Tensors[name]; ok {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if x, ok := t.tensors[name]; ok {
 		return x, nil
 	}
+	if _, ok := t.shapes[name]; !ok {
+		return nil, t.notCaptured(name)
+	}
+	if err := t.load([]string{name}); err != nil {
+		return nil, err
+	}
+	return t.tensors[name], nil
+}
+
+// Tensor is Get for callers that have checked the name: nil when it was
+// not captured or could not be read (Get says why).
+func (t *Trace) Tensor(name string) *Tensor {
+	x, _ := t.Get(name)
+	return x
+}
+
+func (t *Trace) notCaptured(name string) error {
 	have := slices.Clone(t.Names)
 	if len(have) > 8 {
 		have = append(have[:8], fmt.Sprintf("... (%d in all)", len(t.Names)))
 	}
-	return nil, fmt.Errorf("trace: %s was not captured (captured: %s)", name, strings.Join(have, ", "))
+	return fmt.Errorf("trace: %s was not captured (captured: %s)", name, strings.Join(have, ", "))
 }
 
 // Has reports whether name was captured.
 func (t *Trace) Has(name string) bool {
-	_, ok := t.Tensors[name]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.shapes[name]
 	return ok
+}
+
+// Shape is a capture's shape, known without reading it; nil when name was
+// not captured.
+func (t *Trace) Shape(name string) []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.shapes[name])
+}
+
+// Load reads the named captures (every one when none is named) that are
+// still on the device, in one batch, and keeps them.
+func (t *Trace) Load(names ...string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(names) == 0 {
+		names = t.Names
+	}
+	var unread []string
+	for _, name := range names {
+		if _, ok := t.shapes[name]; !ok {
+			return t.notCaptured(name)
+		}
+		if _, ok := t.tensors[name]; !ok {
+			unread = append(unread, name)
+		}
+	}
+	return t.load(unread)
+}
+
+// load reads unread captures; t.mu is held.
+func (t *Trace) load(names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	reqs := make([]Request, len(names))
+	for i, name := range names {
+		reqs[i] = Request{Name: name, Dst: make([]float32, elements(t.shapes[name]))}
+	}
+	if err := t.src.Read(reqs); err != nil {
+		return fmt.Errorf("trace: reading %s: %w", names[0], err)
+	}
+	for i, name := range names {
+		t.tensors[name] = &Tensor{Shape: t.shapes[name], Data: reqs[i].Dst}
+	}
+	return nil
+}
+
+// Rows returns rows [from, to) of a capture's first dimension (positions of
+// [T, ...] points, heads of [heads, T, keys] patterns). A capture still on
+// the device has only those rows read, and they are not kept.
+func (t *Trace) Rows(name string, from, to int) (*Tensor, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	shape, ok := t.shapes[name]
+	if !ok {
+		return nil, t.notCaptured(name)
+	}
+	if len(shape) == 0 || from < 0 || to > shape[0] || from > to {
+		return nil, fmt.Errorf("trace: rows %d..%d of %s %v are out of range", from, to, name, shape)
+	}
+	row := elements(shape[1:])
+	out := &Tensor{Shape: append([]int{to - from}, shape[1:]...), Data: make([]float32, (to-from)*row)}
+	if x, ok := t.tensors[name]; ok {
+		copy(out.Data, x.Data[from*row:to*row])
+		return out, nil
+	}
+	if err := t.src.Read([]Request{{Name: name, Off: from * row, Dst: out.Data}}); err != nil {
+		return nil, fmt.Errorf("trace: reading rows %d..%d of %s: %w", from, to, name, err)
+	}
+	return out, nil
+}
+
+// each calls fn with every capture in order without keeping the ones it
+// reads: they pass through one buffer, the size of the largest, so a
+// trace is written or scanned with at most one capture extra in host
+// memory. fn must not keep x.
+func (t *Trace) each(fn func(name string, x *Tensor) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	largest := 0
+	for _, name := range t.Names {
+		if _, ok := t.tensors[name]; !ok {
+			largest = max(largest, elements(t.shapes[name]))
+		}
+	}
+	buf := make([]float32, largest)
+	for _, name := range t.Names {
+		x, ok := t.tensors[name]
+		if !ok {
+			n := elements(t.shapes[name])
+			if err := t.src.Read([]Request{{Name: name, Dst: buf[:n]}}); err != nil {
+				return fmt.Errorf("trace: reading %s: %w", name, err)
+			}
+			x = &Tensor{Shape: t.shapes[name], Data: buf[:n]}
+		}
+		if err := fn(name, x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close frees the device memory of the captures not read yet; those read
+// stay. A host trace has nothing to free.
+func (t *Trace) Close() error {
+	t.mu.Lock()
+	src := t.src
+	t.mu.Unlock()
+	if src != nil {
+		src.Free()
+	}
+	return nil
+}
+
+func elements(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }
 
 // NonFinite counts the NaN and infinite values of a capture.
@@ -122,11 +313,15 @@ func (n NonFinite) String() string {
 // that masks attention scores above the diagonal is not counted: it is
 // how causal attention works, not a fault.
 func (t *Trace) NonFiniteIn(name string) NonFinite {
-	var n NonFinite
-	x, ok := t.Tensors[name]
-	if !ok {
-		return n
+	x, err := t.Get(name)
+	if err != nil {
+		return NonFinite{}
 	}
+	return nonFinite(name, x)
+}
+
+func nonFinite(name string, x *Tensor) NonFinite {
+	var n NonFinite
 	masked := func(int) bool { return false }
 	if strings.HasSuffix(name, "attn.hook_attn_scores") && len(x.Shape) == 3 {
 		q, k := x.Shape[1], x.Shape[2] // [heads, T, Pos0+T]
@@ -148,14 +343,22 @@ func (t *Trace) NonFiniteIn(name string) NonFinite {
 
 // FirstNonFinite returns the first capture, in capture order (the order
 // the prefill reached them), that holds NaN or Inf, and its counts; ""
-// when every value is finite.
-func (t *Trace) FirstNonFinite() (string, NonFinite) {
-	for _, name := range t.Names {
-		if n := t.NonFiniteIn(name); n.Any() {
-			return name, n
+// when every value is finite. Captures on the device are scanned, not kept.
+func (t *Trace) FirstNonFinite() (string, NonFinite, error) {
+	var first string
+	var count NonFinite
+	stop := errors.New("found")
+	err := t.each(func(name string, x *Tensor) error {
+		if n := nonFinite(name, x); n.Any() {
+			first, count = name, n
+			return stop
 		}
+		return nil
+	})
+	if err != nil && err != stop {
+		return "", NonFinite{}, err
 	}
-	return "", NonFinite{}
+	return first, count, nil
 }
 
 // LayerOf is the layer of a per-layer capture name ("blocks.N. ..."), or

@@ -23,7 +23,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	got, err := Load(dir)
 	require.NoError(t, err)
 	require.Equal(t, tr, got)
-	require.Equal(t, float32(1*24+2*8+5), got.Tensors["blocks.0.attn.hook_pattern"].At(1, 2, 5))
+	require.Equal(t, float32(1*24+2*8+5), got.Tensor("blocks.0.attn.hook_pattern").At(1, 2, 5))
 
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)

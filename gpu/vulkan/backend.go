@@ -22,7 +22,7 @@ import (
 	"github.com/stratalab/strata/shaders"
 )
 
-var errClosed = errors.New("vulkan: the backend is closed")
+var errClosed = fmt.Errorf("vulkan: %w", gpu.ErrBackendClosed)
 
 // pushBytes is the push-constant block every pipeline layout declares: the
 // minimum maxPushConstantsSize Vulkan guarantees.
@@ -197,6 +197,9 @@ func (b *Backend) Name() string { return b.name }
 
 // Close waits for the device and releases everything: streams, tensors,
 // weights, pipelines. Nothing of the backend may be used afterwards.
+// DeviceMemory says that traces made on this backend stay in its memory until read.
+func (b *Backend) DeviceMemory() bool { return true }
+
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -26,7 +26,10 @@ func requireIdentical(t *testing.T, got, want *trace.Trace, what string) {
 	t.Helper()
 	require.Equal(t, want.Names, got.Names, what)
 	for _, name := range want.Names {
-		g, w := got.Tensors[name], want.Tensors[name]
+		g, err := got.Get(name)
+		require.NoError(t, err, what)
+		w, err := want.Get(name)
+		require.NoError(t, err, what)
 		require.Equal(t, w.Shape, g.Shape, "%s: %s", what, name)
 		for i := range w.Data {
 			if g.Data[i] != w.Data[i] {
@@ -68,6 +71,7 @@ func TestCancelStopsTheDeviceWithinALayer(t *testing.T) {
 	require.NoError(t, err)
 	want, err := fresh.Prefill(context.Background(), tokens, o)
 	require.NoError(t, err)
+	require.NoError(t, want.Load(), "read before its session closes")
 	fresh.Close()
 
 	vs, err := ve.NewSession(len(tokens))
@@ -131,6 +135,7 @@ func TestStreamErrorEndsWithItsRequest(t *testing.T) {
 	require.NoError(t, err)
 	want, err := fresh.Prefill(context.Background(), testTokens, o)
 	require.NoError(t, err)
+	require.NoError(t, want.Load(), "read before its session closes")
 	fresh.Close()
 
 	// The engine's check passes an edit whose source was freed (it checks

@@ -33,6 +33,7 @@ func TestSessionsAndOneSharedSessionFromManyGoroutines(t *testing.T) {
 	for k := range want {
 		want[k], err = serial.Prefill(ctx, tokens, o)
 		require.NoError(t, err)
+		require.NoError(t, want[k].Load())
 	}
 	serial.Close()
 
@@ -50,6 +51,9 @@ func TestSessionsAndOneSharedSessionFromManyGoroutines(t *testing.T) {
 				if err == nil {
 					var tr *trace.Trace
 					tr, err = s.Prefill(ctx, tokens, o)
+					if err == nil {
+						err = tr.Load() // before its session closes
+					}
 					s.Close()
 					if err == nil && tr.Pos0 == 0 {
 						mu.Lock()
@@ -84,7 +88,7 @@ func TestSessionsAndOneSharedSessionFromManyGoroutines(t *testing.T) {
 	for _, tr := range got {
 		k := tr.Pos0 / len(tokens)
 		for _, name := range want[k].Names {
-			require.Equal(t, want[k].Tensors[name].Data, tr.Tensors[name].Data, "pos %d %s", tr.Pos0, name)
+			require.Equal(t, want[k].Tensor(name).Data, tr.Tensor(name).Data, "pos %d %s", tr.Pos0, name)
 		}
 	}
 }

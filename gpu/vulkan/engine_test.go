@@ -42,6 +42,7 @@ func prefill(t testing.TB, e *gpu.Engine, tokens []int32, o gpu.Options) *trace.
 	defer s.Close()
 	tr, err := s.Prefill(context.Background(), tokens, o)
 	require.NoError(t, err)
+	require.NoError(t, tr.Load(), "read before the session closes")
 	return tr
 }
 
@@ -51,7 +52,10 @@ func requireSameTrace(t testing.TB, got, want *trace.Trace, tol float64) {
 	require.Equal(t, want.Names, got.Names)
 	worst, at := 0.0, ""
 	for _, name := range want.Names {
-		g, w := got.Tensors[name], want.Tensors[name]
+		g, err := got.Get(name)
+		require.NoError(t, err)
+		w, err := want.Get(name)
+		require.NoError(t, err)
 		require.Equal(t, w.Shape, g.Shape, name)
 		requireClose(t, g.Data, w.Data, tol, name)
 		if rel, _ := relErr(g.Data, w.Data); rel > worst {
@@ -96,7 +100,7 @@ func TestEveryPointMatchesCPU(t *testing.T) {
 				o.Capture = withoutPattern(m.Layers)
 				flash := prefill(t, ve, testTokens, o)
 				for _, name := range flash.Names {
-					requireClose(t, flash.Tensors[name].Data, want.Tensors[name].Data, pointTol, name+" (flash attention)")
+					requireClose(t, flash.Tensor(name).Data, want.Tensor(name).Data, pointTol, name+" (flash attention)")
 				}
 			})
 		}
@@ -108,12 +112,12 @@ func TestEveryPointMatchesCPU(t *testing.T) {
 // same id as the CPU's.
 func requirePredictions(t testing.TB, got, want *trace.Trace, vocab int) {
 	t.Helper()
-	logits := got.Tensors["logits"].Data
+	logits := got.Tensor("logits").Data
 	require.Len(t, got.Predicted, len(want.Predicted))
 	for pos, id := range got.Predicted {
 		row := logits[pos*vocab : (pos+1)*vocab]
 		require.Equal(t, slices.Index(row, slices.Max(row)), int(id), "position %d", pos)
-		ref := slices.Clone(want.Tensors["logits"].Data[pos*vocab : (pos+1)*vocab])
+		ref := slices.Clone(want.Tensor("logits").Data[pos*vocab : (pos+1)*vocab])
 		slices.Sort(ref)
 		if ref[vocab-1]-ref[vocab-2] > 1e-3*max(ref[vocab-1], -ref[0]) {
 			require.Equal(t, want.Predicted[pos], id, "position %d", pos)
@@ -147,7 +151,7 @@ func TestSteppedRunIsBitIdentical(t *testing.T) {
 	stepped, err := r.Finish()
 	require.NoError(t, err)
 	for _, name := range oneShot.Names {
-		require.Equal(t, oneShot.Tensors[name].Data, stepped.Tensors[name].Data, name)
+		require.Equal(t, oneShot.Tensor(name).Data, stepped.Tensor(name).Data, name)
 	}
 }
 
@@ -163,6 +167,7 @@ func TestContinuedPrefillMatchesCPU(t *testing.T) {
 		require.NoError(t, err)
 		tr, err := s.Prefill(ctx, testTokens[7:], gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll})
 		require.NoError(t, err)
+		require.NoError(t, tr.Load(), "read before the session closes")
 		return tr
 	}
 	got, want := run(ve), run(ce)
@@ -202,7 +207,7 @@ func TestInterventionsMatchCPU(t *testing.T) {
 	}
 	t.Run("ablated head is exactly zero", func(t *testing.T) {
 		tr := prefill(t, ve, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.AblateHead(1, 3)}})
-		z, hd := tr.Tensors["blocks.1.attn.hook_z"].Data, m.HeadDim
+		z, hd := tr.Tensor("blocks.1.attn.hook_z").Data, m.HeadDim
 		for pos := range testTokens {
 			require.Equal(t, make([]float32, hd), z[(pos*m.Heads+3)*hd:(pos*m.Heads+4)*hd])
 		}
@@ -254,14 +259,16 @@ func TestConcurrentSessionsAgree(t *testing.T) {
 				return
 			}
 			defer s.Close()
-			got[i], errs[i] = s.Prefill(context.Background(), testTokens, o)
+			if got[i], errs[i] = s.Prefill(context.Background(), testTokens, o); errs[i] == nil {
+				errs[i] = got[i].Load() // reads while the other sessions run
+			}
 		})
 	}
 	wg.Wait()
 	for i := range got {
 		require.NoError(t, errs[i])
 		for _, name := range want.Names {
-			require.Equal(t, want.Tensors[name].Data, got[i].Tensors[name].Data, "session %d: %s", i, name)
+			require.Equal(t, want.Tensor(name).Data, got[i].Tensor(name).Data, "session %d: %s", i, name)
 		}
 	}
 }

@@ -49,3 +49,11 @@ func Coop(b *Backend) bool { return b.coopEnabled }
 
 // MaxStorageBuffer is the largest storage buffer the device binds.
 func MaxStorageBuffer(b *Backend) uint64 { return uint64(b.phys.props.Limits.MaxStorageBufferRange) }
+
+// SetReadChunk changes the size of the buffers reads pass through and
+// returns the previous size.
+func SetReadChunk(n uint64) uint64 {
+	old := readChunk
+	readChunk = n
+	return old
+}

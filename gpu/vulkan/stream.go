@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -45,9 +46,10 @@ type frame struct {
 // streamRes are a stream's Vulkan objects, apart from the stream so that a
 // cleanup can release them once the stream is garbage.
 type streamRes struct {
-	frames   []*frame  // the first made with the stream, a second by the first Flush
-	helpers  []*buffer // token ids and RoPE tables
-	deferred []*buffer // freed since the last submission: they go with the next
+	frames   []*frame   // the first made with the stream, a second by the first Flush
+	helpers  []*buffer  // token ids and RoPE tables
+	readBufs [2]*buffer // what ReadBatch copies through, made on first use
+	deferred []*buffer  // freed since the last submission: they go with the next
 	sc       *scratch
 	pin      runtime.Pinner // pins sc for the stream's life
 }
@@ -774,6 +776,96 @@ func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
 		t.mirrorVersion = t.buf.version
 	}
 	copyParallel(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), t.mirror.bytes()[4*off:])
+	return nil
+}
+
+// readChunk is the size of each of ReadBatch's two host-readable buffers.
+var readChunk uint64 = 64 << 20
+
+// ReadBatch copies each request's range to the host. The ranges pass
+// through two host-readable buffers in turn, so that the device copies into
+// one while the host copies out of the other: a whole trace comes back at
+// the speed of the slower of the two, not of both one after the other.
+func (s *stream) ReadBatch(reqs []gpu.ReadRequest) error {
+	type piece struct {
+		src    *buffer
+		off, n uint64 // bytes
+		dst    []byte
+		at     uint64 // where it lies in its read buffer
+	}
+	var chunks [][]piece
+	var fill uint64
+	for _, q := range reqs {
+		t := s.tensorOf(q.Src)
+		if t == nil {
+			return s.Sync()
+		}
+		if q.Off < 0 || q.Off > t.n || len(q.Dst) > t.n-q.Off {
+			return fmt.Errorf("vulkan: read of %d elements at %d from %s of %d", len(q.Dst), q.Off, t.name, t.n)
+		}
+		if len(q.Dst) == 0 {
+			continue
+		}
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(&q.Dst[0])), 4*len(q.Dst))
+		for off := 4 * uint64(q.Off); len(dst) > 0; {
+			if len(chunks) == 0 || fill == readChunk {
+				chunks, fill = append(chunks, nil), 0
+			}
+			n := min(uint64(len(dst)), readChunk-fill)
+			last := len(chunks) - 1
+			chunks[last] = append(chunks[last], piece{src: t.buf, off: off, n: n, dst: dst[:n], at: fill})
+			fill += (n + 15) &^ 15
+			fill = min(fill, readChunk)
+			dst, off = dst[n:], off+n
+		}
+	}
+	if len(chunks) == 0 {
+		return s.Sync()
+	}
+	for i, buf := range s.r.readBufs {
+		if buf != nil && buf.size != readChunk { // a test changed the size
+			s.r.helpers = slices.DeleteFunc(s.r.helpers, func(h *buffer) bool { return h == buf })
+			s.b.freeBuffer(buf)
+			s.r.readBufs[i] = nil
+		}
+		if s.r.readBufs[i] == nil {
+			buf, err := s.b.newBuffer(readChunk, readback)
+			if err != nil {
+				_ = s.Sync()
+				return fmt.Errorf("vulkan: a read buffer of %d bytes: %w", readChunk, err)
+			}
+			s.r.readBufs[i] = buf
+			s.r.helpers = append(s.r.helpers, buf)
+		}
+	}
+	out := func(k int) {
+		bytes := s.r.readBufs[k%2].bytes()
+		for _, p := range chunks[k] {
+			copyParallel(p.dst, bytes[p.at:p.at+p.n])
+		}
+	}
+	var prev *frame
+	for k, chunk := range chunks {
+		for _, p := range chunk {
+			s.copyBuffer(s.r.readBufs[k%2], p.at, p.src, p.off, p.n)
+		}
+		if s.err != nil {
+			return s.Sync()
+		}
+		fr := s.frame()
+		s.Flush()
+		if prev != nil {
+			if s.wait(prev); s.err != nil {
+				return s.Sync()
+			}
+			out(k - 1)
+		}
+		prev = fr
+	}
+	if err := s.Sync(); err != nil {
+		return err
+	}
+	out(len(chunks) - 1)
 	return nil
 }
 

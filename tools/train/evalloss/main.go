@@ -68,7 +68,7 @@ func run(data, path string, window, windows int) error {
 		if err != nil {
 			return err
 		}
-		logits := tr.Tensors["logits"]
+		logits := tr.Tensor("logits")
 		V := logits.Shape[1]
 		for p := 0; p+1 < window; p++ {
 			nll += crossEntropy(logits.Data[p*V:(p+1)*V], chunk[p+1])

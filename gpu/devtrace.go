@@ -1,0 +1,168 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/stratalab/strata/gpu/trace"
+)
+
+// deviceTrace is where a GPU trace's captures stay until they are read: the
+// run's capture arenas, handed over as the prefill ends. Reads go through
+// the session's reader stream, not its prefill stream, so that reading a
+// trace never waits for (or fails against) a prefill running on the session.
+type deviceTrace struct {
+	s      *Session
+	mu     sync.Mutex
+	arenas []Tensor
+	slots  map[string]slot
+	bytes  int64
+	freed  bool
+}
+
+func onDevice(b Backend) bool {
+	d, ok := b.(DeviceMemory)
+	return ok && d.DeviceMemory()
+}
+
+// Read implements trace.Source.
+func (d *deviceTrace) Read(reqs []trace.Request) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.freed {
+		return trace.ErrClosed
+	}
+	batch := make([]ReadRequest, len(reqs))
+	for i, q := range reqs {
+		s, ok := d.slots[q.Name]
+		if !ok {
+			return fmt.Errorf("engine: %s is not in this trace", q.Name)
+		}
+		if n := elements(s.shape); q.Off < 0 || q.Off > n || len(q.Dst) > n-q.Off {
+			return fmt.Errorf("engine: read of %d elements at %d from %s of %d", len(q.Dst), q.Off, q.Name, n)
+		}
+		batch[i] = ReadRequest{Src: d.arenas[s.arena], Off: s.off + q.Off, Dst: q.Dst}
+	}
+	s := d.s
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	if s.reader == nil {
+		s.reader = s.e.Backend.NewStream()
+	}
+	if err := s.reader.ReadBatch(batch); err != nil {
+		if errors.Is(err, ErrBackendClosed) {
+			return fmt.Errorf("%w: %w", trace.ErrClosed, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// Free implements trace.Source: the arenas go back to the device.
+func (d *deviceTrace) Free() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.freed {
+		return
+	}
+	d.freed = true
+	s := d.s
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	if s.reader == nil {
+		s.reader = s.e.Backend.NewStream()
+	}
+	for _, t := range d.arenas {
+		s.reader.Free(t)
+	}
+	_ = s.reader.Sync()
+	d.arenas = nil
+	delete(s.traces, d)
+	s.e.traceBytes.Add(-d.bytes)
+}
+
+// keep hands the run's arenas to a trace that reads them lazily.
+func (r *Run) keep(tr *trace.Trace) {
+	s := r.s
+	d := &deviceTrace{s: s, arenas: r.arenas, slots: r.l.slots, bytes: 4 * int64(r.l.captureElements)}
+	r.arenas = nil
+	s.readMu.Lock()
+	if s.traces == nil {
+		s.traces = map[*deviceTrace]struct{}{}
+	}
+	s.traces[d] = struct{}{}
+	s.readMu.Unlock()
+	s.e.traceBytes.Add(d.bytes)
+	for _, name := range r.l.order {
+		tr.PutUnread(name, slices.Clone(r.l.slots[name].shape), d)
+	}
+	// A trace dropped without Close gives its memory back when collected.
+	runtime.AddCleanup(tr, func(d *deviceTrace) { d.Free() }, d)
+}
+
+// freeTraces frees the device memory of the session's live traces; their
+// unread captures then read as trace.ErrClosed.
+func (s *Session) freeTraces() {
+	s.readMu.Lock()
+	live := make([]*deviceTrace, 0, len(s.traces))
+	for d := range s.traces {
+		live = append(live, d)
+	}
+	s.readMu.Unlock()
+	for _, d := range live {
+		d.Free()
+	}
+	s.readMu.Lock()
+	if s.reader != nil {
+		s.reader.Close()
+		s.reader = nil
+	}
+	s.readMu.Unlock()
+}
+
+// allocArenas makes a device run's capture arenas. When the device is full
+// and traces are alive that nobody references any more, it collects them
+// (their cleanups free their memory) and tries once more.
+func (r *Run) allocArenas() error {
+	err := r.tryArenas()
+	if err == nil || r.s.e.traceBytes.Load() == 0 {
+		return err
+	}
+	runtime.GC()
+	for last, waited := int64(-1), 0; waited < 50; waited++ {
+		now := r.s.e.traceBytes.Load()
+		if now == last {
+			break
+		}
+		last = now
+		time.Sleep(10 * time.Millisecond)
+	}
+	return r.tryArenas()
+}
+
+func (r *Run) tryArenas() error {
+	r.arenas = make([]Tensor, len(r.l.arenas))
+	for i, n := range r.l.arenas {
+		t, err := r.st.Alloc(fmt.Sprintf("capture arena %d", i), n)
+		if err != nil {
+			r.freeArenas()
+			_ = r.st.Sync()
+			return err
+		}
+		r.arenas[i] = t
+	}
+	return nil
+}
+
+func (r *Run) freeArenas() {
+	for _, t := range r.arenas {
+		if t != nil {
+			r.st.Free(t)
+		}
+	}
+	r.arenas = nil
+}

@@ -1,0 +1,154 @@
+package trace
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// memSource stands in for a GPU: it holds captures and records each read.
+type memSource struct {
+	mu     sync.Mutex
+	data   map[string][]float32
+	reads  []Request
+	bufs   map[*float32]bool // the host buffers reads were made into
+	closed bool
+}
+
+func (m *memSource) Read(reqs []Request) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	for _, q := range reqs {
+		copy(q.Dst, m.data[q.Name][q.Off:])
+		m.reads = append(m.reads, Request{Name: q.Name, Off: q.Off, Dst: q.Dst})
+		if len(q.Dst) > 0 {
+			m.bufs[unsafe.SliceData(q.Dst)] = true
+		}
+	}
+	return nil
+}
+
+func (m *memSource) Free() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+}
+
+// lazyTwin returns a trace whose captures a memSource holds, and the same
+// trace in host memory.
+func lazyTwin() (*Trace, *Trace, *memSource) {
+	src := &memSource{data: map[string][]float32{}, bufs: map[*float32]bool{}}
+	lazy, eager := New(), New()
+	for _, tr := range []*Trace{lazy, eager} {
+		tr.Model = Model{Name: "m", Arch: "llama", Layers: 2, DModel: 4, Heads: 2}
+		tr.Tokens, tr.Pieces = []int32{1, 2, 3}, []string{"<s>", " a", "b"}
+	}
+	for _, c := range []struct {
+		name  string
+		shape []int
+	}{{"hook_embed", []int{3, 4}}, {"blocks.0.attn.hook_pattern", []int{2, 3, 3}}, {"blocks.1.hook_resid_post", []int{3, 4}}, {"logits", []int{3, 7}}} {
+		data := seq(elements(c.shape))
+		src.data[c.name] = data
+		lazy.PutUnread(c.name, c.shape, src)
+		eager.Put(c.name, &Tensor{Shape: c.shape, Data: data})
+	}
+	return lazy, eager, src
+}
+
+func TestRowsReadOnlyTheirRows(t *testing.T) {
+	lazy, eager, src := lazyTwin()
+	p, err := lazy.Pattern(0, 1)
+	require.NoError(t, err)
+	want, err := eager.Pattern(0, 1)
+	require.NoError(t, err)
+	require.Equal(t, want.Data, p.Data)
+	require.Equal(t, []Request{{Name: "blocks.0.attn.hook_pattern", Off: 9, Dst: p.Data}}, src.reads, "one head, nothing else")
+
+	rows, err := lazy.Rows("hook_embed", 1, 3)
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 4}, rows.Shape)
+	require.Equal(t, eager.Tensor("hook_embed").Data[4:], rows.Data)
+	require.Len(t, src.reads, 2)
+	require.Equal(t, 4, src.reads[1].Off)
+	require.Len(t, src.reads[1].Dst, 8)
+
+	_, err = lazy.Rows("hook_embed", 2, 4)
+	require.EqualError(t, err, "trace: rows 2..4 of hook_embed [3 4] are out of range")
+	_, err = lazy.Rows("hook_z", 0, 1)
+	require.ErrorContains(t, err, "hook_z was not captured")
+
+	require.Equal(t, []int{3, 7}, lazy.Shape("logits"))
+	require.Len(t, src.reads, 2, "Shape reads nothing")
+	x, err := lazy.Get("logits")
+	require.NoError(t, err)
+	require.Equal(t, eager.Tensor("logits").Data, x.Data)
+	_, err = lazy.Get("logits")
+	require.NoError(t, err)
+	require.Len(t, src.reads, 3, "Get reads once and keeps it")
+}
+
+// A trace on the device saves the same files as one in host memory, and
+// its captures pass through one buffer rather than all being read into
+// host memory; none is kept.
+func TestLazyTraceSavesWhatAHostTraceSaves(t *testing.T) {
+	lazy, eager, src := lazyTwin()
+	dirs := []string{filepath.Join(t.TempDir(), "lazy"), filepath.Join(t.TempDir(), "eager")}
+	require.NoError(t, lazy.Save(dirs[0]))
+	require.NoError(t, eager.Save(dirs[1]))
+	for _, f := range []string{"trace.npz", "manifest.json"} {
+		a, err := os.ReadFile(filepath.Join(dirs[0], f))
+		require.NoError(t, err)
+		b, err := os.ReadFile(filepath.Join(dirs[1], f))
+		require.NoError(t, err)
+		require.Equal(t, b, a, f)
+	}
+	require.Len(t, src.bufs, 2, "each pass over the captures (the folder's fingerprint, then the files) read them into one buffer")
+	lazy.mu.Lock()
+	require.Empty(t, lazy.tensors, "saving keeps nothing in host memory")
+	lazy.mu.Unlock()
+
+	back, err := Load(dirs[0])
+	require.NoError(t, err)
+	for _, name := range eager.Names {
+		require.Equal(t, eager.Tensor(name), back.Tensor(name), name)
+	}
+}
+
+func TestReadAfterCloseIsNamed(t *testing.T) {
+	lazy, _, _ := lazyTwin()
+	require.NoError(t, lazy.Load("hook_embed"))
+	require.NoError(t, lazy.Close())
+	require.NotNil(t, lazy.Tensor("hook_embed"), "what was read stays")
+	_, err := lazy.Get("logits")
+	require.ErrorIs(t, err, ErrClosed)
+	require.EqualError(t, err, "trace: reading logits: "+ErrClosed.Error())
+	require.ErrorContains(t, lazy.Load(), "freed")
+	require.ErrorContains(t, lazy.Save(t.TempDir()), "freed")
+	require.NoError(t, New().Close(), "a host trace has nothing to free")
+}
+
+// Goroutines read one trace at once: each capture is read once and all
+// see the same values.
+func TestConcurrentReadsOfOneTrace(t *testing.T) {
+	lazy, eager, src := lazyTwin()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for _, name := range eager.Names {
+				x, err := lazy.Get(name)
+				if err != nil || len(x.Data) != len(eager.Tensor(name).Data) {
+					t.Errorf("%s: %v", name, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, src.reads, len(eager.Names))
+}
