@@ -91,6 +91,9 @@ type Stream interface {
 	// Argmax writes, for each of rows rows of n elements, the index of the
 	// largest (as a float32, exact below 2^24).
 	Argmax(dst, src Tensor, rows, n int)
+	// Rank writes, for each of rows rows of n elements, how many are larger
+	// than the row's element col (0 when it is the largest), as a float32.
+	Rank(dst, src Tensor, rows, n, col int)
 }
 
 // ReadRequest is one range of a ReadBatch: len(Dst) elements of Src from Off.

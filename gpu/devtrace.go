@@ -62,7 +62,10 @@ func (d *deviceTrace) Read(reqs []trace.Request) error {
 	return nil
 }
 
-// Free implements trace.Source: the arenas go back to the device.
+// Free implements trace.Source. The arenas are kept for the session's next
+// run: a sweep closes each trace and starts another of the same layout, and
+// allocating (and the driver's zeroing of) gigabytes per prefill cost more
+// than the prefill itself.
 func (d *deviceTrace) Free() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -73,16 +76,25 @@ func (d *deviceTrace) Free() {
 	s := d.s
 	s.readMu.Lock()
 	defer s.readMu.Unlock()
+	delete(s.traces, d)
+	s.e.traceBytes.Add(-d.bytes)
+	old := s.spare
+	s.spare, d.arenas = d.arenas, nil
+	s.freeOnReader(old)
+}
+
+// freeOnReader frees device buffers through the reader stream; s.readMu is held.
+func (s *Session) freeOnReader(ts []Tensor) {
+	if len(ts) == 0 {
+		return
+	}
 	if s.reader == nil {
 		s.reader = s.e.Backend.NewStream()
 	}
-	for _, t := range d.arenas {
+	for _, t := range ts {
 		s.reader.Free(t)
 	}
 	_ = s.reader.Sync()
-	d.arenas = nil
-	delete(s.traces, d)
-	s.e.traceBytes.Add(-d.bytes)
 }
 
 // keep hands the run's arenas to a trace that reads them lazily.
@@ -104,8 +116,8 @@ func (r *Run) keep(tr *trace.Trace) {
 	runtime.AddCleanup(tr, func(d *deviceTrace) { d.Free() }, d)
 }
 
-// freeTraces frees the device memory of the session's live traces; their
-// unread captures then read as trace.ErrClosed.
+// freeTraces frees the device memory of the session's live traces (their
+// unread captures then read as trace.ErrClosed) and its spare arenas.
 func (s *Session) freeTraces() {
 	s.readMu.Lock()
 	live := make([]*deviceTrace, 0, len(s.traces))
@@ -117,6 +129,8 @@ func (s *Session) freeTraces() {
 		d.Free()
 	}
 	s.readMu.Lock()
+	s.freeOnReader(s.spare)
+	s.spare = nil
 	if s.reader != nil {
 		s.reader.Close()
 		s.reader = nil
@@ -124,11 +138,24 @@ func (s *Session) freeTraces() {
 	s.readMu.Unlock()
 }
 
-// allocArenas makes a device run's capture arenas. When the device is full
-// and traces are alive that nobody references any more, it collects them
-// (their cleanups free their memory) and tries once more.
+// takeSpare hands the run the session's spare arenas; s.readMu is not held.
+func (s *Session) takeSpare() []Tensor {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	spare := s.spare
+	s.spare = nil
+	return spare
+}
+
+// allocArenas makes a device run's capture arenas, reusing the spare ones
+// of a closed trace where their sizes match: every slot of an arena is
+// written by a finished run, so a reused arena needs no clearing. When the
+// device is full and traces are alive that nobody references any more, it
+// collects them (their cleanups free their memory) and tries once more.
 func (r *Run) allocArenas() error {
-	err := r.tryArenas()
+	spare := r.s.takeSpare()
+	err := r.tryArenas(&spare)
+	r.freeTensors(spare)
 	if err == nil || r.s.e.traceBytes.Load() == 0 {
 		return err
 	}
@@ -141,15 +168,30 @@ func (r *Run) allocArenas() error {
 		last = now
 		time.Sleep(10 * time.Millisecond)
 	}
-	return r.tryArenas()
+	spare = r.s.takeSpare()
+	r.freeTensors(spare) // collected traces' arenas: freed, so that a different layout fits
+	return r.tryArenas(nil)
 }
 
-func (r *Run) tryArenas() error {
+// tryArenas takes each arena from *spare when one of its size is there, and
+// allocates the others. On failure it frees what it took and the spares.
+func (r *Run) tryArenas(spare *[]Tensor) error {
 	r.arenas = make([]Tensor, len(r.l.arenas))
 	for i, n := range r.l.arenas {
+		if spare != nil {
+			if j := slices.IndexFunc(*spare, func(t Tensor) bool { return t.Len() == n }); j >= 0 {
+				r.arenas[i] = (*spare)[j]
+				*spare = slices.Delete(*spare, j, j+1)
+				continue
+			}
+		}
 		t, err := r.st.Alloc(fmt.Sprintf("capture arena %d", i), n)
 		if err != nil {
 			r.freeArenas()
+			if spare != nil {
+				r.freeTensors(*spare)
+				*spare = nil
+			}
 			_ = r.st.Sync()
 			return err
 		}
@@ -159,10 +201,14 @@ func (r *Run) tryArenas() error {
 }
 
 func (r *Run) freeArenas() {
-	for _, t := range r.arenas {
+	r.freeTensors(r.arenas)
+	r.arenas = nil
+}
+
+func (r *Run) freeTensors(ts []Tensor) {
+	for _, t := range ts {
 		if t != nil {
 			r.st.Free(t)
 		}
 	}
-	r.arenas = nil
 }

@@ -133,6 +133,7 @@ type Session struct {
 	readMu sync.Mutex                // orders reads of the session's device traces
 	reader Stream                    // their reads' own stream, made on first read
 	traces map[*deviceTrace]struct{} // live device traces, freed with the session
+	spare  []Tensor                  // a closed trace's arenas, for the next run to reuse
 
 	mu       sync.Mutex  // held by the call in progress
 	closing  atomic.Bool // Close was called: whoever holds mu closes
@@ -346,7 +347,8 @@ func EstimateMemory(c *model.Config, t, pos0, capacity int, o Options) Estimate 
 // layout is the plan of one prefill's memory: the sizes of its scratch and
 // where each captured point goes. Captured points are packed in program
 // order into arenas, one per layer (and one each before and after the
-// layers), split where one would pass arenaCap, so that a trace comes back
+// layers; attention scores and patterns each in one of their own), split
+// where one would pass arenaCap, so that a trace comes back
 // in a few downloads and a step-wise run downloads each layer once.
 type layout struct {
 	t, pos0, keys, logitRows int
@@ -380,7 +382,7 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		l.logitRows = t
 	}
 	l.materialize = make([]bool, c.Layers)
-	arenaLayer := 0
+	arenaLayer, lastAlone := 0, false
 	for i, name := range Points(c.Layers) {
 		l.index[name] = i
 		layer, local := SplitPoint(name)
@@ -400,10 +402,15 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		if layer < 0 && i > 0 {
 			layer = c.Layers
 		}
-		if last := len(l.arenas) - 1; last < 0 || layer != arenaLayer || l.arenas[last]+n > arenaCap {
+		// Attention scores and patterns get arenas of their own, which the
+		// kernels write in place of scratch: copying them was most of what
+		// capturing cost on the GPU.
+		alone := local == "attn.hook_attn_scores" || local == "attn.hook_pattern"
+		if last := len(l.arenas) - 1; last < 0 || layer != arenaLayer || l.arenas[last]+n > arenaCap || alone || lastAlone {
 			l.arenas = append(l.arenas, 0)
 			arenaLayer = layer
 		}
+		lastAlone = alone
 		last := len(l.arenas) - 1
 		l.slots[name] = slot{shape: shape, arena: last, off: l.arenas[last]}
 		l.arenas[last] += n

@@ -21,7 +21,9 @@ func TestCapturesTileArenasByLayer(t *testing.T) {
 		o      Options
 		arenas int
 	}{
-		{"tiny, everything", tiny, 12, Options{Capture: CaptureAll(), Logits: LogitsAll}, 4},
+		// Embedding, then per layer: points up to the scores, the scores, the
+		// pattern, the rest; then the tail.
+		{"tiny, everything", tiny, 12, Options{Capture: CaptureAll(), Logits: LogitsAll}, 10},
 		{"tiny, residuals", tiny, 12, Options{Capture: CaptureOf("blocks.*.hook_resid_post")}, 2},
 		{"tiny, the first and last points", tiny, 12, Options{Capture: CaptureOf("hook_embed", "logits")}, 2},
 		// A layer's points come to 1.7 GiB, scores and pattern 512 MiB each.
@@ -46,6 +48,9 @@ func TestCapturesTileArenasByLayer(t *testing.T) {
 				require.Equal(t, prev, layer, "%s: %s shares an arena with another layer", tc.what, name)
 			}
 			layerOf[s.arena] = layer
+			if _, local := SplitPoint(name); local == "attn.hook_attn_scores" || local == "attn.hook_pattern" {
+				require.Equal(t, elements(s.shape), l.arenas[s.arena], "%s: %s has its arena to itself (the kernels write it there)", tc.what, name)
+			}
 			fill[s.arena] += elements(s.shape)
 			points[s.arena]++
 		}

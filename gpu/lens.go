@@ -2,128 +2,130 @@ package gpu
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/stratalab/strata/gpu/trace"
 )
 
 // LogitLens applies the final norm and the unembedding to every layer's
 // captured hook_resid_post and stores each position's top token and its
-// probability per layer in tr.Lens.
+// probability per layer in tr.Lens. The vocabulary-sized logits stay on the
+// backend: per layer, T token ids and T probabilities come back.
 func (e *Engine) LogitLens(tr *trace.Trace) error {
-	c := &e.Model.Config
-	st := e.Backend.NewStream()
-	defer st.Close()
-	var t int
-	for l := range c.Layers {
-		x, err := tr.Get(LayerPoint(l, "hook_resid_post"))
-		if err != nil {
-			return fmt.Errorf("logit lens needs every layer's resid_post (capture \"blocks.*.hook_resid_post\"): %w", err)
-		}
-		if l == 0 {
-			t = x.Shape[0]
-		}
-		if len(x.Shape) != 2 || x.Shape[0] != t || x.Shape[1] != c.DModel {
-			return fmt.Errorf("logit lens: %s has shape %v, want [%d %d]", LayerPoint(l, "hook_resid_post"), x.Shape, t, c.DModel)
-		}
-	}
-	h, err := st.Alloc("lens input", t*c.DModel)
-	if err != nil {
-		return err
-	}
-	defer st.Free(h)
-	logits, err := st.Alloc("lens logits", t*c.Vocab)
-	if err != nil {
-		return err
-	}
-	defer st.Free(logits)
 	lens := &trace.Lens{}
-	row := make([]float32, t*c.Vocab)
-	for l := range c.Layers {
-		st.Write(h, 0, tr.Tensor(LayerPoint(l, "hook_resid_post")).Data)
-		st.RMSNorm(h, h, e.outNorm, t, c.DModel, c.RMSEps)
-		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
-		if err := st.Read(logits, 0, row); err != nil {
+	err := e.lens(tr, "logit lens", func(st Stream, logits, scratch Tensor, t int) error {
+		v := e.Model.Vocab
+		st.Argmax(scratch, logits, t, v)
+		st.Softmax(logits, logits, t, v)
+		ids := make([]float32, t)
+		if err := st.ReadBatch([]ReadRequest{{Src: scratch, Dst: ids}}); err != nil {
 			return err
 		}
 		prob, tok, piece := make([]float32, t), make([]int32, t), make([]string, t)
-		for p := range t {
-			prob[p], tok[p] = topProb(row[p*c.Vocab : (p+1)*c.Vocab])
+		reqs := make([]ReadRequest, t)
+		for p, id := range ids {
+			tok[p] = int32(id)
+			reqs[p] = ReadRequest{Src: logits, Off: p*v + int(id), Dst: prob[p : p+1]}
 			if e.Model.Tok != nil {
 				piece[p] = e.Model.Tok.Piece(tok[p])
 			}
 		}
+		if err := st.ReadBatch(reqs); err != nil {
+			return err
+		}
 		lens.Prob, lens.Token, lens.Piece = append(lens.Prob, prob), append(lens.Token, tok), append(lens.Piece, piece)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	tr.Lens = lens
 	return nil
 }
 
-// topProb returns softmax(logits)'s largest probability and its index.
-func topProb(logits []float32) (float32, int32) {
-	best := 0
-	for i, v := range logits {
-		if v > logits[best] {
-			best = i
-		}
-	}
-	var sum float64
-	for _, v := range logits {
-		sum += math.Exp(float64(v - logits[best]))
-	}
-	return float32(1 / sum), int32(best)
-}
-
 // TokenLens is the logit lens for one target token: its probability and rank
 // at every layer's captured hook_resid_post and every position, with the
-// final norm and unembedding run on the backend as LogitLens runs them.
+// final norm, unembedding, softmax and rank run on the backend as LogitLens
+// runs them.
 func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, error) {
-	c := &e.Model.Config
-	if target < 0 || int(target) >= c.Vocab {
-		return nil, fmt.Errorf("token lens: token %d is outside the vocabulary of %d", target, c.Vocab)
+	v := e.Model.Vocab
+	if target < 0 || int(target) >= v {
+		return nil, fmt.Errorf("token lens: token %d is outside the vocabulary of %d", target, v)
 	}
-	var t int
-	for l := range c.Layers {
-		x, err := tr.Get(LayerPoint(l, "hook_resid_post"))
-		if err != nil {
-			return nil, fmt.Errorf("token lens needs every layer's resid_post (capture \"blocks.*.hook_resid_post\"): %w", err)
-		}
-		if l == 0 {
-			t = x.Shape[0]
-		}
-		if len(x.Shape) != 2 || x.Shape[0] != t || x.Shape[1] != c.DModel {
-			return nil, fmt.Errorf("token lens: %s has shape %v, want [%d %d]", LayerPoint(l, "hook_resid_post"), x.Shape, t, c.DModel)
-		}
-	}
-	st := e.Backend.NewStream()
-	defer st.Close()
-	h, err := st.Alloc("lens input", t*c.DModel)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Free(h)
-	logits, err := st.Alloc("lens logits", t*c.Vocab)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Free(logits)
 	out := &trace.TokenLens{Token: target}
 	if e.Model.Tok != nil {
 		out.Piece = e.Model.Tok.Piece(target)
 	}
-	row := make([]float32, t*c.Vocab)
-	for l := range c.Layers {
-		st.Write(h, 0, tr.Tensor(LayerPoint(l, "hook_resid_post")).Data)
-		st.RMSNorm(h, h, e.outNorm, t, c.DModel, c.RMSEps)
-		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
-		if err := st.Read(logits, 0, row); err != nil {
-			return nil, err
+	err := e.lens(tr, "token lens", func(st Stream, logits, scratch Tensor, t int) error {
+		st.Rank(scratch, logits, t, v, int(target)) // on the logits: softmax can round distinct ones to equal
+		st.Softmax(logits, logits, t, v)
+		ranks, probs := make([]float32, t), make([]float32, t)
+		reqs := []ReadRequest{{Src: scratch, Dst: ranks}}
+		for p := range t {
+			reqs = append(reqs, ReadRequest{Src: logits, Off: p*v + int(target), Dst: probs[p : p+1]})
+		}
+		if err := st.ReadBatch(reqs); err != nil {
+			return err
 		}
 		prob, rank := make([]float64, t), make([]int, t)
 		for p := range t {
-			prob[p], rank[p] = trace.ProbRank(row[p*c.Vocab:(p+1)*c.Vocab], int(target))
+			prob[p], rank[p] = float64(probs[p]), int(ranks[p])
 		}
 		out.Prob, out.Rank = append(out.Prob, prob), append(out.Rank, rank)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// lens runs the final norm and the unembedding on the backend over every
+// layer's hook_resid_post (read without keeping it in the trace) and hands
+// each layer's logits [T, vocab], still on the backend, to layer, with a
+// scratch tensor of T elements.
+func (e *Engine) lens(tr *trace.Trace, what string, layer func(st Stream, logits, scratch Tensor, t int) error) error {
+	c := &e.Model.Config
+	var t int
+	for l := range c.Layers {
+		name := LayerPoint(l, "hook_resid_post")
+		if !tr.Has(name) {
+			return fmt.Errorf("%s needs every layer's resid_post (capture \"blocks.*.hook_resid_post\"): %s is not in the trace", what, name)
+		}
+		shape := tr.Shape(name)
+		if l == 0 && len(shape) > 0 {
+			t = shape[0]
+		}
+		if len(shape) != 2 || shape[0] != t || shape[1] != c.DModel {
+			return fmt.Errorf("%s: %s has shape %v, want [%d %d]", what, name, shape, t, c.DModel)
+		}
+	}
+	st := e.Backend.NewStream()
+	defer st.Close()
+	var ts []Tensor
+	defer func() {
+		for _, x := range ts {
+			st.Free(x)
+		}
+	}()
+	for _, n := range []int{t * c.DModel, t * c.Vocab, t} {
+		x, err := st.Alloc(what, n)
+		if err != nil {
+			return fmt.Errorf("%s of %d positions: %w", what, t, err)
+		}
+		ts = append(ts, x)
+	}
+	h, logits, scratch := ts[0], ts[1], ts[2]
+	for l := range c.Layers {
+		x, err := tr.Rows(LayerPoint(l, "hook_resid_post"), 0, t)
+		if err != nil {
+			return err
+		}
+		st.Write(h, 0, x.Data)
+		st.RMSNorm(h, h, e.outNorm, t, c.DModel, c.RMSEps)
+		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
+		if err := layer(st, logits, scratch, t); err != nil {
+			return fmt.Errorf("%s at layer %d: %w", what, l, err)
+		}
+	}
+	return nil
 }

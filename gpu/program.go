@@ -56,13 +56,14 @@ func (r *Run) program(yield func(string) bool) {
 		a := &Attention{Q: r.q, K: cacheK, V: cacheV, Z: r.z, T: t, Pos0: r.l.pos0,
 			Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: attnScale(c)}
 		if r.l.materialize[layer] {
-			a.Scores, a.Pattern = r.scores, r.pattern
+			a.Scores = r.captureOr(LayerPoint(layer, "attn.hook_attn_scores"), r.scores)
+			a.Pattern = r.captureOr(LayerPoint(layer, "attn.hook_pattern"), r.pattern)
 			st.AttnScores(a)
-			if !at("attn.hook_attn_scores", r.scores, 0) {
+			if !at("attn.hook_attn_scores", a.Scores, 0) {
 				return
 			}
-			st.Softmax(r.pattern, r.scores, c.Heads*t, a.Keys())
-			if !at("attn.hook_pattern", r.pattern, 0) {
+			st.Softmax(a.Pattern, a.Scores, c.Heads*t, a.Keys())
+			if !at("attn.hook_pattern", a.Pattern, 0) {
 				return
 			}
 			st.AttnMix(a)

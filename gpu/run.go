@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/stratalab/strata/gpu/trace"
@@ -123,6 +121,15 @@ var (
 	errSuperseded = errors.New("engine: a later prefill on this run's session took its buffers (finish or close a run before starting the next)")
 	errRunOver    = errors.New("engine: the run is over and its buffers are back with the session: take the trace before Finish or Close")
 )
+
+// captureOr is where a kernel writes a point: its capture arena when the
+// point is captured at the start of one (no copy follows), scratch otherwise.
+func (r *Run) captureOr(name string, scratch Tensor) Tensor {
+	if s, ok := r.l.slots[name]; ok && s.off == 0 {
+		return r.arenas[s.arena]
+	}
+	return scratch
+}
 
 // at is a named point: apply hooks, capture, then let a stepping caller pause.
 func (r *Run) at(name string, x Tensor, off int, yield func(string) bool) bool {
@@ -270,7 +277,7 @@ func (r *Run) trace() (*trace.Trace, error) {
 	tr := r.newTrace()
 	data := r.hostMemory()
 	for i, name := range r.l.order {
-		if data[i] == nil {
+		if !r.reached(name) {
 			continue
 		}
 		s := r.l.slots[name]
@@ -283,25 +290,15 @@ func (r *Run) trace() (*trace.Trace, error) {
 }
 
 // hostMemory makes the trace's memory for every reached point, in program
-// order (nil for the others). Go zeroes a large allocation on the goroutine
-// that makes it, and a capture-all trace is gigabytes: on the H200 that
-// zeroing took a third of a bonsai-8b capture-all prefill, so every core
-// takes a share.
+// order (nil for the others).
 func (r *Run) hostMemory() [][]float32 {
-	data := make([][]float32, len(r.l.order))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(data); i = int(next.Add(1) - 1) {
-				if name := r.l.order[i]; r.reached(name) {
-					data[i] = make([]float32, elements(r.l.slots[name].shape))
-				}
-			}
-		})
+	sizes := make([]int, len(r.l.order))
+	for i, name := range r.l.order {
+		if r.reached(name) {
+			sizes[i] = elements(r.l.slots[name].shape)
+		}
 	}
-	wg.Wait()
-	return data
+	return trace.MakeData(sizes)
 }
 
 // reached reports whether the program has passed the named point.

@@ -366,3 +366,22 @@ func (s *stream) Argmax(dst, src gpu.Tensor, rows, n int) {
 		d[r] = float32(best)
 	}
 }
+
+func (s *stream) Rank(dst, src gpu.Tensor, rows, n, col int) {
+	d, x := data(dst), data(src)
+	if col < 0 || col >= n || len(d) < rows || len(x) < rows*n {
+		s.fail(fmt.Errorf("cpu: rank of column %d in %d rows of %d (%d and %d elements)", col, rows, n, len(d), len(x)))
+		return
+	}
+	s.parallel(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row, c := x[r*n:(r+1)*n], 0
+			for _, v := range row {
+				if v > row[col] {
+					c++
+				}
+			}
+			d[r] = float32(c)
+		}
+	})
+}

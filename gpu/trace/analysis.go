@@ -6,24 +6,7 @@ import "fmt"
 // hook_pattern [heads, T, pos0+T]: the mean over query positions i >= 1 of
 // the attention paid to position i-1.
 func PrevTokenScores(pattern *Tensor) ([]float64, error) {
-	heads, t, keys, err := patternDims(pattern)
-	if err != nil {
-		return nil, err
-	}
-	pos0 := keys - t
-	first := max(0, 1-pos0) // first query row whose position has a predecessor
-	if first >= t {
-		return nil, fmt.Errorf("trace: previous-token scores need a query at position 1 or later; the pattern covers position %d only", pos0)
-	}
-	scores := make([]float64, heads)
-	for h := range scores {
-		sum := 0.0
-		for r := first; r < t; r++ {
-			sum += float64(pattern.Data[(h*t+r)*keys+pos0+r-1])
-		}
-		scores[h] = sum / float64(t-first)
-	}
-	return scores, nil
+	return tensorScores(pattern, prevTokenCells)
 }
 
 // InductionScores returns each head's induction score from one layer's
@@ -33,28 +16,92 @@ func PrevTokenScores(pattern *Tensor) ([]float64, error) {
 // to position i-period+1: the token that followed the query's token in the
 // first copy, where an induction head looks.
 func InductionScores(pattern *Tensor, period int) ([]float64, error) {
+	return tensorScores(pattern, func(t, keys int) (cells, error) { return inductionCells(t, keys, period) })
+}
+
+// cells is what a head score averages over: for each query row counted, the
+// key columns whose attention it sums.
+type cells struct {
+	rows []int
+	cols [][]int
+}
+
+func prevTokenCells(t, keys int) (cells, error) {
+	pos0 := keys - t
+	first := max(0, 1-pos0) // first query row whose position has a predecessor
+	if first >= t {
+		return cells{}, fmt.Errorf("trace: previous-token scores need a query at position 1 or later; the pattern covers position %d only", pos0)
+	}
+	var c cells
+	for r := first; r < t; r++ {
+		c.rows, c.cols = append(c.rows, r), append(c.cols, []int{pos0 + r - 1})
+	}
+	return c, nil
+}
+
+func inductionCells(t, keys, period int) (cells, error) {
+	switch {
+	case period < 1:
+		return cells{}, fmt.Errorf("trace: induction period %d: want 1 or more", period)
+	case period > t:
+		return cells{}, fmt.Errorf("trace: induction period %d: the pattern has only %d query positions", period, t)
+	case 2*period > keys:
+		return cells{}, fmt.Errorf("trace: induction period %d needs two copies (%d positions); the pattern covers %d", period, 2*period, keys)
+	}
+	var c cells
+	for r := t - period; r < t; r++ {
+		c.rows, c.cols = append(c.rows, r), append(c.cols, []int{keys - t + r - period + 1})
+	}
+	return c, nil
+}
+
+// indices lays c out as flat indices into a [heads, t, keys] pattern, head by head.
+func (c cells) indices(heads, t, keys int) []int {
+	var idx []int
+	for h := range heads {
+		for k, r := range c.rows {
+			for _, col := range c.cols[k] {
+				idx = append(idx, (h*t+r)*keys+col)
+			}
+		}
+	}
+	return idx
+}
+
+// means turns the values at c.indices into each head's mean over queries.
+func (c cells) means(heads int, v []float32) []float64 {
+	scores := make([]float64, heads)
+	i := 0
+	for h := range scores {
+		for k := range c.rows {
+			for range c.cols[k] {
+				scores[h] += float64(v[i])
+				i++
+			}
+		}
+		scores[h] /= float64(len(c.rows))
+	}
+	return scores
+}
+
+func tensorScores(pattern *Tensor, sel func(t, keys int) (cells, error)) ([]float64, error) {
 	heads, t, keys, err := patternDims(pattern)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case period < 1:
-		return nil, fmt.Errorf("trace: induction period %d: want 1 or more", period)
-	case period > t:
-		return nil, fmt.Errorf("trace: induction period %d: the pattern has only %d query positions", period, t)
-	case 2*period > keys:
-		return nil, fmt.Errorf("trace: induction period %d needs two copies (%d positions); the pattern covers %d", period, 2*period, keys)
+	if len(pattern.Data) != heads*t*keys {
+		return nil, fmt.Errorf("trace: attention pattern of shape %v holds %d values, want %d", pattern.Shape, len(pattern.Data), heads*t*keys)
 	}
-	scores := make([]float64, heads)
-	for h := range scores {
-		sum := 0.0
-		for r := t - period; r < t; r++ {
-			i := keys - t + r
-			sum += float64(pattern.Data[(h*t+r)*keys+i-period+1])
-		}
-		scores[h] = sum / float64(period)
+	c, err := sel(t, keys)
+	if err != nil {
+		return nil, err
 	}
-	return scores, nil
+	idx := c.indices(heads, t, keys)
+	v := make([]float32, len(idx))
+	for k, i := range idx {
+		v[k] = pattern.Data[i]
+	}
+	return c.means(heads, v), nil
 }
 
 // RepeatPeriod returns the period P of the longest stretch at the end of
@@ -76,17 +123,16 @@ func RepeatPeriod(tokens []int32) int {
 	return best
 }
 
-// patternDims checks that x is laid out as hook_pattern is.
-func patternDims(x *Tensor) (heads, t, keys int, err error) {
-	if len(x.Shape) != 3 {
-		return 0, 0, 0, fmt.Errorf("trace: attention pattern has shape %v, want [heads, T, pos0+T]", x.Shape)
+// patternDims checks that x is shaped as hook_pattern is.
+func patternDims(x *Tensor) (heads, t, keys int, err error) { return patternShape(x.Shape) }
+
+func patternShape(shape []int) (heads, t, keys int, err error) {
+	if len(shape) != 3 {
+		return 0, 0, 0, fmt.Errorf("trace: attention pattern has shape %v, want [heads, T, pos0+T]", shape)
 	}
-	heads, t, keys = x.Shape[0], x.Shape[1], x.Shape[2]
+	heads, t, keys = shape[0], shape[1], shape[2]
 	if heads < 1 || t < 1 || keys < t {
-		return 0, 0, 0, fmt.Errorf("trace: attention pattern has shape %v, want [heads, T, pos0+T] with keys >= T >= 1", x.Shape)
-	}
-	if len(x.Data) != heads*t*keys {
-		return 0, 0, 0, fmt.Errorf("trace: attention pattern of shape %v holds %d values, want %d", x.Shape, len(x.Data), heads*t*keys)
+		return 0, 0, 0, fmt.Errorf("trace: attention pattern has shape %v, want [heads, T, pos0+T] with keys >= T >= 1", shape)
 	}
 	return heads, t, keys, nil
 }

@@ -152,3 +152,40 @@ func TestConcurrentReadsOfOneTrace(t *testing.T) {
 	wg.Wait()
 	require.Len(t, src.reads, len(eager.Names))
 }
+
+// Head scores of a trace still on the device read only the pattern entries
+// they average (one per query and head for induction and previous-token),
+// and equal the scores of the same trace in host memory.
+func TestHeadScoresReadOnlyWhatTheyAverage(t *testing.T) {
+	src := &memSource{data: map[string][]float32{}, bufs: map[*float32]bool{}}
+	lazy, eager := New(), New()
+	const heads, T = 3, 8
+	for _, tr := range []*Trace{lazy, eager} {
+		tr.Model = Model{Name: "m", Arch: "llama", Layers: 2, Heads: heads}
+		tr.Tokens = []int32{5, 6, 1, 2, 3, 1, 2, 3} // period 3; 1, 2, 3 occur twice
+	}
+	for l := range 2 {
+		name := point(l, "attn.hook_pattern")
+		data := make([]float32, heads*T*T)
+		for i := range data {
+			data[i] = float32((i*7919+l*31)%97) / 97
+		}
+		src.data[name] = data
+		lazy.PutUnread(name, []int{heads, T, T}, src)
+		eager.Put(name, &Tensor{Shape: []int{heads, T, T}, Data: data})
+	}
+	for kind, perHead := range map[HeadKind]int{Induction: 3, PrevToken: T - 1, DuplicateToken: 3} {
+		src.reads = nil
+		got, err := HeadScores(lazy, kind)
+		require.NoError(t, err, kind)
+		want, err := HeadScores(eager, kind)
+		require.NoError(t, err, kind)
+		require.Equal(t, want, got, kind)
+		read := 0
+		for _, q := range src.reads {
+			read += len(q.Dst)
+		}
+		require.Equal(t, 2*heads*perHead, read, "%s: the entries averaged, nothing more", kind)
+		require.Empty(t, lazy.tensors, "nothing kept")
+	}
+}

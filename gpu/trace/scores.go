@@ -68,32 +68,45 @@ func (s Scores) Best() HeadScore { return s.Ranked()[0] }
 // blocks.*.attn.hook_pattern. Induction needs a prompt that ends in two
 // copies of a sequence (nb.RepeatedRandom); its period is found with
 // RepeatPeriod.
+//
+// A pattern still on the device has only the entries a score averages read
+// (T x heads of them per layer for induction and previous-token), never the
+// whole [heads, T, T] pattern.
 func HeadScores(tr *Trace, kind HeadKind) (Scores, error) {
-	var score func(*Tensor) ([]float64, error)
+	var sel func(t, keys int) (cells, error)
 	switch kind {
 	case PrevToken:
-		score = PrevTokenScores
+		sel = prevTokenCells
 	case Induction:
 		p := RepeatPeriod(tr.Tokens)
 		if p == 0 {
 			return nil, fmt.Errorf("trace: induction scores need a prompt ending in two copies of a sequence (nb.RepeatedRandom); this one does not repeat")
 		}
-		score = func(x *Tensor) ([]float64, error) { return InductionScores(x, p) }
+		sel = func(t, keys int) (cells, error) { return inductionCells(t, keys, p) }
 	case DuplicateToken:
-		score = func(x *Tensor) ([]float64, error) { return DuplicateTokenScores(x, tr.Tokens) }
+		sel = func(t, keys int) (cells, error) { return duplicateTokenCells(t, keys, tr.Tokens) }
 	default:
 		return nil, fmt.Errorf("trace: unknown head score %q (want %q, %q or %q)", kind, Induction, PrevToken, DuplicateToken)
 	}
 	out := make(Scores, tr.Model.Layers)
 	for l := range out {
 		name := point(l, "attn.hook_pattern")
-		x, err := tr.Get(name)
-		if err != nil {
-			return nil, missing(err, name)
+		if !tr.Has(name) {
+			return nil, missing(tr.notCaptured(name), name)
 		}
-		if out[l], err = score(x); err != nil {
+		heads, t, keys, err := patternShape(tr.Shape(name))
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
+		c, err := sel(t, keys)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		v, err := tr.Elements(name, c.indices(heads, t, keys))
+		if err != nil {
+			return nil, err
+		}
+		out[l] = c.means(heads, v)
 	}
 	return out, nil
 }
@@ -104,39 +117,28 @@ func HeadScores(tr *Trace, kind HeadKind) (Scores, error) {
 // of the attention paid to those earlier occurrences together. Tokens of an
 // earlier prefill (before pos0) are not known and not counted.
 func DuplicateTokenScores(pattern *Tensor, tokens []int32) ([]float64, error) {
-	heads, t, keys, err := patternDims(pattern)
-	if err != nil {
-		return nil, err
-	}
+	return tensorScores(pattern, func(t, keys int) (cells, error) { return duplicateTokenCells(t, keys, tokens) })
+}
+
+func duplicateTokenCells(t, keys int, tokens []int32) (cells, error) {
 	if len(tokens) != t {
-		return nil, fmt.Errorf("trace: %d tokens for a pattern of %d query positions", len(tokens), t)
+		return cells{}, fmt.Errorf("trace: %d tokens for a pattern of %d query positions", len(tokens), t)
 	}
 	pos0 := keys - t
-	scores := make([]float64, heads)
-	queries := 0
+	var c cells
 	for r := range t {
 		var dup []int
 		for j := range r {
 			if tokens[j] == tokens[r] {
-				dup = append(dup, j)
+				dup = append(dup, pos0+j)
 			}
 		}
-		if len(dup) == 0 {
-			continue
-		}
-		queries++
-		for h := range heads {
-			row := pattern.Data[(h*t+r)*keys:]
-			for _, j := range dup {
-				scores[h] += float64(row[pos0+j])
-			}
+		if len(dup) > 0 {
+			c.rows, c.cols = append(c.rows, r), append(c.cols, dup)
 		}
 	}
-	if queries == 0 {
-		return nil, fmt.Errorf("trace: duplicate-token scores need a token that occurs twice; none does")
+	if len(c.rows) == 0 {
+		return cells{}, fmt.Errorf("trace: duplicate-token scores need a token that occurs twice; none does")
 	}
-	for h := range scores {
-		scores[h] /= float64(queries)
-	}
-	return scores, nil
+	return c, nil
 }

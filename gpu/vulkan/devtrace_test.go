@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,6 +132,19 @@ func TestDeviceTraceOwnsItsMemory(t *testing.T) {
 	require.ErrorIs(t, err, trace.ErrClosed)
 	require.ErrorContains(t, err, "trace: reading blocks.0.hook_resid_post: trace: its device memory was freed")
 
+	// The next prefill of the same layout takes the closed trace's arenas
+	// instead of allocating, and what it captures is its own.
+	n, _ = vulkan.DeviceMemory(b)
+	require.NoError(t, s.Reset())
+	other := []int32{testTokens[1], testTokens[0], testTokens[3], testTokens[2]}
+	fifth, err := s.Prefill(ctx, append(other, testTokens[4:]...), o)
+	require.NoError(t, err)
+	reused, _ := vulkan.DeviceMemory(b)
+	require.Equal(t, n, reused, "the closed trace's arenas are reused")
+	require.NoError(t, fifth.Load())
+	require.NotEqual(t, first.Tensor(name).Data, fifth.Tensor(name).Data, "another prompt, another capture")
+	require.NoError(t, fifth.Close())
+
 	s.Close()
 	_, err = third.Get(name)
 	require.ErrorIs(t, err, trace.ErrClosed, "the session's close frees its traces")
@@ -149,3 +163,51 @@ func TestDeviceTraceOwnsItsMemory(t *testing.T) {
 }
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// The analyses notebooks reach for first work on a trace still on the
+// device, reading only what they reduce to, and agree with the CPU
+// backend's: the logit lens and a token's lens (norm, unembedding, softmax,
+// argmax and rank on the device) and the three head scores.
+func TestAnalysesOfADeviceTraceMatchCPU(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.F32, 23)
+	ce, ve := engines(t, m)
+	tokens := append(slices.Clone(testTokens[:7]), testTokens[:7]...) // two copies: induction is defined
+	o := gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post", "blocks.*.attn.hook_pattern"), Logits: gpu.LogitsAll}
+	want := prefill(t, ce, tokens, o)
+	s, err := ve.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	got, err := s.Prefill(context.Background(), tokens, o)
+	require.NoError(t, err)
+	defer got.Close()
+
+	require.NoError(t, ce.LogitLens(want))
+	require.NoError(t, ve.LogitLens(got))
+	require.Equal(t, want.Lens.Token, got.Lens.Token)
+	for l := range want.Lens.Prob {
+		requireClose(t, got.Lens.Prob[l], want.Lens.Prob[l], pointTol, fmt.Sprintf("lens probability at layer %d", l))
+	}
+	target := want.Lens.Token[m.Layers-1][len(tokens)-1]
+	wl, err := ce.TokenLens(want, target)
+	require.NoError(t, err)
+	gl, err := ve.TokenLens(got, target)
+	require.NoError(t, err)
+	require.Equal(t, wl.Rank, gl.Rank)
+	require.Contains(t, gl.Rank[m.Layers-1], 0, "the target is the top token where the lens says so")
+	for l := range wl.Prob {
+		for p := range wl.Prob[l] {
+			require.InDelta(t, wl.Prob[l][p], gl.Prob[l][p], pointTol, "token lens at layer %d position %d", l, p)
+		}
+	}
+	for _, kind := range []trace.HeadKind{trace.Induction, trace.PrevToken, trace.DuplicateToken} {
+		w, err := trace.HeadScores(want, kind)
+		require.NoError(t, err)
+		g, err := trace.HeadScores(got, kind)
+		require.NoError(t, err)
+		for l := range w {
+			for h := range w[l] {
+				require.InDelta(t, w[l][h], g[l][h], pointTol, "%s score of L%dH%d", kind, l, h)
+			}
+		}
+	}
+}

@@ -420,3 +420,17 @@ func (s *stream) Argmax(dst, src gpu.Tensor, rows, n int) {
 	s.dispatch("argmax", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
 		[]uint32{uint32(rows), uint32(n)}, gx, gy, gz)
 }
+
+func (s *stream) Rank(dst, src gpu.Tensor, rows, n, col int) {
+	d, x := s.tensorOf(dst), s.tensorOf(src)
+	if col < 0 || col >= n {
+		s.fail(fmt.Errorf("vulkan: rank of column %d in rows of %d", col, n))
+		return
+	}
+	if !s.fits("rank", []*tensor{d, x}, rows, rows*n) {
+		return
+	}
+	gx, gy, gz := gridRows(rows)
+	s.dispatch("rank", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
+		[]uint32{uint32(rows), uint32(n), uint32(col)}, gx, gy, gz)
+}

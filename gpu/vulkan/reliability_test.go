@@ -260,21 +260,24 @@ func TestSoakMatchesCPU(t *testing.T) {
 		}
 		history += T
 	}
+	// Traces dropped without Close are freed by cleanups the collector runs
+	// on its own goroutine, each leaving its arenas as the session's spare:
+	// wait until they have run, then end as the soak began.
+	for last, still := -1, 0; still < 3; {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+		if n, _ := vulkan.DeviceMemory(b); n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+	}
 	warmUp()
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	t.Logf("%d prefills; Go heap in use %.1f MiB before, %.1f MiB after", n, float64(before.HeapInuse)/(1<<20), float64(after.HeapInuse)/(1<<20))
 	require.Less(t, float64(after.HeapInuse), float64(before.HeapInuse)+8<<20, "Go heap returns to its baseline")
-	// Traces dropped without Close are freed by cleanups the collector
-	// runs on its own goroutine: give them a moment.
-	for range 200 {
-		if n, bytes := vulkan.DeviceMemory(b); n == buffers && bytes == used {
-			break
-		}
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-	}
 	requireMemoryBack(t, b, buffers, used, "after the soak")
 }
 

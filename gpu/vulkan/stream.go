@@ -846,8 +846,24 @@ func (s *stream) ReadBatch(reqs []gpu.ReadRequest) error {
 	}
 	var prev *frame
 	for k, chunk := range chunks {
-		for _, p := range chunk {
-			s.copyBuffer(s.r.readBufs[k%2], p.at, p.src, p.off, p.n)
+		// One copy command per source buffer, its pieces as regions: a
+		// gather of thousands of single elements is one command, not thousands.
+		for len(chunk) > 0 && s.begin() {
+			n := 1
+			for n < len(chunk) && chunk[n].src == chunk[0].src {
+				n++
+			}
+			regions := make([]vk.BufferCopy, n)
+			lo, hi := chunk[0].off, chunk[0].off+chunk[0].n
+			for i, p := range chunk[:n] {
+				regions[i] = vk.BufferCopy{SrcOffset: vk.DeviceSize(p.off), DstOffset: vk.DeviceSize(p.at), Size: vk.DeviceSize(p.n)}
+				lo, hi = min(lo, p.off), max(hi, p.off+p.n)
+			}
+			dst := s.r.readBufs[k%2]
+			s.access(use{buf: chunk[0].src, lo: lo, hi: hi}, use{buf: dst, write: true, lo: chunk[0].at, hi: chunk[n-1].at + chunk[n-1].n})
+			s.b.f.CmdCopyBuffer(s.frame().cmd, chunk[0].src.handle, dst.handle, uint32(n), &regions[0])
+			s.prof.stamp(s, "copy")
+			chunk = chunk[n:]
 		}
 		if s.err != nil {
 			return s.Sync()
