@@ -94,6 +94,9 @@ type Stream interface {
 	// Rank writes, for each of rows rows of n elements, how many are larger
 	// than the row's element col (0 when it is the largest), as a float32.
 	Rank(dst, src Tensor, rows, n, col int)
+	// RowNorms writes the L2 norm of each of rows rows of n elements of src,
+	// starting at element off.
+	RowNorms(dst, src Tensor, off, rows, n int)
 }
 
 // ReadRequest is one range of a ReadBatch: len(Dst) elements of Src from Off.

@@ -24,6 +24,8 @@ type deviceTrace struct {
 	freed  bool
 }
 
+var _ trace.NormSource = (*deviceTrace)(nil) // Trace.RowNorms reduces on the device
+
 func onDevice(b Backend) bool {
 	d, ok := b.(DeviceMemory)
 	return ok && d.DeviceMemory()
@@ -53,13 +55,46 @@ func (d *deviceTrace) Read(reqs []trace.Request) error {
 	if s.reader == nil {
 		s.reader = s.e.Backend.NewStream()
 	}
-	if err := s.reader.ReadBatch(batch); err != nil {
-		if errors.Is(err, ErrBackendClosed) {
-			return fmt.Errorf("%w: %w", trace.ErrClosed, err)
-		}
-		return err
+	return closedIfGone(s.reader.ReadBatch(batch))
+}
+
+// RowNorms implements trace.NormSource: the norms are taken on the device
+// by the reader stream, and only they are read back.
+func (d *deviceTrace) RowNorms(name string, dst []float32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.freed {
+		return trace.ErrClosed
 	}
-	return nil
+	sl, ok := d.slots[name]
+	if !ok {
+		return fmt.Errorf("engine: %s is not in this trace", name)
+	}
+	if len(sl.shape) == 0 || len(dst) != sl.shape[0] {
+		return fmt.Errorf("engine: %d norms of %s %v", len(dst), name, sl.shape)
+	}
+	rows, width := sl.shape[0], elements(sl.shape[1:])
+	s := d.s
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	if s.reader == nil {
+		s.reader = s.e.Backend.NewStream()
+	}
+	norms, err := s.reader.Alloc("row norms of "+name, rows)
+	if err != nil {
+		return closedIfGone(err)
+	}
+	defer s.reader.Free(norms)
+	s.reader.RowNorms(norms, d.arenas[sl.arena], sl.off, rows, width)
+	return closedIfGone(s.reader.ReadBatch([]ReadRequest{{Src: norms, Dst: dst}}))
+}
+
+// closedIfGone makes a backend closed under a trace read as trace.ErrClosed.
+func closedIfGone(err error) error {
+	if errors.Is(err, ErrBackendClosed) {
+		return fmt.Errorf("%w: %w", trace.ErrClosed, err)
+	}
+	return err
 }
 
 // Free implements trace.Source. The arenas are kept for the session's next

@@ -29,6 +29,7 @@ const (
 // per-token cross-entropy loss: element i is the loss of predicting token
 // i+1 at position i (len(tokens)-1 values).
 func (m *Model) Loss(prompt any) []float64 {
+	m.ready()
 	return Must(m.Prefill(prompt, AllLogits()).TokenLoss())
 }
 
@@ -41,6 +42,7 @@ func MeanLoss(from int) func(*trace.Trace) float64 {
 // HeadScores runs prompt capturing every attention pattern and scores every
 // head: nb.Induction (on m.RepeatedRandom), nb.PrevToken or nb.DuplicateToken.
 func (m *Model) HeadScores(prompt any, kind trace.HeadKind) trace.Scores {
+	m.ready()
 	tr := m.Prefill(prompt, Capture("blocks.*.attn.hook_pattern"))
 	return Must(trace.HeadScores(tr, kind))
 }
@@ -48,11 +50,18 @@ func (m *Model) HeadScores(prompt any, kind trace.HeadKind) trace.Scores {
 // Token returns the id of text that encodes to exactly one token (without
 // the BOS the tokenizer adds to prompts), or id itself given an int or int32.
 func (m *Model) Token(token any) int32 {
+	m.ready()
+	inVocab := func(id int) int32 {
+		if id < 0 || id >= m.Model.Vocab {
+			panic(fmt.Errorf("nb: token %d is outside the vocabulary of %d", id, m.Model.Vocab))
+		}
+		return int32(id)
+	}
 	switch t := token.(type) {
 	case int32:
-		return t
+		return inVocab(int(t))
 	case int:
-		return int32(t)
+		return inVocab(t) // checked before the conversion, which would wrap
 	case string:
 		ids := m.Tokens(t)
 		if bos := m.Tokens(""); len(bos) > 0 && len(ids) >= len(bos) && ids[0] == bos[0] {
@@ -69,11 +78,9 @@ func (m *Model) Token(token any) int32 {
 // Unembed returns the unembedding row of a token (string or id): the
 // direction whose dot product with ln_final's output is that token's logit.
 func (m *Model) Unembed(token any) []float32 {
+	m.ready()
 	id := m.Token(token)
 	w := m.Model.Output
-	if int(id) < 0 || int(id) >= w.Rows {
-		panic(fmt.Errorf("nb: token %d is outside the vocabulary of %d", id, w.Rows))
-	}
 	rowBytes := w.Cols / w.Format.BlockSize * w.Format.BlockBytes
 	out := make([]float32, w.Cols)
 	w.Format.Dequantize(out, w.Data[int(id)*rowBytes:(int(id)+1)*rowBytes])
@@ -83,6 +90,7 @@ func (m *Model) Unembed(token any) []float32 {
 // LogitDirection is Unembed(good) - Unembed(bad): dotted with a stack, the
 // attribution to the logit difference.
 func (m *Model) LogitDirection(good, bad any) []float32 {
+	m.ready()
 	g, b := m.Unembed(good), m.Unembed(bad)
 	for i := range g {
 		g[i] -= b[i]
@@ -101,6 +109,7 @@ func dequantize(w *model.Weight) []float32 {
 // output to the residual stream, [T, heads, d_model], from the trace's
 // captured hook_z and the layer's W_O, computed on the host.
 func (m *Model) HeadResults(tr *trace.Trace, layer int) *trace.Tensor {
+	m.ready()
 	if layer < 0 || layer >= m.Model.Layers {
 		panic(fmt.Errorf("nb.HeadResults: layer %d: the model has %d", layer, m.Model.Layers))
 	}
@@ -118,6 +127,7 @@ func CaptureDLA() Option {
 // final resid_post, and its gain to each component of s
 // (trace.Stack.ApplyFinalNorm, TransformerLens's apply_ln_to_stack).
 func (m *Model) FinalNorm(tr *trace.Trace, s *trace.Stack) *trace.Stack {
+	m.ready()
 	final := Must(tr.Resid(m.Model.Layers))
 	return Must(s.ApplyFinalNorm(final, m.Model.OutNorm, m.Model.RMSEps))
 }
@@ -132,6 +142,7 @@ func (m *Model) maybeNorm(tr *trace.Trace, s *trace.Stack, applyLN bool) *trace.
 // AccumulatedResid is TransformerLens's accumulated_resid(apply_ln=...):
 // the residual stream before each layer and after the last.
 func (m *Model) AccumulatedResid(tr *trace.Trace, applyLN bool) *trace.Stack {
+	m.ready()
 	return m.maybeNorm(tr, Must(tr.AccumulatedResid()), applyLN)
 }
 
@@ -139,12 +150,14 @@ func (m *Model) AccumulatedResid(tr *trace.Trace, applyLN bool) *trace.Stack {
 // embedding and every layer's attention and MLP output, which sum to the
 // final resid_post.
 func (m *Model) DecomposeResid(tr *trace.Trace, applyLN bool) *trace.Stack {
+	m.ready()
 	return m.maybeNorm(tr, Must(tr.DecomposeResid()), applyLN)
 }
 
 // StackHeadResults is TransformerLens's stack_head_results(apply_ln=...):
 // every head's output, labelled "L0H0", ...
 func (m *Model) StackHeadResults(tr *trace.Trace, applyLN bool) *trace.Stack {
+	m.ready()
 	wO := make([][]float32, m.Model.Layers)
 	for l := range wO {
 		wO[l] = dequantize(m.Model.Blocks[l].O)
@@ -166,6 +179,7 @@ func (c Contribution) String() string { return fmt.Sprintf("%s %+.3f", c.Label, 
 // The terms sum to the logit (difference) at pos; the models here have no
 // final-norm bias to leave out. The trace needs CaptureDLA().
 func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
+	m.ready()
 	s := m.DecomposeResid(tr, true)
 	v := Must(s.Dot(dir, pos))
 	out := make([]Contribution, len(v))
@@ -179,6 +193,7 @@ func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
 // pos: each head's output (HeadResults) through the final norm, dotted with
 // dir. A layer's heads sum to its attn_out term of DLA.
 func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
+	m.ready()
 	v := Must(m.StackHeadResults(tr, true).Dot(dir, pos))
 	h := m.Model.Heads
 	out := make(trace.Scores, m.Model.Layers)
@@ -192,6 +207,7 @@ func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 // probability and rank at each layer and position. The trace needs every
 // layer's resid_post (Capture("blocks.*.hook_resid_post")).
 func (m *Model) TokenLens(tr *trace.Trace, token any) *trace.TokenLens {
+	m.ready()
 	return Must(m.Engine.TokenLens(tr, m.Token(token)))
 }
 
@@ -200,6 +216,7 @@ func (m *Model) TokenLens(tr *trace.Trace, token any) *trace.TokenLens {
 // from each prompt's end): adding it steers toward a, away from b. Use it
 // with Steer, or gpu.AddVector at gpu.LayerPoint(layer, "hook_resid_pre").
 func (m *Model) SteeringVector(a, b string, layer, pos int) []float32 {
+	m.ready()
 	row := func(prompt string) []float32 {
 		name := gpu.LayerPoint(layer, "hook_resid_pre")
 		tr := m.Prefill(prompt, Capture(name))
@@ -230,6 +247,7 @@ func Steer(layer int, vec []float32, alpha float32, positions ...int) Option {
 // Position returns the position of the first token of prompt whose piece
 // (as m.Pieces shows it) is piece, for hooks and steering at one token.
 func (m *Model) Position(prompt any, piece string) int {
+	m.ready()
 	ids := Must(m.tokens(prompt))
 	pieces := m.Pieces(ids)
 	if i := slices.Index(pieces, piece); i >= 0 {

@@ -218,4 +218,41 @@ func TestNilModelIsAnError(t *testing.T) {
 	_, err = m.TryGenerate("x", 1)
 	require.ErrorContains(t, err, "nil *Model")
 	require.Panics(t, func() { m.Prefill("x") })
+	// Every analysis call names the problem instead of dereferencing nil.
+	calls := map[string]func(){
+		"Token":            func() { m.Token(" x") },
+		"Unembed":          func() { m.Unembed(3) },
+		"LogitDirection":   func() { m.LogitDirection(1, 2) },
+		"HeadResults":      func() { m.HeadResults(nil, 0) },
+		"FinalNorm":        func() { m.FinalNorm(nil, nil) },
+		"AccumulatedResid": func() { m.AccumulatedResid(nil, true) },
+		"DecomposeResid":   func() { m.DecomposeResid(nil, true) },
+		"StackHeadResults": func() { m.StackHeadResults(nil, true) },
+		"DLA":              func() { m.DLA(nil, nil, -1) },
+		"HeadDLA":          func() { m.HeadDLA(nil, nil, -1) },
+		"TokenLens":        func() { m.TokenLens(nil, 1) },
+		"SteeringVector":   func() { m.SteeringVector("a", "b", 0, 0) },
+		"Position":         func() { m.Position("a", "a") },
+		"RepeatedRandom":   func() { m.RepeatedRandom(4, 1) },
+		"LogitDiff":        func() { m.LogitDiff("a", "b") },
+		"Loss":             func() { m.Loss("a") },
+		"HeadScores":       func() { m.HeadScores("a", nb.PrevToken) },
+		"AblateHeads":      func() { m.AblateHeads("a", nb.ZeroAblation, nil) },
+		"PatchResid":       func() { m.PatchResid("a", "b", nil) },
+		"PatchHeads":       func() { m.PatchHeads("a", "b", nil) },
+	}
+	for name, call := range calls {
+		require.PanicsWithError(t, "nb: nil *Model (Open failed, or the model was never opened)", call, name)
+	}
+}
+
+// A token id given as an int is checked before it becomes an int32: 2^32+5
+// is not token 5.
+func TestTokenIDsOutsideTheVocabularyAreRefused(t *testing.T) {
+	m := nb.MustOpen("", "cpu")
+	for _, id := range []any{1<<32 + 5, -1, int32(-3), m.Model.Vocab} {
+		require.PanicsWithError(t, fmt.Sprintf("nb: token %v is outside the vocabulary of %d", id, m.Model.Vocab), func() { m.Token(id) }, "%v", id)
+	}
+	require.Panics(t, func() { m.Unembed(1<<32 + 5) })
+	require.Equal(t, int32(5), m.Token(5))
 }

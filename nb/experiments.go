@@ -13,6 +13,7 @@ import (
 // again (BOS first where the tokenizer adds one): the standard probe for
 // induction heads, whose period is n.
 func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
+	m.ready()
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	tok := m.Model.Tok
 	var ids []int32
@@ -35,6 +36,7 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 // LogitDiff is a patching metric: the last position's logit of the first
 // token of good minus that of bad (text, e.g. " Mary" and " John").
 func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
+	m.ready()
 	bos := m.Tokens("")
 	first := func(s string) int32 {
 		ids := m.Tokens(s)
@@ -63,9 +65,10 @@ func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
 // PatchResid is activation patching over the residual stream: for every
 // layer and position it runs the corrupted prompt with that layer's
 // resid_pre at that position taken from the clean prompt's run, and records
-// metric. Both prompts must have the same number of tokens. The result is
-// [layer][position].
-func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64) [][]float64 {
+// metric. Both prompts must have the same number of tokens; opts go to every
+// prefill (nb.AllLogits() for a loss metric). The result is [layer][position].
+func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) [][]float64 {
+	m.ready()
 	cleanIDs, err := m.tokens(clean)
 	if err != nil {
 		panic(err)
@@ -77,12 +80,14 @@ func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64
 	if len(cleanIDs) != len(corruptIDs) {
 		panic(fmt.Errorf("nb.PatchResid: clean prompt has %d tokens, corrupted %d; patching needs equal lengths", len(cleanIDs), len(corruptIDs)))
 	}
-	src := m.Prefill(cleanIDs, Capture("blocks.*.hook_resid_pre"))
+	src := m.Prefill(cleanIDs, append(opts[:len(opts):len(opts)], Capture("blocks.*.hook_resid_pre"))...)
+	defer src.Close()
 	out := make([][]float64, m.Model.Layers)
 	for l := range out {
 		out[l] = make([]float64, len(cleanIDs))
 		for p := range cleanIDs {
-			out[l][p] = m.score(metric, corruptIDs, Hooks(gpu.Patch(gpu.LayerPoint(l, "hook_resid_pre"), src, []int{p})))
+			patch := Hooks(gpu.Patch(gpu.LayerPoint(l, "hook_resid_pre"), src, []int{p}))
+			out[l][p] = m.score(metric, corruptIDs, append(opts[:len(opts):len(opts)], patch)...)
 		}
 	}
 	return out

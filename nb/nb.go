@@ -37,6 +37,13 @@ type Model struct {
 
 var errNilModel = errors.New("nb: nil *Model (Open failed, or the model was never opened)")
 
+// ready panics with errNilModel on a model that was never opened.
+func (m *Model) ready() {
+	if m == nil || m.Engine == nil {
+		panic(errNilModel)
+	}
+}
+
 // lock serialises a call on the model's session.
 func (m *Model) lock() error {
 	if m == nil || m.Engine == nil {
@@ -139,9 +146,7 @@ func (m *Model) settings(opts []Option) *settings {
 // Tokens encodes text as the model's tokenizer does for a prompt (BOS per
 // its metadata); it panics on text the tokenizer cannot represent.
 func (m *Model) Tokens(text string) []int32 {
-	if m == nil || m.Engine == nil {
-		panic(errNilModel)
-	}
+	m.ready()
 	ids, err := m.Model.Tok.Encode(text, tokenizer.Options{})
 	if err != nil {
 		panic(err)
@@ -279,9 +284,7 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 
 // Lens adds the logit lens to a trace that captured every layer's resid_post.
 func (m *Model) Lens(tr *trace.Trace) *trace.Trace {
-	if m == nil || m.Engine == nil {
-		panic(errNilModel)
-	}
+	m.ready()
 	if tr == nil {
 		panic(errors.New("nb: Lens of a nil trace"))
 	}

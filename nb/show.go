@@ -48,6 +48,7 @@ var shown int
 //   - any viz figure, and a gonum *plot.Plot, drawn as SVG;
 //   - []float64 or []float32 as a line, [][]float64 as a heatmap, and a
 //     *trace.Tensor by its shape (ShowTensor labels a capture's tokens);
+//   - DLA's []Contribution as bars, one per component;
 //   - an HTML view (viz.HTML) as itself;
 //   - a *trace.Trace as a table of what was captured;
 //   - a Table, or [][]string whose first row is the header, as a table;
@@ -121,6 +122,12 @@ func show(it any) error {
 		return showMade(viz.Tensor("", &trace.Tensor{Shape: []int{len(x)}, Data: x}))
 	case [][]float64:
 		return showMade(viz.Heatmap("", x))
+	case []Contribution:
+		labels, values := make([]string, len(x)), make([]float64, len(x))
+		for i, c := range x {
+			labels[i], values[i] = c.Label, c.Logit
+		}
+		return showMade(viz.Bars("direct logit attribution", "contribution to the logit (difference)", labels, values))
 	case *trace.Tensor:
 		return showMade(viz.Tensor("", x))
 	case view:

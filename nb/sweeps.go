@@ -20,6 +20,7 @@ const (
 // head helps the metric. opts go to every prefill (a loss metric needs
 // AllLogits()).
 func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) float64, opts ...Option) trace.Scores {
+	m.ready()
 	ablate := gpu.AblateHead
 	if how == MeanAblation {
 		ablate = gpu.MeanAblateHead
@@ -83,9 +84,10 @@ func (m *Model) baselines(clean, corrupt any, metric func(*trace.Trace) float64,
 }
 
 // PatchResidNormalized is PatchResid with the normalised metric: [layer][position].
-func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trace) float64) [][]float64 {
-	res := m.PatchResid(clean, corrupt, metric) // checks the prompts first
-	return Normalize(res, m.score(metric, clean), m.score(metric, corrupt))
+func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) [][]float64 {
+	m.ready()
+	res := m.PatchResid(clean, corrupt, metric, opts...) // checks the prompts first
+	return Normalize(res, m.score(metric, clean, opts...), m.score(metric, corrupt, opts...))
 }
 
 // PatchHeads is activation patching per head: for every layer and head it
@@ -93,7 +95,9 @@ func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trac
 // taken from the clean run, and records metric: Patched is [layer][head].
 // Both prompts must have the same number of tokens; opts go to every prefill.
 func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
+	m.ready()
 	ids, src, p := m.baselines(clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
+	defer src.Close()
 	p.Patched = make([][]float64, m.Model.Layers)
 	for l := range p.Patched {
 		p.Patched[l] = make([]float64, m.Model.Heads)

@@ -60,6 +60,24 @@ var stories = map[string]func(t *testing.T, out string){
 		assert.Equal(t, "++", line(t, out, `plain:   (.*)`))
 		assert.Equal(t, "--", line(t, out, `steered: (.*)`), "the steering vector turns the loop around")
 	},
+	"06-direct-logit-attribution.ipynb": func(t *testing.T, out string) {
+		assert.Equal(t, `" err"`, line(t, out, `the model continues with (.*)`), "the model gets the completion right")
+		diff := number(t, out, `logit\( err\) − logit\( nil\): ([-0-9.]+)`)
+		assert.Greater(t, diff, 3.0)
+		// The components sum to the difference (printed to 3 decimals).
+		sum := 0.0
+		for _, m := range regexp.MustCompile(`(?m)^(embed|\d+_attn_out|\d+_mlp_out) ([-+0-9.]+)$`).FindAllStringSubmatch(out, -1) {
+			v, err := strconv.ParseFloat(m[2], 64)
+			require.NoError(t, err)
+			sum += v
+		}
+		assert.InDelta(t, diff, sum, 0.01, "the parts add up to the logit difference")
+		head := line(t, out, `strongest head: (layer \d+ head \d+) writes`)
+		assert.Greater(t, number(t, out, `strongest head: layer \d+ head \d+ writes ([-0-9.]+)`), 1.5)
+		assert.Equal(t, `" err"`, line(t, out, `attends most to (".*") \(`), "the head reads the token it writes")
+		assert.Less(t, number(t, out, `head \d+ zeroed: logit\( err\) − logit\( nil\) = ([-0-9.]+)`), diff-1.5, "ablating it costs much of the answer")
+		assert.Equal(t, head, line(t, out, `the head whose ablation costs the most: (layer \d+ head \d+)`), "attribution and ablation agree")
+	},
 }
 
 func number(t *testing.T, out, pattern string) float64 {

@@ -47,7 +47,7 @@ var Variants = func() []Variant {
 			vs = append(vs, Variant{Name: "matmul_coop_" + f.suffix, Source: "matmul_coop.comp", Defines: []string{f.define}})
 		}
 	}
-	for _, src := range []string{"rmsnorm", "rope", "scores", "softmax", "mix", "flash", "add", "swiglu", "edit", "edit_mean", "argmax", "rank"} {
+	for _, src := range []string{"rmsnorm", "rope", "scores", "softmax", "mix", "flash", "add", "swiglu", "edit", "edit_mean", "argmax", "rank", "rownorm"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})
 	}
 	return vs

@@ -73,7 +73,7 @@ func AttentionView(tr *trace.Trace, layers ...int) (HTML, error) {
 	if err != nil {
 		return HTML{}, err
 	}
-	id := viewID("attn")
+	id := viewID("attn", js)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<div id="%s" class="strata-attn" style="font:13px sans-serif">`, id)
 	b.WriteString(`<div class="controls">layer <select class="layer">`)
@@ -88,7 +88,7 @@ func AttentionView(tr *trace.Trace, layers ...int) (HTML, error) {
 	b.WriteString(`<div style="margin-top:6px;color:#555">attends to (from the hovered token):</div><div class="row to" style="font-family:monospace;line-height:1.9"></div>`)
 	b.WriteString(`<div style="margin-top:6px;color:#555">attended by (to the hovered token):</div><div class="row from" style="font-family:monospace;line-height:1.9"></div>`)
 	b.WriteString(`<div class="status" style="margin-top:6px;color:#555">hover a token</div>`)
-	fmt.Fprintf(&b, "<script>(function(){\nconst root=document.getElementById(%q), D=%s;\n%s})();</script></div>", id, js, attnScript)
+	fmt.Fprintf(&b, "<script>(function(){\nconst root=%s, D=%s;\n%s})();</script></div>", viewRoot(id), js, attnScript)
 	return HTML{Title: "attention " + tr.Model.Name, Body: b.String()}, nil
 }
 

@@ -2,7 +2,6 @@ package viz
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/stratalab/strata/gpu"
@@ -102,17 +101,20 @@ func checkIndex(figure, what string, i, n int) error {
 	return nil
 }
 
-// rowNorms is the L2 norm of each row of x viewed as [rows, width].
-func rowNorms(x *trace.Tensor, rows, width int) []float64 {
-	out := make([]float64, rows)
-	for r := range out {
-		sum := 0.0
-		for _, v := range x.Data[r*width : (r+1)*width] {
-			sum += float64(v) * float64(v) // float64: a float32 sum of squares loses digits over wide rows
-		}
-		out[r] = math.Sqrt(sum)
+// rowNorms is the L2 norm of each position's row of capture name, checked
+// to be [rows, width]; the trace reduces on the device when it can.
+func rowNorms(tr *trace.Trace, figure, name string, rows, width int) ([]float64, error) {
+	if !tr.Has(name) {
+		return nil, missing(figure, name, captureHint(name))
 	}
-	return out
+	if shape := tr.Shape(name); !slices.Equal(shape, []int{rows, width}) {
+		return nil, fmt.Errorf("viz: %s: %s has shape %v, want %v from the trace's model and tokens", figure, name, shape, []int{rows, width})
+	}
+	n, err := tr.RowNorms(name)
+	if err != nil {
+		return nil, fmt.Errorf("viz: %s: %w", figure, err)
+	}
+	return n, nil
 }
 
 func layerName(l int) string { return fmt.Sprintf("L%d", l) }

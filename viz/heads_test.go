@@ -3,6 +3,7 @@ package viz
 import (
 	"bytes"
 	"image/png"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,4 +35,50 @@ func TestXYRefusesMismatchedSeries(t *testing.T) {
 	require.ErrorContains(t, err, "2 x values and 1 y values")
 	_, err = XY("sweep", "alpha", "metric", nil, nil)
 	require.Error(t, err)
+}
+
+// Bars puts each label's bar on its own row, in order from the top, on the
+// side of zero its sign says: checked on the drawn pixels.
+func TestBarsDrawEachValueOnItsRowAndSide(t *testing.T) {
+	f, err := Bars("dla", "logit", []string{"up", "down", "up again"}, []float64{2, -1, 1})
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, f.Encode(&buf, "png"))
+	img, err := png.Decode(&buf)
+	require.NoError(t, err)
+	// Each colour's extent: blue rows and columns, red rows and columns.
+	type extent struct{ minX, maxX, minY, maxY, n int }
+	find := func(want func(r, g, b uint32) bool) extent {
+		e := extent{minX: 1 << 30, minY: 1 << 30}
+		b := img.Bounds()
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				r, g, bl, _ := img.At(x, y).RGBA()
+				if want(r>>8, g>>8, bl>>8) {
+					e.minX, e.maxX, e.minY, e.maxY, e.n = min(e.minX, x), max(e.maxX, x), min(e.minY, y), max(e.maxY, y), e.n+1
+				}
+			}
+		}
+		return e
+	}
+	blue := find(func(r, g, b uint32) bool { return b > 150 && r < 60 })
+	red := find(func(r, g, b uint32) bool { return r > 180 && g < 60 && b < 60 })
+	require.Positive(t, blue.n, "positive bars are blue")
+	require.Positive(t, red.n, "negative bars are red")
+	require.Less(t, red.maxX, blue.minX+2, "the negative bar lies left of zero, the positive ones right")
+	require.Greater(t, red.minY, blue.minY, "the red bar is below the first blue one")
+	require.Less(t, red.maxY, blue.maxY, "and above the last")
+
+	f, err = Bars("dla", "logit", []string{"a", "b"}, []float64{1, 2})
+	require.NoError(t, err)
+	buf.Reset()
+	require.NoError(t, f.Encode(&buf, "png"))
+	img, err = png.Decode(&buf)
+	require.NoError(t, err)
+	require.Zero(t, find(func(r, g, b uint32) bool { return r > 180 && g < 60 && b < 60 }).n, "no negative value, no red")
+
+	_, err = Bars("x", "y", []string{"a"}, []float64{1, 2})
+	require.ErrorContains(t, err, "1 labels and 2 values")
+	_, err = Bars("x", "y", []string{"a"}, []float64{math.NaN()})
+	require.ErrorContains(t, err, "a is NaN")
 }

@@ -1,7 +1,7 @@
 package viz
 
 import (
-	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"html"
@@ -34,14 +34,18 @@ func (h HTML) Save(path string) error {
 	})
 }
 
-// viewID is a fresh element id, so that several views on one notebook page
-// find their own elements.
-func viewID(kind string) string {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		panic(fmt.Errorf("viz: %w", err))
-	}
-	return "strata-" + kind + "-" + hex.EncodeToString(b)
+// viewID names a view's root element after its content, so that a saved
+// view is the same bytes each time it is written.
+func viewID(kind string, content []byte) string {
+	sum := sha256.Sum256(content)
+	return "strata-" + kind + "-" + hex.EncodeToString(sum[:6])
+}
+
+// viewRoot is the script expression that finds a view's root: the first
+// element of its id not yet taken, because a notebook page may show the
+// same view (the same id) twice.
+func viewRoot(id string) string {
+	return fmt.Sprintf(`(()=>{const e=[...document.querySelectorAll('[id=%q]')].find(e=>!e.dataset.strataReady); e.dataset.strataReady='1'; return e;})()`, id)
 }
 
 // showPiece makes whitespace in a token visible.

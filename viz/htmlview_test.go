@@ -70,22 +70,26 @@ func TestAttentionViewReactsToHover(t *testing.T) {
 	view, err := AttentionView(tr, 1)
 	require.NoError(t, err)
 	require.NotContains(t, view.Page(), "http", "self-contained: nothing to fetch")
+	again, err := AttentionView(tr, 1)
+	require.NoError(t, err)
+	require.Equal(t, view, again, "a saved view is the same bytes each time")
 	const focus, head = 3, 1
-	// Pick head 1, then hover token 3 of the top row, as a user would.
+	// The same view twice on a page, as a notebook may show it: pick head 1
+	// in the second, then hover its token 3 of the top row, as a user would.
 	drive := `<script>
-const v=document.querySelector('.strata-attn');
+const v=document.querySelectorAll('.strata-attn')[1];
 v.querySelector('.head[data-h="1"]').click();
 v.querySelector('.row.to span[data-i="3"]').dispatchEvent(new MouseEvent('mouseover',{bubbles:true}));
 </script>`
 	page := filepath.Join(t.TempDir(), "view.html")
-	require.NoError(t, os.WriteFile(page, []byte(strings.Replace(view.Page(), "</body>", drive+"</body>", 1)), 0o644))
+	require.NoError(t, os.WriteFile(page, []byte(strings.Replace(view.Page(), "</body>", view.Body+drive+"</body>", 1)), 0o644))
 	dom, err := runChromium(t, browser, page, "")
 	require.NoError(t, err, "chromium")
 
 	p := tr.Tensor("blocks.1.attn.hook_pattern")
 	weights := func(row string) []float64 {
-		i := strings.Index(dom, `class="row `+row+`"`)
-		require.GreaterOrEqual(t, i, 0, "the %s row is in the DOM", row)
+		require.Equal(t, 2, strings.Count(dom, `class="row `+row+`"`), "each view has its %s row", row)
+		i := strings.LastIndex(dom, `class="row `+row+`"`) // the second view's
 		seg := dom[i:]
 		seg = seg[:strings.Index(seg, "</div>")]
 		var out []float64
@@ -108,6 +112,8 @@ v.querySelector('.row.to span[data-i="3"]').dispatchEvent(new MouseEvent('mouseo
 		require.InDelta(t, float64(p.At(head, k, focus)), from[k], 5e-5, "%d attends to token 3", k)
 	}
 	require.Contains(t, dom, "layer 1 head 1, token 3")
+	first := dom[strings.Index(dom, `class="row to"`):]
+	require.Equal(t, 6, strings.Count(first[:strings.Index(first, "</div>")], "<span"), "the first view drew its own tokens")
 }
 
 func TestHTMLSaveWritesThePage(t *testing.T) {

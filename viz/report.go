@@ -54,7 +54,7 @@ func writeReport(tr *trace.Trace, dir string) error {
 		page.Tokens = append(page.Tokens, reportToken{Pos: tr.Pos0 + i, ID: id, Text: stripText(pieceAt(tr, i))})
 	}
 	for _, n := range tr.Names {
-		c := reportCapture{Name: n, Shape: fmt.Sprint(tr.Tensor(n).Shape)}
+		c := reportCapture{Name: n, Shape: fmt.Sprint(tr.Shape(n))}
 		if nf := tr.NonFiniteIn(n); nf.Any() {
 			c.NonFinite = nf.String()
 			page.NonFiniteCaptures++
@@ -79,6 +79,17 @@ func writeReport(tr *trace.Trace, dir string) error {
 			Name: e.name, Title: fig.Title, Note: e.note, Width: int(fig.Width.Dots(PNGDPI) + 0.5),
 			PNG: template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png)),
 		})
+	}
+	for _, v := range reportViews(tr) {
+		h, err := v.make()
+		if err != nil {
+			page.Skipped = append(page.Skipped, reportSkip{Name: v.name, Why: err.Error()})
+			continue
+		}
+		if err := h.Save(filepath.Join(dir, v.name+".html")); err != nil {
+			return err
+		}
+		page.Views = append(page.Views, reportView{Name: v.name, Title: v.title, Note: v.note})
 	}
 	var html bytes.Buffer
 	if err := reportTemplate.Execute(&html, page); err != nil {
@@ -144,6 +155,30 @@ func reportFigures(tr *trace.Trace) []reportEntry {
 	)
 }
 
+// maxViewTokens bounds the prompts whose attention view the report saves:
+// the page holds every pattern, layers x heads x T x T numbers.
+const maxViewTokens = 256
+
+type reportViewEntry struct {
+	name, title, note string
+	make              func() (HTML, error)
+}
+
+// reportViews lists the interactive views the report saves beside itself.
+func reportViews(tr *trace.Trace) []reportViewEntry {
+	return []reportViewEntry{
+		{"attention_view", "Attention, interactive", "Hover a token to see what it attends to and what attends to it; pick a layer and head.",
+			func() (HTML, error) {
+				if len(tr.Tokens) > maxViewTokens {
+					return HTML{}, fmt.Errorf("viz: the prompt has %d tokens; the report saves the attention view up to %d (viz.AttentionView(tr, layers...) draws chosen layers)", len(tr.Tokens), maxViewTokens)
+				}
+				return AttentionView(tr)
+			}},
+		{"token_loss", "Loss per token", "Each token coloured by the loss of predicting it from the tokens before.",
+			func() (HTML, error) { return TokenLoss(tr) }},
+	}
+}
+
 // strongestPrevTokenHead is the head with the highest previous-token
 // score, or head 0 of the first layer with a pattern when there are no
 // scores (a one-token prompt).
@@ -182,6 +217,7 @@ type reportPage struct {
 	Tokens   []reportToken
 	Figures  []reportFigure
 	Skipped  []reportSkip
+	Views    []reportView
 	Captures []reportCapture
 	// FirstNonFinite is where the trace first holds NaN or Inf, if it does.
 	FirstNonFinite    *reportNonFinite
@@ -207,5 +243,7 @@ type reportFigure struct {
 }
 
 type reportSkip struct{ Name, Why string }
+
+type reportView struct{ Name, Title, Note string }
 
 type reportCapture struct{ Name, Shape, NonFinite string }

@@ -43,7 +43,7 @@ func TestReportRendersInChromium(t *testing.T) {
 	for _, n := range reportFigureNames {
 		want = append(want, n+".png", n+".svg")
 	}
-	want = append(want, "index.html", ".strata-trace.json")
+	want = append(want, "attention_view.html", "token_loss.html", "index.html", ".strata-trace.json")
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	var got []string
@@ -57,6 +57,11 @@ func TestReportRendersInChromium(t *testing.T) {
 	html := string(page)
 	require.Equal(t, len(reportFigureNames), strings.Count(html, `src="data:image/png;base64,`), "figures are inline")
 	require.False(t, strings.Contains(html, "Not drawn"), "every figure is drawn")
+	require.Contains(t, html, `<a href="attention_view.html">Attention, interactive</a>`, "the views are linked")
+	require.Contains(t, html, `<a href="token_loss.html">Loss per token</a>`)
+	view, err := os.ReadFile(filepath.Join(dir, "attention_view.html"))
+	require.NoError(t, err)
+	require.NotContains(t, string(view), "<script src=", "a view is self-contained")
 	require.True(t, strings.Contains(html, `title="position 2, token 300">&lt;|unused_300|&gt;</span>`), "the token strip shows the pieces")
 	require.True(t, strings.Contains(html, "<code>blocks.1.attn.hook_pattern</code></td><td>[8 13 13]</td>"), "the capture list gives shapes")
 

@@ -30,11 +30,11 @@ func ResidNorms(tr *trace.Trace) (*Figure, error) {
 	t, d := len(tr.Tokens), tr.Model.DModel
 	g := grid{cols: positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, t), xName: "position", yName: "residual stream after", rowsUp: true, rows: stages}
 	for _, p := range points {
-		x, err := tensor(tr, name, p, t, d)
+		n, err := rowNorms(tr, name, p, t, d)
 		if err != nil {
 			return nil, err
 		}
-		g.z = append(g.z, rowNorms(x, t, d))
+		g.z = append(g.z, n)
 	}
 	cellW := cellSize(t, 520, 5, 32, maxWidth-barWidth-110)
 	cellH := rowHeight(cellW, len(g.rows))
@@ -63,11 +63,11 @@ func AttnMLPNorms(tr *trace.Trace) (*Figure, error) {
 		}
 		var xy plotter.XYs
 		for _, l := range layers {
-			x, err := tensor(tr, name, gpu.LayerPoint(l, local), t, d)
+			n, err := rowNorms(tr, name, gpu.LayerPoint(l, local), t, d)
 			if err != nil {
 				return nil, err
 			}
-			xy = append(xy, plotter.XY{X: float64(l), Y: stat.Mean(rowNorms(x, t, d), nil)})
+			xy = append(xy, plotter.XY{X: float64(l), Y: stat.Mean(n, nil)})
 		}
 		line, points, err := plotter.NewLinePoints(xy)
 		if err != nil {

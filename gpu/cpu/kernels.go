@@ -385,3 +385,20 @@ func (s *stream) Rank(dst, src gpu.Tensor, rows, n, col int) {
 		}
 	})
 }
+
+func (s *stream) RowNorms(dst, src gpu.Tensor, off, rows, n int) {
+	d, x := data(dst), data(src)
+	if off < 0 || rows < 0 || n < 0 || len(d) < rows || off > len(x) || rows*n > len(x)-off {
+		s.fail(fmt.Errorf("cpu: norms of %d rows of %d at %d (%d and %d elements)", rows, n, off, len(d), len(x)))
+		return
+	}
+	s.parallel(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			sum := 0.0
+			for _, v := range x[off+r*n : off+(r+1)*n] {
+				sum += float64(v) * float64(v)
+			}
+			d[r] = float32(math.Sqrt(sum))
+		}
+	})
+}

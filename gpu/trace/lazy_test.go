@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -188,4 +189,60 @@ func TestHeadScoresReadOnlyWhatTheyAverage(t *testing.T) {
 		require.Equal(t, 2*heads*perHead, read, "%s: the entries averaged, nothing more", kind)
 		require.Empty(t, lazy.tensors, "nothing kept")
 	}
+}
+
+// normSource is a memSource that reduces rows itself, as a GPU trace does.
+type normSource struct {
+	*memSource
+	reduced []string
+}
+
+func (n *normSource) RowNorms(name string, dst []float32) error {
+	x := n.data[name]
+	width := len(x) / len(dst)
+	for r := range dst {
+		sum := 0.0
+		for _, v := range x[r*width : (r+1)*width] {
+			sum += float64(v) * float64(v)
+		}
+		dst[r] = float32(math.Sqrt(sum))
+	}
+	n.reduced = append(n.reduced, name)
+	return nil
+}
+
+func TestRowNormsAreTheSameWhereverTheCaptureIs(t *testing.T) {
+	lazy, eager, src := lazyTwin()
+	reducing := New()
+	ns := &normSource{memSource: src}
+	for _, name := range eager.Names {
+		reducing.PutUnread(name, eager.Shape(name), ns)
+	}
+	for _, c := range []struct {
+		name        string
+		rows, width int
+	}{{"hook_embed", 3, 4}, {"blocks.0.attn.hook_pattern", 2, 9}, {"logits", 3, 7}} {
+		x := src.data[c.name]
+		want := make([]float64, c.rows) // written out: seq data, so each norm differs
+		for r := range want {
+			for i := range c.width {
+				v := float64(x[r*c.width+i])
+				want[r] += v * v
+			}
+			want[r] = math.Sqrt(want[r])
+		}
+		for _, tr := range []*Trace{eager, lazy, reducing} {
+			got, err := tr.RowNorms(c.name)
+			require.NoError(t, err)
+			require.InDeltaSlice(t, want, got, 1e-5*want[len(want)-1], c.name) // float32 norms from the reducing source
+		}
+	}
+	require.Equal(t, []string{"hook_embed", "blocks.0.attn.hook_pattern", "logits"}, ns.reduced)
+	require.NotContains(t, lazy.tensors, "hook_embed", "norms read in blocks are not kept")
+
+	_, err := eager.RowNorms("blocks.9.hook_resid_post")
+	require.ErrorContains(t, err, "blocks.9.hook_resid_post")
+	lazy.Close()
+	_, err = lazy.RowNorms("logits")
+	require.ErrorIs(t, err, ErrClosed)
 }

@@ -3,6 +3,7 @@ package trace
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -61,8 +62,13 @@ func (s Scores) Bottom(k int) []HeadScore {
 	return r
 }
 
-// Best is Top(1)[0].
-func (s Scores) Best() HeadScore { return s.Ranked()[0] }
+// Best is Top(1)[0]; with no heads, layer and head -1 and a NaN score.
+func (s Scores) Best() HeadScore {
+	if r := s.Top(1); len(r) > 0 {
+		return r[0]
+	}
+	return HeadScore{Layer: -1, Head: -1, Score: math.NaN()}
+}
 
 // HeadScores scores every head of every layer from the captured
 // blocks.*.attn.hook_pattern. Induction needs a prompt that ends in two

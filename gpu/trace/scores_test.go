@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -98,4 +99,12 @@ func TestHeadScoresRankEveryLayer(t *testing.T) {
 	drop(tr, "blocks.1.attn.hook_pattern")
 	_, err = HeadScores(tr, PrevToken)
 	require.ErrorContains(t, err, `nb.Capture("blocks.*.attn.hook_pattern")`)
+}
+
+func TestBestOfNoScoresIsNotAHead(t *testing.T) {
+	b := Scores{}.Best()
+	require.Equal(t, -1, b.Layer)
+	require.Equal(t, -1, b.Head)
+	require.True(t, math.IsNaN(b.Score))
+	require.Empty(t, Scores{{}}.Top(3))
 }

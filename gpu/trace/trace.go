@@ -76,6 +76,14 @@ type Source interface {
 	Free()
 }
 
+// NormSource is a Source that takes each row's L2 norm where the capture
+// lies, so that only the norms travel (Trace.RowNorms).
+type NormSource interface {
+	Source
+	// RowNorms fills dst with the norm of each of len(dst) rows of the capture.
+	RowNorms(name string, dst []float32) error
+}
+
 // Request is one read from a Source.
 type Request struct {
 	Name string
@@ -314,6 +322,65 @@ func (t *Trace) Elements(name string, idx []int) ([]float32, error) {
 		return nil, fmt.Errorf("trace: reading %d elements of %s: %w", len(idx), name, err)
 	}
 	return out, nil
+}
+
+// RowNorms returns the L2 norm of each row of a capture's first dimension
+// (each position of a [T, ...] point). A capture still on a device that
+// can reduce (NormSource) is reduced there and only the norms are read;
+// otherwise the rows are read a block at a time and not kept.
+func (t *Trace) RowNorms(name string) ([]float64, error) {
+	t.mu.Lock()
+	shape, ok := t.shapes[name]
+	x, kept := t.tensors[name]
+	ns, reduces := t.src.(NormSource)
+	var err error
+	switch {
+	case !ok:
+		err = t.notCaptured(name)
+	case len(shape) == 0:
+		err = fmt.Errorf("trace: %s is a scalar; it has no rows", name)
+	}
+	t.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	rows, width := shape[0], elements(shape[1:])
+	out := make([]float64, rows)
+	switch {
+	case kept:
+		hostNorms(out, x.Data, width)
+	case reduces:
+		n := make([]float32, rows)
+		if err := ns.RowNorms(name, n); err != nil {
+			return nil, fmt.Errorf("trace: norms of %s: %w", name, err)
+		}
+		for i, v := range n {
+			out[i] = float64(v)
+		}
+	default:
+		block := max(1, (1<<20)/max(1, width)) // rows per read: about 4 MiB
+		for from := 0; from < rows; from += block {
+			to := min(rows, from+block)
+			x, err := t.Rows(name, from, to)
+			if err != nil {
+				return nil, err
+			}
+			hostNorms(out[from:to], x.Data, width)
+		}
+	}
+	return out, nil
+}
+
+// hostNorms writes the norm of each width-wide row of x; float64, because a
+// float32 sum of squares loses digits over wide rows.
+func hostNorms(out []float64, x []float32, width int) {
+	for r := range out {
+		sum := 0.0
+		for _, v := range x[r*width : (r+1)*width] {
+			sum += float64(v) * float64(v)
+		}
+		out[r] = math.Sqrt(sum)
+	}
 }
 
 // each calls fn with every capture in order without keeping the ones it

@@ -3,6 +3,7 @@ package vulkan_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stratalab/strata/gguf"
@@ -136,4 +137,69 @@ func BenchmarkPrefillCaptureAll(b *testing.B) {
 		})
 		s.Close()
 	}
+}
+
+// BenchmarkResidNorms compares the two ways to get each position's residual
+// norm from a device trace of bonsai-1.7b's width and depth at T=2048: the
+// device reduces and T floats per layer come back (Trace.RowNorms, what
+// viz.ResidNorms uses), or every row comes back and the host reduces.
+func BenchmarkResidNorms(b *testing.B) {
+	backend(b)
+	v, err := vulkan.Open(vulkan.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer v.Close()
+	shape := model.Shapes["bonsai-1.7b"]
+	shape.FFN, shape.Vocab, shape.Context = 256, 512, 2048 // what the norms read is layers x T x d_model
+	m, err := model.Random(shape, gguf.Q1_0_G128, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := gpu.NewEngine(m, v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const T = 2048
+	tokens := make([]int32, T)
+	for i := range tokens {
+		tokens[i] = int32(i * 97 % m.Vocab)
+	}
+	s, err := e.NewSession(T)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	tr, err := s.Prefill(context.Background(), tokens, gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	b.SetBytes(int64(m.Layers) * T * int64(m.DModel) * 4) // the residual stream the norms summarise
+	b.Run("device", func(b *testing.B) {
+		for b.Loop() {
+			for l := range m.Layers {
+				if _, err := tr.RowNorms(gpu.LayerPoint(l, "hook_resid_post")); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("host", func(b *testing.B) {
+		for b.Loop() {
+			for l := range m.Layers {
+				x, err := tr.Rows(gpu.LayerPoint(l, "hook_resid_post"), 0, T)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for r := range T {
+					sum := 0.0
+					for _, v := range x.Data[r*m.DModel : (r+1)*m.DModel] {
+						sum += float64(v) * float64(v)
+					}
+					_ = math.Sqrt(sum)
+				}
+			}
+		}
+	})
 }

@@ -199,6 +199,17 @@ func TestAnalysesOfADeviceTraceMatchCPU(t *testing.T) {
 			require.InDelta(t, wl.Prob[l][p], gl.Prob[l][p], pointTol, "token lens at layer %d position %d", l, p)
 		}
 	}
+	for l := range m.Layers {
+		name := gpu.LayerPoint(l, "hook_resid_post")
+		w, err := want.RowNorms(name)
+		require.NoError(t, err)
+		g, err := got.RowNorms(name) // reduced on the device: only T floats come back
+		require.NoError(t, err)
+		require.Len(t, g, len(tokens))
+		for p := range w {
+			require.InEpsilon(t, w[p], g[p], pointTol, "norm of %s at position %d", name, p)
+		}
+	}
 	for _, kind := range []trace.HeadKind{trace.Induction, trace.PrevToken, trace.DuplicateToken} {
 		w, err := trace.HeadScores(want, kind)
 		require.NoError(t, err)

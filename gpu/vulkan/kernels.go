@@ -434,3 +434,17 @@ func (s *stream) Rank(dst, src gpu.Tensor, rows, n, col int) {
 	s.dispatch("rank", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
 		[]uint32{uint32(rows), uint32(n), uint32(col)}, gx, gy, gz)
 }
+
+func (s *stream) RowNorms(dst, src gpu.Tensor, off, rows, n int) {
+	d, x := s.tensorOf(dst), s.tensorOf(src)
+	if d == nil || x == nil {
+		return
+	}
+	if off < 0 || rows < 0 || n < 0 || d.n < rows || off > x.n || rows*n > x.n-off {
+		s.fail(fmt.Errorf("vulkan: norms of %d rows of %d at %d of %s (%d elements)", rows, n, off, x.name, x.n))
+		return
+	}
+	gx, gy, gz := gridRows(rows)
+	s.dispatch("rownorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
+		[]uint32{uint32(rows), uint32(n), uint32(off)}, gx, gy, gz)
+}

@@ -341,3 +341,47 @@ func TestUploadOfTruncatedFileIsAnError(t *testing.T) {
 	_, err := b.Upload(m.Blocks[1].Down)
 	require.ErrorContains(t, err, "vulkan: memory fault reading blk.1.ffn_down.weight")
 }
+
+func TestRankCountsLargerEntries(t *testing.T) {
+	r := newRig(t, 10)
+	rows, n, col := 5, 3000, 1234
+	vals := r.values(rows*n, 1)
+	vals[2*n+col] = 100             // the largest: rank 0
+	vals[3*n+col] = vals[3*n+col+1] // a tie is not larger
+	x, d := r.tensor("logits", vals), r.zeros("ranks", rows)
+	r.cs.Rank(d.c, x.c, rows, n, col)
+	r.vs.Rank(d.v, x.v, rows, n, col)
+	c, v := r.read(d)
+	for row := range rows {
+		want := 0
+		for _, y := range vals[row*n : (row+1)*n] {
+			if y > vals[row*n+col] {
+				want++
+			}
+		}
+		require.Equal(t, float32(want), v[row], "rank in row %d", row)
+	}
+	require.Equal(t, c, v)
+	require.Zero(t, v[2])
+}
+
+func TestRowNormsOfRowsWiderThanAWorkgroup(t *testing.T) {
+	r := newRig(t, 11)
+	rows, n, off := 6, 2500, 37
+	vals := r.values(off+rows*n+5, 3)
+	x, d := r.tensor("resid", vals), r.zeros("norms", rows)
+	r.cs.RowNorms(d.c, x.c, off, rows, n)
+	r.vs.RowNorms(d.v, x.v, off, rows, n)
+	c, v := r.read(d)
+	want := make([]float32, rows)
+	for row := range want {
+		sum := 0.0
+		for _, y := range vals[off+row*n : off+(row+1)*n] {
+			sum += float64(y) * float64(y)
+		}
+		want[row] = float32(math.Sqrt(sum))
+	}
+	// A float32 tree sum of 2,500 squares: a few ulps of the norm.
+	requireClose(t, v, want, 1e-6, "norms on the GPU")
+	requireClose(t, c, want, 1e-7, "norms on the CPU")
+}
