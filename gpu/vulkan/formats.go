@@ -11,17 +11,20 @@ import (
 
 // weightFormat is how one tensor type lives on the device: the shader
 // variants that decode it (matmul_<suffix>, embed_<suffix>) and how its
-// blocks are repacked on upload. Block formats are split into every
-// block's quants, then every block's f16 scale, so shaders read whole
-// aligned words; float formats are stored as they are.
+// blocks are repacked on upload. Block formats with one scale are split
+// into every block's quants, then every block's f16 scale, so shaders read
+// whole aligned words; the K-quants, whose blocks hold several scale
+// fields, keep each block whole, padded to whole words; float formats are
+// stored as they are.
 type weightFormat struct {
 	typ        gguf.Type
 	suffix     string
 	blockSize  int // elements per block; 1 for float formats
 	blockBytes int
-	scaleOff   int // block formats: byte offset of the f16 scale in a block
-	quantOff   int // and of the quants
-	quantBytes int // 0 for float formats
+	scaleOff   int  // one-scale block formats: byte offset of the f16 scale in a block
+	quantOff   int  // and of the quants
+	quantBytes int  // 0 for float formats and whole blocks
+	whole      bool // blocks kept whole, each padded to a multiple of 4 bytes
 }
 
 // coopFormats are the types with a cooperative-matrix GEMM.
@@ -41,6 +44,9 @@ var weightFormats = []weightFormat{
 	{typ: gguf.Q4_0, suffix: "q4_0", blockSize: 32, blockBytes: 18, scaleOff: 0, quantOff: 2, quantBytes: 16},
 	{typ: gguf.Q1_0_G128, suffix: "q1_0", blockSize: 128, blockBytes: 18, scaleOff: 0, quantOff: 2, quantBytes: 16},
 	{typ: gguf.TQ2_0_G128, suffix: "tq2_0", blockSize: 128, blockBytes: 34, scaleOff: 32, quantOff: 0, quantBytes: 32},
+	{typ: gguf.Q4_K, suffix: "q4_k", blockSize: 256, blockBytes: 144, whole: true},
+	{typ: gguf.Q5_K, suffix: "q5_k", blockSize: 256, blockBytes: 176, whole: true},
+	{typ: gguf.Q6_K, suffix: "q6_k", blockSize: 256, blockBytes: 210, whole: true},
 }
 
 func formatOf(w *model.Weight) (*weightFormat, error) {
@@ -66,6 +72,14 @@ func (f *weightFormat) repack(w *model.Weight) ([]byte, uint32, error) {
 	blocks := w.Rows * (w.Cols / f.blockSize)
 	if need := blocks * f.blockBytes; len(w.Data) < need {
 		return nil, 0, fmt.Errorf("vulkan: tensor %s: %d x %d %v needs %d bytes, the file has %d", w.Name, w.Rows, w.Cols, f.typ, need, len(w.Data))
+	}
+	if f.whole {
+		stride := (f.blockBytes + 3) &^ 3
+		out := make([]byte, blocks*stride)
+		for b := range blocks {
+			copy(out[b*stride:], w.Data[b*f.blockBytes:(b+1)*f.blockBytes])
+		}
+		return out, 0, nil
 	}
 	if f.quantBytes == 0 {
 		out := make([]byte, (blocks*f.blockBytes+3)&^3)

@@ -26,17 +26,13 @@ const (
 	tolExp = 3e-5
 )
 
-var weightTypes = []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, gguf.Q4_0, gguf.Q1_0_G128, gguf.TQ2_0_G128}
+// weightTypes is every type the CPU backend runs: each must run here too.
+var weightTypes = quant.Supported()
 
 // blockOf is the block size of a type, so shapes can be chosen to fit it.
 func blockOf(typ gguf.Type) int {
-	switch typ {
-	case gguf.Q8_0, gguf.Q4_0:
-		return 32
-	case gguf.Q1_0_G128, gguf.TQ2_0_G128:
-		return 128
-	}
-	return 1
+	info, _ := typ.Info()
+	return info.BlockSize
 }
 
 func TestMatMulEveryFormat(t *testing.T) {
@@ -295,9 +291,9 @@ func TestStreamErrorsNameTheProblem(t *testing.T) {
 	require.ErrorContains(t, err, "huge needs")
 
 	w := &model.Weight{Name: "blk.0.attn_q.weight", Rows: 2, Cols: 256, Data: make([]byte, 1000)}
-	w.Format = mustFormat(t, gguf.Q4_K)
+	w.Format = &quant.Format{Type: gguf.Q5_0} // one the file layer knows and no backend runs
 	_, err = b.Upload(w)
-	require.ErrorContains(t, err, "tensor blk.0.attn_q.weight has type Q4_K, which has no Vulkan shader")
+	require.ErrorContains(t, err, "tensor blk.0.attn_q.weight has type Q5_0, which has no Vulkan shader")
 	w.Format, w.Data = mustFormat(t, gguf.Q8_0), make([]byte, 500)
 	_, err = b.Upload(w)
 	require.ErrorContains(t, err, "tensor blk.0.attn_q.weight: 2 x 256 Q8_0 needs 544 bytes, the file has 500")

@@ -1,0 +1,26 @@
+// Q4_K: 256 weights in a 144-byte block (36 words): f16 d and dmin, 12
+// bytes of scales and mins, 128 bytes of nibbles. The 32 bytes from
+// 16+32c hold weights 64c.. in their low nibbles and 64c+32.. in their
+// high ones; weight = d*sc*q - dmin*m of its sub-block of 32.
+#define K_WORDS 36u
+#include "kquants.glsl"
+
+// q4k decodes count weights from (n, k), all in one sub-block of 32.
+void q4k(uint n, uint k, uint count, out float v[8]) {
+    uint base = blockOf(n, k), j = k % 256;
+    float scale, offset;
+    kScaleMin(base, j / 32, scale, offset);
+    uint at = 16 + 32 * (j / 64) + j % 32, shift = 4 * ((j / 32) % 2);
+    for (uint i = 0; i < count; i++) {
+        precise float x = scale * float((byteAt(base, at + i) >> shift) & 0xfu) - offset;
+        v[i] = x;
+    }
+}
+
+float weightAt(uint n, uint k) {
+    float v[8];
+    q4k(n, k, 1, v);
+    return v[0];
+}
+
+void weights8(uint n, uint k, out float v[8]) { q4k(n, k, 8, v); }

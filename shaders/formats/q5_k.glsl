@@ -1,0 +1,27 @@
+// Q5_K: 256 weights in a 176-byte block (44 words): f16 d and dmin, 12
+// bytes of scales and mins, 32 bytes of fifth bits, 128 bytes of nibbles
+// packed as Q4_K's. The fifth bit of weight 64c+l is bit 2c of byte 16+l,
+// of weight 64c+32+l bit 2c+1; weight = d*sc*q - dmin*m.
+#define K_WORDS 44u
+#include "kquants.glsl"
+
+// q5k decodes count weights from (n, k), all in one sub-block of 32.
+void q5k(uint n, uint k, uint count, out float v[8]) {
+    uint base = blockOf(n, k), j = k % 256;
+    float scale, offset;
+    kScaleMin(base, j / 32, scale, offset);
+    uint l = j % 32, half_ = (j / 32) % 2, at = 48 + 32 * (j / 64) + l, bit = 2 * (j / 64) + half_;
+    for (uint i = 0; i < count; i++) {
+        uint q = ((byteAt(base, at + i) >> (4 * half_)) & 0xfu) | (((byteAt(base, 16 + l + i) >> bit) & 1u) << 4);
+        precise float x = scale * float(q) - offset;
+        v[i] = x;
+    }
+}
+
+float weightAt(uint n, uint k) {
+    float v[8];
+    q5k(n, k, 1, v);
+    return v[0];
+}
+
+void weights8(uint n, uint k, out float v[8]) { q5k(n, k, 8, v); }
