@@ -212,3 +212,64 @@ func ExampleModel_Position() {
 	// Output:
 	// 8 [++] [--]
 }
+
+func ExampleModel_PatchResid() {
+	m := cpu()
+	metric := m.LogitDiff(" b", " c")
+	res := m.PatchResid("x := a + b", "x := a - b", metric) // [layer][position]
+	fmt.Printf("clean %.2f, corrupt %.2f\n", metric(m.Prefill("x := a + b")), metric(m.Prefill("x := a - b")))
+	fmt.Printf("position 4 (the token that differs) patched at layer 0: %.2f, at layer 3: %.2f\n", res[0][4], res[3][4])
+	// Output:
+	// clean -0.15, corrupt 0.80
+	// position 4 (the token that differs) patched at layer 0: -0.15, at layer 3: -0.42
+}
+
+func ExampleModel_Unembed() {
+	m := cpu()
+	u := m.Unembed(" err") // the token's row of the unembedding: its direction in the residual stream
+	tr := m.Prefill("if err != nil {\n\treturn", nb.CaptureDLA())
+	sum := 0.0
+	for _, c := range m.DLA(tr, u, -1) {
+		sum += c.Logit
+	}
+	fmt.Printf("%d values; the components' sum %.3f, the logit %.3f\n", len(u), sum, tr.Tensor("logits").At(0, int(m.Token(" err"))))
+	// Output:
+	// 256 values; the components' sum 11.349, the logit 11.349
+}
+
+func ExampleModel_HeadResults() {
+	m := cpu()
+	tr := m.Prefill("return nil", nb.CaptureDLA())
+	r := m.HeadResults(tr, 2) // [position, head, d_model]: what each head writes
+	fmt.Println(r.Shape)
+	// Output:
+	// [3 8 256]
+}
+
+func ExampleModel_AccumulatedResid() {
+	m := cpu()
+	tr := m.Prefill("\tn, err := r.Read(p)\n\tif err != nil {\n\t\treturn n,", nb.CaptureDLA())
+	s := m.AccumulatedResid(tr, true) // the residual stream before each layer, through the final norm
+	v := nb.Must(s.Dot(m.LogitDirection(" err", " nil"), -1))
+	for i, l := range s.Labels {
+		fmt.Printf("%s %.2f\n", l, v[i])
+	}
+	// Output:
+	// 0_pre -0.32
+	// 1_pre -0.31
+	// 2_pre 0.95
+	// 3_pre 1.29
+	// final_post 4.60
+}
+
+func ExampleModel_StackHeadResults() {
+	m := cpu()
+	tr := m.Prefill("\tn, err := r.Read(p)\n\tif err != nil {\n\t\treturn n,", nb.CaptureDLA())
+	s := m.StackHeadResults(tr, true) // one component per head, through the final norm
+	v := nb.Must(s.Dot(m.LogitDirection(" err", " nil"), -1))
+	fmt.Println(len(s.Labels), s.Labels[:3])
+	fmt.Printf("%s %.2f\n", s.Labels[20], v[20])
+	// Output:
+	// 32 [L0H0 L0H1 L0H2]
+	// L2H4 2.90
+}

@@ -269,3 +269,69 @@ func TestTokenLensEndsAtTheModelsOutput(t *testing.T) {
 		require.InDelta(t, float64(tr.Lens.Prob[layer][T-1]), got.Prob[layer][T-1], 1e-6)
 	}
 }
+
+// Each DLA component by hand in float64: the component's row at the last
+// position, scaled by the final norm of the final residual stream (as
+// TransformerLens's apply_ln_to_stack does), times the norm's gain, dotted
+// with the token's unembedding.
+func TestDLAComponentsByHand(t *testing.T) {
+	m := cpuModel(t)
+	tr := m.Prefill("if err != nil {\n\treturn", nb.CaptureDLA())
+	tok := tr.Predicted[len(tr.Predicted)-1]
+	u := m.Unembed(tok)
+	last := len(tr.Tokens) - 1
+	row := func(name string) []float32 {
+		x := tr.Tensor(name)
+		require.NotNil(t, x, name)
+		return x.Data[last*m.Model.DModel : (last+1)*m.Model.DModel]
+	}
+	var ss float64
+	for _, v := range row(gpu.LayerPoint(m.Model.Layers-1, "hook_resid_post")) {
+		ss += float64(v) * float64(v)
+	}
+	inv := 1 / math.Sqrt(ss/float64(m.Model.DModel)+float64(m.Model.RMSEps))
+	names := []string{"hook_embed"}
+	for l := range m.Model.Layers {
+		names = append(names, gpu.LayerPoint(l, "hook_attn_out"), gpu.LayerPoint(l, "hook_mlp_out"))
+	}
+	dla := m.DLA(tr, u, -1)
+	require.Len(t, dla, len(names))
+	for i, name := range names {
+		want := 0.0
+		for j, v := range row(name) {
+			want += float64(v) * inv * float64(m.Model.OutNorm[j]) * float64(u[j])
+		}
+		// The library rounds each normed component to float32 once before
+		// the dot: about 1e-7 relative per term, over d_model terms.
+		require.InDelta(t, want, dla[i].Logit, 1e-5*(1+math.Abs(want)), "%s (%s)", dla[i].Label, name)
+	}
+}
+
+// PatchResid on every layer and position against a host hook that copies
+// the clean run's resid_pre row into the corrupted run.
+func TestPatchResidIsAHostCopyOfTheCleanRow(t *testing.T) {
+	m := cpuModel(t)
+	clean, corrupt := "x := a + b; y := a ", "x := a - b; y := a "
+	metric := m.LogitDiff("+", "-")
+	got := m.PatchResid(clean, corrupt, metric)
+	src := m.Prefill(clean, nb.Capture("blocks.*.hook_resid_pre"))
+	d := m.Model.DModel
+	base, moved := metric(m.Prefill(corrupt)), 0
+	require.Len(t, got, m.Model.Layers)
+	for l := range m.Model.Layers {
+		x := src.Tensor(gpu.LayerPoint(l, "hook_resid_pre"))
+		require.Len(t, got[l], x.Shape[0])
+		for p := range x.Shape[0] {
+			host := gpu.Hook{Point: gpu.LayerPoint(l, "hook_resid_pre"), Host: func(_ string, _ []int, data []float32) error {
+				copy(data[p*d:(p+1)*d], x.Data[p*d:(p+1)*d])
+				return nil
+			}}
+			want := metric(m.Prefill(corrupt, nb.Hooks(host)))
+			require.InDelta(t, want, got[l][p], 1e-9, "layer %d position %d", l, p)
+			if math.Abs(want-base) > 0.1 {
+				moved++
+			}
+		}
+	}
+	require.GreaterOrEqual(t, moved, m.Model.Layers, "patching the differing token moves the metric in every layer")
+}

@@ -154,3 +154,12 @@ func ExampleStack_Dot() {
 	fmt.Printf("%s %.2f\n", normed.Labels[len(v)-1], v[len(v)-1])
 	// Output: final_post 6.44
 }
+
+func ExampleTrace_RowNorms() {
+	tr := cpu().Prefill("x := 1", nb.Capture("blocks.3.hook_resid_post"))
+	defer tr.Close()
+	n, _ := tr.RowNorms("blocks.3.hook_resid_post") // on a GPU trace, taken on the device: T floats come back
+	fmt.Printf("%.1f\n", n)
+	// Output:
+	// [76.4 57.8 52.7 61.6 61.6]
+}
