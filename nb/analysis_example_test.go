@@ -21,10 +21,11 @@ func ExampleModel_Loss() {
 
 func ExampleMeanLoss() {
 	m := cpu()
-	tr := m.Prefill(m.RepeatedRandom(20, 1), nb.AllLogits())
-	fmt.Printf("first copy %.1f, second copy %.1f\n", nb.MeanLoss(1)(tr), nb.MeanLoss(21)(tr))
+	tr := m.Prefill(m.RepeatedRandom(20, 1), nb.AllLogits()) // BOS, then 20 random tokens twice
+	// loss[i] is the loss of predicting token i+1: from 20 on, the second copy.
+	fmt.Printf("whole prompt %.1f, second copy %.1f\n", nb.MeanLoss(0)(tr), nb.MeanLoss(20)(tr))
 	// Output:
-	// first copy 12.9, second copy 10.3
+	// whole prompt 12.9, second copy 10.7
 }
 
 func ExampleModel_HeadScores() {

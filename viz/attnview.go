@@ -107,7 +107,7 @@ function draw(){
       s.textContent=k; s.dataset.i=i;
       s.style.cssText='border:1px solid #ddd;margin:0 1px;padding:0 2px;cursor:default';
       s.addEventListener('mouseover',()=>{focus=i;paint();});
-      row.appendChild(s);
+      row.appendChild(s); row.append('\u200b'); // a place to wrap between tokens
       if(k.endsWith('\u21b5')) row.appendChild(document.createElement('br'));
     });
   }

@@ -126,3 +126,43 @@ func TestHTMLSaveWritesThePage(t *testing.T) {
 	require.Equal(t, h.Page(), string(got))
 	require.Contains(t, h.Page(), "<title>x&lt;y</title>")
 }
+
+// A long prompt's tokens wrap inside the view's width, in both views: the
+// spans have no spaces between them, so without a break opportunity the
+// browser draws one line past the right edge of the notebook.
+func TestTokenViewsWrapInTheirWidth(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (Debian package chromium); the wrap check needs it")
+	}
+	m := synthModel(t)
+	var tokens []int32
+	for len(tokens) < 120 {
+		tokens = append(tokens, synthTokens...)
+	}
+	tr := prefill(t, m, tokens[:120], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+	attn, err := AttentionView(tr, 1)
+	require.NoError(t, err)
+	values := make([]float64, len(tr.Pieces))
+	for i := range values {
+		values[i] = float64(i)
+	}
+	tok, err := TokenValues(tr.Pieces, values, "position")
+	require.NoError(t, err)
+	measure := `<script>
+const wide=[...document.querySelectorAll('.row, .strata-tokens')].filter(e=>e.scrollWidth>e.clientWidth+1).length;
+const tall=[...document.querySelectorAll('.row, .strata-tokens')].map(e=>e.getBoundingClientRect().height);
+document.body.dataset.wide=wide; document.body.dataset.tall=Math.min(...tall);
+</script>`
+	page := filepath.Join(t.TempDir(), "views.html")
+	require.NoError(t, os.WriteFile(page, []byte(`<!DOCTYPE html><html><head><meta charset="utf-8"></head><body style="width:500px">`+
+		attn.Body+tok.Body+measure+`</body></html>`), 0o644))
+	dom, err := runChromium(t, browser, page, "")
+	require.NoError(t, err, "chromium")
+	require.Contains(t, dom, `data-wide="0"`, "no token row is wider than the 500 px it is given")
+	tall := regexp.MustCompile(`data-tall="([0-9.]+)"`).FindStringSubmatch(dom)
+	require.NotNil(t, tall)
+	h, err := strconv.ParseFloat(tall[1], 64)
+	require.NoError(t, err)
+	require.Greater(t, h, 60.0, "120 tokens take several lines in 500 px")
+}

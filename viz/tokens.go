@@ -43,6 +43,8 @@ func TokenValues(pieces []string, values []float64, label string) (HTML, error) 
 			i, v, html.EscapeString(title), bg, html.EscapeString(showPiece(p)))
 		if strings.HasSuffix(p, "\n") {
 			b.WriteString("<br>")
+		} else {
+			b.WriteString("&#8203;") // a place to wrap: the spans have no space between them
 		}
 	}
 	b.WriteString("</div>")
