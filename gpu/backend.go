@@ -6,6 +6,7 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/stratalab/strata/model"
 )
@@ -70,6 +71,9 @@ type Stream interface {
 	// MatMul computes dst = x W^T (+ bias) for each projection, all reading
 	// the same rows of x; backends fuse them into one pass where they can.
 	MatMul(x Tensor, rows int, outs ...Proj)
+	// SetPrecision sets how the MatMuls recorded after it multiply. A
+	// backend without a faster way computes in float32 either way.
+	SetPrecision(p Precision)
 	// Rope rotates rows [rows, heads, headDim] in place for positions pos0...
 	Rope(x Tensor, rows, heads, headDim, pos0 int, r *model.Rope)
 	// AttnScores writes scaled, causally masked scores [Heads, T, Pos0+T].
@@ -162,4 +166,39 @@ type Edit struct {
 	Scalar            float32
 	Src               Tensor
 	SrcOff, SrcStride int
+}
+
+// Precision is how a prefill's matrix products multiply.
+type Precision int
+
+const (
+	// PrecisionExact keeps float32's accuracy (the default): the parity
+	// tests hold every capture point to the CPU backend within 2e-5.
+	PrecisionExact Precision = iota
+	// PrecisionFast rounds both inputs of each tiled product (more than 8
+	// rows) to float16 and accumulates in float32, one tensor-core product
+	// per step, as a 16-bit PyTorch run does. Values outside float16's
+	// range stay float32. Matrix-vector products (8 rows or fewer) are
+	// bound by memory, not arithmetic, and stay float32.
+	PrecisionFast
+)
+
+func (p Precision) String() string {
+	switch p {
+	case PrecisionExact:
+		return "exact"
+	case PrecisionFast:
+		return "fast"
+	}
+	return fmt.Sprintf("Precision(%d)", int(p))
+}
+
+// ParsePrecision reads "exact" or "fast".
+func ParsePrecision(s string) (Precision, error) {
+	for _, p := range []Precision{PrecisionExact, PrecisionFast} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a precision: want exact or fast", s)
 }

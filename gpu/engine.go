@@ -113,6 +113,8 @@ type Options struct {
 	Hooks   []Hook
 	// Budget bounds the captured bytes; 0 means DefaultBudget.
 	Budget int64
+	// Precision of the matrix products: PrecisionExact (the default) or PrecisionFast.
+	Precision Precision
 }
 
 // Session is one conversation with an engine: a KV cache and a position.
@@ -479,6 +481,9 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	case LogitsLast, LogitsAll, LogitsNone:
 	default:
 		return nil, fmt.Errorf("engine: Options.Logits %d is not LogitsLast, LogitsAll or LogitsNone", o.Logits)
+	}
+	if o.Precision != PrecisionExact && o.Precision != PrecisionFast {
+		return nil, fmt.Errorf("engine: Options.Precision %d is not PrecisionExact or PrecisionFast", int(o.Precision))
 	}
 	if o.Budget < 0 {
 		return nil, fmt.Errorf("engine: Options.Budget %d is negative (0 means the default, %s)", o.Budget, HumanBytes(DefaultBudget))

@@ -37,6 +37,9 @@ func TestCPUPeakMemoryMatchesEstimate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a bonsai-1.7b-shape prefill takes about ten minutes on two cores; CI runs it without -short")
 	}
+	if raceDetector {
+		t.Skip("under -race the detector's shadow memory about doubles the peak RSS (879 MiB against 454 MiB estimated); CI measures it without -race")
+	}
 	w, err := model.Generate(model.Shapes["bonsai-1.7b"], gguf.Q1_0_G128, 1)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "bonsai-1.7b-shape.gguf")

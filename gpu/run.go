@@ -68,6 +68,7 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 	s.endRun(errSuperseded)
 	c := &s.e.Model.Config
 	r := &Run{s: s, st: s.st, ctx: ctx, o: o, l: l, tokens: slices.Clone(tokens)}
+	s.st.SetPrecision(o.Precision)
 	t := l.t
 	needs := []need{
 		{"residual", t * c.DModel, &r.x},

@@ -335,3 +335,12 @@ func TestPatchResidIsAHostCopyOfTheCleanRow(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, moved, m.Model.Layers, "patching the differing token moves the metric in every layer")
 }
+
+// nb.Fast reaches the engine: the CPU backend multiplies in float32 at
+// either precision, so its logits are the exact run's, bit for bit.
+func TestFastIsExactOnTheCPU(t *testing.T) {
+	m := cpuModel(t)
+	exact := m.Prefill("func main() {\n\tfmt.Println(", nb.AllLogits())
+	fast := m.Prefill("func main() {\n\tfmt.Println(", nb.AllLogits(), nb.Fast())
+	require.Equal(t, exact.Tensor("logits").Data, fast.Tensor("logits").Data)
+}

@@ -124,6 +124,12 @@ func AllLogits() Option { return func(s *settings) { s.o.Logits = gpu.LogitsAll 
 // Budget bounds the capture's memory in bytes.
 func Budget(bytes int64) Option { return func(s *settings) { s.o.Budget = bytes } }
 
+// Fast runs the prefill's matrix products on float16 inputs
+// (gpu.PrecisionFast): on a GPU with tensor cores, several times faster,
+// with hidden states within about 1e-3 of the exact run. The CPU backend
+// computes in float32 either way.
+func Fast() Option { return func(s *settings) { s.o.Precision = gpu.PrecisionFast } }
+
 // Continue appends to the previous prefill's KV cache instead of starting over.
 func Continue() Option { return func(s *settings) { s.cont = true } }
 

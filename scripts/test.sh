@@ -16,8 +16,8 @@ echo "== go vet"
 go vet ./...
 echo "== go test"
 go test -count=1 -timeout 30m ./...
-echo "== go test -race (engine and notebook API; short soak)"
-CGO_ENABLED=1 go test -count=1 -race -short ./gpu ./gpu/cpu ./nb
+echo "== go test -race (every package; -short: the soak is short)"
+CGO_ENABLED=1 go test -count=1 -race -short -timeout 30m ./...
 echo "== fuzz (short runs over the saved corpora)"
 # Budgets are counts, not durations: go1.26's fuzz coordinator can fail a
 # duration run with a spurious "context deadline exceeded" (golang/go#75804).

@@ -18,11 +18,30 @@ layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
 
-float tileA(uint m, uint k) { return m < pc.M && k < pc.K ? x[m * pc.K + k] : 0.0; }
+// FAST (PrecisionFast) rounds both inputs to float16's 11 significant bits,
+// as the cooperative-matrix kernel does, so that the precision means the
+// same on any device; values outside float16's range stay float32. The
+// rounding is done on the bits (to nearest, ties to even): NVIDIA's
+// compiler folds a round trip through packHalf2x16 to the identity.
+layout(constant_id = 0) const uint FAST = 0;
+
+float input16(float v) {
+    if (FAST == 0 || !(abs(v) <= 65504.0)) {
+        return v;
+    }
+    uint u = floatBitsToUint(v);
+    u += 0x0fffu + ((u >> 13) & 1u);
+    return uintBitsToFloat(u & 0xffffe000u);
+}
+
+float tileA(uint m, uint k) { return m < pc.M && k < pc.K ? input16(x[m * pc.K + k]) : 0.0; }
 
 void tileB8(uint n, uint k, out float v[8]) {
     if (n < pc.N && k < pc.K) {
         weights8(n, k, v);
+        for (uint i = 0; i < 8; i++) {
+            v[i] = input16(v[i]);
+        }
         return;
     }
     for (uint i = 0; i < 8; i++) {

@@ -11,11 +11,13 @@
 // fed by 16x16x16 float16 products. The host picks the shape (coopTileFor in
 // gpu/vulkan); blocks of more than 4 accumulators ran slower on the H200.
 //
-// Accuracy: X is split into float16 hi + lo (x - hi), two products per step,
-// so the result keeps float32's accuracy rather than float16's. It is built
-// only for weights exact in float16 (1-bit, ternary, F16): splitting W too
-// ran slower than matmul.comp on the H200. A tile whose X exceeds float16's
-// range is recomputed in float32.
+// Accuracy (EXACT, PrecisionExact): X is split into float16 hi + lo
+// (x - hi), two products per step, so the result keeps float32's accuracy
+// rather than float16's. That is taken only for weights exact in float16
+// (1-bit, ternary, F16): splitting W too ran slower than matmul.comp on the
+// H200. PrecisionFast rounds X and W to float16, one product per step, for
+// any weight format. A tile whose inputs exceed float16's range is
+// recomputed in float32.
 layout(local_size_x = 256) in;
 
 // The tile shape, chosen per GEMM by the host: each subgroup holds TM x TN
@@ -25,6 +27,7 @@ layout(constant_id = 0) const uint TM = 1;
 layout(constant_id = 1) const uint TN = 4;
 layout(constant_id = 2) const uint WGM = 4;
 layout(constant_id = 3) const uint BK = 32; // k per step: 32 or 64
+layout(constant_id = 4) const uint EXACT = 1; // 0: PrecisionFast
 const uint BM = 16 * TM * WGM, BN = 16 * TN * (8 / WGM);
 
 
@@ -77,6 +80,15 @@ void split(float v[8], out uvec4 hi, out uvec4 lo) {
     }
 }
 
+// round packs 8 floats as float16, rounded (PrecisionFast).
+uvec4 round16(float v[8]) {
+    uvec4 h;
+    [[unroll]] for (uint i = 0; i < 4; i++) {
+        h[i] = packHalf2x16(vec2(v[2 * i], v[2 * i + 1]));
+    }
+    return h;
+}
+
 bool fitsHalf(float v[8]) {
     bool ok = true;
     [[unroll]] for (uint i = 0; i < 8; i++) {
@@ -114,22 +126,33 @@ void main() {
                 v[i] = elemA(m0 + r, k0 + 8 * c + i);
             }
             ok = ok && fitsHalf(v);
-            split(v, Ahi[r * SROW + c], Alo[r * SROW + c]);
+            if (EXACT != 0) {
+                split(v, Ahi[r * SROW + c], Alo[r * SROW + c]);
+            } else {
+                Ahi[r * SROW + c] = round16(v);
+            }
         }
         [[unroll]] for (uint h = 0; h < BN * CH / 256; h++) {
             uint id = tid + 256 * h, r = id / CH, c = id % CH;
             float v[8];
             elemsB(n0 + r, k0 + 8 * c, v);
-            uvec4 hi, lo; // lo is 0: the weights are exact in float16
-            split(v, hi, lo);
-            Bhi[r * SROW + c] = hi;
+            if (EXACT != 0) {
+                uvec4 hi, lo; // lo is 0: the weights are exact in float16
+                split(v, hi, lo);
+                Bhi[r * SROW + c] = hi;
+            } else {
+                ok = ok && fitsHalf(v);
+                Bhi[r * SROW + c] = round16(v);
+            }
         }
         barrier();
         [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
             MAT16 ah[TM], al[TM], bh[TN];
             [[unroll]] for (uint i = 0; i < TM; i++) {
                 coopMatLoadNV(ah[i], Ahi, (wm + 16 * i) * SROW + kk / 8, SROW, false);
-                coopMatLoadNV(al[i], Alo, (wm + 16 * i) * SROW + kk / 8, SROW, false);
+                if (EXACT != 0) {
+                    coopMatLoadNV(al[i], Alo, (wm + 16 * i) * SROW + kk / 8, SROW, false);
+                }
             }
             [[unroll]] for (uint j = 0; j < TN; j++) {
                 // B = W^T is K x N; W's rows are its columns, so column-major.
@@ -138,7 +161,9 @@ void main() {
             [[unroll]] for (uint i = 0; i < TM; i++) {
                 [[unroll]] for (uint j = 0; j < TN; j++) {
                     acc[i][j] = coopMatMulAddNV(ah[i], bh[j], acc[i][j]);
-                    acc[i][j] = coopMatMulAddNV(al[i], bh[j], acc[i][j]);
+                    if (EXACT != 0) {
+                        acc[i][j] = coopMatMulAddNV(al[i], bh[j], acc[i][j]);
+                    }
                 }
             }
         }

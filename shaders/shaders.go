@@ -25,7 +25,7 @@ type Variant struct {
 
 // formats names each weight format's define and variant suffix.
 // exactHalf says every weight it decodes is exact in float16: only those
-// formats get a cooperative-matrix GEMM (matmul_coop.comp).
+// take the cooperative-matrix GEMM (matmul_coop.comp) at exact precision.
 var formats = []struct {
 	suffix, define string
 	exactHalf      bool
@@ -44,15 +44,24 @@ var Variants = func() []Variant {
 			Variant{Name: "matvec_" + f.suffix, Source: "matvec.comp", Defines: []string{f.define}},
 			Variant{Name: "matvec_" + f.suffix + "_sg", Source: "matvec.comp", Defines: []string{f.define, "USE_SUBGROUP"}},
 			Variant{Name: "embed_" + f.suffix, Source: "embed.comp", Defines: []string{f.define}})
-		if f.exactHalf {
-			vs = append(vs, Variant{Name: "matmul_coop_" + f.suffix, Source: "matmul_coop.comp", Defines: []string{f.define}})
-		}
+		vs = append(vs, Variant{Name: "matmul_coop_" + f.suffix, Source: "matmul_coop.comp", Defines: []string{f.define}})
 	}
 	for _, src := range []string{"rmsnorm", "rope", "scores", "softmax", "mix", "flash", "add", "swiglu", "edit", "edit_mean", "argmax", "rank", "rownorm"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})
 	}
 	return vs
 }()
+
+// ExactInHalf reports whether every weight of the format with this variant
+// suffix is exact in float16.
+func ExactInHalf(suffix string) bool {
+	for _, f := range formats {
+		if f.suffix == suffix {
+			return f.exactHalf
+		}
+	}
+	return false
+}
 
 // Has reports whether the named module exists.
 func Has(name string) bool {

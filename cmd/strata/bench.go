@@ -23,14 +23,16 @@ import (
 )
 
 type benchRow struct {
-	Model    string  `json:"model"`
-	Type     string  `json:"type"`
-	Backend  string  `json:"backend"`
-	T        int     `json:"T"`
-	Capture  string  `json:"capture"`
-	MedianMS float64 `json:"median_ms"`
-	TokS     float64 `json:"tok_s"`
-	Runs     int     `json:"runs"`
+	Model   string `json:"model"`
+	Type    string `json:"type"`
+	Backend string `json:"backend"`
+	T       int    `json:"T"`
+	Capture string `json:"capture"`
+	// Precision is the matrix products' (gpu.Precision): exact or fast.
+	Precision string  `json:"precision"`
+	MedianMS  float64 `json:"median_ms"`
+	TokS      float64 `json:"tok_s"`
+	Runs      int     `json:"runs"`
 	// ReadbackGBs is how fast a whole trace of one more prefill came back
 	// to host memory (Trace.Load), for a capture held on a device.
 	ReadbackGBs float64 `json:"readback_gb_s,omitempty"`
@@ -88,6 +90,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model")
 	tokenList := fs.String("tokens", "128,512,2048", "prompt lengths")
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
+	precisions := fs.String("precision", "exact", "matrix products: exact (float32 accuracy), fast (float16 inputs), or both as exact,fast")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
 	budget := fs.Float64("budget", 16, "capture memory a prefill may use, in GiB (device memory on a GPU, host memory on the CPU); a point over it is reported as refused")
@@ -112,6 +115,14 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 		if capture != "none" && capture != "all" {
 			return fmt.Errorf("--capture %q: want none or all, or both as none,all", capture)
 		}
+	}
+	var precs []gpu.Precision
+	for _, f := range strings.Split(*precisions, ",") {
+		p, err := gpu.ParsePrecision(f)
+		if err != nil {
+			return fmt.Errorf("--precision: %w", err)
+		}
+		precs = append(precs, p)
 	}
 	var lengths []int
 	for _, f := range strings.Split(*tokenList, ",") {
@@ -154,38 +165,40 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	var rows []benchRow
-	fmt.Fprintf(out, "%-14s %-11s %-28s %6s %-7s %10s %10s\n", "model", "type", "backend", "T", "capture", "median ms", "tok/s")
-	for _, capture := range strings.Split(*captures, ",") {
-		o := gpu.Options{Budget: int64(*budget * (1 << 30))}
-		if capture == "all" {
-			o.Capture = gpu.CaptureAll()
-		}
-		for _, t := range lengths {
-			tokens := make([]int32, t)
-			for i := range tokens {
-				tokens[i] = int32((i*7919 + 13) % m.Vocab)
+	fmt.Fprintf(out, "%-14s %-11s %-28s %6s %-7s %-9s %10s %10s\n", "model", "type", "backend", "T", "capture", "precision", "median ms", "tok/s")
+	for _, prec := range precs {
+		for _, capture := range strings.Split(*captures, ",") {
+			o := gpu.Options{Budget: int64(*budget * (1 << 30)), Precision: prec}
+			if capture == "all" {
+				o.Capture = gpu.CaptureAll()
 			}
-			ms, err := timePrefill(ctx, s, tokens, o, *iters)
-			if errors.Is(err, gpu.ErrOverBudget) {
-				fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %10s %10s  %v\n", name, typ, b.Name(), t, capture, "-", "-", err)
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			row := benchRow{Model: name, Type: typ, Backend: b.Name(), T: t, Capture: capture, MedianMS: ms, TokS: float64(t) / ms * 1e3, Runs: *iters}
-			if row.Stages, err = stageTimes(ctx, b, s, tokens, o); err != nil {
-				return err
-			}
-			readback := ""
-			if capture == "all" && onDevice(b) {
-				if row.ReadbackGBs, err = timeReadback(ctx, s, tokens, o); err != nil {
+			for _, t := range lengths {
+				tokens := make([]int32, t)
+				for i := range tokens {
+					tokens[i] = int32((i*7919 + 13) % m.Vocab)
+				}
+				ms, err := timePrefill(ctx, s, tokens, o, *iters)
+				if errors.Is(err, gpu.ErrOverBudget) {
+					fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %-9s %10s %10s  %v\n", name, typ, b.Name(), t, capture, prec, "-", "-", err)
+					continue
+				}
+				if err != nil {
 					return err
 				}
-				readback = fmt.Sprintf("read-back %.1f GB/s  ", row.ReadbackGBs)
+				row := benchRow{Model: name, Type: typ, Backend: b.Name(), T: t, Capture: capture, Precision: prec.String(), MedianMS: ms, TokS: float64(t) / ms * 1e3, Runs: *iters}
+				if row.Stages, err = stageTimes(ctx, b, s, tokens, o); err != nil {
+					return err
+				}
+				readback := ""
+				if capture == "all" && onDevice(b) {
+					if row.ReadbackGBs, err = timeReadback(ctx, s, tokens, o); err != nil {
+						return err
+					}
+					readback = fmt.Sprintf("read-back %.1f GB/s  ", row.ReadbackGBs)
+				}
+				rows = append(rows, row)
+				fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %-9s %10.2f %10.1f  %s%s\n", row.Model, row.Type, row.Backend, row.T, row.Capture, row.Precision, row.MedianMS, row.TokS, readback, stageSummary(row.Stages))
 			}
-			rows = append(rows, row)
-			fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %10.2f %10.1f  %s%s\n", row.Model, row.Type, row.Backend, row.T, row.Capture, row.MedianMS, row.TokS, readback, stageSummary(row.Stages))
 		}
 	}
 	if *jsonOut != "" {

@@ -274,14 +274,24 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
+// precisionFlag is --precision, the same for every command that prefills.
+func precisionFlag(fs *flag.FlagSet) *string {
+	return fs.String("precision", "exact", "matrix products: exact (float32 accuracy) or fast (float16 inputs, several times faster on tensor cores)")
+}
+
 func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	fs := flags("run", out)
 	path := fs.String("model", "", "model file (default: the default model)")
 	prompt := fs.String("prompt", "", "prompt text")
 	n := fs.Int("n", 30, "tokens to generate at most: generation stops earlier at the end token or when the context is full")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
+	precision := precisionFlag(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	prec, err := gpu.ParsePrecision(*precision)
+	if err != nil {
+		return fmt.Errorf("--precision: %w", err)
 	}
 	if *n < 0 {
 		return fmt.Errorf("-n %d: the number of tokens to generate cannot be negative", *n)
@@ -311,7 +321,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(stderr, "strata: stopped after %d of %d tokens: the context of %d tokens is full\n", len(g.gen), *n, s.Capacity())
 			return nil
 		}
-		tr, err := s.Prefill(ctx, tokens, gpu.Options{Predict: true})
+		tr, err := s.Prefill(ctx, tokens, gpu.Options{Predict: true, Precision: prec})
 		if err != nil {
 			if len(g.gen) == 0 {
 				return err
@@ -391,8 +401,13 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	layers := fs.String("layers", "", "layer range FIRST:LAST for per-layer points (default all)")
 	dir := fs.String("out", "strata-trace", "output folder, replaced as a whole")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
+	precision := precisionFlag(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	prec, err := gpu.ParsePrecision(*precision)
+	if err != nil {
+		return fmt.Errorf("--precision: %w", err)
 	}
 	switch {
 	case isSet(fs, "tokens") && isSet(fs, "prompt"):
@@ -451,7 +466,7 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer s.Close()
-	tr, err := s.Prefill(ctx, tokens, gpu.Options{Capture: plan, Logits: gpu.LogitsAll})
+	tr, err := s.Prefill(ctx, tokens, gpu.Options{Capture: plan, Logits: gpu.LogitsAll, Precision: prec})
 	if err != nil {
 		return err
 	}

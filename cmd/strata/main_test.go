@@ -92,15 +92,18 @@ func TestGenWritesALoadableModel(t *testing.T) {
 
 func TestBenchPrintsATable(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
-	out, err := strata(t, "bench", "--shape", "tiny-llama", "--type", "Q8_0", "--tokens", "8", "--capture", "none,all", "--iters", "1", "--json", jsonPath)
+	out, err := strata(t, "bench", "--shape", "tiny-llama", "--type", "Q8_0", "--tokens", "8", "--capture", "none,all",
+		"--precision", "exact,fast", "--iters", "1", "--json", jsonPath)
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 3)
+	require.Len(t, lines, 5)
 	require.Contains(t, lines[1], "tiny-llama")
+	require.Contains(t, lines[0], "precision")
 	raw, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
 	var rows []benchRow
 	require.NoError(t, json.Unmarshal(raw, &rows))
-	require.Len(t, rows, 2)
+	require.Len(t, rows, 4)
 	require.Greater(t, rows[0].TokS, 0.0)
+	require.Equal(t, []string{"exact", "exact", "fast", "fast"}, []string{rows[0].Precision, rows[1].Precision, rows[2].Precision, rows[3].Precision})
 }

@@ -175,6 +175,7 @@ func TestTraceRefusesEmptyAndOutOfRangeFlags(t *testing.T) {
 		{[]string{"--tokens", "1", "--layers", "-1:1"}, `--layers "-1:1": want FIRST:LAST`},
 		{[]string{"--tokens", "1", "--layers", "1:0"}, `--layers "1:0": want FIRST:LAST`},
 		{[]string{"--tokens", "1", "--out", ""}, "--out is empty"},
+		{[]string{"--tokens", "1", "--precision", "bf16"}, `--precision: "bf16" is not a precision: want exact or fast`},
 	} {
 		args := append([]string{"trace", "--model", path, "--out", dir}, c.args...)
 		_, err := strata(t, args...)
@@ -259,6 +260,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--capture", "some"}, `--capture "some": want none or all`},
 		{[]string{"--tokens", "8,-3"}, `--tokens: "-3" is not a positive length`},
 		{[]string{"--tokens", "600"}, "--tokens 600: the prompt is 600 tokens; the model's context is 512"},
+		{[]string{"--precision", "exact,half"}, `--precision: "half" is not a precision: want exact or fast`},
 	} {
 		args := append([]string{"bench", "--shape", "tiny-llama", "--type", "F32"}, c.args...)
 		_, err := strata(t, args...)

@@ -53,6 +53,9 @@ func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) 
 	})
 }
 
+// SetPrecision does nothing: the CPU multiplies in float32 at either precision.
+func (s *stream) SetPrecision(gpu.Precision) {}
+
 func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 	xs := data(x)
 	if len(outs) == 0 {

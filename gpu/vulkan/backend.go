@@ -391,7 +391,7 @@ type pipeline struct {
 }
 
 // maxSpec is the most specialization constants a kernel takes.
-const maxSpec = 4
+const maxSpec = 5
 
 type pipelineKey struct {
 	name string

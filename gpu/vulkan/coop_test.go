@@ -48,8 +48,9 @@ func TestCoopMatMulKeepsFloat32AccuracyAndRange(t *testing.T) {
 
 // BenchmarkMatMul times one GEMM of bonsai-8b's FFN shape (x of T rows by
 // 4096, W of 12288 rows) on the tiled kernels: cooperative-matrix where the
-// device has them, and the portable one. It opens its own backend: the
-// shared one validates every call.
+// device has them, at each precision, and the portable one. Exact products
+// of weights not exact in float16 (Q4_K) take the portable kernel whatever
+// is asked. It opens its own backend: the shared one validates every call.
 func BenchmarkMatMul(b *testing.B) {
 	r := newRig(b, 3)
 	v, err := vulkan.Open(vulkan.Options{})
@@ -58,7 +59,7 @@ func BenchmarkMatMul(b *testing.B) {
 	}
 	defer v.Close()
 	const n, k = 12288, 4096
-	for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.TQ2_0_G128} {
+	for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.TQ2_0_G128, gguf.Q4_K} {
 		w, err := v.Upload(quantized(b, r, "w", n, k, typ))
 		if err != nil {
 			b.Fatal(err)
@@ -68,32 +69,35 @@ func BenchmarkMatMul(b *testing.B) {
 				if coop && !vulkan.Coop(v) {
 					continue
 				}
-				name := map[bool]string{true: "coop", false: "portable"}[coop]
-				b.Run(fmt.Sprintf("%v/T=%d/%s", typ, rows, name), func(b *testing.B) {
-					old := vulkan.SetCoop(v, coop)
-					defer vulkan.SetCoop(v, old)
-					s := v.NewStream()
-					x, err := s.Alloc("x", rows*k)
-					if err != nil {
-						b.Fatal(err)
-					}
-					s.Write(x, 0, r.values(rows*k, 1))
-					y, err := s.Alloc("y", rows*n)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := s.Sync(); err != nil {
-						b.Fatal(err)
-					}
-					b.ResetTimer()
-					for range b.N {
-						s.MatMul(x, rows, gpu.Proj{W: w, Dst: y})
+				for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
+					name := map[bool]string{true: "coop", false: "portable"}[coop]
+					b.Run(fmt.Sprintf("%v/T=%d/%s/%v", typ, rows, name, prec), func(b *testing.B) {
+						old := vulkan.SetCoop(v, coop)
+						defer vulkan.SetCoop(v, old)
+						s := v.NewStream()
+						s.SetPrecision(prec)
+						x, err := s.Alloc("x", rows*k)
+						if err != nil {
+							b.Fatal(err)
+						}
+						s.Write(x, 0, r.values(rows*k, 1))
+						y, err := s.Alloc("y", rows*n)
+						if err != nil {
+							b.Fatal(err)
+						}
 						if err := s.Sync(); err != nil {
 							b.Fatal(err)
 						}
-					}
-					b.ReportMetric(2*float64(rows)*n*k*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
-				})
+						b.ResetTimer()
+						for range b.N {
+							s.MatMul(x, rows, gpu.Proj{W: w, Dst: y})
+							if err := s.Sync(); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.ReportMetric(2*float64(rows)*n*k*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+					})
+				}
 			}
 		}
 	}

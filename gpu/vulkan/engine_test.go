@@ -272,3 +272,37 @@ func TestConcurrentSessionsAgree(t *testing.T) {
 		}
 	}
 }
+
+// A fast-precision prefill stays close to the exact one at every point:
+// float16 inputs carry 11 significant bits (2^-11 = 4.9e-4 relative), and
+// over 2 layers the errors reached 6e-4 to 8e-4 of a point's largest value
+// on lavapipe; the bound leaves 6x for other devices' rounding (toward zero
+// doubles it) and summation order. Exact runs stay at pointTol.
+func TestFastPrecisionPrefillStaysNearExact(t *testing.T) {
+	const fastTol = 5e-3
+	for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K, gguf.F16} {
+		t.Run(typ.String(), func(t *testing.T) {
+			m := genModel(t, "tiny-qwen3", typ, 9)
+			ce, ve := engines(t, m)
+			o := gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post", "blocks.*.attn.hook_pattern"), Logits: gpu.LogitsAll}
+			want := prefill(t, ce, testTokens, o)
+			o.Precision = gpu.PrecisionFast
+			got := prefill(t, ve, testTokens, o)
+			worst := 0.0
+			for _, name := range want.Names {
+				rel, ok := relErr(got.Tensor(name).Data, want.Tensor(name).Data)
+				require.True(t, ok, name)
+				require.LessOrEqual(t, rel, fastTol, name)
+				worst = max(worst, rel)
+			}
+			t.Logf("%v: largest relative error of a fast point against the exact CPU run: %.2g", typ, worst)
+			require.Greater(t, worst, pointTol/10, "the fast run rounded something")
+		})
+	}
+	_, ve := engines(t, genModel(t, "tiny-qwen3", gguf.F32, 9))
+	s, err := ve.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Prefill(context.Background(), testTokens[:3], gpu.Options{Precision: 7})
+	require.ErrorContains(t, err, "Options.Precision 7 is not PrecisionExact or PrecisionFast")
+}

@@ -27,14 +27,9 @@ type weightFormat struct {
 	whole      bool // blocks kept whole, each padded to a multiple of 4 bytes
 }
 
-// coopFormats are the types with a cooperative-matrix GEMM.
-var coopFormats = func() map[gguf.Type]bool {
-	m := map[gguf.Type]bool{}
-	for _, f := range weightFormats {
-		m[f.typ] = shaders.Has("matmul_coop_" + f.suffix)
-	}
-	return m
-}()
+// exactInHalf says every weight of the format is exact in float16, so that
+// exact-precision products may take the cooperative-matrix GEMM.
+func (f *weightFormat) exactInHalf() bool { return shaders.ExactInHalf(f.suffix) }
 
 var weightFormats = []weightFormat{
 	{typ: gguf.F32, suffix: "f32", blockSize: 1, blockBytes: 4},

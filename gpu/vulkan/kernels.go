@@ -147,6 +147,15 @@ func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) 
 		[]uint32{uint32(rows), uint32(dim), f32(eps)}, gx, gy, gz)
 }
 
+func (s *stream) SetPrecision(p gpu.Precision) { s.precision = p }
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 	xs := s.tensorOf(x)
 	if xs == nil || len(outs) == 0 {
@@ -177,13 +186,16 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		}
 		uses := []use{{buf: xs.buf}, {buf: m.buf}, {buf: dst.buf, write: true}, {buf: bias.buf}}
 		push := []uint32{uint32(rows), uint32(m.w.Rows), uint32(cols), m.scaleBase, hasBias}
-		if rows > vecRows && s.b.coop && coopFormats[m.f.typ] {
+		// Exact products use cooperative matrices only for weights exact in
+		// float16 (X is split in two halves instead); fast ones for any.
+		fast := s.precision == gpu.PrecisionFast
+		if rows > vecRows && s.b.coop && (fast || m.f.exactInHalf()) {
 			t := coopTileFor(rows, m.w.Rows)
-			s.dispatch("matmul_coop_"+m.f.suffix, t.spec(), uses, push, ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm()), 1)
+			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast)), uses, push, ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm()), 1)
 			continue
 		}
 		if rows > vecRows {
-			s.dispatch("matmul_"+m.f.suffix, nil, uses, push, ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
+			s.dispatch("matmul_"+m.f.suffix, []uint32{b2u(fast)}, uses, push, ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
 			continue
 		}
 		kernel := "matvec_" + m.f.suffix

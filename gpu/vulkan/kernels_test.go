@@ -381,3 +381,58 @@ func TestRowNormsOfRowsWiderThanAWorkgroup(t *testing.T) {
 	requireClose(t, v, want, 1e-6, "norms on the GPU")
 	requireClose(t, c, want, 1e-7, "norms on the CPU")
 }
+
+// PrecisionFast rounds both inputs of each product to float16. Against a
+// float64 product of the unrounded inputs, each term may then be off by two
+// float16 roundings (2^-11 each to nearest, 2^-10 toward zero: the rounding
+// mode of packHalf2x16 is the driver's), so each output stays within
+// 2^-9 * sum |x_k w_k|, plus float32 accumulation. It must also differ from
+// the exact product, or the precision did nothing.
+func TestMatMulFastPrecisionIsFloat16Inputs(t *testing.T) {
+	paths := []bool{false}
+	if vulkan.Coop(backend(t)) {
+		paths = append(paths, true)
+	}
+	for _, coop := range paths {
+		old := vulkan.SetCoop(backend(t), coop)
+		for _, typ := range []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K, gguf.Q1_0_G128} {
+			t.Run(fmt.Sprintf("coop=%v/%v", coop, typ), func(t *testing.T) {
+				r := newRig(t, 12)
+				rows, cols, n := 70, 512, 100
+				xs := r.values(rows*cols, 1)
+				xs[5] = 1e6 // out of float16's range: its tile is recomputed in float32
+				x := r.tensor("x", xs)
+				w := quantized(t, r, "w", n, cols, typ)
+				wv, err := backend(t).Upload(w)
+				require.NoError(t, err)
+				ws := make([]float32, n*cols)
+				w.Format.Dequantize(ws, w.Data)
+				y := r.zeros("y", rows*n)
+				read := func(p gpu.Precision) []float32 {
+					r.vs.SetPrecision(p)
+					r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v})
+					out := make([]float32, rows*n)
+					require.NoError(t, r.vs.Read(y.v, 0, out))
+					return out
+				}
+				fast, exact := read(gpu.PrecisionFast), read(gpu.PrecisionExact)
+				moved := 0.0
+				for m := range rows {
+					for j := range n {
+						want, mag := 0.0, 0.0
+						for k := range cols {
+							p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
+							want += p
+							mag += math.Abs(p)
+						}
+						got := float64(fast[m*n+j])
+						require.InDelta(t, want, got, mag*(math.Pow(2, -9)+1e-5), "y[%d][%d]", m, j)
+						moved = max(moved, math.Abs(got-float64(exact[m*n+j]))/(mag+1e-30))
+					}
+				}
+				require.Greater(t, moved, 1e-5, "fast products differ from exact ones by float16 rounding")
+			})
+		}
+		vulkan.SetCoop(backend(t), old)
+	}
+}

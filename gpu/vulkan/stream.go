@@ -125,7 +125,8 @@ type stream struct {
 	// clears it. dead is an error that leaves the stream unusable (the device
 	// did not finish, or a submission or reset failed); it stays.
 	err, dead error
-	cur       int // the frame being recorded, an index into r.frames
+	precision gpu.Precision // of the MatMuls recorded from now on
+	cur       int           // the frame being recorded, an index into r.frames
 	recording bool
 	bound     vk.Pipeline
 	// Buffer ranges read and written since the last barrier. They carry
