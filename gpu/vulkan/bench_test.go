@@ -12,17 +12,24 @@ import (
 	"github.com/stratalab/strata/model"
 )
 
+// benchBackend opens a backend of the benchmark's own, closed after it:
+// the shared one of the tests validates every call.
+func benchBackend(b *testing.B) *vulkan.Backend {
+	backend(b) // skips where there is no Vulkan device
+	v, err := vulkan.Open(vulkan.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = v.Close() })
+	return v
+}
+
 // BenchmarkRecordDispatch measures the host cost of recording one kernel
 // (pipeline lookup, hazard check, barrier, descriptor set, push constants,
 // dispatch): what a prefill pays per kernel before the device runs anything.
 // It opens its own backend: the shared one validates every call.
 func BenchmarkRecordDispatch(b *testing.B) {
-	backend(b)
-	v, err := vulkan.Open(vulkan.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer v.Close()
+	v := benchBackend(b)
 	s := v.NewStream()
 	x, err := s.Alloc("x", 64)
 	if err != nil {
@@ -69,12 +76,7 @@ func BenchmarkRecordDispatch(b *testing.B) {
 // whole prefill; Stepped reads the trace after every layer, as a notebook
 // stepping through a run does.
 func BenchmarkPrefillCaptureAll(b *testing.B) {
-	backend(b)
-	v, err := vulkan.Open(vulkan.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer v.Close()
+	v := benchBackend(b)
 	shape := model.Shape{Arch: "qwen3", Layers: 36, DModel: 64, FFN: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
 		Vocab: 512, Context: 32, Theta: 1e6}
 	m, err := model.Random(shape, gguf.F32, 1)
@@ -144,12 +146,7 @@ func BenchmarkPrefillCaptureAll(b *testing.B) {
 // device reduces and T floats per layer come back (Trace.RowNorms, what
 // viz.ResidNorms uses), or every row comes back and the host reduces.
 func BenchmarkResidNorms(b *testing.B) {
-	backend(b)
-	v, err := vulkan.Open(vulkan.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer v.Close()
+	v := benchBackend(b)
 	shape := model.Shapes["bonsai-1.7b"]
 	shape.FFN, shape.Vocab, shape.Context = 256, 512, 2048 // what the norms read is layers x T x d_model
 	m, err := model.Random(shape, gguf.Q1_0_G128, 1)

@@ -53,11 +53,7 @@ func TestCoopMatMulKeepsFloat32AccuracyAndRange(t *testing.T) {
 // is asked. It opens its own backend: the shared one validates every call.
 func BenchmarkMatMul(b *testing.B) {
 	r := newRig(b, 3)
-	v, err := vulkan.Open(vulkan.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer v.Close()
+	v := benchBackend(b)
 	const n, k = 12288, 4096
 	for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.TQ2_0_G128, gguf.Q4_K} {
 		w, err := v.Upload(quantized(b, r, "w", n, k, typ))

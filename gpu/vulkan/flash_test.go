@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/vulkan"
 )
 
 // TestFlashAttentionShapes checks flash.comp against causal attention in
@@ -102,12 +101,7 @@ func TestFlashAttentionRefusesWideHeads(t *testing.T) {
 // heads; 8b: 32 over 8) and a multi-head one, at a T lavapipe gets through;
 // then a continued prefill and a decoding step over a longer cache.
 func BenchmarkFlashAttention(b *testing.B) {
-	backend(b)
-	v, err := vulkan.Open(vulkan.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer v.Close()
+	v := benchBackend(b)
 	cases := []struct{ T, pos0, heads, kvHeads, hd int }{
 		{T: 256, heads: 16, kvHeads: 8, hd: 128},
 		{T: 256, heads: 32, kvHeads: 8, hd: 128},

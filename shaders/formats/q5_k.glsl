@@ -5,8 +5,8 @@
 #define K_WORDS 44u
 #include "kquants.glsl"
 
-// q5k decodes count weights from (n, k), all in one sub-block of 32.
-void q5k(uint n, uint k, uint count, out float v[8]) {
+// kDecode decodes count weights from (n, k), all in one sub-block of 32.
+void kDecode(uint n, uint k, uint count, out float v[8]) {
     uint base = blockOf(n, k), j = k % 256;
     float scale, offset;
     kScaleMin(base, j / 32, scale, offset);
@@ -18,10 +18,4 @@ void q5k(uint n, uint k, uint count, out float v[8]) {
     }
 }
 
-float weightAt(uint n, uint k) {
-    float v[8];
-    q5k(n, k, 1, v);
-    return v[0];
-}
-
-void weights8(uint n, uint k, out float v[8]) { q5k(n, k, 8, v); }
+#include "kwrap.glsl"

@@ -6,8 +6,8 @@
 #define K_WORDS 53u
 #include "kquants.glsl"
 
-// q6k decodes count weights from (n, k), all in one sub-block of 16.
-void q6k(uint n, uint k, uint count, out float v[8]) {
+// kDecode decodes count weights from (n, k), all in one sub-block of 16.
+void kDecode(uint n, uint k, uint count, out float v[8]) {
     uint base = blockOf(n, k), j = k % 256;
     uint h = j / 128, q = (j % 128) / 32, l = j % 32;
     float d = unpackHalf2x16(w[base + 52]).x;
@@ -19,10 +19,4 @@ void q6k(uint n, uint k, uint count, out float v[8]) {
     }
 }
 
-float weightAt(uint n, uint k) {
-    float v[8];
-    q6k(n, k, 1, v);
-    return v[0];
-}
-
-void weights8(uint n, uint k, out float v[8]) { q6k(n, k, 8, v); }
+#include "kwrap.glsl"
