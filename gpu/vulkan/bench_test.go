@@ -24,6 +24,28 @@ func benchBackend(b *testing.B) *vulkan.Backend {
 	return v
 }
 
+// benchEngine puts a random model of the shape on a backend of its own.
+func benchEngine(b *testing.B, shape model.Shape, typ gguf.Type) *gpu.Engine {
+	m, err := model.Random(shape, typ, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := gpu.NewEngine(m, benchBackend(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+// benchTokens is a prompt of T ids spread over the vocabulary.
+func benchTokens(T, vocab int) []int32 {
+	tokens := make([]int32, T)
+	for i := range tokens {
+		tokens[i] = int32(i * 97 % vocab)
+	}
+	return tokens
+}
+
 // BenchmarkRecordDispatch measures the host cost of recording one kernel
 // (pipeline lookup, hazard check, barrier, descriptor set, push constants,
 // dispatch): what a prefill pays per kernel before the device runs anything.
@@ -76,23 +98,11 @@ func BenchmarkRecordDispatch(b *testing.B) {
 // whole prefill; Stepped reads the trace after every layer, as a notebook
 // stepping through a run does.
 func BenchmarkPrefillCaptureAll(b *testing.B) {
-	v := benchBackend(b)
-	shape := model.Shape{Arch: "qwen3", Layers: 36, DModel: 64, FFN: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
-		Vocab: 512, Context: 32, Theta: 1e6}
-	m, err := model.Random(shape, gguf.F32, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := gpu.NewEngine(m, v)
-	if err != nil {
-		b.Fatal(err)
-	}
+	e := benchEngine(b, model.Shape{Arch: "qwen3", Layers: 36, DModel: 64, FFN: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
+		Vocab: 512, Context: 32, Theta: 1e6}, gguf.F32)
 	o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
 	for _, T := range []int{4, 32} {
-		tokens := make([]int32, T)
-		for i := range tokens {
-			tokens[i] = int32(i * 97 % m.Vocab)
-		}
+		tokens := benchTokens(T, e.Model.Vocab)
 		s, err := e.NewSession(T)
 		if err != nil {
 			b.Fatal(err)
@@ -146,22 +156,12 @@ func BenchmarkPrefillCaptureAll(b *testing.B) {
 // device reduces and T floats per layer come back (Trace.RowNorms, what
 // viz.ResidNorms uses), or every row comes back and the host reduces.
 func BenchmarkResidNorms(b *testing.B) {
-	v := benchBackend(b)
 	shape := model.Shapes["bonsai-1.7b"]
 	shape.FFN, shape.Vocab, shape.Context = 256, 512, 2048 // what the norms read is layers x T x d_model
-	m, err := model.Random(shape, gguf.Q1_0_G128, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := gpu.NewEngine(m, v)
-	if err != nil {
-		b.Fatal(err)
-	}
+	e := benchEngine(b, shape, gguf.Q1_0_G128)
+	m := e.Model
 	const T = 2048
-	tokens := make([]int32, T)
-	for i := range tokens {
-		tokens[i] = int32(i * 97 % m.Vocab)
-	}
+	tokens := benchTokens(T, m.Vocab)
 	s, err := e.NewSession(T)
 	if err != nil {
 		b.Fatal(err)
