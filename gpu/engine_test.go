@@ -49,6 +49,7 @@ func TestEveryPointMatchesFloat64Reference(t *testing.T) {
 		types []gguf.Type
 	}{
 		{"tiny-llama", []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0}},
+		{"tiny-llama3", []gguf.Type{gguf.F32, gguf.Q4_K}},
 		{"tiny-qwen2", []gguf.Type{gguf.F32, gguf.Q4_0}},
 		{"tiny-qwen3", []gguf.Type{gguf.F32, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.Q1_0_G128, gguf.TQ2_0_G128}},
 	}

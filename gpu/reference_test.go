@@ -228,7 +228,9 @@ func addRows(a, b [][]float64) [][]float64 {
 	return out
 }
 
-// rope rotates each head of each row at position = row index, without scaling.
+// rope rotates each head of each row at position = row index, without
+// linear or YaRN scaling; a pair's frequency is divided by its factor when
+// the model has them (Llama 3's rope_freqs.weight).
 func rope(x [][]float64, hd int, r model.Rope) [][]float64 {
 	out := make([][]float64, len(x))
 	for pos, row := range x {
@@ -237,6 +239,9 @@ func rope(x [][]float64, hd int, r model.Rope) [][]float64 {
 			v := out[pos][h*hd : (h+1)*hd]
 			for i := 0; i < r.Dim/2; i++ {
 				theta := float64(pos) / math.Pow(r.Theta, float64(2*i)/float64(r.Dim))
+				if r.FreqFactors != nil {
+					theta /= float64(r.FreqFactors[i])
+				}
 				a, b := 2*i, 2*i+1
 				if r.Mode == model.RopeNeoX {
 					a, b = i, i+r.Dim/2

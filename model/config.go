@@ -46,6 +46,34 @@ type Rope struct {
 	Dim     int // rotated dimensions per head (<= head_dim)
 	Theta   float64
 	Scaling RopeScaling
+	// FreqFactors divides each rotated pair's frequency (Dim/2 values), as
+	// ggml's rope does with the rope_freqs.weight tensor that llama.cpp
+	// writes for Llama 3.1 and later; nil when the file has none.
+	FreqFactors []float32
+}
+
+// Llama3FreqFactors are the frequency factors of Llama 3.1's RoPE scaling
+// (rope_type "llama3"), computed as llama.cpp's converter writes them into
+// rope_freqs.weight: wavelengths shorter than origContext/high keep their
+// frequency, longer than origContext/low are divided by factor, and those
+// between are interpolated.
+func Llama3FreqFactors(dim int, theta, factor, low, high float64, origContext int) []float32 {
+	out := make([]float32, dim/2)
+	lowWavelen, highWavelen := float64(origContext)/low, float64(origContext)/high
+	for i := range out {
+		freq := 1 / math.Pow(theta, float64(2*i)/float64(dim))
+		wavelen := 2 * math.Pi / freq
+		switch {
+		case wavelen < highWavelen:
+			out[i] = 1
+		case wavelen > lowWavelen:
+			out[i] = float32(factor)
+		default:
+			smooth := (float64(origContext)/wavelen - low) / (high - low)
+			out[i] = float32(1 / ((1-smooth)/factor + smooth))
+		}
+	}
+	return out
 }
 
 // Config is an architecture's hyper-parameters.

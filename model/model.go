@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gguf/quant"
@@ -119,6 +120,14 @@ func Load(f *gguf.File) (*Model, error) {
 		l.Up = b.matrix(n("ffn_up.weight"), c.DModel, c.FFN)
 		l.Down = b.matrix(n("ffn_down.weight"), c.FFN, c.DModel)
 	}
+	if _, ok := f.Tensor(ropeFreqs); ok {
+		c.Rope.FreqFactors = b.vector(ropeFreqs, c.Rope.Dim/2)
+		for i, v := range c.Rope.FreqFactors {
+			if !(v > 0 && !math.IsInf(float64(v), 0)) {
+				return nil, fmt.Errorf("model: tensor %s: factor %d is %g, want a positive number", ropeFreqs, i, v)
+			}
+		}
+	}
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -131,6 +140,9 @@ func Load(f *gguf.File) (*Model, error) {
 	m.Config = c
 	return m, nil
 }
+
+// ropeFreqs is the tensor of RoPE frequency factors (Rope.FreqFactors).
+const ropeFreqs = "rope_freqs.weight"
 
 // tensorsPerBlock is the fewest tensors a block has (norms, Q, K, V, O and
 // the three MLP matrices).

@@ -2,6 +2,9 @@ package model_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -160,4 +163,67 @@ func TestRopeScalingFromMetadata(t *testing.T) {
 	require.Equal(t, model.RopeScaling{Type: "yarn", Factor: 4, OrigContext: 128, BetaFast: 32, BetaSlow: 1, ExtFactor: 1, AttnFactor: 1}, m.Rope.Scaling)
 	_, err = add(map[string]any{"qwen3.rope.scaling.type": "longrope"})
 	require.ErrorContains(t, err, `rope.scaling.type "longrope" is not supported`)
+}
+
+// Llama 3.1's frequency factors, computed here the way HuggingFace's
+// _compute_llama3_parameters does (divide the low frequencies, blend the
+// middle band of wavelengths) rather than the converter's way that
+// model.Llama3FreqFactors follows: a file's rope_freqs.weight must give
+// inv_freq / llama3_inv_freq for each pair.
+func TestLlama3FrequencyFactorsFromTheFile(t *testing.T) {
+	m, err := rebuild(t, "tiny-llama3", nil, nil)
+	require.NoError(t, err)
+	ff := m.Rope.FreqFactors
+	require.Len(t, ff, 32)
+	const theta, factor, low, high, orig = 5e5, 8.0, 1.0, 4.0, 8192.0
+	seen := map[string]bool{}
+	for i, got := range ff {
+		inv := 1 / math.Pow(theta, float64(2*i)/64)
+		wavelen := 2 * math.Pi / inv
+		scaled := inv
+		if wavelen > orig/low {
+			scaled = inv / factor
+		}
+		if !(wavelen < orig/high) && !(wavelen > orig/low) {
+			smooth := (orig/wavelen - low) / (high - low)
+			scaled = (1-smooth)*scaled/factor + smooth*scaled
+			seen["blended"] = true
+		} else {
+			seen[fmt.Sprint(inv/scaled)] = true
+		}
+		// float32 storage: 6e-8 relative.
+		require.InEpsilon(t, inv/scaled, float64(got), 1e-6, "pair %d", i)
+	}
+	require.Equal(t, map[string]bool{"1": true, "8": true, "blended": true}, seen, "the shape covers all three bands")
+
+	plain, err := rebuild(t, "tiny-llama", nil, nil)
+	require.NoError(t, err)
+	require.Nil(t, plain.Rope.FreqFactors, "no rope_freqs.weight: no factors")
+
+	withFactors := func(ff []float32) error {
+		w, err := model.Generate(model.Shapes["tiny-llama"], gguf.F32, 1)
+		require.NoError(t, err)
+		raw := make([]byte, 4*len(ff))
+		for i, v := range ff {
+			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+		}
+		require.NoError(t, w.AddTensor("rope_freqs.weight", gguf.F32, []int64{int64(len(ff))}, raw))
+		var buf bytes.Buffer
+		_, err = w.WriteTo(&buf)
+		require.NoError(t, err)
+		f, err := gguf.Parse(buf.Bytes(), "factors")
+		require.NoError(t, err)
+		_, err = model.Load(f)
+		return err
+	}
+	ok := make([]float32, 32)
+	for i := range ok {
+		ok[i] = 2
+	}
+	require.NoError(t, withFactors(ok))
+	require.ErrorContains(t, withFactors(ok[:16]), "tensor rope_freqs.weight has shape [16], want [32]")
+	ok[3] = 0
+	require.ErrorContains(t, withFactors(ok), "tensor rope_freqs.weight: factor 3 is 0, want a positive number")
+	ok[3] = float32(math.NaN())
+	require.ErrorContains(t, withFactors(ok), "factor 3 is NaN")
 }

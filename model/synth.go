@@ -26,12 +26,16 @@ type Shape struct {
 	Vocab   int
 	Context int
 	Theta   float64
+	// Llama3Rope writes rope_freqs.weight as llama.cpp's converter does for
+	// Llama 3.1 (factor 8, low 1, high 4, original context 8192).
+	Llama3Rope bool
 }
 
 // Shapes are the named geometries `strata gen` knows. Widths are multiples
 // of 256 so that every block format, K-quants included, can store them.
 var Shapes = map[string]Shape{
 	"tiny-llama":  {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000},
+	"tiny-llama3": {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 5e5, Llama3Rope: true},
 	"tiny-qwen2":  {Arch: "qwen2", Layers: 2, DModel: 256, FFN: 512, Heads: 8, KVHeads: 2, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
 	"tiny-qwen3":  {Arch: "qwen3", Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
 	"bonsai-1.7b": {Arch: "qwen3", Layers: 28, DModel: 2048, FFN: 6144, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
@@ -141,6 +145,9 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	}
 	g.gain("output_norm.weight", s.DModel)
 	g.matrix("output.weight", format, s.DModel, s.Vocab)
+	if s.Llama3Rope && g.err == nil {
+		g.err = w.AddTensor(ropeFreqs, gguf.F32, []int64{int64(s.HeadDim / 2)}, f32bytes(Llama3FreqFactors(s.HeadDim, s.Theta, 8, 1, 4, 8192)))
+	}
 	return w, g.err
 }
 

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -194,7 +195,11 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "heads         %d query, %d key/value (GQA %d:1), head_dim %d\n", c.Heads, c.KVHeads, c.Heads/c.KVHeads, c.HeadDim)
 	fmt.Fprintf(out, "vocab         %d\n", c.Vocab)
 	fmt.Fprintf(out, "context       %d\n", c.Context)
-	fmt.Fprintf(out, "rope          %s, %d dims, theta %g, scaling %s\n", c.Rope.Mode, c.Rope.Dim, c.Rope.Theta, c.Rope.Scaling.Type)
+	fmt.Fprintf(out, "rope          %s, %d dims, theta %g, scaling %s", c.Rope.Mode, c.Rope.Dim, c.Rope.Theta, c.Rope.Scaling.Type)
+	if ff := c.Rope.FreqFactors; ff != nil {
+		fmt.Fprintf(out, ", frequency factors %g to %g (rope_freqs.weight, Llama 3 style)", slices.Min(ff), slices.Max(ff))
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintf(out, "rms eps       %g\n", c.RMSEps)
 	extras := []string{}
 	if c.QKVBias {

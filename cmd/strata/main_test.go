@@ -107,3 +107,12 @@ func TestBenchPrintsATable(t *testing.T) {
 	require.Greater(t, rows[0].TokS, 0.0)
 	require.Equal(t, []string{"exact", "exact", "fast", "fast"}, []string{rows[0].Precision, rows[1].Precision, rows[2].Precision, rows[3].Precision})
 }
+
+func TestGenAndInfoOfALlama3Shape(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l3.gguf")
+	_, err := strata(t, "gen", "--shape", "tiny-llama3", "--type", "F32", "--out", path)
+	require.NoError(t, err)
+	out, err := strata(t, "info", path)
+	require.NoError(t, err)
+	require.Contains(t, out, "rope          adjacent, 64 dims, theta 500000, scaling none, frequency factors 1 to 8 (rope_freqs.weight, Llama 3 style)")
+}

@@ -157,7 +157,7 @@ func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rop
 }
 
 // RopeAngles fills the cosines and sines of position pos for each rotated
-// pair, with ggml's linear and YaRN scaling.
+// pair, with the model's frequency factors and ggml's linear and YaRN scaling.
 func RopeAngles(r *model.Rope, pos int, cos, sin []float32) {
 	sc := &r.Scaling
 	freqScale := 1.0
@@ -170,6 +170,9 @@ func RopeAngles(r *model.Rope, pos int, cos, sin []float32) {
 	}
 	for i := range cos {
 		extrap := float64(pos) * math.Pow(r.Theta, -float64(2*i)/float64(r.Dim))
+		if r.FreqFactors != nil {
+			extrap /= float64(r.FreqFactors[i])
+		}
 		theta := freqScale * extrap
 		mscale := sc.AttnFactor
 		if mscale == 0 {

@@ -85,6 +85,7 @@ func TestEveryPointMatchesCPU(t *testing.T) {
 		{"tiny-llama", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_0, gguf.Q1_0_G128, gguf.TQ2_0_G128, gguf.Q4_K, gguf.Q6_K}},
 		{"tiny-qwen3", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_0, gguf.Q1_0_G128, gguf.TQ2_0_G128, gguf.BF16, gguf.Q5_K}},
 		{"tiny-qwen2", []gguf.Type{gguf.F32, gguf.Q8_0}},
+		{"tiny-llama3", []gguf.Type{gguf.F32, gguf.Q6_K}},
 	}
 	for _, c := range cases {
 		for _, typ := range c.types {

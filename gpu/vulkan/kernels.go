@@ -210,7 +210,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 // ropeKey identifies the cos/sin table a stream last uploaded.
 type ropeKey struct {
 	pos0, rows int
-	rope       model.Rope
+	rope       *model.Rope // a model's, which does not change
 }
 
 func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rope) {
@@ -228,7 +228,7 @@ func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rop
 	}
 	// The table is computed on the host exactly as the CPU backend does, once
 	// per prefill: every layer's Q and K reuse it.
-	key := ropeKey{pos0: pos0, rows: rows, rope: *r}
+	key := ropeKey{pos0: pos0, rows: rows, rope: r}
 	if s.rope == nil || s.ropeKey != key {
 		table := make([]float32, 2*rows*half)
 		cos, sin := make([]float32, half), make([]float32, half)

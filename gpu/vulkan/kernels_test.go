@@ -125,9 +125,10 @@ func TestRopeBothModesAndScalings(t *testing.T) {
 		{Mode: model.RopeNeoX, Dim: 32, Theta: 1e6},
 		{Mode: model.RopeNeoX, Dim: 48, Theta: 1e6, Scaling: model.RopeScaling{Type: "linear", Factor: 4}},
 		{Mode: model.RopeAdjacent, Dim: 64, Theta: 1e4, Scaling: model.RopeScaling{Type: "yarn", Factor: 4, OrigContext: 4096, BetaFast: 32, BetaSlow: 1, ExtFactor: 1, AttnFactor: 1}},
+		{Mode: model.RopeAdjacent, Dim: 64, Theta: 5e5, FreqFactors: model.Llama3FreqFactors(64, 5e5, 8, 1, 4, 8192)},
 	}
 	for i, rope := range cases {
-		t.Run(fmt.Sprintf("%s/%s", rope.Mode, rope.Scaling.Type), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/%d", rope.Mode, rope.Scaling.Type, len(rope.FreqFactors)), func(t *testing.T) {
 			r := newRig(t, 4)
 			rows, heads, hd := 21, 3, 64
 			x := r.random("x", rows*heads*hd, 1)
