@@ -1,6 +1,7 @@
 package nb
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -128,8 +129,19 @@ func CaptureDLA() Option {
 // (trace.Stack.ApplyFinalNorm, TransformerLens's apply_ln_to_stack).
 func (m *Model) FinalNorm(tr *trace.Trace, s *trace.Stack) *trace.Stack {
 	m.ready()
-	final := Must(tr.Resid(m.Model.Layers))
+	final, err := tr.Resid(m.Model.Layers)
+	final = needsDLA("FinalNorm", final, err)
 	return Must(s.ApplyFinalNorm(final, m.Model.OutNorm, m.Model.RMSEps))
+}
+
+// needsDLA is Must for the residual stacks, whose missing-capture error
+// names nb.CaptureDLA(): the trace's hint names only the first missing
+// point, and following it would lead to the next.
+func needsDLA[T any](call string, v T, err error) T {
+	if errors.Is(err, trace.ErrNotCaptured) {
+		panic(fmt.Errorf("nb.%s: %w (prefill with nb.CaptureDLA(): it captures all that the residual stacks and DLA read)", call, err))
+	}
+	return Must(v, err)
 }
 
 func (m *Model) maybeNorm(tr *trace.Trace, s *trace.Stack, applyLN bool) *trace.Stack {
@@ -143,7 +155,8 @@ func (m *Model) maybeNorm(tr *trace.Trace, s *trace.Stack, applyLN bool) *trace.
 // the residual stream before each layer and after the last.
 func (m *Model) AccumulatedResid(tr *trace.Trace, applyLN bool) *trace.Stack {
 	m.ready()
-	return m.maybeNorm(tr, Must(tr.AccumulatedResid()), applyLN)
+	s, err := tr.AccumulatedResid()
+	return m.maybeNorm(tr, needsDLA("AccumulatedResid", s, err), applyLN)
 }
 
 // DecomposeResid is TransformerLens's decompose_resid(apply_ln=...): the
@@ -151,7 +164,8 @@ func (m *Model) AccumulatedResid(tr *trace.Trace, applyLN bool) *trace.Stack {
 // final resid_post.
 func (m *Model) DecomposeResid(tr *trace.Trace, applyLN bool) *trace.Stack {
 	m.ready()
-	return m.maybeNorm(tr, Must(tr.DecomposeResid()), applyLN)
+	s, err := tr.DecomposeResid()
+	return m.maybeNorm(tr, needsDLA("DecomposeResid", s, err), applyLN)
 }
 
 // StackHeadResults is TransformerLens's stack_head_results(apply_ln=...):
@@ -162,7 +176,8 @@ func (m *Model) StackHeadResults(tr *trace.Trace, applyLN bool) *trace.Stack {
 	for l := range wO {
 		wO[l] = dequantize(m.Model.Blocks[l].O)
 	}
-	return m.maybeNorm(tr, Must(tr.StackHeadResults(wO)), applyLN)
+	s, err := tr.StackHeadResults(wO)
+	return m.maybeNorm(tr, needsDLA("StackHeadResults", s, err), applyLN)
 }
 
 // Contribution is one component's direct logit attribution.

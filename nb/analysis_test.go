@@ -344,3 +344,27 @@ func TestFastIsExactOnTheCPU(t *testing.T) {
 	fast := m.Prefill("func main() {\n\tfmt.Println(", nb.AllLogits(), nb.Fast())
 	require.Equal(t, exact.Tensor("logits").Data, fast.Tensor("logits").Data)
 }
+
+// Without nb.CaptureDLA the residual stacks say which option fixes it,
+// not only the first point missing.
+func TestDLAWithoutItsCapturesNamesTheOption(t *testing.T) {
+	m := cpuModel(t)
+	tr := m.Prefill("return nil")
+	for name, call := range map[string]func(){
+		"DecomposeResid":   func() { m.DLA(tr, m.Unembed(" err"), -1) },
+		"StackHeadResults": func() { m.HeadDLA(tr, m.Unembed(" err"), -1) },
+		"AccumulatedResid": func() { m.AccumulatedResid(tr, false) },
+		"FinalNorm":        func() { m.FinalNorm(tr, &trace.Stack{}) },
+	} {
+		func() {
+			defer func() {
+				err, ok := recover().(error)
+				require.True(t, ok, "%s panics with an error", name)
+				require.ErrorIs(t, err, trace.ErrNotCaptured, name)
+				require.ErrorContains(t, err, "nb."+name+": trace: ", name)
+				require.ErrorContains(t, err, "prefill with nb.CaptureDLA()", name)
+			}()
+			call()
+		}()
+	}
+}

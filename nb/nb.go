@@ -125,9 +125,10 @@ func AllLogits() Option { return func(s *settings) { s.o.Logits = gpu.LogitsAll 
 func Budget(bytes int64) Option { return func(s *settings) { s.o.Budget = bytes } }
 
 // Fast runs the prefill's matrix products on float16 inputs
-// (gpu.PrecisionFast): on a GPU with tensor cores, several times faster,
-// with hidden states within about 1e-3 of the exact run. The CPU backend
-// computes in float32 either way.
+// (gpu.PrecisionFast), on tensor cores for every weight format: on the
+// H200 a Q4_K prefill took half the time, a 1-bit one 7% less. Every point
+// stays within about 1e-3 of its largest value in the exact run. The CPU
+// backend computes in float32 either way.
 func Fast() Option { return func(s *settings) { s.o.Precision = gpu.PrecisionFast } }
 
 // Continue appends to the previous prefill's KV cache instead of starting over.

@@ -144,6 +144,9 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stderr, "strata:", note)
+	if slices.Contains(precs, gpu.PrecisionFast) && !onDevice(b) {
+		fmt.Fprintln(stderr, "strata: the CPU backend multiplies in float32 at either precision: its fast rows compute what its exact rows do")
+	}
 	e, err := gpu.NewEngine(m, b)
 	if err != nil {
 		return err
@@ -165,7 +168,9 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	var rows []benchRow
-	fmt.Fprintf(out, "%-14s %-11s %-28s %6s %-7s %-9s %10s %10s\n", "model", "type", "backend", "T", "capture", "precision", "median ms", "tok/s")
+	// The backend's name can be long (a Vulkan device's): its column fits it.
+	bw := max(28, len(b.Name()))
+	fmt.Fprintf(out, "%-14s %-11s %-*s %6s %-7s %-9s %10s %10s\n", "model", "type", bw, "backend", "T", "capture", "precision", "median ms", "tok/s")
 	for _, prec := range precs {
 		for _, capture := range strings.Split(*captures, ",") {
 			o := gpu.Options{Budget: int64(*budget * (1 << 30)), Precision: prec}
@@ -179,7 +184,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 				}
 				ms, err := timePrefill(ctx, s, tokens, o, *iters)
 				if errors.Is(err, gpu.ErrOverBudget) {
-					fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %-9s %10s %10s  %v\n", name, typ, b.Name(), t, capture, prec, "-", "-", err)
+					fmt.Fprintf(out, "%-14s %-11s %-*s %6d %-7s %-9s %10s %10s  %v\n", name, typ, bw, b.Name(), t, capture, prec, "-", "-", err)
 					continue
 				}
 				if err != nil {
@@ -197,7 +202,8 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 					readback = fmt.Sprintf("read-back %.1f GB/s  ", row.ReadbackGBs)
 				}
 				rows = append(rows, row)
-				fmt.Fprintf(out, "%-14s %-11s %-28s %6d %-7s %-9s %10.2f %10.1f  %s%s\n", row.Model, row.Type, row.Backend, row.T, row.Capture, row.Precision, row.MedianMS, row.TokS, readback, stageSummary(row.Stages))
+				line := fmt.Sprintf("%-14s %-11s %-*s %6d %-7s %-9s %10.2f %10.1f  %s%s", row.Model, row.Type, bw, row.Backend, row.T, row.Capture, row.Precision, row.MedianMS, row.TokS, readback, stageSummary(row.Stages))
+				fmt.Fprintln(out, strings.TrimRight(line, " "))
 			}
 		}
 	}

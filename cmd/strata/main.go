@@ -281,7 +281,7 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 
 // precisionFlag is --precision, the same for every command that prefills.
 func precisionFlag(fs *flag.FlagSet) *string {
-	return fs.String("precision", "exact", "matrix products: exact (float32 accuracy) or fast (float16 inputs, several times faster on tensor cores)")
+	return fs.String("precision", "exact", "matrix products: exact (float32 accuracy) or fast (float16 inputs: tensor cores for every weight format; on the H200 a Q4_K prefill took half the time, a 1-bit one 7% less)")
 }
 
 func cmdRun(ctx context.Context, args []string, out io.Writer) error {

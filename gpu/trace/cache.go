@@ -112,7 +112,7 @@ func (t *Trace) Resid(layer int) (*Matrix, error) {
 	if layer == n {
 		glob = `"blocks.*.hook_resid_post"`
 	}
-	return nil, fmt.Errorf("trace: Resid(%d) needs %s, none was captured; capture with nb.Capture(%s)", layer, strings.Join(names, " or "), glob)
+	return nil, fmt.Errorf("trace: Resid(%d) needs %s, %w; capture with nb.Capture(%s)", layer, strings.Join(names, " or "), ErrNotCaptured, glob)
 }
 
 // headName turns TransformerLens's short names ("z", "pattern") and

@@ -43,7 +43,7 @@ func ExampleTrace_Resid() {
 	fmt.Println(err)
 	// Output:
 	// blocks.3.hook_resid_post 5 256
-	// trace: Resid(0) needs blocks.0.hook_resid_pre or hook_embed, none was captured; capture with nb.Capture("blocks.*.hook_resid_pre")
+	// trace: Resid(0) needs blocks.0.hook_resid_pre or hook_embed, not captured; capture with nb.Capture("blocks.*.hook_resid_pre")
 }
 
 func ExampleTrace_Head() {

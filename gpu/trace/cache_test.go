@@ -99,7 +99,7 @@ func TestResidReadsWhicheverEqualPointWasCaptured(t *testing.T) {
 	require.ErrorContains(t, err, "layers are 0..2")
 	drop(tr, "blocks.1.hook_resid_post")
 	_, err = tr.Resid(2)
-	require.ErrorContains(t, err, `needs blocks.1.hook_resid_post, none was captured; capture with nb.Capture("blocks.*.hook_resid_post")`)
+	require.ErrorContains(t, err, `needs blocks.1.hook_resid_post, not captured; capture with nb.Capture("blocks.*.hook_resid_post")`)
 }
 
 // HeadResults against gonum: the heads' outputs summed are Z @ W_O^T, the

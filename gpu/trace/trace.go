@@ -91,6 +91,10 @@ type Request struct {
 	Dst  []float32
 }
 
+// ErrNotCaptured is wrapped by the error of a read or analysis that needs a
+// capture point the trace does not have.
+var ErrNotCaptured = errors.New("not captured")
+
 // ErrClosed is wrapped by the error of a read of a capture whose device
 // memory was freed (Trace.Close, or the session or engine closed) before it
 // was read.
@@ -161,7 +165,7 @@ func (t *Trace) notCaptured(name string) error {
 	if len(have) > 8 {
 		have = append(have[:8], fmt.Sprintf("... (%d in all)", len(t.Names)))
 	}
-	return fmt.Errorf("trace: %s was not captured (captured: %s)", name, strings.Join(have, ", "))
+	return fmt.Errorf("trace: %s was %w (captured: %s)", name, ErrNotCaptured, strings.Join(have, ", "))
 }
 
 // Has reports whether name was captured.
