@@ -16,7 +16,8 @@ type Writer struct {
 	kvs       []KV
 	keys      map[string]bool
 	tensors   []TensorInfo
-	data      [][]byte
+	data      [][]byte                 // a tensor's bytes, or nil when fill makes them
+	fill      []func(dst []byte) error // makes a tensor's bytes as it is written
 	names     map[string]bool
 	alignment int64
 }
@@ -81,28 +82,70 @@ func checkValue(v Value, depth int) error {
 // length); len(data) must equal the type's RowBytes of the element count.
 // data is not copied and must not change until the file is written.
 func (w *Writer) AddTensor(name string, typ Type, dims []int64, data []byte) error {
+	size, err := w.addInfo(name, typ, dims)
+	if err != nil {
+		return err
+	}
+	if int64(len(data)) != size {
+		w.unadd(name)
+		return fmt.Errorf("gguf: tensor %q: %d bytes of data, want %d for %s %v", name, len(data), size, typ, dims)
+	}
+	w.data = append(w.data, data)
+	w.fill = append(w.fill, nil)
+	return nil
+}
+
+// AddTensorFunc adds a tensor whose bytes fill writes into dst (of the
+// tensor's size) when the file is written, so that a writer of generated
+// weights holds one tensor at a time, not every one.
+func (w *Writer) AddTensorFunc(name string, typ Type, dims []int64, fill func(dst []byte) error) error {
+	if _, err := w.addInfo(name, typ, dims); err != nil {
+		return err
+	}
+	w.data = append(w.data, nil)
+	w.fill = append(w.fill, fill)
+	return nil
+}
+
+// Size is the number of bytes WriteTo writes.
+func (w *Writer) Size() int64 {
+	e := &encoder{w: bufio.NewWriter(io.Discard)}
+	w.header(e)
+	if n := len(w.tensors); n > 0 {
+		last := w.tensors[n-1]
+		e.n += alignUp(last.Offset+last.Size, w.alignment)
+	}
+	return e.n
+}
+
+// unadd takes back the tensor addInfo just added.
+func (w *Writer) unadd(name string) {
+	delete(w.names, name)
+	w.tensors = w.tensors[:len(w.tensors)-1]
+}
+
+// addInfo checks a tensor's name, dims and type and adds its info; it
+// returns the tensor's size in bytes.
+func (w *Writer) addInfo(name string, typ Type, dims []int64) (int64, error) {
 	if w.names[name] {
-		return fmt.Errorf("gguf: duplicate tensor name %q", name)
+		return 0, fmt.Errorf("gguf: duplicate tensor name %q", name)
 	}
 	if len(dims) < 1 || len(dims) > maxDims {
-		return fmt.Errorf("gguf: tensor %q has %d dims, want 1..%d", name, len(dims), maxDims)
+		return 0, fmt.Errorf("gguf: tensor %q has %d dims, want 1..%d", name, len(dims), maxDims)
 	}
 	elements := int64(1)
 	for i, d := range dims {
 		if d < 1 {
-			return fmt.Errorf("gguf: tensor %q dim %d is %d, want >= 1", name, i, d)
+			return 0, fmt.Errorf("gguf: tensor %q dim %d is %d, want >= 1", name, i, d)
 		}
 		if elements > math.MaxInt64/d {
-			return fmt.Errorf("gguf: tensor %q element count of dims %v overflows int64", name, dims)
+			return 0, fmt.Errorf("gguf: tensor %q element count of dims %v overflows int64", name, dims)
 		}
 		elements *= d
 	}
 	size, err := tensorSize(typ, dims, elements)
 	if err != nil {
-		return fmt.Errorf("gguf: tensor %q: %w", name, err)
-	}
-	if int64(len(data)) != size {
-		return fmt.Errorf("gguf: tensor %q: %d bytes of data, want %d for %s %v", name, len(data), size, typ, dims)
+		return 0, fmt.Errorf("gguf: tensor %q: %w", name, err)
 	}
 	offset := int64(0)
 	if n := len(w.tensors); n > 0 {
@@ -111,14 +154,38 @@ func (w *Writer) AddTensor(name string, typ Type, dims []int64, data []byte) err
 	}
 	w.names[name] = true
 	w.tensors = append(w.tensors, TensorInfo{Name: name, Dims: clone(dims), Type: typ, Offset: offset, Size: size})
-	w.data = append(w.data, data)
-	return nil
+	return size, nil
 }
 
 // WriteTo writes the file: header, KVs, tensor infos, then each tensor's
 // data padded to the alignment.
 func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	e := &encoder{w: bufio.NewWriterSize(out, 1<<20)}
+	w.header(e)
+	var scratch []byte // made tensors share one buffer: garbage per tensor would let the heap double
+	for i, d := range w.data {
+		if fill := w.fill[i]; fill != nil && e.err == nil {
+			if size := int(w.tensors[i].Size); size > cap(scratch) {
+				scratch = make([]byte, size)
+			}
+			d = scratch[:w.tensors[i].Size]
+			clear(d)
+			if err := fill(d); err != nil {
+				e.err = fmt.Errorf("gguf: tensor %q: %w", w.tensors[i].Name, err)
+			}
+		}
+		e.bytes(d)
+		e.pad(w.alignment)
+	}
+	if e.err == nil {
+		e.err = e.w.Flush()
+	}
+	return e.n, e.err
+}
+
+// header writes the magic, version, KVs and tensor infos, padded to the
+// alignment.
+func (w *Writer) header(e *encoder) {
 	e.bytes([]byte(magic))
 	e.u32(3)
 	e.u64(uint64(len(w.tensors)))
@@ -138,14 +205,6 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 		e.u64(uint64(t.Offset))
 	}
 	e.pad(w.alignment)
-	for _, d := range w.data {
-		e.bytes(d)
-		e.pad(w.alignment)
-	}
-	if e.err == nil {
-		e.err = e.w.Flush()
-	}
-	return e.n, e.err
 }
 
 // WriteFile writes the file to a temporary name in path's directory, syncs

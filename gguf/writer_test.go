@@ -2,6 +2,8 @@ package gguf
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -222,4 +224,45 @@ func TestWriterEmpty(t *testing.T) {
 	require.NoError(t, err)
 	want := new(raw).header(3, 0, 0).padTo(32).Bytes()
 	assert.Equal(t, want, buf.Bytes())
+}
+
+// A tensor made as it is written gives the same file as one handed over
+// whole, Size says how long the file is before it is written, and a fill
+// that fails names its tensor.
+func TestTensorsMadeAsTheyAreWritten(t *testing.T) {
+	data := make([]byte, 4*6)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	eager, lazy := NewWriter(), NewWriter()
+	for _, w := range []*Writer{eager, lazy} {
+		require.NoError(t, w.AddKV("general.architecture", "llama"))
+		require.NoError(t, w.AddTensor("a", F32, []int64{3}, data[:12]))
+	}
+	require.NoError(t, eager.AddTensor("b", F32, []int64{3, 2}, data))
+	calls := 0
+	require.NoError(t, lazy.AddTensorFunc("b", F32, []int64{3, 2}, func(dst []byte) error {
+		calls++
+		require.Len(t, dst, 24)
+		copy(dst, data)
+		return nil
+	}))
+	var want, got bytes.Buffer
+	_, err := eager.WriteTo(&want)
+	require.NoError(t, err)
+	require.Equal(t, int64(want.Len()), lazy.Size())
+	require.Zero(t, calls, "Size makes nothing")
+	n, err := lazy.WriteTo(&got)
+	require.NoError(t, err)
+	require.Equal(t, want.Bytes(), got.Bytes())
+	require.Equal(t, int64(got.Len()), n)
+	require.Equal(t, 1, calls)
+
+	bad := NewWriter()
+	require.NoError(t, bad.AddTensorFunc("w", F32, []int64{2}, func([]byte) error { return errors.New("no entropy") }))
+	_, err = bad.WriteTo(io.Discard)
+	require.EqualError(t, err, `gguf: tensor "w": no entropy`)
+	require.ErrorContains(t, bad.AddTensorFunc("w", F32, []int64{2}, nil), "duplicate tensor name")
+	require.ErrorContains(t, bad.AddTensor("x", F32, []int64{2}, make([]byte, 4)), "4 bytes of data, want 8")
+	require.NoError(t, bad.AddTensor("x", F32, []int64{2}, make([]byte, 8)), "a refused tensor leaves its name free")
 }

@@ -175,41 +175,46 @@ type generator struct {
 	err     error
 }
 
-func (g *generator) rng(chunk uint64) *rand.Rand {
-	return rand.New(rand.NewPCG(g.seed, g.tensors<<32|chunk))
+// rng is the random stream of chunk of the tensor numbered tensor.
+func (g *generator) rng(tensor, chunk uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(g.seed, tensor<<32|chunk))
 }
 
 // matrix adds a [rows, cols] weight (ggml dims [cols, rows]) with entries
 // uniform in ±sqrt(3/cols), so each output has unit variance for unit inputs.
+// Its bytes are made as the file is written, so that generating a model
+// holds one tensor at a time.
 func (g *generator) matrix(name string, f *quant.Format, cols, rows int) {
 	if g.err != nil {
 		return
 	}
 	g.tensors++
-	rowBytes := cols / f.BlockSize * f.BlockBytes
-	out := make([]byte, rows*rowBytes)
-	limit := float32(math.Sqrt(3 / float64(cols)))
-	const chunkRows = 64
-	chunks := (rows + chunkRows - 1) / chunkRows
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for c := range chunks {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			r := g.rng(uint64(c))
-			lo, hi := c*chunkRows, min((c+1)*chunkRows, rows)
-			buf := make([]float32, cols)
-			for row := lo; row < hi; row++ {
-				for i := range buf {
-					buf[i] = (2*r.Float32() - 1) * limit
+	tensor := g.tensors
+	g.err = g.w.AddTensorFunc(name, f.Type, []int64{int64(cols), int64(rows)}, func(out []byte) error {
+		rowBytes := cols / f.BlockSize * f.BlockBytes
+		limit := float32(math.Sqrt(3 / float64(cols)))
+		const chunkRows = 64
+		chunks := (rows + chunkRows - 1) / chunkRows
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+		for c := range chunks {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				r := g.rng(tensor, uint64(c))
+				lo, hi := c*chunkRows, min((c+1)*chunkRows, rows)
+				buf := make([]float32, cols)
+				for row := lo; row < hi; row++ {
+					for i := range buf {
+						buf[i] = (2*r.Float32() - 1) * limit
+					}
+					f.Quantize(out[row*rowBytes:(row+1)*rowBytes], buf)
 				}
-				f.Quantize(out[row*rowBytes:(row+1)*rowBytes], buf)
-			}
-		})
-	}
-	wg.Wait()
-	g.err = g.w.AddTensor(name, f.Type, []int64{int64(cols), int64(rows)}, out)
+			})
+		}
+		wg.Wait()
+		return nil
+	})
 }
 
 // gain adds a norm weight near 1.
@@ -223,7 +228,7 @@ func (g *generator) vector(name string, n int, center, spread float32) {
 		return
 	}
 	g.tensors++
-	r := g.rng(0)
+	r := g.rng(g.tensors, 0)
 	v := make([]float32, n)
 	for i := range v {
 		v[i] = center + (2*r.Float32()-1)*spread
@@ -246,8 +251,8 @@ func Random(s Shape, typ gguf.Type, seed uint64) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
+	buf := bytes.NewBuffer(make([]byte, 0, w.Size())) // the one copy of the weights
+	if _, err := w.WriteTo(buf); err != nil {
 		return nil, err
 	}
 	f, err := gguf.Parse(buf.Bytes(), fmt.Sprintf("random %s %s", s.Arch, typ))
