@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,11 +14,13 @@ import (
 
 // memSource stands in for a GPU: it holds captures and records each read.
 type memSource struct {
-	mu     sync.Mutex
-	data   map[string][]float32
-	reads  []Request
-	bufs   map[*float32]bool // the host buffers reads were made into
-	closed bool
+	mu        sync.Mutex
+	data      map[string][]float32
+	reads     []Request
+	calls     []int             // len(reads) after each Read
+	bufs      map[*float32]bool // the host buffers reads were made into
+	closed    bool
+	failAfter int // Reads that succeed before they fail; 0: none fails
 }
 
 func (m *memSource) Read(reqs []Request) error {
@@ -26,6 +29,10 @@ func (m *memSource) Read(reqs []Request) error {
 	if m.closed {
 		return ErrClosed
 	}
+	if m.failAfter > 0 && len(m.calls) >= m.failAfter {
+		return errors.New("the device went away")
+	}
+	defer func() { m.calls = append(m.calls, len(m.reads)) }()
 	for _, q := range reqs {
 		copy(q.Dst, m.data[q.Name][q.Off:])
 		m.reads = append(m.reads, Request{Name: q.Name, Off: q.Off, Dst: q.Dst})
@@ -245,4 +252,23 @@ func TestRowNormsAreTheSameWhereverTheCaptureIs(t *testing.T) {
 	lazy.Close()
 	_, err = lazy.RowNorms("logits")
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+// A load of more than a group reads group by group, each into memory made
+// while the one before was read, and ends with the same tensors; a read
+// that fails stops it cleanly.
+func TestLoadInGroupsEqualsTheHostTrace(t *testing.T) {
+	defer func(old int) { loadGroup = old }(loadGroup)
+	loadGroup = 64 // bytes: a group takes captures until it holds 64 or more
+	lazy, eager, src := lazyTwin()
+	require.NoError(t, lazy.Load())
+	for _, name := range eager.Names {
+		require.Equal(t, eager.Tensor(name), lazy.Tensor(name), name)
+	}
+	require.Len(t, src.reads, 4)
+	require.Equal(t, []int{2, 4}, src.calls, "one Read per group: embed and pattern (48+72 bytes), then resid and logits (48+84)")
+
+	lazy, _, src = lazyTwin()
+	src.failAfter = 1
+	require.ErrorContains(t, lazy.Load(), "trace: reading blocks.1.hook_resid_post: the device went away")
 }

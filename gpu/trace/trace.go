@@ -204,28 +204,56 @@ func (t *Trace) Load(names ...string) error {
 	return t.load(unread)
 }
 
-// load reads unread captures; t.mu is held.
+// load reads unread captures; t.mu is held. The captures are read in
+// groups of about loadGroup bytes, and the next group's host memory is made
+// (allocated and its pages faulted in, as fast as filling it) while this
+// group is read, so that the two overlap rather than add up.
 func (t *Trace) load(names []string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	sizes := make([]int, len(names))
-	for i, name := range names {
-		sizes[i] = elements(t.shapes[name])
+	var groups [][]string
+	var bytes int
+	for _, name := range names {
+		if len(groups) == 0 || bytes >= loadGroup {
+			groups, bytes = append(groups, nil), 0
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], name)
+		bytes += 4 * elements(t.shapes[name])
 	}
-	data := MakeData(sizes)
-	reqs := make([]Request, len(names))
-	for i, name := range names {
-		reqs[i] = Request{Name: name, Dst: data[i]}
+	made := make(chan [][]float32, 1)
+	makeGroup := func(g []string) {
+		sizes := make([]int, len(g))
+		for i, name := range g {
+			sizes[i] = elements(t.shapes[name])
+		}
+		made <- MakeData(sizes)
 	}
-	if err := t.src.Read(reqs); err != nil {
-		return fmt.Errorf("trace: reading %s: %w", names[0], err)
-	}
-	for i, name := range names {
-		t.tensors[name] = &Tensor{Shape: t.shapes[name], Data: reqs[i].Dst}
+	go makeGroup(groups[0])
+	for k, g := range groups {
+		data := <-made
+		if k+1 < len(groups) {
+			go makeGroup(groups[k+1])
+		}
+		reqs := make([]Request, len(g))
+		for i, name := range g {
+			reqs[i] = Request{Name: name, Dst: data[i]}
+		}
+		if err := t.src.Read(reqs); err != nil {
+			if k+1 < len(groups) {
+				<-made // the group being made
+			}
+			return fmt.Errorf("trace: reading %s: %w", g[0], err)
+		}
+		for i, name := range g {
+			t.tensors[name] = &Tensor{Shape: t.shapes[name], Data: reqs[i].Dst}
+		}
 	}
 	return nil
 }
+
+// loadGroup is how many bytes of captures load reads at a time.
+var loadGroup = 512 << 20 // a variable for the tests
 
 // MakeData makes a slice of each size (nil for 0) on every core, its pages
 // made ready for writing. Go zeroes a large allocation on the goroutine that
