@@ -115,7 +115,9 @@ func Layers(first, last int) Option {
 	return func(s *settings) { s.o.Capture.FirstLayer, s.o.Capture.LastLayer = first, last }
 }
 
-// Hooks intervenes during the prefill (gpu.AblateHead, gpu.Patch, ...).
+// Hooks intervenes during the prefill (gpu.AblateHead, gpu.Patch, ...). A
+// hook's Host function must not call the Model that runs it: the model runs
+// one call at a time, so the inner call would wait for the outer one.
 func Hooks(h ...gpu.Hook) Option { return func(s *settings) { s.o.Hooks = append(s.o.Hooks, h...) } }
 
 // AllLogits computes logits (and predictions) at every position, not only the last.
