@@ -79,13 +79,15 @@ func TestAblateHeadsIsTheHookByHand(t *testing.T) {
 		got := m.AblateHeads(prompt, how, metric)
 		require.Len(t, got, m.Model.Layers)
 		base := metric(m.Prefill(prompt))
-		for _, lh := range [][2]int{{0, 0}, {3, 1}} {
-			hook := gpu.AblateHead(lh[0], lh[1])
-			if how == nb.MeanAblation {
-				hook = gpu.MeanAblateHead(lh[0], lh[1])
+		for l := range m.Model.Layers {
+			for h := range m.Model.Heads {
+				hook := gpu.AblateHead(l, h)
+				if how == nb.MeanAblation {
+					hook = gpu.MeanAblateHead(l, h)
+				}
+				want := metric(m.Prefill(prompt, nb.Hooks(hook))) - base
+				require.InDelta(t, want, got[l][h], 1e-9, "L%dH%d", l, h)
 			}
-			want := metric(m.Prefill(prompt, nb.Hooks(hook))) - base
-			require.InDelta(t, want, got[lh[0]][lh[1]], 1e-9)
 		}
 	}
 	// A loss metric with every position's logits.
@@ -366,5 +368,82 @@ func TestDLAWithoutItsCapturesNamesTheOption(t *testing.T) {
 			}()
 			call()
 		}()
+	}
+}
+
+// The token lens at every layer and position by hand in float64: the
+// layer's resid_post through the final RMSNorm and the unembedding, then
+// the token's softmax probability and how many logits beat it.
+func TestTokenLensByHandAtEveryLayer(t *testing.T) {
+	m := cpuModel(t)
+	tr := m.Prefill("for i := 0; i < n; i++ {", nb.Capture("blocks.*.hook_resid_post"))
+	tok := m.Token(" i")
+	lens := m.TokenLens(tr, tok)
+	c := &m.Model.Config
+	out := make([]float32, c.Vocab*c.DModel)
+	m.Model.Output.Format.Dequantize(out, m.Model.Output.Data)
+	for l := range c.Layers {
+		x := tr.Tensor(gpu.LayerPoint(l, "hook_resid_post"))
+		for p := range x.Shape[0] {
+			row := x.Data[p*c.DModel : (p+1)*c.DModel]
+			ss := 0.0
+			for _, v := range row {
+				ss += float64(v) * float64(v)
+			}
+			inv := 1 / math.Sqrt(ss/float64(c.DModel)+float64(c.RMSEps))
+			logits := make([]float64, c.Vocab)
+			hi := math.Inf(-1)
+			for v := range logits {
+				for i, xv := range row {
+					logits[v] += float64(xv) * inv * float64(m.Model.OutNorm[i]) * float64(out[v*c.DModel+i])
+				}
+				hi = max(hi, logits[v])
+			}
+			z, rank := 0.0, 0
+			for _, lv := range logits {
+				z += math.Exp(lv - hi)
+				if lv > logits[tok] {
+					rank++
+				}
+			}
+			// float32 norm and dot on the engine's side: 1e-5 of a probability.
+			require.InDelta(t, math.Exp(logits[tok]-hi)/z, lens.Prob[l][p], 1e-5, "layer %d position %d", l, p)
+			require.Equal(t, rank, lens.Rank[l][p], "layer %d position %d", l, p)
+		}
+	}
+}
+
+// Each head's direct logit attribution by hand in float64: its slice of
+// hook_z times its columns of W_O, through the final norm, dotted with the
+// unembedding.
+func TestHeadDLAByHand(t *testing.T) {
+	m := cpuModel(t)
+	tr := m.Prefill("if err != nil {\n\treturn", nb.CaptureDLA())
+	u := m.Unembed(" err")
+	got := m.HeadDLA(tr, u, -1)
+	c := &m.Model.Config
+	last := len(tr.Tokens) - 1
+	final := tr.Tensor(gpu.LayerPoint(c.Layers-1, "hook_resid_post")).Data[last*c.DModel : (last+1)*c.DModel]
+	ss := 0.0
+	for _, v := range final {
+		ss += float64(v) * float64(v)
+	}
+	inv := 1 / math.Sqrt(ss/float64(c.DModel)+float64(c.RMSEps))
+	for l := range c.Layers {
+		o := m.Model.Blocks[l].O // [d_model rows, heads*head_dim cols]
+		wO := make([]float32, o.Rows*o.Cols)
+		o.Format.Dequantize(wO, o.Data)
+		z := tr.Tensor(gpu.LayerPoint(l, "attn.hook_z")).Data[last*c.Heads*c.HeadDim:]
+		for h := range c.Heads {
+			want := 0.0
+			for i := range c.DModel {
+				out := 0.0
+				for k := range c.HeadDim {
+					out += float64(z[h*c.HeadDim+k]) * float64(wO[i*o.Cols+h*c.HeadDim+k])
+				}
+				want += out * inv * float64(m.Model.OutNorm[i]) * float64(u[i])
+			}
+			require.InDelta(t, want, got[l][h], 1e-5*(1+math.Abs(want)), "L%dH%d", l, h)
+		}
 	}
 }

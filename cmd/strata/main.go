@@ -233,7 +233,13 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "  %-12s %4d tensors  %s\n", t, byType[t][0], gpu.HumanBytes(byType[t][1]))
 	}
 	kind, _ := m.File.String("tokenizer.ggml.model")
-	fmt.Fprintf(out, "tokenizer     %s, %d tokens, BOS %d, EOS %d\n", kind, m.Tok.VocabSize(), m.Tok.BOS(), m.Tok.EOS())
+	id := func(v int32) string { // -1: the vocabulary has none
+		if v < 0 {
+			return "none"
+		}
+		return strconv.Itoa(int(v))
+	}
+	fmt.Fprintf(out, "tokenizer     %s, %d tokens, BOS %s, EOS %s\n", kind, m.Tok.VocabSize(), id(m.Tok.BOS()), id(m.Tok.EOS()))
 
 	est := gpu.EstimateMemory(c, *n, 0, *n, gpu.Options{})
 	_, other := m.Resident()
