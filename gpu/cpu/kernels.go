@@ -89,7 +89,23 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 					bias = data(p.Bias)
 				}
 				width := m.w.Rows
-				for t := 0; t < rows; t++ {
+				for t := 0; t < rows; {
+					if hasBlockDot && n == rowTile {
+						// Four weight rows by two input rows (one at the end) in registers.
+						pair := min(2, rows-t)
+						o := blockDot(w, xs[t*cols:(t+pair)*cols], cols)
+						for i := range rowTile {
+							b := float32(0)
+							if bias != nil {
+								b = bias[r+i]
+							}
+							for p := range pair {
+								out[(t+p)*width+r+i] = o[2*i+p] + b
+							}
+						}
+						t += pair
+						continue
+					}
 					xr := xs[t*cols : (t+1)*cols]
 					for i := 0; i < n; i++ {
 						v := dot(w[i*cols:(i+1)*cols], xr)
@@ -98,6 +114,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 						}
 						out[t*width+r+i] = v
 					}
+					t++
 				}
 				g += n
 			}
@@ -407,4 +424,31 @@ func (s *stream) RowNorms(dst, src gpu.Tensor, off, rows, n int) {
 			d[r] = float32(math.Sqrt(sum))
 		}
 	})
+}
+
+// blockDot returns the dot products of the 4 rows of w with the rows of x
+// (one or two, of n elements each), as out[2*i+t] = w_i · x_t: the kernel
+// takes the first n &^ 7 elements, the tail is added here. A product is
+// made the same way whether its input row comes alone or in a pair, so that
+// a prefill's results do not depend on how its tokens are batched.
+func blockDot(w, x []float32, n int) [8]float32 {
+	var out [8]float32
+	pair := len(x) >= 2*n
+	body := n &^ 7
+	if body > 0 {
+		if pair {
+			dot4x2(&w[0], &w[n], &w[2*n], &w[3*n], &x[0], &x[n], body, &out)
+		} else {
+			dot4x1(&w[0], &w[n], &w[2*n], &w[3*n], &x[0], body, &out)
+		}
+	}
+	for k := body; k < n; k++ {
+		for i := range 4 {
+			out[2*i] += w[i*n+k] * x[k]
+			if pair {
+				out[2*i+1] += w[i*n+k] * x[n+k]
+			}
+		}
+	}
+	return out
 }

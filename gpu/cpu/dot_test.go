@@ -1,0 +1,93 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gguf/quant"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/model"
+)
+
+// The block kernel against float64 sums, over lengths with and without a
+// tail of fewer than 8: float32 accumulation in 8 lanes, about 1e-6 of
+// the sum of |products| for these lengths.
+func TestBlockDotIsTheDotProducts(t *testing.T) {
+	if !hasBlockDot {
+		t.Skip("this CPU has no AVX2 and FMA (or is not amd64): the block kernel is not used")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 7, 8, 9, 16, 31, 64, 100, 2048, 2053} {
+		w := make([]float32, 4*n)
+		x := make([]float32, 2*n)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		got := blockDot(w, x, n)
+		for i := range 4 {
+			for tk := range 2 {
+				want, mag := 0.0, 0.0
+				for k := range n {
+					p := float64(w[i*n+k]) * float64(x[tk*n+k])
+					want += p
+					mag += math.Abs(p)
+				}
+				require.InDelta(t, want, float64(got[2*i+tk]), 1e-6*mag+1e-7, "n %d w%d·x%d", n, i, tk)
+			}
+			// Alone, each input row gives the same bits as in the pair.
+			alone := blockDot(w, x[:n], n)
+			require.Equal(t, got[2*i], alone[2*i], "n %d w%d·x0 alone", n, i)
+			alone = blockDot(w, x[n:], n)
+			require.Equal(t, got[2*i+1], alone[2*i], "n %d w%d·x1 alone", n, i)
+		}
+	}
+}
+
+// MatMul gives the same products with the block kernel as without it (the
+// portable path, where the CPU has no AVX2 and FMA), to float32 rounding,
+// for a weight whose rows are not a multiple of the tile and an odd number
+// of input rows.
+func TestMatMulWithAndWithoutTheBlockKernel(t *testing.T) {
+	if !hasBlockDot {
+		t.Skip("this CPU has no AVX2 and FMA (or is not amd64): only the portable path runs")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	const n, cols, rows = 10, 300, 7
+	w := make([]byte, 4*n*cols)
+	for i := 0; i < len(w); i += 4 {
+		binary.LittleEndian.PutUint32(w[i:], math.Float32bits(float32(r.NormFloat64())))
+	}
+	f, err := quant.For(gguf.F32)
+	require.NoError(t, err)
+	b := New(1)
+	m, err := b.Upload(&model.Weight{Name: "w", Rows: n, Cols: cols, Format: f, Data: w})
+	require.NoError(t, err)
+	run := func(block bool) []float32 {
+		defer func(old bool) { hasBlockDot = old }(hasBlockDot)
+		hasBlockDot = block
+		st := b.NewStream()
+		x, _ := st.Alloc("x", rows*cols)
+		xs := make([]float32, rows*cols)
+		for i := range xs {
+			xs[i] = float32(math.Sin(float64(i)))
+		}
+		st.Write(x, 0, xs)
+		y, _ := st.Alloc("y", rows*n)
+		st.MatMul(x, rows, gpu.Proj{W: m, Dst: y})
+		out := make([]float32, rows*n)
+		require.NoError(t, st.Read(y, 0, out))
+		return out
+	}
+	with, without := run(true), run(false)
+	for i := range with {
+		require.InDelta(t, without[i], with[i], 1e-4, "output %d", i) // sums of 300 products of about 1
+	}
+}
