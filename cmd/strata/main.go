@@ -285,9 +285,17 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// precisionFlag is --precision, the same for every command that prefills.
-func precisionFlag(fs *flag.FlagSet) *string {
-	return fs.String("precision", "exact", "matrix products: exact (float32 accuracy) or fast (float16 inputs: tensor cores for every weight format; on the H200 a Q4_K prefill took half the time, a 1-bit one 7% less)")
+// precisionFlag adds --precision, the same for every command that
+// prefills; the func it returns reads the flag once fs is parsed.
+func precisionFlag(fs *flag.FlagSet) func() (gpu.Precision, error) {
+	v := fs.String("precision", "exact", "matrix products: exact (float32 accuracy) or fast (float16 inputs: tensor cores for every weight format; on the H200 a Q4_K prefill took half the time, a 1-bit one 7% less)")
+	return func() (gpu.Precision, error) {
+		p, err := gpu.ParsePrecision(*v)
+		if err != nil {
+			return 0, fmt.Errorf("--precision: %w", err)
+		}
+		return p, nil
+	}
 }
 
 func cmdRun(ctx context.Context, args []string, out io.Writer) error {
@@ -300,9 +308,9 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	prec, err := gpu.ParsePrecision(*precision)
+	prec, err := precision()
 	if err != nil {
-		return fmt.Errorf("--precision: %w", err)
+		return err
 	}
 	if *n < 0 {
 		return fmt.Errorf("-n %d: the number of tokens to generate cannot be negative", *n)
@@ -416,9 +424,9 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	prec, err := gpu.ParsePrecision(*precision)
+	prec, err := precision()
 	if err != nil {
-		return fmt.Errorf("--precision: %w", err)
+		return err
 	}
 	switch {
 	case isSet(fs, "tokens") && isSet(fs, "prompt"):
