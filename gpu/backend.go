@@ -68,6 +68,9 @@ type Stream interface {
 	Embed(dst Tensor, table Matrix, ids []int32)
 	// RMSNorm normalises rows of dim elements: dst = src / rms(src) * gain.
 	RMSNorm(dst, src, gain Tensor, rows, dim int, eps float32)
+	// LayerNorm normalises rows of dim elements to zero mean and unit
+	// variance: dst = (src - mean) / sqrt(var + eps) * gain + bias.
+	LayerNorm(dst, src, gain, bias Tensor, rows, dim int, eps float32)
 	// MatMul computes dst = x W^T (+ bias) for each projection, all reading
 	// the same rows of x; backends fuse them into one pass where they can.
 	MatMul(x Tensor, rows int, outs ...Proj)
@@ -88,6 +91,9 @@ type Stream interface {
 	Add(dst, src Tensor, n int)
 	// SwiGLU computes dst = silu(gate) * up over n elements.
 	SwiGLU(dst, gate, up Tensor, n int)
+	// GELU computes dst = gelu(src) over n elements with GPT-2's tanh
+	// approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+	GELU(dst, src Tensor, n int)
 	// Copy moves n elements from src at srcOff to dst at dstOff.
 	Copy(dst Tensor, dstOff int, src Tensor, srcOff, n int)
 	// Edit changes a strided view of t in place; interventions are built from it.

@@ -15,22 +15,27 @@ import (
 // Engine is a model made resident on a backend. It is safe for concurrent
 // use by several sessions.
 type Engine struct {
-	Model   *model.Model
-	Backend Backend
-	embed   Matrix
-	output  Matrix
-	outNorm Tensor
-	layers  []layerWeights
+	Model    *model.Model
+	Backend  Backend
+	embed    Matrix
+	posEmbed Matrix // learned positions only
+	output   Matrix
+	outNorm  Tensor
+	outBias  Tensor // LayerNorm's bias
+	layers   []layerWeights
 	// traceBytes counts the device memory of live GPU traces.
 	traceBytes atomic.Int64
 }
 
 type layerWeights struct {
-	attnNorm, ffnNorm   Tensor
-	q, k, v, o          Matrix
-	qBias, kBias, vBias Tensor
-	qNorm, kNorm        Tensor
-	gate, up, down      Matrix
+	attnNorm, ffnNorm         Tensor
+	attnNormBias, ffnNormBias Tensor
+	q, k, v, o                Matrix
+	qBias, kBias, vBias       Tensor
+	oBias                     Tensor
+	qNorm, kNorm              Tensor
+	gate, up, down            Matrix
+	upBias, downBias          Tensor
 }
 
 // NewEngine uploads the model's weights to the backend once.
@@ -46,7 +51,7 @@ func NewEngine(m *model.Model, b Backend) (*Engine, error) {
 	defer st.Close()
 	var err error
 	upload := func(w *model.Weight) Matrix {
-		if err != nil {
+		if err != nil || w == nil {
 			return nil
 		}
 		var x Matrix
@@ -64,17 +69,24 @@ func NewEngine(m *model.Model, b Backend) (*Engine, error) {
 		return t
 	}
 	e.embed = upload(m.Embed)
+	e.posEmbed = upload(m.PosEmbed)
 	e.output = e.embed
 	if !m.TiedEmbd {
 		e.output = upload(m.Output)
 	}
 	e.outNorm = vector("output_norm", m.OutNorm)
+	e.outBias = vector("output_norm.bias", m.OutNormBias)
 	e.layers = make([]layerWeights, len(m.Blocks))
 	for i := range m.Blocks {
 		l, w := &m.Blocks[i], &e.layers[i]
 		name := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
 		w.attnNorm = vector(name("attn_norm"), l.AttnNorm)
 		w.ffnNorm = vector(name("ffn_norm"), l.FFNNorm)
+		w.attnNormBias = vector(name("attn_norm.bias"), l.AttnNormBias)
+		w.ffnNormBias = vector(name("ffn_norm.bias"), l.FFNNormBias)
+		w.oBias = vector(name("attn_output.bias"), l.OBias)
+		w.upBias = vector(name("ffn_up.bias"), l.UpBias)
+		w.downBias = vector(name("ffn_down.bias"), l.DownBias)
 		w.q, w.k, w.v, w.o = upload(l.Q), upload(l.K), upload(l.V), upload(l.O)
 		w.qBias = vector(name("attn_q.bias"), l.QBias)
 		w.kBias = vector(name("attn_k.bias"), l.KBias)
@@ -385,7 +397,7 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 	}
 	l.materialize = make([]bool, c.Layers)
 	arenaLayer, lastAlone := 0, false
-	for i, name := range Points(c.Layers) {
+	for i, name := range Points(c) {
 		l.index[name] = i
 		layer, local := SplitPoint(name)
 		captured := o.Capture.Selects(name)
@@ -422,6 +434,16 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 	return l
 }
 
+// positions are the ids of the prefill's positions, pos0.., for a table
+// of learned position embeddings.
+func (l *layout) positions() []int32 {
+	ids := make([]int32, l.t)
+	for i := range ids {
+		ids[i] = int32(l.pos0 + i)
+	}
+	return ids
+}
+
 func (l *layout) anyMaterialized() bool {
 	for _, m := range l.materialize {
 		if m {
@@ -433,7 +455,10 @@ func (l *layout) anyMaterialized() bool {
 
 func (l *layout) scratchElements(c *model.Config) int {
 	t := l.t
-	n := 2*t*c.DModel + t*c.QDim() + 2*t*c.KVDim() + t*c.QDim() + 2*t*c.DModel + 2*t*c.FFN
+	n := 2*t*c.DModel + t*c.QDim() + 2*t*c.KVDim() + t*c.QDim() + 2*t*c.DModel + t*c.FFN
+	if c.MLP.Gated() {
+		n += t * c.FFN
+	}
 	if l.anyMaterialized() {
 		n += 2 * c.Heads * t * l.keys
 	}
@@ -474,7 +499,7 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 			return nil, fmt.Errorf("engine: token %d at index %d is outside the vocabulary of %d (ids are 0..%d)", id, i, c.Vocab, c.Vocab-1)
 		}
 	}
-	if err := o.Capture.Validate(c.Layers); err != nil {
+	if err := o.Capture.Validate(c); err != nil {
 		return nil, err
 	}
 	switch o.Logits {
@@ -489,7 +514,7 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 		return nil, fmt.Errorf("engine: Options.Budget %d is negative (0 means the default, %s)", o.Budget, HumanBytes(DefaultBudget))
 	}
 	for i := range o.Hooks {
-		if err := o.Hooks[i].validate(c.Layers); err != nil {
+		if err := o.Hooks[i].validate(c); err != nil {
 			return nil, err
 		}
 	}

@@ -52,6 +52,7 @@ func TestEveryPointMatchesFloat64Reference(t *testing.T) {
 		{"tiny-llama3", []gguf.Type{gguf.F32, gguf.Q4_K}},
 		{"tiny-qwen2", []gguf.Type{gguf.F32, gguf.Q4_0}},
 		{"tiny-qwen3", []gguf.Type{gguf.F32, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.Q1_0_G128, gguf.TQ2_0_G128}},
+		{"tiny-gpt2", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K}},
 	}
 	for _, c := range cases {
 		for _, typ := range c.types {
@@ -59,7 +60,7 @@ func TestEveryPointMatchesFloat64Reference(t *testing.T) {
 				m := genModel(t, c.shape, typ, 7)
 				want := newRef(m).points(testTokens)
 				tr := prefill(t, newEngine(t, m), testTokens, gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll})
-				names := gpu.Points(m.Layers)
+				names := gpu.Points(&m.Config)
 				require.Len(t, tr.Names, len(names), "every point is captured")
 				worst, worstName := 0.0, ""
 				for _, name := range names {
@@ -107,8 +108,16 @@ func TestSteppedRunIsBitIdentical(t *testing.T) {
 	require.Equal(t, len(testTokens), s.Pos())
 }
 
+// A continued prefill starts at position split: RoPE angles and learned
+// position embeddings must both be taken from there.
 func TestContinuedPrefillMatchesOneShot(t *testing.T) {
-	m := genModel(t, "tiny-llama", gguf.Q8_0, 11)
+	for _, shape := range []string{"tiny-llama", "tiny-gpt2"} {
+		t.Run(shape, func(t *testing.T) { continuedPrefill(t, shape) })
+	}
+}
+
+func continuedPrefill(t *testing.T, shape string) {
+	m := genModel(t, shape, gguf.Q8_0, 11)
 	e := newEngine(t, m)
 	want := newRef(m).points(testTokens)
 	s, err := e.NewSession(64)
@@ -299,7 +308,7 @@ func TestPredictGivesArgmaxPerPosition(t *testing.T) {
 }
 
 func TestPointsAreNamedLikeTransformerLens(t *testing.T) {
-	names := gpu.Points(2)
+	names := gpu.Points(&model.Config{Layers: 2})
 	require.Equal(t, "hook_embed", names[0])
 	require.Equal(t, "logits", names[len(names)-1])
 	require.Contains(t, names, "blocks.1.attn.hook_pattern")

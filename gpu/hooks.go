@@ -7,6 +7,7 @@ import (
 	"path"
 
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
 )
 
 // Hook intervenes at every point whose name matches Point (a glob, as in
@@ -29,21 +30,21 @@ type DeviceEdit struct {
 	Data []float32
 }
 
-func (h *Hook) validate(layers int) error {
+func (h *Hook) validate(c *model.Config) error {
 	if h.err != nil {
 		return h.err
 	}
 	if h.Device == nil && h.Host == nil {
 		return fmt.Errorf("hook at %q does nothing: set Device or Host", h.Point)
 	}
-	for _, n := range Points(layers) {
+	for _, n := range Points(c) {
 		if ok, err := path.Match(h.Point, n); err != nil {
 			return fmt.Errorf("hook: bad pattern %q: %w", h.Point, err)
 		} else if ok {
 			return nil
 		}
 	}
-	return fmt.Errorf("hook: %q matches no point of a %d-layer model", h.Point, layers)
+	return fmt.Errorf("hook: %q matches no point of a %d-layer %s model", h.Point, c.Layers, c.Arch)
 }
 
 func hooked(hooks []Hook, name string) bool {

@@ -121,7 +121,7 @@ func (e *Engine) lens(tr *trace.Trace, what string, layer func(st Stream, logits
 			return err
 		}
 		st.Write(h, 0, x.Data)
-		st.RMSNorm(h, h, e.outNorm, t, c.DModel, c.RMSEps)
+		normRows(st, c, h, h, e.outNorm, e.outBias, t)
 		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
 		if err := layer(st, logits, scratch, t); err != nil {
 			return fmt.Errorf("%s at layer %d: %w", what, l, err)

@@ -26,6 +26,12 @@ import (
 // masked with -Inf above the diagonal. mlp.hook_pre is the gate projection
 // before SiLU, mlp.hook_pre_linear the up projection, mlp.hook_post their
 // SwiGLU product.
+//
+// A model with learned positions (GPT-2) has hook_pos_embed [T, DModel], the
+// position embeddings added to hook_embed, and no hook_rot_q or hook_rot_k;
+// its hook_normalized points are LayerNorm's, bias included. With a GELU
+// MLP, mlp.hook_pre is the up projection (bias included) and mlp.hook_post
+// its GELU; there is no hook_pre_linear.
 var layerPoints = []string{
 	"hook_resid_pre",
 	"ln1.hook_normalized",
@@ -49,12 +55,20 @@ var layerPoints = []string{
 	"hook_resid_post",
 }
 
-// Points lists every capture point name of a model with the given number of
-// layers, in the order a prefill reaches them.
-func Points(layers int) []string {
+// Points lists every capture point name of a model, in the order a prefill
+// reaches them. A model with learned positions has hook_pos_embed and no
+// rotated Q and K; one with a plain (ungated) MLP has no hook_pre_linear.
+func Points(c *model.Config) []string {
 	names := []string{"hook_embed"}
-	for l := 0; l < layers; l++ {
+	if c.Pos == model.PosLearned {
+		names = append(names, "hook_pos_embed")
+	}
+	for l := 0; l < c.Layers; l++ {
 		for _, p := range layerPoints {
+			if (c.Pos != model.PosRope && (p == "attn.hook_rot_q" || p == "attn.hook_rot_k")) ||
+				(!c.MLP.Gated() && p == "mlp.hook_pre_linear") {
+				continue
+			}
 			names = append(names, LayerPoint(l, p))
 		}
 	}
@@ -88,7 +102,7 @@ func shapeOf(c *model.Config, name string, t, pos0, logitRows int) []int {
 	_, local := SplitPoint(name)
 	keys := pos0 + t
 	switch local {
-	case "hook_embed", "hook_resid_pre", "ln1.hook_normalized", "hook_attn_out", "hook_resid_mid",
+	case "hook_embed", "hook_pos_embed", "hook_resid_pre", "ln1.hook_normalized", "hook_attn_out", "hook_resid_mid",
 		"ln2.hook_normalized", "hook_mlp_out", "hook_resid_post":
 		return []int{t, c.DModel}
 	case "attn.hook_q", "attn.hook_rot_q", "attn.hook_z":
@@ -132,16 +146,16 @@ func CaptureAll() Capture { return Capture{Globs: []string{"*"}, LastLayer: -1} 
 // CaptureOf selects the points matching globs in every layer.
 func CaptureOf(globs ...string) Capture { return Capture{Globs: globs, LastLayer: -1} }
 
-// Validate checks the globs' syntax, that each matches some point, and,
-// when there are globs, that the layer range lies within the model's layers
-// and selects at least one.
-func (c Capture) Validate(layers int) error {
+// Validate checks the globs' syntax, that each matches some point of the
+// model, and, when there are globs, that the layer range lies within the
+// model's layers and selects at least one.
+func (c Capture) Validate(m *model.Config) error {
 	if len(c.Globs) > 0 {
-		if err := c.validateLayers(layers); err != nil {
+		if err := c.validateLayers(m.Layers); err != nil {
 			return err
 		}
 	}
-	all := Points(layers)
+	all := Points(m)
 	for _, g := range c.Globs {
 		if _, err := path.Match(g, ""); err != nil {
 			return fmt.Errorf("capture: bad pattern %q: %w", g, err)
@@ -154,7 +168,7 @@ func (c Capture) Validate(layers int) error {
 			}
 		}
 		if !found {
-			return fmt.Errorf("capture: pattern %q matches no capture point (names look like blocks.0.attn.hook_pattern; see gpu.Points)", g)
+			return fmt.Errorf("capture: pattern %q matches no capture point of this %s model (names look like blocks.0.attn.hook_pattern; see gpu.Points)", g, m.Arch)
 		}
 	}
 	return nil

@@ -1,5 +1,7 @@
 package gpu
 
+import "github.com/stratalab/strata/model"
+
 // program is the layer program: one prefill, written once for every
 // backend, in the order of the architecture diagram. Each at() is a named
 // point where the run may capture, intervene or pause; it returns false
@@ -10,6 +12,13 @@ func (r *Run) program(yield func(string) bool) {
 	st.Embed(r.x, e.embed, r.tokens)
 	if !r.at("hook_embed", r.x, 0, yield) {
 		return
+	}
+	if c.Pos == model.PosLearned {
+		st.Embed(r.attnOut, e.posEmbed, r.l.positions())
+		if !r.at("hook_pos_embed", r.attnOut, 0, yield) {
+			return
+		}
+		st.Add(r.x, r.attnOut, t*d)
 	}
 	for layer := range c.Layers {
 		// A run that can be cancelled hands the device each layer as it is
@@ -31,22 +40,24 @@ func (r *Run) program(yield func(string) bool) {
 		if !at("hook_resid_pre", r.x, 0) {
 			return
 		}
-		st.RMSNorm(r.h, r.x, w.attnNorm, t, d, c.RMSEps)
+		r.norm(r.h, r.x, w.attnNorm, w.attnNormBias, t)
 		if !at("ln1.hook_normalized", r.h, 0) {
 			return
 		}
 		st.MatMul(r.h, t, Proj{w.q, r.q, w.qBias}, Proj{w.k, r.k, w.kBias}, Proj{w.v, r.v, w.vBias})
 		if c.QKNorm {
-			st.RMSNorm(r.q, r.q, w.qNorm, t*c.Heads, c.HeadDim, c.RMSEps)
-			st.RMSNorm(r.k, r.k, w.kNorm, t*c.KVHeads, c.HeadDim, c.RMSEps)
+			st.RMSNorm(r.q, r.q, w.qNorm, t*c.Heads, c.HeadDim, c.NormEps)
+			st.RMSNorm(r.k, r.k, w.kNorm, t*c.KVHeads, c.HeadDim, c.NormEps)
 		}
 		if !at("attn.hook_q", r.q, 0) || !at("attn.hook_k", r.k, 0) || !at("attn.hook_v", r.v, 0) {
 			return
 		}
-		st.Rope(r.q, t, c.Heads, c.HeadDim, r.l.pos0, &c.Rope)
-		st.Rope(r.k, t, c.KVHeads, c.HeadDim, r.l.pos0, &c.Rope)
-		if !at("attn.hook_rot_q", r.q, 0) || !at("attn.hook_rot_k", r.k, 0) {
-			return
+		if c.Pos == model.PosRope {
+			st.Rope(r.q, t, c.Heads, c.HeadDim, r.l.pos0, &c.Rope)
+			st.Rope(r.k, t, c.KVHeads, c.HeadDim, r.l.pos0, &c.Rope)
+			if !at("attn.hook_rot_q", r.q, 0) || !at("attn.hook_rot_k", r.k, 0) {
+				return
+			}
 		}
 		st.Copy(cacheK, r.l.pos0*kvd, r.k, 0, t*kvd)
 		st.Copy(cacheV, r.l.pos0*kvd, r.v, 0, t*kvd)
@@ -73,7 +84,7 @@ func (r *Run) program(yield func(string) bool) {
 		if !at("attn.hook_z", r.z, 0) {
 			return
 		}
-		st.MatMul(r.z, t, Proj{W: w.o, Dst: r.attnOut})
+		st.MatMul(r.z, t, Proj{W: w.o, Dst: r.attnOut, Bias: w.oBias})
 		if !at("hook_attn_out", r.attnOut, 0) {
 			return
 		}
@@ -83,19 +94,28 @@ func (r *Run) program(yield func(string) bool) {
 		}
 
 		// MLP block.
-		st.RMSNorm(r.h, r.x, w.ffnNorm, t, d, c.RMSEps)
+		r.norm(r.h, r.x, w.ffnNorm, w.ffnNormBias, t)
 		if !at("ln2.hook_normalized", r.h, 0) {
 			return
 		}
-		st.MatMul(r.h, t, Proj{W: w.gate, Dst: r.gate}, Proj{W: w.up, Dst: r.up})
-		if !at("mlp.hook_pre", r.gate, 0) || !at("mlp.hook_pre_linear", r.up, 0) {
-			return
+		switch c.MLP {
+		case model.MLPSwiGLU:
+			st.MatMul(r.h, t, Proj{W: w.gate, Dst: r.gate}, Proj{W: w.up, Dst: r.up})
+			if !at("mlp.hook_pre", r.gate, 0) || !at("mlp.hook_pre_linear", r.up, 0) {
+				return
+			}
+			st.SwiGLU(r.gate, r.gate, r.up, t*c.FFN)
+		case model.MLPGELU:
+			st.MatMul(r.h, t, Proj{W: w.up, Dst: r.gate, Bias: w.upBias})
+			if !at("mlp.hook_pre", r.gate, 0) {
+				return
+			}
+			st.GELU(r.gate, r.gate, t*c.FFN)
 		}
-		st.SwiGLU(r.gate, r.gate, r.up, t*c.FFN)
 		if !at("mlp.hook_post", r.gate, 0) {
 			return
 		}
-		st.MatMul(r.gate, t, Proj{W: w.down, Dst: r.mlpOut})
+		st.MatMul(r.gate, t, Proj{W: w.down, Dst: r.mlpOut, Bias: w.downBias})
 		if !at("hook_mlp_out", r.mlpOut, 0) {
 			return
 		}
@@ -111,7 +131,7 @@ func (r *Run) program(yield func(string) bool) {
 		return
 	}
 	st.Copy(r.h, 0, r.x, (t-rows)*d, rows*d)
-	st.RMSNorm(r.h, r.h, e.outNorm, rows, d, c.RMSEps)
+	r.norm(r.h, r.h, e.outNorm, e.outBias, rows)
 	if !r.at("ln_final.hook_normalized", r.h, 0, yield) {
 		return
 	}
@@ -121,5 +141,19 @@ func (r *Run) program(yield func(string) bool) {
 	}
 	if r.o.Predict {
 		st.Argmax(r.argmax, r.logits, rows, c.Vocab)
+	}
+}
+
+// norm normalises rows of the residual stream with the model's norm.
+func (r *Run) norm(dst, src, gain, bias Tensor, rows int) {
+	normRows(r.st, &r.s.e.Model.Config, dst, src, gain, bias, rows)
+}
+
+func normRows(st Stream, c *model.Config, dst, src, gain, bias Tensor, rows int) {
+	switch c.Norm {
+	case model.NormRMS:
+		st.RMSNorm(dst, src, gain, rows, c.DModel, c.NormEps)
+	case model.NormLayer:
+		st.LayerNorm(dst, src, gain, bias, rows, c.DModel, c.NormEps)
 	}
 }

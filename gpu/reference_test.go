@@ -11,19 +11,21 @@ import (
 
 // refModel is a model's weights decoded to float64 for the reference.
 type refModel struct {
-	c       model.Config
-	embed   [][]float64
-	output  [][]float64
-	outNorm []float64
-	layers  []refLayer
+	c                model.Config
+	embed, posEmbed  [][]float64
+	output           [][]float64
+	outNorm, outBias []float64
+	layers           []refLayer
 }
 
 type refLayer struct {
-	attnNorm, ffnNorm   []float64
-	q, k, v, o          [][]float64
-	qBias, kBias, vBias []float64
-	qNorm, kNorm        []float64
-	gate, up, down      [][]float64
+	attnNorm, ffnNorm         []float64
+	attnNormBias, ffnNormBias []float64
+	q, k, v, o                [][]float64
+	qBias, kBias, vBias       []float64
+	oBias, upBias, downBias   []float64
+	qNorm, kNorm              []float64
+	gate, up, down            [][]float64
 }
 
 func f64(v []float32) []float64 {
@@ -38,6 +40,9 @@ func f64(v []float32) []float64 {
 }
 
 func decodeMatrix(w *model.Weight) [][]float64 {
+	if w == nil {
+		return nil
+	}
 	flat := make([]float32, w.Rows*w.Cols)
 	w.Format.Dequantize(flat, w.Data)
 	m := make([][]float64, w.Rows)
@@ -48,12 +53,15 @@ func decodeMatrix(w *model.Weight) [][]float64 {
 }
 
 func newRef(m *model.Model) *refModel {
-	r := &refModel{c: m.Config, embed: decodeMatrix(m.Embed), output: decodeMatrix(m.Output), outNorm: f64(m.OutNorm)}
+	r := &refModel{c: m.Config, embed: decodeMatrix(m.Embed), posEmbed: decodeMatrix(m.PosEmbed), output: decodeMatrix(m.Output),
+		outNorm: f64(m.OutNorm), outBias: f64(m.OutNormBias)}
 	for _, l := range m.Blocks {
 		r.layers = append(r.layers, refLayer{
 			attnNorm: f64(l.AttnNorm), ffnNorm: f64(l.FFNNorm),
+			attnNormBias: f64(l.AttnNormBias), ffnNormBias: f64(l.FFNNormBias),
 			q: decodeMatrix(l.Q), k: decodeMatrix(l.K), v: decodeMatrix(l.V), o: decodeMatrix(l.O),
 			qBias: f64(l.QBias), kBias: f64(l.KBias), vBias: f64(l.VBias),
+			oBias: f64(l.OBias), upBias: f64(l.UpBias), downBias: f64(l.DownBias),
 			qNorm: f64(l.QNorm), kNorm: f64(l.KNorm),
 			gate: decodeMatrix(l.Gate), up: decodeMatrix(l.Up), down: decodeMatrix(l.Down),
 		})
@@ -79,21 +87,34 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 		x[t] = append([]float64(nil), r.embed[id]...)
 	}
 	put("hook_embed", x)
+	if r.posEmbed != nil {
+		pos := r.posEmbed[:T]
+		put("hook_pos_embed", pos)
+		x = addRows(x, pos)
+	}
+	norm := func(x [][]float64, gain, bias []float64) [][]float64 {
+		if c.Norm == model.NormLayer {
+			return layerNormRows(x, gain, bias, float64(c.NormEps))
+		}
+		return rmsRows(x, gain, float64(c.NormEps))
+	}
 	for l, w := range r.layers {
 		p := func(s string) string { return gpu.LayerPoint(l, s) }
 		put(p("hook_resid_pre"), x)
-		h := rmsRows(x, w.attnNorm, float64(c.RMSEps))
+		h := norm(x, w.attnNorm, w.attnNormBias)
 		put(p("ln1.hook_normalized"), h)
 		q, k, v := linear(h, w.q, w.qBias), linear(h, w.k, w.kBias), linear(h, w.v, w.vBias)
 		if c.QKNorm {
-			q, k = headNorm(q, w.qNorm, hd, float64(c.RMSEps)), headNorm(k, w.kNorm, hd, float64(c.RMSEps))
+			q, k = headNorm(q, w.qNorm, hd, float64(c.NormEps)), headNorm(k, w.kNorm, hd, float64(c.NormEps))
 		}
 		put(p("attn.hook_q"), q)
 		put(p("attn.hook_k"), k)
 		put(p("attn.hook_v"), v)
-		q, k = rope(q, hd, c.Rope), rope(k, hd, c.Rope)
-		put(p("attn.hook_rot_q"), q)
-		put(p("attn.hook_rot_k"), k)
+		if c.Pos == model.PosRope {
+			q, k = rope(q, hd, c.Rope), rope(k, hd, c.Rope)
+			put(p("attn.hook_rot_q"), q)
+			put(p("attn.hook_rot_k"), k)
+		}
 		put(p("attn.cache_k"), k)
 		put(p("attn.cache_v"), v)
 		scores := make([][]float64, H*T)
@@ -139,29 +160,44 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 		put(p("attn.hook_attn_scores"), scores)
 		put(p("attn.hook_pattern"), pattern)
 		put(p("attn.hook_z"), z)
-		attnOut := linear(z, w.o, nil)
+		attnOut := linear(z, w.o, w.oBias)
 		put(p("hook_attn_out"), attnOut)
 		x = addRows(x, attnOut)
 		put(p("hook_resid_mid"), x)
-		h = rmsRows(x, w.ffnNorm, float64(c.RMSEps))
+		h = norm(x, w.ffnNorm, w.ffnNormBias)
 		put(p("ln2.hook_normalized"), h)
-		gate, up := linear(h, w.gate, nil), linear(h, w.up, nil)
-		put(p("mlp.hook_pre"), gate)
-		put(p("mlp.hook_pre_linear"), up)
-		post := make([][]float64, T)
-		for t := range post {
-			post[t] = make([]float64, len(gate[t]))
-			for i, g := range gate[t] {
-				post[t][i] = g / (1 + math.Exp(-g)) * up[t][i]
+		var post [][]float64
+		switch c.MLP {
+		case model.MLPSwiGLU:
+			gate, up := linear(h, w.gate, nil), linear(h, w.up, nil)
+			put(p("mlp.hook_pre"), gate)
+			put(p("mlp.hook_pre_linear"), up)
+			post = make([][]float64, T)
+			for t := range post {
+				post[t] = make([]float64, len(gate[t]))
+				for i, g := range gate[t] {
+					post[t][i] = g / (1 + math.Exp(-g)) * up[t][i]
+				}
+			}
+		case model.MLPGELU:
+			pre := linear(h, w.up, w.upBias)
+			put(p("mlp.hook_pre"), pre)
+			post = make([][]float64, T)
+			for t := range post {
+				post[t] = make([]float64, len(pre[t]))
+				for i, v := range pre[t] {
+					// GPT-2's gelu_new, as HuggingFace writes it.
+					post[t][i] = 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*math.Pow(v, 3))))
+				}
 			}
 		}
 		put(p("mlp.hook_post"), post)
-		mlpOut := linear(post, w.down, nil)
+		mlpOut := linear(post, w.down, w.downBias)
 		put(p("hook_mlp_out"), mlpOut)
 		x = addRows(x, mlpOut)
 		put(p("hook_resid_post"), x)
 	}
-	h := rmsRows(x, r.outNorm, float64(c.RMSEps))
+	h := norm(x, r.outNorm, r.outBias)
 	put("ln_final.hook_normalized", h)
 	put("logits", linear(h, r.output, nil))
 	return out
@@ -178,6 +214,26 @@ func rmsRows(x [][]float64, gain []float64, eps float64) [][]float64 {
 		out[t] = make([]float64, len(row))
 		for i, v := range row {
 			out[t][i] = v * s * gain[i]
+		}
+	}
+	return out
+}
+
+func layerNormRows(x [][]float64, gain, bias []float64, eps float64) [][]float64 {
+	out := make([][]float64, len(x))
+	for t, row := range x {
+		mean, v := 0.0, 0.0
+		for _, e := range row {
+			mean += e
+		}
+		mean /= float64(len(row))
+		for _, e := range row {
+			v += (e - mean) * (e - mean)
+		}
+		s := 1 / math.Sqrt(v/float64(len(row))+eps)
+		out[t] = make([]float64, len(row))
+		for i, e := range row {
+			out[t][i] = (e-mean)*s*gain[i] + bias[i]
 		}
 	}
 	return out

@@ -13,6 +13,7 @@ import (
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
 )
 
 // A session used from several goroutines at once refuses the calls that
@@ -235,7 +236,7 @@ func TestCaptureLayerRangesOutsideTheModelAreRefused(t *testing.T) {
 		require.NoError(t, s.Reset())
 	}
 	// A range without globs captures nothing and is not checked.
-	require.NoError(t, gpu.Capture{FirstLayer: 7, LastLayer: 3}.Validate(2))
+	require.NoError(t, gpu.Capture{FirstLayer: 7, LastLayer: 3}.Validate(&model.Config{Layers: 2}))
 }
 
 // Issue 15.12: Patch from a nil trace panicked with a nil dereference.

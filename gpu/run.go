@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
 )
 
 // Run is a prefill in progress. A one-shot Prefill drives it to the end; a
@@ -80,7 +81,9 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 		{"attn_out", t * c.DModel, &r.attnOut},
 		{"mlp_out", t * c.DModel, &r.mlpOut},
 		{"mlp_gate", t * c.FFN, &r.gate},
-		{"mlp_up", t * c.FFN, &r.up},
+	}
+	if c.MLP.Gated() {
+		needs = append(needs, need{"mlp_up", t * c.FFN, &r.up})
 	}
 	if l.anyMaterialized() {
 		needs = append(needs, need{"attn_scores", c.Heads * t * l.keys, &r.scores}, need{"attn_pattern", c.Heads * t * l.keys, &r.pattern})
@@ -405,7 +408,7 @@ func (r *Run) newTrace() *trace.Trace {
 	c := &r.s.e.Model.Config
 	tr := trace.New()
 	tr.Model = trace.Model{Name: c.Name, Arch: c.Arch, Layers: c.Layers, DModel: c.DModel, FFN: c.FFN,
-		Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Vocab: c.Vocab}
+		Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Vocab: c.Vocab, LearnedPos: c.Pos == model.PosLearned}
 	tr.Backend = r.s.e.Backend.Name()
 	tr.Tokens = slices.Clone(r.tokens)
 	tr.Pos0 = r.l.pos0

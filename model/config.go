@@ -1,6 +1,6 @@
 // Package model turns a GGUF file into what the prefill engine runs: the
 // architecture's hyper-parameters, typed weights bound by name, and the
-// tokenizer. It supports the llama, qwen2 and qwen3 architectures.
+// tokenizer. It supports the llama, qwen2, qwen3 and gpt2 architectures.
 package model
 
 import (
@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/stratalab/strata/gguf"
 )
@@ -76,6 +77,60 @@ func Llama3FreqFactors(dim int, theta, factor, low, high float64, origContext in
 	return out
 }
 
+// NormKind is how a block normalises the residual stream.
+type NormKind int
+
+const (
+	// NormRMS is RMSNorm with a gain: x / rms(x) * g.
+	NormRMS NormKind = iota
+	// NormLayer is LayerNorm with a gain and a bias: (x - mean) / std * g + b.
+	NormLayer
+)
+
+func (k NormKind) String() string {
+	if k == NormLayer {
+		return "LayerNorm"
+	}
+	return "RMSNorm"
+}
+
+// PosKind is how a model tells positions apart.
+type PosKind int
+
+const (
+	// PosRope rotates queries and keys (RoPE).
+	PosRope PosKind = iota
+	// PosLearned adds a learned embedding per position to the token embedding.
+	PosLearned
+)
+
+func (k PosKind) String() string {
+	if k == PosLearned {
+		return "learned positions"
+	}
+	return "RoPE"
+}
+
+// MLPKind is the shape of a block's MLP.
+type MLPKind int
+
+const (
+	// MLPSwiGLU is down(silu(gate(x)) * up(x)).
+	MLPSwiGLU MLPKind = iota
+	// MLPGELU is down(gelu(up(x))), GELU with tanh as GPT-2 has it.
+	MLPGELU
+)
+
+func (k MLPKind) String() string {
+	if k == MLPGELU {
+		return "GELU MLP"
+	}
+	return "SwiGLU MLP"
+}
+
+// Gated reports whether the MLP has a gate projection beside up.
+func (k MLPKind) Gated() bool { return k == MLPSwiGLU }
+
 // Config is an architecture's hyper-parameters.
 type Config struct {
 	Arch     string
@@ -88,10 +143,15 @@ type Config struct {
 	HeadDim  int
 	Vocab    int
 	Context  int
-	RMSEps   float32
-	Rope     Rope
-	QKVBias  bool // qwen2
+	NormEps  float32
+	Norm     NormKind
+	Pos      PosKind
+	MLP      MLPKind
+	Rope     Rope // when Pos is PosRope
+	QKVBias  bool // qwen2, gpt2
 	QKNorm   bool // qwen3: per-head RMSNorm on Q and K before RoPE
+	Bias     bool // gpt2: the attention output and MLP projections have biases too
+	FusedQKV bool // gpt2: one attn_qkv matrix, split into Q, K and V when loaded
 	TiedEmbd bool // output.weight absent: the LM head is token_embd
 }
 
@@ -101,20 +161,28 @@ func (c *Config) QDim() int { return c.Heads * c.HeadDim }
 // KVDim is the width of all key (or value) heads together.
 func (c *Config) KVDim() int { return c.KVHeads * c.HeadDim }
 
+// archTraits is what sets an architecture apart: the layer program and the
+// loader read these, never the architecture's name.
 type archTraits struct {
-	rope    RopeMode
-	qkvBias bool
-	qkNorm  bool
+	rope     RopeMode
+	norm     NormKind
+	pos      PosKind
+	mlp      MLPKind
+	qkvBias  bool
+	qkNorm   bool
+	bias     bool
+	fusedQKV bool
 }
 
 var architectures = map[string]archTraits{
 	"llama": {rope: RopeAdjacent},
 	"qwen2": {rope: RopeNeoX, qkvBias: true},
 	"qwen3": {rope: RopeNeoX, qkNorm: true},
+	"gpt2":  {norm: NormLayer, pos: PosLearned, mlp: MLPGELU, qkvBias: true, bias: true, fusedQKV: true},
 }
 
 // Architectures lists the supported general.architecture values.
-func Architectures() []string { return []string{"llama", "qwen2", "qwen3"} }
+func Architectures() []string { return []string{"llama", "qwen2", "qwen3", "gpt2"} }
 
 // ReadConfig reads the hyper-parameters from GGUF metadata.
 func ReadConfig(f *gguf.File) (Config, error) {
@@ -124,9 +192,10 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	}
 	traits, ok := architectures[arch]
 	if !ok {
-		return Config{}, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3)", arch)
+		return Config{}, fmt.Errorf("model: architecture %q is not supported (supported: %s)", arch, strings.Join(Architectures(), ", "))
 	}
-	c := Config{Arch: arch, QKVBias: traits.qkvBias, QKNorm: traits.qkNorm}
+	c := Config{Arch: arch, Norm: traits.norm, Pos: traits.pos, MLP: traits.mlp,
+		QKVBias: traits.qkvBias, QKNorm: traits.qkNorm, Bias: traits.bias, FusedQKV: traits.fusedQKV}
 	c.Name, _ = f.String("general.name")
 	p := arch + "."
 	need := func(key string, dst *int) {
@@ -190,11 +259,15 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	// Kernels compute in float32: the epsilon must stay a positive normal
 	// float32 (1e-300 rounds to 0, 1e300 to +Inf), and one above 1 would
 	// swamp the mean square it is added to.
-	eps, err := optFloat(f, p+"attention.layer_norm_rms_epsilon", 1e-5, 1e-30, 1)
+	epsKey := p + "attention.layer_norm_rms_epsilon"
+	if c.Norm == NormLayer {
+		epsKey = p + "attention.layer_norm_epsilon"
+	}
+	eps, err := optFloat(f, epsKey, 1e-5, 1e-30, 1)
 	if err != nil {
 		return c, err
 	}
-	c.RMSEps = float32(eps)
+	c.NormEps = float32(eps)
 	if c.Rope.Scaling, err = readScaling(f, p, c.Context); err != nil {
 		return c, err
 	}

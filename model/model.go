@@ -23,24 +23,30 @@ type Weight struct {
 func (w *Weight) Type() gguf.Type { return w.Format.Type }
 
 // Layer holds one transformer block's weights. Norm gains and biases are
-// decoded to float32; matrices stay packed.
+// decoded to float32; matrices stay packed. A bias the architecture does
+// not have is nil.
 type Layer struct {
-	AttnNorm, FFNNorm   []float32
-	Q, K, V, O          *Weight
-	QBias, KBias, VBias []float32 // qwen2 only
-	QNorm, KNorm        []float32 // qwen3 only, length HeadDim
-	Gate, Up, Down      *Weight
+	AttnNorm, FFNNorm         []float32
+	AttnNormBias, FFNNormBias []float32 // LayerNorm only
+	Q, K, V, O                *Weight
+	QBias, KBias, VBias       []float32 // qwen2, gpt2
+	OBias                     []float32 // gpt2
+	QNorm, KNorm              []float32 // qwen3 only, length HeadDim
+	Gate, Up, Down            *Weight   // Gate only for a gated MLP
+	UpBias, DownBias          []float32 // gpt2
 }
 
 // Model is a loaded model: configuration, weights and tokenizer.
 type Model struct {
 	Config
-	Embed   *Weight // [Vocab rows, DModel cols]
-	Blocks  []Layer
-	OutNorm []float32
-	Output  *Weight // LM head; the same as Embed when TiedEmbd
-	Tok     *tokenizer.Tokenizer
-	File    *gguf.File
+	Embed       *Weight // [Vocab rows, DModel cols]
+	PosEmbed    *Weight // [Context rows, DModel cols]; learned positions only
+	Blocks      []Layer
+	OutNorm     []float32
+	OutNormBias []float32 // LayerNorm only
+	Output      *Weight   // LM head; the same as Embed when TiedEmbd
+	Tok         *tokenizer.Tokenizer
+	File        *gguf.File
 }
 
 // Open maps and loads a GGUF model file.
@@ -78,6 +84,15 @@ func Load(f *gguf.File) (*Model, error) {
 		c.Vocab = m.Embed.Rows
 	}
 	m.OutNorm = b.vector("output_norm.weight", c.DModel)
+	if c.Norm == NormLayer {
+		m.OutNormBias = b.vector("output_norm.bias", c.DModel)
+	}
+	if c.Pos == PosLearned {
+		m.PosEmbed = b.matrix("position_embd.weight", c.DModel, -1)
+		if m.PosEmbed != nil && m.PosEmbed.Rows < c.Context {
+			return nil, fmt.Errorf("model: tensor position_embd.weight has %d positions, fewer than %s.context_length %d", m.PosEmbed.Rows, c.Arch, c.Context)
+		}
+	}
 	if _, ok := f.Tensor("output.weight"); ok {
 		m.Output = b.matrix("output.weight", c.DModel, c.Vocab)
 	} else {
@@ -86,7 +101,7 @@ func Load(f *gguf.File) (*Model, error) {
 	}
 	// The block count is metadata: check the file holds that many blocks
 	// before sizing anything by it, so a crafted count costs nothing.
-	if need := int64(c.Layers) * tensorsPerBlock; need > int64(len(f.Tensors)) {
+	if need := int64(c.Layers) * c.tensorsPerBlock(); need > int64(len(f.Tensors)) {
 		return nil, fmt.Errorf("model: %s.block_count = %d needs at least %d tensors, but the file has %d", c.Arch, c.Layers, need, len(f.Tensors))
 	}
 	if last := fmt.Sprintf("blk.%d.attn_norm.weight", c.Layers-1); b.err == nil {
@@ -102,11 +117,26 @@ func Load(f *gguf.File) (*Model, error) {
 		n := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
 		l := &m.Blocks[i]
 		l.AttnNorm = b.vector(n("attn_norm.weight"), c.DModel)
-		l.Q = b.matrix(n("attn_q.weight"), c.DModel, c.QDim())
-		l.K = b.matrix(n("attn_k.weight"), c.DModel, c.KVDim())
-		l.V = b.matrix(n("attn_v.weight"), c.DModel, c.KVDim())
+		l.FFNNorm = b.vector(n("ffn_norm.weight"), c.DModel)
+		if c.Norm == NormLayer {
+			l.AttnNormBias = b.vector(n("attn_norm.bias"), c.DModel)
+			l.FFNNormBias = b.vector(n("ffn_norm.bias"), c.DModel)
+		}
+		if c.FusedQKV {
+			qkv := b.matrix(n("attn_qkv.weight"), c.DModel, c.QDim()+2*c.KVDim())
+			l.Q, l.K, l.V = splitRows(qkv, c.QDim(), c.KVDim(), c.KVDim())
+		} else {
+			l.Q = b.matrix(n("attn_q.weight"), c.DModel, c.QDim())
+			l.K = b.matrix(n("attn_k.weight"), c.DModel, c.KVDim())
+			l.V = b.matrix(n("attn_v.weight"), c.DModel, c.KVDim())
+		}
 		l.O = b.matrix(n("attn_output.weight"), c.QDim(), c.DModel)
-		if c.QKVBias {
+		switch {
+		case c.QKVBias && c.FusedQKV:
+			if v := b.vector(n("attn_qkv.bias"), c.QDim()+2*c.KVDim()); v != nil {
+				l.QBias, l.KBias, l.VBias = v[:c.QDim()], v[c.QDim():c.QDim()+c.KVDim()], v[c.QDim()+c.KVDim():]
+			}
+		case c.QKVBias:
 			l.QBias = b.vector(n("attn_q.bias"), c.QDim())
 			l.KBias = b.vector(n("attn_k.bias"), c.KVDim())
 			l.VBias = b.vector(n("attn_v.bias"), c.KVDim())
@@ -115,10 +145,16 @@ func Load(f *gguf.File) (*Model, error) {
 			l.QNorm = b.vector(n("attn_q_norm.weight"), c.HeadDim)
 			l.KNorm = b.vector(n("attn_k_norm.weight"), c.HeadDim)
 		}
-		l.FFNNorm = b.vector(n("ffn_norm.weight"), c.DModel)
-		l.Gate = b.matrix(n("ffn_gate.weight"), c.DModel, c.FFN)
+		if c.MLP.Gated() {
+			l.Gate = b.matrix(n("ffn_gate.weight"), c.DModel, c.FFN)
+		}
 		l.Up = b.matrix(n("ffn_up.weight"), c.DModel, c.FFN)
 		l.Down = b.matrix(n("ffn_down.weight"), c.FFN, c.DModel)
+		if c.Bias {
+			l.OBias = b.vector(n("attn_output.bias"), c.DModel)
+			l.UpBias = b.vector(n("ffn_up.bias"), c.FFN)
+			l.DownBias = b.vector(n("ffn_down.bias"), c.DModel)
+		}
 	}
 	if _, ok := f.Tensor(ropeFreqs); ok {
 		c.Rope.FreqFactors = b.vector(ropeFreqs, c.Rope.Dim/2)
@@ -144,9 +180,52 @@ func Load(f *gguf.File) (*Model, error) {
 // ropeFreqs is the tensor of RoPE frequency factors (Rope.FreqFactors).
 const ropeFreqs = "rope_freqs.weight"
 
-// tensorsPerBlock is the fewest tensors a block has (norms, Q, K, V, O and
-// the three MLP matrices).
-const tensorsPerBlock = 9
+// tensorsPerBlock is how many tensors each block of the architecture has.
+func (c *Config) tensorsPerBlock() int64 {
+	n := int64(2 + 1 + 2) // the two norms, O, up and down
+	if c.FusedQKV {
+		n++
+	} else {
+		n += 3
+	}
+	if c.MLP.Gated() {
+		n++
+	}
+	switch {
+	case c.QKVBias && c.FusedQKV:
+		n++
+	case c.QKVBias:
+		n += 3
+	}
+	if c.QKNorm {
+		n += 2
+	}
+	if c.Bias {
+		n += 3
+	}
+	if c.Norm == NormLayer {
+		n += 2
+	}
+	return n
+}
+
+// splitRows cuts a fused weight into consecutive row ranges of the given
+// sizes, sharing its data: ggml stores a matrix row by row, whole blocks per
+// row, so a range of rows is a range of bytes.
+func splitRows(w *Weight, sizes ...int) (q, k, v *Weight) {
+	if w == nil {
+		return nil, nil, nil
+	}
+	rowBytes := len(w.Data) / w.Rows
+	parts := make([]*Weight, len(sizes))
+	names := []string{"[q]", "[k]", "[v]"}
+	r := 0
+	for i, n := range sizes {
+		parts[i] = &Weight{Name: w.Name + names[i], Rows: n, Cols: w.Cols, Format: w.Format, Data: w.Data[r*rowBytes : (r+n)*rowBytes : (r+n)*rowBytes]}
+		r += n
+	}
+	return parts[0], parts[1], parts[2]
+}
 
 // binder looks tensors up and checks their shapes, keeping the first error.
 type binder struct {
@@ -228,14 +307,30 @@ func (b *binder) vector(name string, n int) []float32 {
 // Params counts the model's parameters (tied embeddings once).
 func (m *Model) Params() int64 {
 	c := &m.Config
-	perLayer := int64(2*c.DModel) + int64(c.DModel)*int64(c.QDim()+2*c.KVDim()) + int64(c.QDim())*int64(c.DModel) + 3*int64(c.DModel)*int64(c.FFN)
+	mlpMatrices := int64(2)
+	if c.MLP.Gated() {
+		mlpMatrices = 3
+	}
+	perLayer := int64(2*c.DModel) + int64(c.DModel)*int64(c.QDim()+2*c.KVDim()) + int64(c.QDim())*int64(c.DModel) + mlpMatrices*int64(c.DModel)*int64(c.FFN)
 	if c.QKVBias {
 		perLayer += int64(c.QDim() + 2*c.KVDim())
+	}
+	if c.Bias {
+		perLayer += int64(2*c.DModel + c.FFN)
+	}
+	if c.Norm == NormLayer {
+		perLayer += int64(2 * c.DModel)
 	}
 	if c.QKNorm {
 		perLayer += int64(2 * c.HeadDim)
 	}
 	n := int64(c.Layers)*perLayer + int64(c.Vocab)*int64(c.DModel) + int64(c.DModel)
+	if c.Norm == NormLayer {
+		n += int64(c.DModel)
+	}
+	if m.PosEmbed != nil {
+		n += int64(m.PosEmbed.Rows) * int64(c.DModel)
+	}
 	if !c.TiedEmbd {
 		n += int64(c.Vocab) * int64(c.DModel)
 	}

@@ -72,7 +72,7 @@ func TestConfigPerArchitecture(t *testing.T) {
 		require.Equal(t, want.qkNorm, m.QKNorm, name)
 		require.Equal(t, [3]int{want.heads, want.kv, want.hd}, [3]int{m.Heads, m.KVHeads, m.HeadDim}, name)
 		require.Equal(t, m.HeadDim, m.Rope.Dim, name)
-		require.Equal(t, float32(1e-6), m.RMSEps, name)
+		require.Equal(t, float32(1e-6), m.NormEps, name)
 		require.False(t, m.TiedEmbd, name)
 		if want.bias {
 			require.Len(t, m.Blocks[1].KBias, m.KVDim())
@@ -81,6 +81,54 @@ func TestConfigPerArchitecture(t *testing.T) {
 			require.Len(t, m.Blocks[1].QNorm, m.HeadDim)
 		}
 	}
+}
+
+// GPT-2 as llama.cpp writes it: LayerNorm with biases, learned positions,
+// one fused attn_qkv matrix and bias (Q, K, V rows in that order), a GELU
+// MLP without a gate.
+func TestGPT2Layout(t *testing.T) {
+	m, err := rebuild(t, "tiny-gpt2", nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, model.NormLayer, m.Norm)
+	require.Equal(t, model.PosLearned, m.Pos)
+	require.Equal(t, model.MLPGELU, m.MLP)
+	require.Equal(t, float32(1e-5), m.NormEps, "read from gpt2.attention.layer_norm_epsilon")
+	require.Equal(t, [3]int{4, 4, 64}, [3]int{m.Heads, m.KVHeads, m.HeadDim})
+	require.Equal(t, 512, m.PosEmbed.Rows)
+	d := m.DModel
+	for l, b := range m.Blocks {
+		fused, ok := m.File.Tensor(fmt.Sprintf("blk.%d.attn_qkv.weight", l))
+		require.True(t, ok)
+		rows := make([]float32, 3*d*d)
+		m.Blocks[l].Q.Format.Dequantize(rows, m.File.Data(fused))
+		for i, part := range []*model.Weight{b.Q, b.K, b.V} {
+			got := make([]float32, d*d)
+			part.Format.Dequantize(got, part.Data)
+			require.Equal(t, rows[i*d*d:(i+1)*d*d], got, "layer %d part %d", l, i)
+		}
+		bias, _ := m.File.Tensor(fmt.Sprintf("blk.%d.attn_qkv.bias", l))
+		all := make([]float32, 3*d)
+		m.Blocks[l].Q.Format.Dequantize(all, m.File.Data(bias))
+		require.Equal(t, all, append(append(append([]float32{}, b.QBias...), b.KBias...), b.VBias...))
+		require.Nil(t, b.Gate)
+		require.Len(t, b.AttnNormBias, d)
+		require.Len(t, b.DownBias, d)
+	}
+	var elements int64
+	for _, ti := range m.File.Tensors {
+		elements += ti.Elements()
+	}
+	require.Equal(t, elements, m.Params(), "every tensor of the file is a parameter")
+
+	_, err = rebuild(t, "tiny-gpt2", func(k string, v any) (any, bool) {
+		if k == "gpt2.context_length" {
+			return uint32(1024), true
+		}
+		return v, true
+	}, nil)
+	require.ErrorContains(t, err, "tensor position_embd.weight has 512 positions, fewer than gpt2.context_length 1024")
+	_, err = rebuild(t, "tiny-gpt2", nil, func(ti *gguf.TensorInfo) ([]int64, bool) { return ti.Dims, ti.Name != "blk.0.ffn_norm.bias" })
+	require.ErrorContains(t, err, "tensor blk.0.ffn_norm.bias is missing")
 }
 
 func TestStories260KConfig(t *testing.T) {
@@ -92,7 +140,7 @@ func TestStories260KConfig(t *testing.T) {
 	require.Equal(t, [7]int{5, 64, 172, 8, 4, 8, 512}, [7]int{c.Layers, c.DModel, c.FFN, c.Heads, c.KVHeads, c.HeadDim, c.Vocab})
 	require.Equal(t, model.Rope{Mode: model.RopeAdjacent, Dim: 8, Theta: 10000, Scaling: c.Rope.Scaling}, c.Rope)
 	require.Equal(t, "none", c.Rope.Scaling.Type)
-	require.Equal(t, float32(1e-5), c.RMSEps)
+	require.Equal(t, float32(1e-5), c.NormEps)
 	require.Equal(t, int64(292800), m.Params())
 }
 
@@ -110,7 +158,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		}
 		return v, true
 	}, nil)
-	require.ErrorContains(t, err, `architecture "gpt-neox" is not supported (supported: llama, qwen2, qwen3)`)
+	require.ErrorContains(t, err, `architecture "gpt-neox" is not supported (supported: llama, qwen2, qwen3, gpt2)`)
 
 	_, err = rebuild(t, "tiny-llama", nil, func(ti *gguf.TensorInfo) ([]int64, bool) { return ti.Dims, ti.Name != "blk.1.ffn_up.weight" })
 	require.ErrorContains(t, err, "tensor blk.1.ffn_up.weight is missing")

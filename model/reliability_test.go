@@ -127,7 +127,7 @@ func TestMetadataOutOfRangeIsRefusedByName(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	require.Equal(t, model.RopeScaling{Type: "linear", Factor: 2, BetaFast: 32, BetaSlow: 1, AttnFactor: 1}, m.Rope.Scaling)
-	require.Equal(t, float32(1e-6), m.RMSEps)
+	require.Equal(t, float32(1e-6), m.NormEps)
 	require.Equal(t, 5e5, m.Rope.Theta)
 	m, err = loadBytes(t, withKeys(t, "tiny-llama", map[string]any{"llama.rope.scale_linear": float32(1)}))
 	require.NoError(t, err)

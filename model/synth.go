@@ -35,6 +35,7 @@ type Shape struct {
 // of 256 so that every block format, K-quants included, can store them.
 var Shapes = map[string]Shape{
 	"tiny-llama":  {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000},
+	"tiny-gpt2":   {Arch: "gpt2", Layers: 2, DModel: 256, FFN: 1024, Heads: 4, KVHeads: 4, HeadDim: 64, Vocab: 512, Context: 512},
 	"tiny-llama3": {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 5e5, Llama3Rope: true},
 	"tiny-qwen2":  {Arch: "qwen2", Layers: 2, DModel: 256, FFN: 512, Heads: 8, KVHeads: 2, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
 	"tiny-qwen3":  {Arch: "qwen3", Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
@@ -61,7 +62,8 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := architectures[s.Arch]; !ok {
+	traits, ok := architectures[s.Arch]
+	if !ok {
 		return nil, fmt.Errorf("model: cannot generate architecture %q", s.Arch)
 	}
 	// Sizes become uint32 metadata: check them before they can wrap.
@@ -77,8 +79,13 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	if s.Heads%s.KVHeads != 0 {
 		return nil, fmt.Errorf("model: shape Heads %d is not a multiple of KVHeads %d", s.Heads, s.KVHeads)
 	}
-	if err := floatInRange("shape Theta", s.Theta, 1, 1e12); err != nil {
-		return nil, err
+	if traits.fusedQKV && (s.KVHeads != s.Heads || s.HeadDim*s.Heads != s.DModel) {
+		return nil, fmt.Errorf("model: %s has one K and V head per query head of width DModel/Heads (shape has %d heads, %d KV heads, head width %d, d_model %d)", s.Arch, s.Heads, s.KVHeads, s.HeadDim, s.DModel)
+	}
+	if traits.pos == PosRope {
+		if err := floatInRange("shape Theta", s.Theta, 1, 1e12); err != nil {
+			return nil, err
+		}
 	}
 	for _, w := range []int{s.DModel, s.FFN, s.Heads * s.HeadDim} {
 		if w%format.BlockSize != 0 {
@@ -91,10 +98,11 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	w := gguf.NewWriter()
 	p := s.Arch + "."
 	tokens, types := byteVocab(s.Vocab)
-	kvs := []struct {
+	type kv struct {
 		k string
 		v any
-	}{
+	}
+	kvs := []kv{
 		{"general.architecture", s.Arch},
 		{"general.name", fmt.Sprintf("random %s %s (seed %d)", s.Arch, typ, seed)},
 		{p + "block_count", uint32(s.Layers)},
@@ -102,18 +110,29 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 		{p + "embedding_length", uint32(s.DModel)},
 		{p + "feed_forward_length", uint32(s.FFN)},
 		{p + "attention.head_count", uint32(s.Heads)},
-		{p + "attention.head_count_kv", uint32(s.KVHeads)},
-		{p + "attention.key_length", uint32(s.HeadDim)},
-		{p + "attention.value_length", uint32(s.HeadDim)},
-		{p + "rope.freq_base", float32(s.Theta)},
-		{p + "attention.layer_norm_rms_epsilon", float32(1e-6)},
-		{"tokenizer.ggml.model", "gpt2"},
-		{"tokenizer.ggml.pre", "qwen2"},
-		{"tokenizer.ggml.tokens", tokens},
-		{"tokenizer.ggml.token_type", types},
-		{"tokenizer.ggml.merges", []string{}},
-		{"tokenizer.ggml.eos_token_id", uint32(256)},
 	}
+	// The keys llama.cpp's converter writes for the family.
+	pre := "qwen2"
+	if traits.norm == NormLayer {
+		pre = "gpt2"
+		kvs = append(kvs, kv{p + "attention.layer_norm_epsilon", float32(1e-5)})
+	} else {
+		kvs = append(kvs, kv{p + "attention.layer_norm_rms_epsilon", float32(1e-6)})
+	}
+	if traits.pos == PosRope {
+		kvs = append(kvs,
+			kv{p + "attention.head_count_kv", uint32(s.KVHeads)},
+			kv{p + "attention.key_length", uint32(s.HeadDim)},
+			kv{p + "attention.value_length", uint32(s.HeadDim)},
+			kv{p + "rope.freq_base", float32(s.Theta)})
+	}
+	kvs = append(kvs,
+		kv{"tokenizer.ggml.model", "gpt2"},
+		kv{"tokenizer.ggml.pre", pre},
+		kv{"tokenizer.ggml.tokens", tokens},
+		kv{"tokenizer.ggml.token_type", types},
+		kv{"tokenizer.ggml.merges", []string{}},
+		kv{"tokenizer.ggml.eos_token_id", uint32(256)})
 	for _, kv := range kvs {
 		if err := w.AddKV(kv.k, kv.v); err != nil {
 			return nil, err
@@ -121,29 +140,50 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	}
 	g := generator{w: w, seed: seed}
 	g.matrix("token_embd.weight", format, s.DModel, s.Vocab)
+	if traits.pos == PosLearned {
+		g.matrix("position_embd.weight", format, s.DModel, s.Context)
+	}
+	norm := func(name string, n int) {
+		g.gain(name+".weight", n)
+		if traits.norm == NormLayer {
+			g.bias(name+".bias", n)
+		}
+	}
 	for l := 0; l < s.Layers; l++ {
 		n := func(x string) string { return fmt.Sprintf("blk.%d.%s", l, x) }
 		q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
-		g.gain(n("attn_norm.weight"), s.DModel)
-		g.matrix(n("attn_q.weight"), format, s.DModel, q)
-		g.matrix(n("attn_k.weight"), format, s.DModel, kv)
-		g.matrix(n("attn_v.weight"), format, s.DModel, kv)
-		if s.Arch == "qwen2" {
-			g.bias(n("attn_q.bias"), q)
-			g.bias(n("attn_k.bias"), kv)
-			g.bias(n("attn_v.bias"), kv)
+		norm(n("attn_norm"), s.DModel)
+		if traits.fusedQKV {
+			g.matrix(n("attn_qkv.weight"), format, s.DModel, q+2*kv)
+			g.bias(n("attn_qkv.bias"), q+2*kv)
+		} else {
+			g.matrix(n("attn_q.weight"), format, s.DModel, q)
+			g.matrix(n("attn_k.weight"), format, s.DModel, kv)
+			g.matrix(n("attn_v.weight"), format, s.DModel, kv)
+			if traits.qkvBias {
+				g.bias(n("attn_q.bias"), q)
+				g.bias(n("attn_k.bias"), kv)
+				g.bias(n("attn_v.bias"), kv)
+			}
 		}
-		if s.Arch == "qwen3" {
+		if traits.qkNorm {
 			g.gain(n("attn_q_norm.weight"), s.HeadDim)
 			g.gain(n("attn_k_norm.weight"), s.HeadDim)
 		}
 		g.matrix(n("attn_output.weight"), format, q, s.DModel)
-		g.gain(n("ffn_norm.weight"), s.DModel)
-		g.matrix(n("ffn_gate.weight"), format, s.DModel, s.FFN)
+		norm(n("ffn_norm"), s.DModel)
+		if traits.mlp.Gated() {
+			g.matrix(n("ffn_gate.weight"), format, s.DModel, s.FFN)
+		}
 		g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
 		g.matrix(n("ffn_down.weight"), format, s.FFN, s.DModel)
+		if traits.bias {
+			g.bias(n("attn_output.bias"), s.DModel)
+			g.bias(n("ffn_up.bias"), s.FFN)
+			g.bias(n("ffn_down.bias"), s.DModel)
+		}
 	}
-	g.gain("output_norm.weight", s.DModel)
+	norm("output_norm", s.DModel)
 	g.matrix("output.weight", format, s.DModel, s.Vocab)
 	if s.Llama3Rope && g.err == nil {
 		g.err = w.AddTensor(ropeFreqs, gguf.F32, []int64{int64(s.HeadDim / 2)}, f32bytes(Llama3FreqFactors(s.HeadDim, s.Theta, 8, 1, 4, 8192)))

@@ -118,20 +118,25 @@ func (m *Model) HeadResults(tr *trace.Trace, layer int) *trace.Tensor {
 }
 
 // CaptureDLA captures what the residual stacks and direct logit attribution
-// read: the embedding, every attention and MLP output, every hook_z (for
-// heads) and every resid_post (the final one sets the norm's scale).
+// read: the embeddings (token, and position where the model learns them),
+// every attention and MLP output, every hook_z (for heads) and every
+// resid_post (the final one sets the norm's scale).
 func CaptureDLA() Option {
-	return Capture("hook_embed", "blocks.*.hook_attn_out", "blocks.*.hook_mlp_out", "blocks.*.attn.hook_z", "blocks.*.hook_resid_post")
+	return Capture("hook_*embed", "blocks.*.hook_attn_out", "blocks.*.hook_mlp_out", "blocks.*.attn.hook_z", "blocks.*.hook_resid_post")
 }
 
-// FinalNorm applies the final RMSNorm's scaling, taken from the trace's
-// final resid_post, and its gain to each component of s
-// (trace.Stack.ApplyFinalNorm, TransformerLens's apply_ln_to_stack).
+// FinalNorm applies the final norm's scaling, taken from the trace's final
+// resid_post, and its gain to each component of s (TransformerLens's
+// apply_ln_to_stack): trace.Stack.ApplyFinalNorm for an RMSNorm,
+// ApplyFinalLayerNorm (which centres each component) for a LayerNorm.
 func (m *Model) FinalNorm(tr *trace.Trace, s *trace.Stack) *trace.Stack {
 	m.ready()
 	final, err := tr.Resid(m.Model.Layers)
 	final = needsDLA("FinalNorm", final, err)
-	return Must(s.ApplyFinalNorm(final, m.Model.OutNorm, m.Model.RMSEps))
+	if m.Model.Norm == model.NormLayer {
+		return Must(s.ApplyFinalLayerNorm(final, m.Model.OutNorm, m.Model.NormEps))
+	}
+	return Must(s.ApplyFinalNorm(final, m.Model.OutNorm, m.Model.NormEps))
 }
 
 // needsDLA is Must for the residual stacks, whose missing-capture error
@@ -191,8 +196,9 @@ func (c Contribution) String() string { return fmt.Sprintf("%s %+.3f", c.Label, 
 // DLA is direct logit attribution per component at position pos (negative
 // counts from the end): each term of DecomposeResid, through the final
 // norm, dotted with dir (m.Unembed(token) or m.LogitDirection(good, bad)).
-// The terms sum to the logit (difference) at pos; the models here have no
-// final-norm bias to leave out. The trace needs CaptureDLA().
+// The terms sum to the logit (difference) at pos, less the final norm's
+// bias along dir for a LayerNorm model (GPT-2), which is no component's.
+// The trace needs CaptureDLA().
 func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
 	m.ready()
 	s := m.DecomposeResid(tr, true)
@@ -206,7 +212,8 @@ func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
 
 // HeadDLA is direct logit attribution per head, [layer][head], at position
 // pos: each head's output (HeadResults) through the final norm, dotted with
-// dir. A layer's heads sum to its attn_out term of DLA.
+// dir. A layer's heads sum to its attn_out term of DLA, less the output
+// projection's bias where the model has one (GPT-2's b_O).
 func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 	m.ready()
 	v := Must(m.StackHeadResults(tr, true).Dot(dir, pos))

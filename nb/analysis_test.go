@@ -2,12 +2,16 @@ package nb_test
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/nb"
 )
 
@@ -291,7 +295,7 @@ func TestDLAComponentsByHand(t *testing.T) {
 	for _, v := range row(gpu.LayerPoint(m.Model.Layers-1, "hook_resid_post")) {
 		ss += float64(v) * float64(v)
 	}
-	inv := 1 / math.Sqrt(ss/float64(m.Model.DModel)+float64(m.Model.RMSEps))
+	inv := 1 / math.Sqrt(ss/float64(m.Model.DModel)+float64(m.Model.NormEps))
 	names := []string{"hook_embed"}
 	for l := range m.Model.Layers {
 		names = append(names, gpu.LayerPoint(l, "hook_attn_out"), gpu.LayerPoint(l, "hook_mlp_out"))
@@ -390,7 +394,7 @@ func TestTokenLensByHandAtEveryLayer(t *testing.T) {
 			for _, v := range row {
 				ss += float64(v) * float64(v)
 			}
-			inv := 1 / math.Sqrt(ss/float64(c.DModel)+float64(c.RMSEps))
+			inv := 1 / math.Sqrt(ss/float64(c.DModel)+float64(c.NormEps))
 			logits := make([]float64, c.Vocab)
 			hi := math.Inf(-1)
 			for v := range logits {
@@ -428,7 +432,7 @@ func TestHeadDLAByHand(t *testing.T) {
 	for _, v := range final {
 		ss += float64(v) * float64(v)
 	}
-	inv := 1 / math.Sqrt(ss/float64(c.DModel)+float64(c.RMSEps))
+	inv := 1 / math.Sqrt(ss/float64(c.DModel)+float64(c.NormEps))
 	for l := range c.Layers {
 		o := m.Model.Blocks[l].O // [d_model rows, heads*head_dim cols]
 		wO := make([]float32, o.Rows*o.Cols)
@@ -446,4 +450,73 @@ func TestHeadDLAByHand(t *testing.T) {
 			require.InDelta(t, want, got[l][h], 1e-5*(1+math.Abs(want)), "L%dH%d", l, h)
 		}
 	}
+}
+
+// GPT-2's final norm is a LayerNorm: DLA centres each component before
+// scaling it, learned positions are a component of their own, and the
+// components sum to the logit less the norm's bias along the direction.
+func TestDLAOnALayerNormModelByHand(t *testing.T) {
+	w, err := model.Generate(model.Shapes["tiny-gpt2"], gguf.F32, 5)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "tiny-gpt2.gguf")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	_, err = w.WriteTo(f)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	m, err := nb.Open(path, "cpu")
+	require.NoError(t, err)
+
+	tr := m.Prefill([]int32{72, 101, 108, 108, 111, 44, 32, 119}, nb.CaptureDLA(), nb.Capture("logits"))
+	d, last := m.Model.DModel, len(tr.Tokens)-1
+	row := func(name string) []float64 {
+		x := tr.Tensor(name)
+		require.NotNil(t, x, name)
+		out := make([]float64, d)
+		for i, v := range x.Data[last*d : (last+1)*d] {
+			out[i] = float64(v)
+		}
+		return out
+	}
+	mean := func(v []float64) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += x
+		}
+		return s / float64(len(v))
+	}
+	final := row(gpu.LayerPoint(m.Model.Layers-1, "hook_resid_post"))
+	mu, ss := mean(final), 0.0
+	for _, v := range final {
+		ss += (v - mu) * (v - mu)
+	}
+	inv := 1 / math.Sqrt(ss/float64(d)+float64(m.Model.NormEps))
+	tok := tr.Predicted[len(tr.Predicted)-1]
+	u := m.Unembed(tok)
+	names := []string{"hook_embed", "hook_pos_embed"}
+	for l := range m.Model.Layers {
+		names = append(names, gpu.LayerPoint(l, "hook_attn_out"), gpu.LayerPoint(l, "hook_mlp_out"))
+	}
+	dla := m.DLA(tr, u, -1)
+	require.Len(t, dla, len(names))
+	require.Equal(t, "pos_embed", dla[1].Label)
+	sum := 0.0
+	for i, name := range names {
+		c := row(name)
+		cm, want := mean(c), 0.0
+		for j, v := range c {
+			want += (v - cm) * inv * float64(m.Model.OutNorm[j]) * float64(u[j])
+		}
+		// As in TestDLAComponentsByHand: one float32 rounding per normed term.
+		require.InDelta(t, want, dla[i].Logit, 1e-5*(1+math.Abs(want)), "%s", name)
+		sum += dla[i].Logit
+	}
+	bias := 0.0
+	for j, b := range m.Model.OutNormBias {
+		bias += float64(b) * float64(u[j])
+	}
+	logits := tr.Tensor("logits")
+	logit := float64(logits.Data[(logits.Shape[0]-1)*m.Model.Vocab+int(tok)])
+	// float32 logits of magnitude ~10 from a 256-term float32 dot.
+	require.InDelta(t, logit, sum+bias, 1e-4*(1+math.Abs(logit)))
 }

@@ -195,15 +195,27 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "heads         %d query, %d key/value (GQA %d:1), head_dim %d\n", c.Heads, c.KVHeads, c.Heads/c.KVHeads, c.HeadDim)
 	fmt.Fprintf(out, "vocab         %d\n", c.Vocab)
 	fmt.Fprintf(out, "context       %d\n", c.Context)
-	fmt.Fprintf(out, "rope          %s, %d dims, theta %g, scaling %s", c.Rope.Mode, c.Rope.Dim, c.Rope.Theta, c.Rope.Scaling.Type)
-	if ff := c.Rope.FreqFactors; ff != nil {
-		fmt.Fprintf(out, ", frequency factors %g to %g (rope_freqs.weight, Llama 3 style)", slices.Min(ff), slices.Max(ff))
+	switch c.Pos {
+	case model.PosRope:
+		fmt.Fprintf(out, "positions     RoPE %s, %d dims, theta %g, scaling %s", c.Rope.Mode, c.Rope.Dim, c.Rope.Theta, c.Rope.Scaling.Type)
+		if ff := c.Rope.FreqFactors; ff != nil {
+			fmt.Fprintf(out, ", frequency factors %g to %g (rope_freqs.weight, Llama 3 style)", slices.Min(ff), slices.Max(ff))
+		}
+		fmt.Fprintln(out)
+	case model.PosLearned:
+		fmt.Fprintf(out, "positions     learned, %d rows (position_embd.weight)\n", m.PosEmbed.Rows)
 	}
-	fmt.Fprintln(out)
-	fmt.Fprintf(out, "rms eps       %g\n", c.RMSEps)
+	fmt.Fprintf(out, "norm          %s, eps %g\n", c.Norm, c.NormEps)
+	fmt.Fprintf(out, "mlp           %s\n", c.MLP)
 	extras := []string{}
+	if c.FusedQKV {
+		extras = append(extras, "fused QKV")
+	}
 	if c.QKVBias {
 		extras = append(extras, "QKV bias")
+	}
+	if c.Bias {
+		extras = append(extras, "output and MLP biases")
 	}
 	if c.QKNorm {
 		extras = append(extras, "Q/K RMSNorm")

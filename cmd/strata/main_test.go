@@ -114,6 +114,6 @@ func TestGenAndInfoOfALlama3Shape(t *testing.T) {
 	require.NoError(t, err)
 	out, err := strata(t, "info", path)
 	require.NoError(t, err)
-	require.Contains(t, out, "rope          adjacent, 64 dims, theta 500000, scaling none, frequency factors 1 to 8 (rope_freqs.weight, Llama 3 style)")
+	require.Contains(t, out, "positions     RoPE adjacent, 64 dims, theta 500000, scaling none, frequency factors 1 to 8 (rope_freqs.weight, Llama 3 style)")
 	require.Contains(t, out, "tokenizer     gpt2, 512 tokens, BOS none, EOS 256")
 }

@@ -53,6 +53,28 @@ func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) 
 	})
 }
 
+func (s *stream) LayerNorm(dst, src, gain, bias gpu.Tensor, rows, dim int, eps float32) {
+	o, x, g, b := data(dst), data(src), data(gain), data(bias)
+	s.parallel(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, or := x[r*dim:(r+1)*dim], o[r*dim:(r+1)*dim]
+			var sum, ss float64
+			for _, v := range xr {
+				sum += float64(v)
+			}
+			mean := sum / float64(dim)
+			for _, v := range xr {
+				ss += (float64(v) - mean) * (float64(v) - mean)
+			}
+			scale := float32(1 / math.Sqrt(ss/float64(dim)+float64(eps)))
+			m := float32(mean)
+			for i, v := range xr {
+				or[i] = (v-m)*scale*g[i] + b[i]
+			}
+		}
+	})
+}
+
 // SetPrecision does nothing: the CPU multiplies in float32 at either precision.
 func (s *stream) SetPrecision(gpu.Precision) {}
 
@@ -318,6 +340,19 @@ func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
 	s.parallel(n, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			d[i] = g[i] / (1 + float32(math.Exp(float64(-g[i])))) * u[i]
+		}
+	})
+}
+
+// geluCoef is sqrt(2/pi), as GPT-2 and ggml write it.
+const geluCoef = 0.7978845608028654
+
+func (s *stream) GELU(dst, src gpu.Tensor, n int) {
+	d, x := data(dst), data(src)
+	s.parallel(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v := float64(x[i])
+			d[i] = float32(0.5 * v * (1 + math.Tanh(geluCoef*(v+0.044715*v*v*v))))
 		}
 	})
 }

@@ -100,7 +100,7 @@ func ExampleTrace_DecomposeResid() {
 	tr := m.Prefill("return nil", nb.CaptureDLA())
 	dec, _ := tr.DecomposeResid()
 	final, _ := tr.Resid(m.Model.Layers)
-	normed, _ := dec.ApplyFinalNorm(final, m.Model.OutNorm, m.Model.RMSEps)
+	normed, _ := dec.ApplyFinalNorm(final, m.Model.OutNorm, m.Model.NormEps)
 	dla, _ := normed.Dot(m.Unembed("\n"), -1)
 	sum := 0.0
 	for _, v := range dla {
@@ -149,7 +149,7 @@ func ExampleStack_Dot() {
 	m := cpu()
 	tr := m.Prefill("return nil", nb.Capture("blocks.*.hook_resid_post", "hook_embed"))
 	acc, _ := tr.AccumulatedResid()
-	normed, _ := acc.ApplyFinalNorm(acc.X[len(acc.X)-1], m.Model.OutNorm, m.Model.RMSEps)
+	normed, _ := acc.ApplyFinalNorm(acc.X[len(acc.X)-1], m.Model.OutNorm, m.Model.NormEps)
 	v, _ := normed.Dot(m.Unembed("\n"), -1) // a logit lens for "\n" along the stream
 	fmt.Printf("%s %.2f\n", normed.Labels[len(v)-1], v[len(v)-1])
 	// Output: final_post 6.44

@@ -37,16 +37,23 @@ func (t *Trace) AccumulatedResid() (*Stack, error) {
 }
 
 // DecomposeResid is TransformerLens's decompose_resid(): the terms that sum
-// to the final resid_post, labelled "embed", "0_attn_out", "0_mlp_out", ...
-// (no "pos_embed": these models use RoPE). Capture "hook_embed",
-// "blocks.*.hook_attn_out" and "blocks.*.hook_mlp_out".
+// to the final resid_post, labelled "embed", "pos_embed" (a model with
+// learned positions only), "0_attn_out", "0_mlp_out", ... Capture
+// "hook_embed" (and "hook_pos_embed"), "blocks.*.hook_attn_out" and
+// "blocks.*.hook_mlp_out".
 func (t *Trace) DecomposeResid() (*Stack, error) {
 	s := &Stack{}
-	m, err := t.Point("hook_embed")
-	if err != nil {
-		return nil, err
+	embeds := []string{"embed"}
+	if t.Model.LearnedPos {
+		embeds = append(embeds, "pos_embed")
 	}
-	s.add("embed", m)
+	for _, e := range embeds {
+		m, err := t.Point("hook_" + e)
+		if err != nil {
+			return nil, err
+		}
+		s.add(e, m)
+	}
 	for l := range t.Model.Layers {
 		for _, part := range []string{"attn_out", "mlp_out"} {
 			m, err := t.Point(point(l, "hook_"+part))
@@ -92,14 +99,31 @@ func (t *Trace) StackHeadResults(wO [][]float32) (*Stack, error) {
 // unembedding row is directly its share of that logit. The result is a new
 // stack; the receiver is unchanged.
 func (s *Stack) ApplyFinalNorm(final *Matrix, gain []float32, eps float32) (*Stack, error) {
+	return s.applyNorm(final, gain, eps, false)
+}
+
+// ApplyFinalLayerNorm is ApplyFinalNorm for a LayerNorm (GPT-2's): each
+// component is first centred (its mean over d_model taken away), so that
+// the components sum to final minus its mean, then divided by final's
+// standard deviation and multiplied by the gain. The norm's bias is no
+// component's: the normalised components sum to the norm's output minus it.
+func (s *Stack) ApplyFinalLayerNorm(final *Matrix, gain []float32, eps float32) (*Stack, error) {
+	return s.applyNorm(final, gain, eps, true)
+}
+
+func (s *Stack) applyNorm(final *Matrix, gain []float32, eps float32, center bool) (*Stack, error) {
 	if len(gain) != final.Cols {
 		return nil, fmt.Errorf("trace: final norm gain has %d values, the residual stream %d", len(gain), final.Cols)
 	}
 	inv := make([]float64, final.Rows)
 	for p := range inv {
+		mean := 0.0
+		if center {
+			mean = rowMean(final.Row(p))
+		}
 		var ss float64
 		for _, v := range final.Row(p) {
-			ss += float64(v) * float64(v)
+			ss += (float64(v) - mean) * (float64(v) - mean)
 		}
 		inv[p] = 1 / math.Sqrt(ss/float64(final.Cols)+float64(eps))
 	}
@@ -111,8 +135,12 @@ func (s *Stack) ApplyFinalNorm(final *Matrix, gain []float32, eps float32) (*Sta
 		n := &Matrix{Name: m.Name, Rows: m.Rows, Cols: m.Cols, Data: make([]float32, len(m.Data))}
 		for p := range m.Rows {
 			src, dst := m.Row(p), n.Row(p)
+			mean := 0.0
+			if center {
+				mean = rowMean(src)
+			}
 			for i, v := range src {
-				dst[i] = float32(float64(v) * inv[p] * float64(gain[i]))
+				dst[i] = float32((float64(v) - mean) * inv[p] * float64(gain[i]))
 			}
 		}
 		out.X = append(out.X, n)
@@ -143,4 +171,12 @@ func (s *Stack) Dot(dir []float32, pos int) ([]float64, error) {
 		out[c] = sum
 	}
 	return out, nil
+}
+
+func rowMean(row []float32) float64 {
+	var sum float64
+	for _, v := range row {
+		sum += float64(v)
+	}
+	return sum / float64(len(row))
 }

@@ -41,6 +41,9 @@ type Model struct {
 	KVHeads int    `json:"kv_heads"`
 	HeadDim int    `json:"head_dim"`
 	Vocab   int    `json:"vocab"`
+	// LearnedPos says the model adds a learned position embedding
+	// (hook_pos_embed) to the token embedding, as GPT-2 does.
+	LearnedPos bool `json:"learned_positions,omitempty"`
 }
 
 // Trace is the result of one prefill. A trace made on a GPU keeps its

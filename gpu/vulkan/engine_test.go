@@ -67,9 +67,9 @@ func requireSameTrace(t testing.TB, got, want *trace.Trace, tol float64) {
 
 // withoutPattern captures every point but scores and pattern, so attention
 // takes the fused flash path.
-func withoutPattern(layers int) gpu.Capture {
+func withoutPattern(c *model.Config) gpu.Capture {
 	var globs []string
-	for _, p := range gpu.Points(layers) {
+	for _, p := range gpu.Points(c) {
 		if !strings.HasSuffix(p, "hook_attn_scores") && !strings.HasSuffix(p, "hook_pattern") {
 			globs = append(globs, p)
 		}
@@ -86,6 +86,7 @@ func TestEveryPointMatchesCPU(t *testing.T) {
 		{"tiny-qwen3", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_0, gguf.Q1_0_G128, gguf.TQ2_0_G128, gguf.BF16, gguf.Q5_K}},
 		{"tiny-qwen2", []gguf.Type{gguf.F32, gguf.Q8_0}},
 		{"tiny-llama3", []gguf.Type{gguf.F32, gguf.Q6_K}},
+		{"tiny-gpt2", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K}},
 	}
 	for _, c := range cases {
 		for _, typ := range c.types {
@@ -94,11 +95,11 @@ func TestEveryPointMatchesCPU(t *testing.T) {
 				ce, ve := engines(t, m)
 				o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll, Predict: true}
 				want, got := prefill(t, ce, testTokens, o), prefill(t, ve, testTokens, o)
-				require.Len(t, got.Names, len(gpu.Points(m.Layers)), "every point is captured")
+				require.Len(t, got.Names, len(gpu.Points(&m.Config)), "every point is captured")
 				requireSameTrace(t, got, want, pointTol)
 				requirePredictions(t, got, want, m.Vocab)
 
-				o.Capture = withoutPattern(m.Layers)
+				o.Capture = withoutPattern(&m.Config)
 				flash := prefill(t, ve, testTokens, o)
 				for _, name := range flash.Names {
 					requireClose(t, flash.Tensor(name).Data, want.Tensor(name).Data, pointTol, name+" (flash attention)")

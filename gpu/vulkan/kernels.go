@@ -147,6 +147,16 @@ func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) 
 		[]uint32{uint32(rows), uint32(dim), f32(eps)}, gx, gy, gz)
 }
 
+func (s *stream) LayerNorm(dst, src, gain, bias gpu.Tensor, rows, dim int, eps float32) {
+	d, x, g, b := s.tensorOf(dst), s.tensorOf(src), s.tensorOf(gain), s.tensorOf(bias)
+	if !s.fits("layernorm", []*tensor{d, x, g, b}, rows*dim, rows*dim, dim, dim) {
+		return
+	}
+	gx, gy, gz := gridRows(rows)
+	s.dispatch("layernorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: g.buf}, {buf: b.buf}},
+		[]uint32{uint32(rows), uint32(dim), f32(eps)}, gx, gy, gz)
+}
+
 func (s *stream) SetPrecision(p gpu.Precision) { s.precision = p }
 
 func b2u(b bool) uint32 {
@@ -368,6 +378,15 @@ func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
 	}
 	gx, gy, gz := grid1(n, 256)
 	s.dispatch("swiglu", nil, []use{{buf: d.buf, write: true}, {buf: g.buf}, {buf: u.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+}
+
+func (s *stream) GELU(dst, src gpu.Tensor, n int) {
+	d, x := s.tensorOf(dst), s.tensorOf(src)
+	if !s.fits("gelu", []*tensor{d, x}, n, n) {
+		return
+	}
+	gx, gy, gz := grid1(n, 256)
+	s.dispatch("gelu", nil, []use{{buf: d.buf, write: true}, {buf: x.buf}}, []uint32{uint32(n)}, gx, gy, gz)
 }
 
 func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int) {

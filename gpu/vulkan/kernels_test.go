@@ -203,6 +203,51 @@ func TestSoftmaxOfLongRows(t *testing.T) {
 	requireClose(t, v, c, tolExp, "softmax")
 }
 
+// LayerNorm rows with a mean far from zero: a one-pass variance
+// (E[x^2] - E[x]^2) would lose it to cancellation in float32.
+func TestLayerNorm(t *testing.T) {
+	r := newRig(t, 12)
+	rows, dim := 5, 768
+	xs := r.values(rows*dim, 1)
+	for i := range xs {
+		xs[i] += 300
+	}
+	x, g, b := r.tensor("x", xs), r.random("g", dim, 1), r.random("b", dim, 1)
+	d := r.zeros("d", rows*dim)
+	r.cs.LayerNorm(d.c, x.c, g.c, b.c, rows, dim, 1e-5)
+	r.vs.LayerNorm(d.v, x.v, g.v, b.v, rows, dim, 1e-5)
+	c, v := r.read(d)
+	// The mean of values near 300 carries float32's 2e-5 absolute
+	// rounding into deviations of about 1: 1e-4 relative.
+	requireClose(t, v, c, 1e-4, "layernorm")
+	r.cs.LayerNorm(x.c, x.c, g.c, b.c, rows, dim, 1e-5)
+	r.vs.LayerNorm(x.v, x.v, g.v, b.v, rows, dim, 1e-5)
+	c, v = r.read(x)
+	requireClose(t, v, c, 1e-4, "layernorm in place")
+}
+
+// GELU over ordinary values and over magnitudes where tanh's exponentials
+// overflow float32.
+func TestGELU(t *testing.T) {
+	r := newRig(t, 13)
+	xs := append(r.values(3000, 3), -1e4, -100, -30, -10, 0, 10, 30, 100, 1e4)
+	x, d := r.tensor("x", xs), r.zeros("d", len(xs))
+	r.cs.GELU(d.c, x.c, len(xs))
+	r.vs.GELU(d.v, x.v, len(xs))
+	c, v := r.read(d)
+	requireClose(t, v, c, tolExp, "gelu")
+	for i, y := range v[3000:] {
+		x := xs[3000+i]
+		require.False(t, math.IsNaN(float64(y)), "gelu(%g) is NaN", x)
+		switch {
+		case x >= 10: // the gate is 1 to float32's precision
+			require.Equal(t, x, y, "gelu(%g)", x)
+		case x <= -30: // and 0 here: at most 1e-10 of x leaks through
+			require.InDelta(t, 0, y, 1e-10, "gelu(%g)", x)
+		}
+	}
+}
+
 func TestElementwise(t *testing.T) {
 	r := newRig(t, 7)
 	n := 3000

@@ -30,7 +30,7 @@ func stageOf(name string) string {
 		return "gemm"
 	case name == "scores", name == "softmax", name == "mix", name == "flash":
 		return "attention"
-	case name == "rmsnorm":
+	case name == "rmsnorm", name == "layernorm":
 		return "norm"
 	case name == "copy", name == "fill":
 		return "copy"
