@@ -94,6 +94,10 @@ type Stream interface {
 	// GELU computes dst = gelu(src) over n elements with GPT-2's tanh
 	// approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 	GELU(dst, src Tensor, n int)
+	// GeGLU computes dst = gelu(gate) * up over n elements (GELU as above).
+	GeGLU(dst, gate, up Tensor, n int)
+	// Softcap computes x = cap * tanh(x / cap) in place over n elements.
+	Softcap(x Tensor, n int, cap float32)
 	// Copy moves n elements from src at srcOff to dst at dstOff.
 	Copy(dst Tensor, dstOff int, src Tensor, srcOff, n int)
 	// Edit changes a strided view of t in place; interventions are built from it.
@@ -134,7 +138,9 @@ type Proj struct {
 }
 
 // Attention describes causal grouped-query attention of T new queries at
-// positions Pos0.. over the cache's first Pos0+T keys.
+// positions Pos0.. over the cache's first Pos0+T keys. A query at position
+// p sees key j when j <= p and, with a Window, p - j < Window. Scores are
+// Scale * q.k, then Softcap * tanh(score / Softcap) when Softcap is not 0.
 type Attention struct {
 	Q       Tensor // [T, Heads, HeadDim], rotated
 	K, V    Tensor // caches [capacity, KVHeads, HeadDim]
@@ -146,7 +152,12 @@ type Attention struct {
 	KVHeads int
 	HeadDim int
 	Scale   float32
+	Window  int     // 0: every key up to the query
+	Softcap float32 // 0: none
 }
+
+// Visible reports whether the query at position p sees the key at j.
+func (a *Attention) Visible(p, j int) bool { return j <= p && (a.Window == 0 || p-j < a.Window) }
 
 // Keys is the number of key positions each query row spans.
 func (a *Attention) Keys() int { return a.Pos0 + a.T }

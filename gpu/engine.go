@@ -30,6 +30,7 @@ type Engine struct {
 type layerWeights struct {
 	attnNorm, ffnNorm         Tensor
 	attnNormBias, ffnNormBias Tensor
+	attnPostNorm, ffnPostNorm Tensor
 	q, k, v, o                Matrix
 	qBias, kBias, vBias       Tensor
 	oBias                     Tensor
@@ -84,6 +85,8 @@ func NewEngine(m *model.Model, b Backend) (*Engine, error) {
 		w.ffnNorm = vector(name("ffn_norm"), l.FFNNorm)
 		w.attnNormBias = vector(name("attn_norm.bias"), l.AttnNormBias)
 		w.ffnNormBias = vector(name("ffn_norm.bias"), l.FFNNormBias)
+		w.attnPostNorm = vector(name("post_attention_norm"), l.AttnPostNorm)
+		w.ffnPostNorm = vector(name("post_ffw_norm"), l.FFNPostNorm)
 		w.oBias = vector(name("attn_output.bias"), l.OBias)
 		w.upBias = vector(name("ffn_up.bias"), l.UpBias)
 		w.downBias = vector(name("ffn_down.bias"), l.DownBias)
@@ -548,7 +551,12 @@ func HumanBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func attnScale(c *model.Config) float32 { return float32(1 / math.Sqrt(float64(c.HeadDim))) }
+func attnScale(c *model.Config) float32 {
+	if c.AttnScale != 0 {
+		return c.AttnScale
+	}
+	return float32(1 / math.Sqrt(float64(c.HeadDim)))
+}
 
 // StopReason says why a generation ended.
 type StopReason int

@@ -53,6 +53,8 @@ func TestEveryPointMatchesFloat64Reference(t *testing.T) {
 		{"tiny-qwen2", []gguf.Type{gguf.F32, gguf.Q4_0}},
 		{"tiny-qwen3", []gguf.Type{gguf.F32, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.Q1_0_G128, gguf.TQ2_0_G128}},
 		{"tiny-gpt2", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K}},
+		{"tiny-gemma2", []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K}},
+		{"tiny-gemma3", []gguf.Type{gguf.F32, gguf.Q6_K}},
 	}
 	for _, c := range cases {
 		for _, typ := range c.types {

@@ -123,6 +123,9 @@ func (e *Engine) lens(tr *trace.Trace, what string, layer func(st Stream, logits
 		st.Write(h, 0, x.Data)
 		normRows(st, c, h, h, e.outNorm, e.outBias, t)
 		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
+		if c.FinalSoftcap != 0 {
+			st.Softcap(logits, t*c.Vocab, c.FinalSoftcap)
+		}
 		if err := layer(st, logits, scratch, t); err != nil {
 			return fmt.Errorf("%s at layer %d: %w", what, l, err)
 		}

@@ -32,6 +32,13 @@ import (
 // its hook_normalized points are LayerNorm's, bias included. With a GELU
 // MLP, mlp.hook_pre is the up projection (bias included) and mlp.hook_post
 // its GELU; there is no hook_pre_linear.
+//
+// Gemma: hook_embed is the embedding times sqrt(d_model), as it enters the
+// residual stream; hook_attn_out and hook_mlp_out are after the norms that
+// Gemma applies to each block's outputs (TransformerLens's ln1_post and
+// ln2_post), so they are what joins the residual stream; mlp.hook_pre is the
+// gate before GELU; hook_attn_scores are after the soft-cap and the sliding
+// window's mask; logits are after the final soft-cap.
 var layerPoints = []string{
 	"hook_resid_pre",
 	"ln1.hook_normalized",

@@ -10,6 +10,9 @@ func (r *Run) program(yield func(string) bool) {
 	c, e, st := &r.s.e.Model.Config, r.s.e, r.st
 	t, d := r.l.t, c.DModel
 	st.Embed(r.x, e.embed, r.tokens)
+	if c.EmbedScale != 0 {
+		st.Edit(r.x, Edit{Op: EditScale, Rows: 1, Cols: t * d, Scalar: c.EmbedScale})
+	}
 	if !r.at("hook_embed", r.x, 0, yield) {
 		return
 	}
@@ -53,8 +56,8 @@ func (r *Run) program(yield func(string) bool) {
 			return
 		}
 		if c.Pos == model.PosRope {
-			st.Rope(r.q, t, c.Heads, c.HeadDim, r.l.pos0, &c.Rope)
-			st.Rope(r.k, t, c.KVHeads, c.HeadDim, r.l.pos0, &c.Rope)
+			st.Rope(r.q, t, c.Heads, c.HeadDim, r.l.pos0, c.RopeAt(layer))
+			st.Rope(r.k, t, c.KVHeads, c.HeadDim, r.l.pos0, c.RopeAt(layer))
 			if !at("attn.hook_rot_q", r.q, 0) || !at("attn.hook_rot_k", r.k, 0) {
 				return
 			}
@@ -65,7 +68,8 @@ func (r *Run) program(yield func(string) bool) {
 			return
 		}
 		a := &Attention{Q: r.q, K: cacheK, V: cacheV, Z: r.z, T: t, Pos0: r.l.pos0,
-			Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: attnScale(c)}
+			Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: attnScale(c),
+			Window: c.Window(layer), Softcap: c.AttnSoftcap}
 		if r.l.materialize[layer] {
 			a.Scores = r.captureOr(LayerPoint(layer, "attn.hook_attn_scores"), r.scores)
 			a.Pattern = r.captureOr(LayerPoint(layer, "attn.hook_pattern"), r.pattern)
@@ -85,6 +89,9 @@ func (r *Run) program(yield func(string) bool) {
 			return
 		}
 		st.MatMul(r.z, t, Proj{W: w.o, Dst: r.attnOut, Bias: w.oBias})
+		if c.PostNorms {
+			r.norm(r.attnOut, r.attnOut, w.attnPostNorm, nil, t)
+		}
 		if !at("hook_attn_out", r.attnOut, 0) {
 			return
 		}
@@ -99,12 +106,16 @@ func (r *Run) program(yield func(string) bool) {
 			return
 		}
 		switch c.MLP {
-		case model.MLPSwiGLU:
+		case model.MLPSwiGLU, model.MLPGeGLU:
 			st.MatMul(r.h, t, Proj{W: w.gate, Dst: r.gate}, Proj{W: w.up, Dst: r.up})
 			if !at("mlp.hook_pre", r.gate, 0) || !at("mlp.hook_pre_linear", r.up, 0) {
 				return
 			}
-			st.SwiGLU(r.gate, r.gate, r.up, t*c.FFN)
+			if c.MLP == model.MLPSwiGLU {
+				st.SwiGLU(r.gate, r.gate, r.up, t*c.FFN)
+			} else {
+				st.GeGLU(r.gate, r.gate, r.up, t*c.FFN)
+			}
 		case model.MLPGELU:
 			st.MatMul(r.h, t, Proj{W: w.up, Dst: r.gate, Bias: w.upBias})
 			if !at("mlp.hook_pre", r.gate, 0) {
@@ -116,6 +127,9 @@ func (r *Run) program(yield func(string) bool) {
 			return
 		}
 		st.MatMul(r.gate, t, Proj{W: w.down, Dst: r.mlpOut, Bias: w.downBias})
+		if c.PostNorms {
+			r.norm(r.mlpOut, r.mlpOut, w.ffnPostNorm, nil, t)
+		}
 		if !at("hook_mlp_out", r.mlpOut, 0) {
 			return
 		}
@@ -136,6 +150,9 @@ func (r *Run) program(yield func(string) bool) {
 		return
 	}
 	st.MatMul(r.h, rows, Proj{W: e.output, Dst: r.logits})
+	if c.FinalSoftcap != 0 {
+		st.Softcap(r.logits, rows*c.Vocab, c.FinalSoftcap)
+	}
 	if !r.at("logits", r.logits, 0, yield) {
 		return
 	}

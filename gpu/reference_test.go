@@ -21,6 +21,7 @@ type refModel struct {
 type refLayer struct {
 	attnNorm, ffnNorm         []float64
 	attnNormBias, ffnNormBias []float64
+	attnPostNorm, ffnPostNorm []float64
 	q, k, v, o                [][]float64
 	qBias, kBias, vBias       []float64
 	oBias, upBias, downBias   []float64
@@ -59,6 +60,7 @@ func newRef(m *model.Model) *refModel {
 		r.layers = append(r.layers, refLayer{
 			attnNorm: f64(l.AttnNorm), ffnNorm: f64(l.FFNNorm),
 			attnNormBias: f64(l.AttnNormBias), ffnNormBias: f64(l.FFNNormBias),
+			attnPostNorm: f64(l.AttnPostNorm), ffnPostNorm: f64(l.FFNPostNorm),
 			q: decodeMatrix(l.Q), k: decodeMatrix(l.K), v: decodeMatrix(l.V), o: decodeMatrix(l.O),
 			qBias: f64(l.QBias), kBias: f64(l.KBias), vBias: f64(l.VBias),
 			oBias: f64(l.OBias), upBias: f64(l.UpBias), downBias: f64(l.DownBias),
@@ -85,6 +87,11 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 	x := make([][]float64, T)
 	for t, id := range tokens {
 		x[t] = append([]float64(nil), r.embed[id]...)
+		if c.EmbedScale != 0 { // Gemma: sqrt(d_model), in float64 here
+			for i := range x[t] {
+				x[t][i] *= math.Sqrt(float64(c.DModel))
+			}
+		}
 	}
 	put("hook_embed", x)
 	if r.posEmbed != nil {
@@ -110,8 +117,16 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 		put(p("attn.hook_q"), q)
 		put(p("attn.hook_k"), k)
 		put(p("attn.hook_v"), v)
+		// Gemma's sliding layers: a window of keys, and gemma3's local RoPE.
+		window, ropeL := 0, c.Rope
+		if c.SWAPattern > 0 && l%c.SWAPattern < c.SWAPattern-1 {
+			window = c.SlidingWindow
+			if c.LocalRope != nil {
+				ropeL = *c.LocalRope
+			}
+		}
 		if c.Pos == model.PosRope {
-			q, k = rope(q, hd, c.Rope), rope(k, hd, c.Rope)
+			q, k = rope(q, hd, ropeL), rope(k, hd, ropeL)
 			put(p("attn.hook_rot_q"), q)
 			put(p("attn.hook_rot_k"), k)
 		}
@@ -123,12 +138,16 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 		for t := range z {
 			z[t] = make([]float64, H*hd)
 		}
+		scale := 1 / math.Sqrt(float64(hd))
+		if c.AttnScale != 0 { // the 27B Gemmas'
+			scale = float64(c.AttnScale)
+		}
 		for hh := 0; hh < H; hh++ {
 			kvh := hh / (H / KV)
 			for i := 0; i < T; i++ {
 				row := make([]float64, T)
 				for j := 0; j < T; j++ {
-					if j > i {
+					if j > i || (window > 0 && i-j >= window) {
 						row[j] = math.Inf(-1)
 						continue
 					}
@@ -136,7 +155,10 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 					for d := 0; d < hd; d++ {
 						s += q[i][hh*hd+d] * k[j][kvh*hd+d]
 					}
-					row[j] = s / math.Sqrt(float64(hd))
+					row[j] = s * scale
+					if c.AttnSoftcap != 0 {
+						row[j] = capTanh(row[j], float64(c.AttnSoftcap))
+					}
 				}
 				scores[hh*T+i] = row
 				mx := math.Inf(-1)
@@ -161,6 +183,9 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 		put(p("attn.hook_pattern"), pattern)
 		put(p("attn.hook_z"), z)
 		attnOut := linear(z, w.o, w.oBias)
+		if w.attnPostNorm != nil {
+			attnOut = rmsRows(attnOut, w.attnPostNorm, float64(c.NormEps))
+		}
 		put(p("hook_attn_out"), attnOut)
 		x = addRows(x, attnOut)
 		put(p("hook_resid_mid"), x)
@@ -168,7 +193,7 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 		put(p("ln2.hook_normalized"), h)
 		var post [][]float64
 		switch c.MLP {
-		case model.MLPSwiGLU:
+		case model.MLPSwiGLU, model.MLPGeGLU:
 			gate, up := linear(h, w.gate, nil), linear(h, w.up, nil)
 			put(p("mlp.hook_pre"), gate)
 			put(p("mlp.hook_pre_linear"), up)
@@ -176,7 +201,11 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 			for t := range post {
 				post[t] = make([]float64, len(gate[t]))
 				for i, g := range gate[t] {
-					post[t][i] = g / (1 + math.Exp(-g)) * up[t][i]
+					if c.MLP == model.MLPGeGLU {
+						post[t][i] = geluNew(g) * up[t][i]
+					} else {
+						post[t][i] = g / (1 + math.Exp(-g)) * up[t][i]
+					}
 				}
 			}
 		case model.MLPGELU:
@@ -186,22 +215,40 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 			for t := range post {
 				post[t] = make([]float64, len(pre[t]))
 				for i, v := range pre[t] {
-					// GPT-2's gelu_new, as HuggingFace writes it.
-					post[t][i] = 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*math.Pow(v, 3))))
+					post[t][i] = geluNew(v)
 				}
 			}
 		}
 		put(p("mlp.hook_post"), post)
 		mlpOut := linear(post, w.down, w.downBias)
+		if w.ffnPostNorm != nil {
+			mlpOut = rmsRows(mlpOut, w.ffnPostNorm, float64(c.NormEps))
+		}
 		put(p("hook_mlp_out"), mlpOut)
 		x = addRows(x, mlpOut)
 		put(p("hook_resid_post"), x)
 	}
 	h := norm(x, r.outNorm, r.outBias)
 	put("ln_final.hook_normalized", h)
-	put("logits", linear(h, r.output, nil))
+	logits := linear(h, r.output, nil)
+	if c.FinalSoftcap != 0 {
+		for _, row := range logits {
+			for i := range row {
+				row[i] = capTanh(row[i], float64(c.FinalSoftcap))
+			}
+		}
+	}
+	put("logits", logits)
 	return out
 }
+
+// geluNew is GPT-2's gelu_new (Gemma's gelu_pytorch_tanh), as HuggingFace
+// writes it.
+func geluNew(v float64) float64 {
+	return 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*math.Pow(v, 3))))
+}
+
+func capTanh(x, cap float64) float64 { return cap * math.Tanh(x/cap) }
 
 func rmsRows(x [][]float64, gain []float64, eps float64) [][]float64 {
 	out := make([][]float64, len(x))
@@ -284,8 +331,8 @@ func addRows(a, b [][]float64) [][]float64 {
 	return out
 }
 
-// rope rotates each head of each row at position = row index, without
-// linear or YaRN scaling; a pair's frequency is divided by its factor when
+// rope rotates each head of each row at position = row index, with linear
+// scaling but not YaRN; a pair's frequency is divided by its factor when
 // the model has them (Llama 3's rope_freqs.weight).
 func rope(x [][]float64, hd int, r model.Rope) [][]float64 {
 	out := make([][]float64, len(x))
@@ -295,6 +342,9 @@ func rope(x [][]float64, hd int, r model.Rope) [][]float64 {
 			v := out[pos][h*hd : (h+1)*hd]
 			for i := 0; i < r.Dim/2; i++ {
 				theta := float64(pos) / math.Pow(r.Theta, float64(2*i)/float64(r.Dim))
+				if r.Scaling.Type == "linear" {
+					theta /= r.Scaling.Factor
+				}
 				if r.FreqFactors != nil {
 					theta /= float64(r.FreqFactors[i])
 				}

@@ -1,6 +1,7 @@
 // Package model turns a GGUF file into what the prefill engine runs: the
 // architecture's hyper-parameters, typed weights bound by name, and the
-// tokenizer. It supports the llama, qwen2, qwen3 and gpt2 architectures.
+// tokenizer. It supports the llama, qwen2, qwen3, gpt2, gemma2 and gemma3
+// architectures.
 package model
 
 import (
@@ -119,40 +120,78 @@ const (
 	MLPSwiGLU MLPKind = iota
 	// MLPGELU is down(gelu(up(x))), GELU with tanh as GPT-2 has it.
 	MLPGELU
+	// MLPGeGLU is down(gelu(gate(x)) * up(x)), Gemma's.
+	MLPGeGLU
 )
 
 func (k MLPKind) String() string {
-	if k == MLPGELU {
+	switch k {
+	case MLPGELU:
 		return "GELU MLP"
+	case MLPGeGLU:
+		return "GeGLU MLP"
 	}
 	return "SwiGLU MLP"
 }
 
 // Gated reports whether the MLP has a gate projection beside up.
-func (k MLPKind) Gated() bool { return k == MLPSwiGLU }
+func (k MLPKind) Gated() bool { return k != MLPGELU }
 
 // Config is an architecture's hyper-parameters.
 type Config struct {
-	Arch     string
-	Name     string
-	Layers   int
-	DModel   int
-	FFN      int
-	Heads    int
-	KVHeads  int
-	HeadDim  int
-	Vocab    int
-	Context  int
-	NormEps  float32
-	Norm     NormKind
-	Pos      PosKind
-	MLP      MLPKind
-	Rope     Rope // when Pos is PosRope
-	QKVBias  bool // qwen2, gpt2
-	QKNorm   bool // qwen3: per-head RMSNorm on Q and K before RoPE
-	Bias     bool // gpt2: the attention output and MLP projections have biases too
-	FusedQKV bool // gpt2: one attn_qkv matrix, split into Q, K and V when loaded
-	TiedEmbd bool // output.weight absent: the LM head is token_embd
+	Arch    string
+	Name    string
+	Layers  int
+	DModel  int
+	FFN     int
+	Heads   int
+	KVHeads int
+	HeadDim int
+	Vocab   int
+	Context int
+	NormEps float32
+	Norm    NormKind
+	Pos     PosKind
+	MLP     MLPKind
+	Rope    Rope // when Pos is PosRope
+	// LocalRope is the RoPE of sliding-window layers where it differs from
+	// Rope (gemma3: base 10000, unscaled); nil when it does not.
+	LocalRope *Rope
+	QKVBias   bool // qwen2, gpt2
+	QKNorm    bool // qwen3, gemma3: per-head RMSNorm on Q and K before RoPE
+	Bias      bool // gpt2: the attention output and MLP projections have biases too
+	FusedQKV  bool // gpt2: one attn_qkv matrix, split into Q, K and V when loaded
+	TiedEmbd  bool // output.weight absent: the LM head is token_embd
+	// EmbedScale multiplies the token embedding (Gemma: sqrt(d_model)); 0 is 1.
+	EmbedScale float32
+	// PostNorms: the attention and MLP outputs are normalised again before
+	// they join the residual stream (Gemma 2 and 3).
+	PostNorms bool
+	// AttnScale multiplies attention scores; 0 is 1/sqrt(HeadDim).
+	AttnScale float32
+	// AttnSoftcap and FinalSoftcap, when not 0, cap attention scores and
+	// logits to (-cap, cap) with cap * tanh(x / cap) (Gemma 2).
+	AttnSoftcap, FinalSoftcap float32
+	// SlidingWindow is how many positions back a sliding-window layer's
+	// queries see (itself included); SWAPattern n makes layers l with
+	// l % n < n-1 sliding (llama.cpp's swa pattern). 0 is none.
+	SlidingWindow, SWAPattern int
+}
+
+// Window is how many keys back layer's queries see, 0 for all before them.
+func (c *Config) Window(layer int) int {
+	if c.SWAPattern == 0 || layer%c.SWAPattern == c.SWAPattern-1 {
+		return 0
+	}
+	return c.SlidingWindow
+}
+
+// RopeAt is the RoPE layer uses.
+func (c *Config) RopeAt(layer int) *Rope {
+	if c.LocalRope != nil && c.Window(layer) > 0 {
+		return c.LocalRope
+	}
+	return &c.Rope
 }
 
 // QDim is the width of all query heads together.
@@ -164,25 +203,36 @@ func (c *Config) KVDim() int { return c.KVHeads * c.HeadDim }
 // archTraits is what sets an architecture apart: the layer program and the
 // loader read these, never the architecture's name.
 type archTraits struct {
-	rope     RopeMode
-	norm     NormKind
-	pos      PosKind
-	mlp      MLPKind
-	qkvBias  bool
-	qkNorm   bool
-	bias     bool
-	fusedQKV bool
+	rope      RopeMode
+	norm      NormKind
+	pos       PosKind
+	mlp       MLPKind
+	qkvBias   bool
+	qkNorm    bool
+	bias      bool
+	fusedQKV  bool
+	gemma     bool // embedding times sqrt(d_model), post-norms, 27B-class query scale
+	softcaps  bool // reads attn_ and final_logit_softcapping
+	swa       int  // sliding-window pattern (llama.cpp's set_swa_pattern)
+	localBase float64
 }
 
 var architectures = map[string]archTraits{
-	"llama": {rope: RopeAdjacent},
-	"qwen2": {rope: RopeNeoX, qkvBias: true},
-	"qwen3": {rope: RopeNeoX, qkNorm: true},
-	"gpt2":  {norm: NormLayer, pos: PosLearned, mlp: MLPGELU, qkvBias: true, bias: true, fusedQKV: true},
+	"llama":  {rope: RopeAdjacent},
+	"qwen2":  {rope: RopeNeoX, qkvBias: true},
+	"qwen3":  {rope: RopeNeoX, qkNorm: true},
+	"gpt2":   {norm: NormLayer, pos: PosLearned, mlp: MLPGELU, qkvBias: true, bias: true, fusedQKV: true},
+	"gemma2": {rope: RopeNeoX, mlp: MLPGeGLU, gemma: true, softcaps: true, swa: 2},
+	"gemma3": {rope: RopeNeoX, mlp: MLPGeGLU, gemma: true, qkNorm: true, swa: 6, localBase: 10000},
 }
 
 // Architectures lists the supported general.architecture values.
-func Architectures() []string { return []string{"llama", "qwen2", "qwen3", "gpt2"} }
+func Architectures() []string { return []string{"llama", "qwen2", "qwen3", "gpt2", "gemma2", "gemma3"} }
+
+// gemmaLargeLayers is the block count of the 27B Gemma of each generation,
+// whose queries are scaled by 1/sqrt(d_model/heads) rather than
+// 1/sqrt(head_dim), as llama.cpp recognises it.
+var gemmaLargeLayers = map[string]int{"gemma2": 46, "gemma3": 62}
 
 // ReadConfig reads the hyper-parameters from GGUF metadata.
 func ReadConfig(f *gguf.File) (Config, error) {
@@ -270,6 +320,36 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	c.NormEps = float32(eps)
 	if c.Rope.Scaling, err = readScaling(f, p, c.Context); err != nil {
 		return c, err
+	}
+	if traits.gemma {
+		c.PostNorms = true
+		c.EmbedScale = float32(math.Sqrt(float64(c.DModel)))
+		if c.Layers == gemmaLargeLayers[arch] {
+			c.AttnScale = float32(1 / math.Sqrt(float64(c.DModel/c.Heads)))
+		}
+	}
+	if traits.softcaps {
+		var v float64
+		if v, err = optFloat(f, p+"attn_logit_softcapping", 0, 0, 1e6); err != nil {
+			return c, err
+		}
+		c.AttnSoftcap = float32(v)
+		if v, err = optFloat(f, p+"final_logit_softcapping", 0, 0, 1e6); err != nil {
+			return c, err
+		}
+		c.FinalSoftcap = float32(v)
+	}
+	if traits.swa > 0 {
+		c.SWAPattern = traits.swa
+		opt("attention.sliding_window", &c.SlidingWindow, 4096) // gemma2's, where llama.cpp defaults it
+		if err != nil {
+			return c, err
+		}
+		if traits.localBase > 0 {
+			local := Rope{Mode: c.Rope.Mode, Dim: c.Rope.Dim, Theta: traits.localBase,
+				Scaling: RopeScaling{Type: "none", Factor: 1, BetaFast: 32, BetaSlow: 1, AttnFactor: 1}}
+			c.LocalRope = &local
+		}
 	}
 	return c, nil
 }

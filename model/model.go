@@ -28,6 +28,7 @@ func (w *Weight) Type() gguf.Type { return w.Format.Type }
 type Layer struct {
 	AttnNorm, FFNNorm         []float32
 	AttnNormBias, FFNNormBias []float32 // LayerNorm only
+	AttnPostNorm, FFNPostNorm []float32 // Gemma's norms of each block's outputs
 	Q, K, V, O                *Weight
 	QBias, KBias, VBias       []float32 // qwen2, gpt2
 	OBias                     []float32 // gpt2
@@ -122,6 +123,10 @@ func Load(f *gguf.File) (*Model, error) {
 			l.AttnNormBias = b.vector(n("attn_norm.bias"), c.DModel)
 			l.FFNNormBias = b.vector(n("ffn_norm.bias"), c.DModel)
 		}
+		if c.PostNorms {
+			l.AttnPostNorm = b.vector(n("post_attention_norm.weight"), c.DModel)
+			l.FFNPostNorm = b.vector(n("post_ffw_norm.weight"), c.DModel)
+		}
 		if c.FusedQKV {
 			qkv := b.matrix(n("attn_qkv.weight"), c.DModel, c.QDim()+2*c.KVDim())
 			l.Q, l.K, l.V = splitRows(qkv, c.QDim(), c.KVDim(), c.KVDim())
@@ -204,6 +209,9 @@ func (c *Config) tensorsPerBlock() int64 {
 		n += 3
 	}
 	if c.Norm == NormLayer {
+		n += 2
+	}
+	if c.PostNorms {
 		n += 2
 	}
 	return n
@@ -318,7 +326,7 @@ func (m *Model) Params() int64 {
 	if c.Bias {
 		perLayer += int64(2*c.DModel + c.FFN)
 	}
-	if c.Norm == NormLayer {
+	if c.Norm == NormLayer || c.PostNorms {
 		perLayer += int64(2 * c.DModel)
 	}
 	if c.QKNorm {

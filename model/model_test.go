@@ -131,6 +131,76 @@ func TestGPT2Layout(t *testing.T) {
 	require.ErrorContains(t, err, "tensor blk.0.ffn_norm.bias is missing")
 }
 
+// Gemma 2 and 3 as llama.cpp reads them: embedding times sqrt(d_model),
+// norms after attention and MLP, GeGLU, tied LM head, sliding-window layers
+// in its patterns (every other layer; five of six), Gemma 2's soft caps,
+// Gemma 3's unscaled base-10000 RoPE on local layers.
+func TestGemmaLayouts(t *testing.T) {
+	g2, err := rebuild(t, "tiny-gemma2", nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, float32(16), g2.EmbedScale)
+	require.True(t, g2.PostNorms)
+	require.True(t, g2.TiedEmbd)
+	require.Equal(t, model.MLPGeGLU, g2.MLP)
+	require.Equal(t, model.RopeNeoX, g2.Rope.Mode)
+	require.Equal(t, [2]float32{50, 30}, [2]float32{g2.AttnSoftcap, g2.FinalSoftcap})
+	require.Equal(t, []int{5, 0}, []int{g2.Window(0), g2.Window(1)})
+	require.Zero(t, g2.AttnScale, "1/sqrt(head_dim)")
+	require.Len(t, g2.Blocks[1].FFNPostNorm, 256)
+	require.Equal(t, 512, g2.QDim(), "query width need not be d_model")
+
+	g3, err := rebuild(t, "tiny-gemma3", nil, nil)
+	require.NoError(t, err)
+	var windows []int
+	for l := range g3.Layers {
+		windows = append(windows, g3.Window(l))
+	}
+	require.Equal(t, []int{5, 5, 5, 5, 5, 0}, windows)
+	require.Zero(t, g3.AttnSoftcap)
+	require.True(t, g3.QKNorm)
+	require.Equal(t, model.RopeScaling{Type: "linear", Factor: 8, BetaFast: 32, BetaSlow: 1, AttnFactor: 1}, g3.RopeAt(5).Scaling)
+	require.Equal(t, 1e6, g3.RopeAt(5).Theta)
+	local := g3.RopeAt(0)
+	require.Equal(t, 10000.0, local.Theta)
+	require.Equal(t, "none", local.Scaling.Type)
+	require.Equal(t, model.RopeNeoX, local.Mode)
+
+	for _, m := range []*model.Model{g2, g3} {
+		var elements int64
+		for _, ti := range m.File.Tensors {
+			elements += ti.Elements()
+		}
+		require.Equal(t, elements, m.Params(), "%s: every tensor of the file is a parameter", m.Arch)
+	}
+
+	// The 27B of each generation scales queries by 1/sqrt(d_model/heads).
+	for arch, layers := range map[string]uint32{"gemma2": 46, "gemma3": 62} {
+		w, err := model.Generate(model.Shapes["tiny-"+arch], gguf.F32, 1)
+		require.NoError(t, err)
+		var buf bytes.Buffer
+		_, err = w.WriteTo(&buf)
+		require.NoError(t, err)
+		f, err := gguf.Parse(buf.Bytes(), arch)
+		require.NoError(t, err)
+		meta := gguf.NewWriter() // the metadata alone: ReadConfig reads no tensor
+		for _, kv := range f.KVs {
+			v := kv.Value.Any()
+			if kv.Key == arch+".block_count" {
+				v = layers
+			}
+			require.NoError(t, meta.AddKV(kv.Key, v))
+		}
+		buf.Reset()
+		_, err = meta.WriteTo(&buf)
+		require.NoError(t, err)
+		f, err = gguf.Parse(buf.Bytes(), arch)
+		require.NoError(t, err)
+		c, err := model.ReadConfig(f)
+		require.NoError(t, err)
+		require.InEpsilon(t, 1/math.Sqrt(256.0/4), float64(c.AttnScale), 1e-7, arch)
+	}
+}
+
 func TestStories260KConfig(t *testing.T) {
 	m, err := model.Open(sharedtest.Stories(t))
 	require.NoError(t, err)
@@ -158,7 +228,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		}
 		return v, true
 	}, nil)
-	require.ErrorContains(t, err, `architecture "gpt-neox" is not supported (supported: llama, qwen2, qwen3, gpt2)`)
+	require.ErrorContains(t, err, `architecture "gpt-neox" is not supported (supported: llama, qwen2, qwen3, gpt2, gemma2, gemma3)`)
 
 	_, err = rebuild(t, "tiny-llama", nil, func(ti *gguf.TensorInfo) ([]int64, bool) { return ti.Dims, ti.Name != "blk.1.ffn_up.weight" })
 	require.ErrorContains(t, err, "tensor blk.1.ffn_up.weight is missing")

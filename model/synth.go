@@ -29,12 +29,19 @@ type Shape struct {
 	// Llama3Rope writes rope_freqs.weight as llama.cpp's converter does for
 	// Llama 3.1 (factor 8, low 1, high 4, original context 8192).
 	Llama3Rope bool
+	// Window is the sliding window of an architecture that has one.
+	Window int
+	// LinearRope, when not 0, writes linear RoPE scaling by this factor
+	// (gemma3 applies it to its global layers only).
+	LinearRope float64
 }
 
 // Shapes are the named geometries `strata gen` knows. Widths are multiples
 // of 256 so that every block format, K-quants included, can store them.
 var Shapes = map[string]Shape{
 	"tiny-llama":  {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000},
+	"tiny-gemma2": {Arch: "gemma2", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 128, Vocab: 512, Context: 512, Theta: 10000, Window: 5},
+	"tiny-gemma3": {Arch: "gemma3", Layers: 6, DModel: 256, FFN: 512, Heads: 4, KVHeads: 1, HeadDim: 64, Vocab: 512, Context: 512, Theta: 1e6, Window: 5, LinearRope: 8},
 	"tiny-gpt2":   {Arch: "gpt2", Layers: 2, DModel: 256, FFN: 1024, Heads: 4, KVHeads: 4, HeadDim: 64, Vocab: 512, Context: 512},
 	"tiny-llama3": {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 5e5, Llama3Rope: true},
 	"tiny-qwen2":  {Arch: "qwen2", Layers: 2, DModel: 256, FFN: 512, Heads: 8, KVHeads: 2, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
@@ -126,6 +133,15 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 			kv{p + "attention.value_length", uint32(s.HeadDim)},
 			kv{p + "rope.freq_base", float32(s.Theta)})
 	}
+	if traits.swa > 0 {
+		kvs = append(kvs, kv{p + "attention.sliding_window", uint32(s.Window)})
+	}
+	if s.LinearRope != 0 {
+		kvs = append(kvs, kv{p + "rope.scaling.type", "linear"}, kv{p + "rope.scaling.factor", float32(s.LinearRope)})
+	}
+	if traits.softcaps { // Gemma 2's
+		kvs = append(kvs, kv{p + "attn_logit_softcapping", float32(50)}, kv{p + "final_logit_softcapping", float32(30)})
+	}
 	kvs = append(kvs,
 		kv{"tokenizer.ggml.model", "gpt2"},
 		kv{"tokenizer.ggml.pre", pre},
@@ -171,6 +187,10 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 			g.gain(n("attn_k_norm.weight"), s.HeadDim)
 		}
 		g.matrix(n("attn_output.weight"), format, q, s.DModel)
+		if traits.gemma {
+			g.gain(n("post_attention_norm.weight"), s.DModel)
+			g.gain(n("post_ffw_norm.weight"), s.DModel)
+		}
 		norm(n("ffn_norm"), s.DModel)
 		if traits.mlp.Gated() {
 			g.matrix(n("ffn_gate.weight"), format, s.DModel, s.FFN)
@@ -184,7 +204,9 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 		}
 	}
 	norm("output_norm", s.DModel)
-	g.matrix("output.weight", format, s.DModel, s.Vocab)
+	if !traits.gemma { // Gemma ties its LM head to the embedding
+		g.matrix("output.weight", format, s.DModel, s.Vocab)
+	}
 	if s.Llama3Rope && g.err == nil {
 		g.err = w.AddTensor(ropeFreqs, gguf.F32, []int64{int64(s.HeadDim / 2)}, f32bytes(Llama3FreqFactors(s.HeadDim, s.Theta, 8, 1, 4, 8192)))
 	}

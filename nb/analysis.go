@@ -197,7 +197,8 @@ func (c Contribution) String() string { return fmt.Sprintf("%s %+.3f", c.Label, 
 // counts from the end): each term of DecomposeResid, through the final
 // norm, dotted with dir (m.Unembed(token) or m.LogitDirection(good, bad)).
 // The terms sum to the logit (difference) at pos, less the final norm's
-// bias along dir for a LayerNorm model (GPT-2), which is no component's.
+// bias along dir for a LayerNorm model (GPT-2), which is no component's;
+// for Gemma 2, to the logit before its soft-cap.
 // The trace needs CaptureDLA().
 func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
 	m.ready()
@@ -213,7 +214,8 @@ func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
 // HeadDLA is direct logit attribution per head, [layer][head], at position
 // pos: each head's output (HeadResults) through the final norm, dotted with
 // dir. A layer's heads sum to its attn_out term of DLA, less the output
-// projection's bias where the model has one (GPT-2's b_O).
+// projection's bias where the model has one (GPT-2's b_O), and not at all
+// where attn_out is normalised after the heads are summed (Gemma).
 func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 	m.ready()
 	v := Must(m.StackHeadResults(tr, true).Dot(dir, pos))

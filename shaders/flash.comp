@@ -30,6 +30,8 @@ const uint KC = HDP > 128 ? 8 : (HDP > 64 ? 16 : 32);
 layout(push_constant) uniform Push {
     uint T, keys, heads, kvHeads, hd, pos0;
     float scale;
+    uint window;
+    float softcap;
     uint hpw; // heads per workgroup: divides heads/kvHeads, at most R
 } pc;
 
@@ -59,6 +61,8 @@ shared vec4 alphas[R / 4];   // each row's rescale for this block
         } \
         return v; \
     }
+#include "attend.glsl"
+
 LOAD4(loadQ, q, q4)
 LOAD4(loadK, kc, kc4)
 LOAD4(loadV, vc, vc4)
@@ -97,7 +101,13 @@ void main() {
     }
     float m = negInf, l = 0.0; // row sr's running max and this invocation's part of its sum
 
-    for (uint j0 = 0; j0 < kEnd; j0 += BKV) {
+    // With a window, blocks wholly before the first query's window are
+    // skipped: no row of the workgroup sees them.
+    uint jStart = 0;
+    if (pc.window != 0 && pc.pos0 + q0 + 1 > pc.window) {
+        jStart = (pc.pos0 + q0 + 1 - pc.window) / BKV * BKV;
+    }
+    for (uint j0 = jStart; j0 < kEnd; j0 += BKV) {
         // S = Q K^T over d-slices; the next slice's loads fly during the FMAs.
         vec4 qn[NLD], kn[NLD];
         for (uint u = 0; u < NLD; u++) {
@@ -135,14 +145,14 @@ void main() {
                 }
             }
         }
-        // Scale and mask: row r sees key j when j <= pos0 + its query.
+        // Scale, cap and mask.
         for (uint e = 0; e < 4; e++) {
             uint j = j0 + 4 * tc + e;
             for (uint w = 0; w < TM / 4; w++) {
                 vec4 col;
                 for (uint i = 0; i < 4; i++) {
                     uint qi = (TM * tr + 4 * w + i) / hpw;
-                    col[i] = j < pc.keys && j <= pc.pos0 + q0 + qi ? s[4 * w + i][e] * pc.scale : negInf;
+                    col[i] = j < pc.keys && visible(pc.pos0 + q0 + qi, j, pc.window) ? capped(s[4 * w + i][e] * pc.scale, pc.softcap) : negInf;
                 }
                 St[(4 * tc + e) * RS4 + tr * (TM / 4) + w] = col;
             }
@@ -155,14 +165,16 @@ void main() {
         }
         red[sq * R + sr] = mx;
         barrier();
-        // Every row sees key 0, in the first block: mNew is finite.
+        // A row sees no key of a block wholly outside its window: its
+        // maximum stays -inf, and so must its alpha and p not be NaN.
         float mNew = m;
         for (uint u = 0; u < SQ; u++) {
             mNew = max(mNew, red[u * R + sr]);
         }
-        float alpha = exp(m - mNew), sum = 0.0;
+        bool none = mNew == negInf;
+        float alpha = none ? 1.0 : exp(m - mNew), sum = 0.0;
         for (uint c = sq * (BKV / SQ); c < (sq + 1) * (BKV / SQ); c++) {
-            float p = exp(St[c * RS4 + sr / 4][sr % 4] - mNew);
+            float p = none ? 0.0 : exp(St[c * RS4 + sr / 4][sr % 4] - mNew);
             St[c * RS4 + sr / 4][sr % 4] = p;
             sum += p;
         }

@@ -1,12 +1,15 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// S[h][i][j] = scale * Q[i][h] . K[j][h/group], -inf where j > pos0 + i.
+// S[h][i][j] = scale * Q[i][h] . K[j][h/group], capped by softcap when it
+// is not 0; -inf where query pos0 + i does not see key j (see visible).
 // One 64x64 tile of (query, key) per workgroup; heads along z.
 layout(local_size_x = 256) in;
 
 layout(push_constant) uniform Push {
     uint T, keys, heads, kvHeads, hd, pos0;
     float scale;
+    uint window;
+    float softcap;
 } pc;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
@@ -24,6 +27,7 @@ void tileB8(uint n, uint k, out float v[8]) {
 }
 
 #include "tile.glsl"
+#include "attend.glsl"
 
 void main() {
     h = gl_WorkGroupID.z;
@@ -38,7 +42,7 @@ void main() {
         for (uint j = 0; j < 4; j++) {
             uint n = n0 + tileCol(j);
             if (m < pc.T && n < pc.keys) {
-                s[(h * pc.T + m) * pc.keys + n] = n > pc.pos0 + m ? uintBitsToFloat(0xff800000u) : acc[i][j] * pc.scale;
+                s[(h * pc.T + m) * pc.keys + n] = visible(pc.pos0 + m, n, pc.window) ? capped(acc[i][j] * pc.scale, pc.softcap) : uintBitsToFloat(0xff800000u);
             }
         }
     }

@@ -202,11 +202,24 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(out, ", frequency factors %g to %g (rope_freqs.weight, Llama 3 style)", slices.Min(ff), slices.Max(ff))
 		}
 		fmt.Fprintln(out)
+		if lr := c.LocalRope; lr != nil {
+			fmt.Fprintf(out, "local rope    theta %g, scaling %s (sliding-window layers)\n", lr.Theta, lr.Scaling.Type)
+		}
 	case model.PosLearned:
 		fmt.Fprintf(out, "positions     learned, %d rows (position_embd.weight)\n", m.PosEmbed.Rows)
 	}
 	fmt.Fprintf(out, "norm          %s, eps %g\n", c.Norm, c.NormEps)
 	fmt.Fprintf(out, "mlp           %s\n", c.MLP)
+	if c.SWAPattern > 0 {
+		var global []string
+		for l := range c.Layers {
+			if c.Window(l) == 0 {
+				global = append(global, strconv.Itoa(l))
+			}
+		}
+		fmt.Fprintf(out, "attention     sliding window of %d positions in %d of %d layers; global in layers %s\n",
+			c.SlidingWindow, c.Layers-len(global), c.Layers, strings.Join(global, ", "))
+	}
 	extras := []string{}
 	if c.FusedQKV {
 		extras = append(extras, "fused QKV")
@@ -216,6 +229,18 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	}
 	if c.Bias {
 		extras = append(extras, "output and MLP biases")
+	}
+	if c.EmbedScale != 0 {
+		extras = append(extras, fmt.Sprintf("embedding x %.4g", c.EmbedScale))
+	}
+	if c.PostNorms {
+		extras = append(extras, "post-attention and post-MLP norms")
+	}
+	if c.AttnSoftcap != 0 {
+		extras = append(extras, fmt.Sprintf("attention soft-cap %g", c.AttnSoftcap))
+	}
+	if c.FinalSoftcap != 0 {
+		extras = append(extras, fmt.Sprintf("logit soft-cap %g", c.FinalSoftcap))
 	}
 	if c.QKNorm {
 		extras = append(extras, "Q/K RMSNorm")

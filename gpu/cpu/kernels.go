@@ -250,12 +250,34 @@ func (s *stream) AttnScores(a *gpu.Attention) {
 			row := sc[(h*a.T+i)*keys : (h*a.T+i+1)*keys]
 			kvh := h / group
 			for j := range keys {
-				if j > a.Pos0+i {
+				if !a.Visible(a.Pos0+i, j) {
 					row[j] = negInf
 					continue
 				}
-				row[j] = dot(qr, k[(j*a.KVHeads+kvh)*hd:(j*a.KVHeads+kvh+1)*hd]) * a.Scale
+				row[j] = score(a, qr, k[(j*a.KVHeads+kvh)*hd:(j*a.KVHeads+kvh+1)*hd])
 			}
+		}
+	})
+}
+
+// score is one scaled (and capped) attention score.
+func score(a *gpu.Attention, q, k []float32) float32 {
+	v := dot(q, k) * a.Scale
+	if a.Softcap != 0 {
+		v = softcap(v, a.Softcap)
+	}
+	return v
+}
+
+func softcap(x, cap float32) float32 {
+	return float32(float64(cap) * math.Tanh(float64(x)/float64(cap)))
+}
+
+func (s *stream) Softcap(x gpu.Tensor, n int, cap float32) {
+	d := data(x)
+	s.parallel(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			d[i] = softcap(d[i], cap)
 		}
 	})
 }
@@ -320,7 +342,11 @@ func (s *stream) FlashAttention(a *gpu.Attention) {
 			qr := q[(i*a.Heads+h)*hd : (i*a.Heads+h+1)*hd]
 			w := row[:a.Pos0+i+1]
 			for j := range w {
-				w[j] = dot(qr, k[(j*a.KVHeads+kvh)*hd:(j*a.KVHeads+kvh+1)*hd]) * a.Scale
+				if !a.Visible(a.Pos0+i, j) {
+					w[j] = float32(math.Inf(-1))
+					continue
+				}
+				w[j] = score(a, qr, k[(j*a.KVHeads+kvh)*hd:(j*a.KVHeads+kvh+1)*hd])
 			}
 			softmax(w, w)
 			mix(z[(i*a.Heads+h)*hd:(i*a.Heads+h+1)*hd], w, v, a.KVHeads, kvh, hd)
@@ -347,12 +373,25 @@ func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
 // geluCoef is sqrt(2/pi), as GPT-2 and ggml write it.
 const geluCoef = 0.7978845608028654
 
+func gelu(x float32) float32 {
+	v := float64(x)
+	return float32(0.5 * v * (1 + math.Tanh(geluCoef*(v+0.044715*v*v*v))))
+}
+
 func (s *stream) GELU(dst, src gpu.Tensor, n int) {
 	d, x := data(dst), data(src)
 	s.parallel(n, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			v := float64(x[i])
-			d[i] = float32(0.5 * v * (1 + math.Tanh(geluCoef*(v+0.044715*v*v*v))))
+			d[i] = gelu(x[i])
+		}
+	})
+}
+
+func (s *stream) GeGLU(dst, gate, up gpu.Tensor, n int) {
+	d, g, u := data(dst), data(gate), data(up)
+	s.parallel(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			d[i] = gelu(g[i]) * u[i]
 		}
 	})
 }

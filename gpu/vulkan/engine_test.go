@@ -87,6 +87,8 @@ func TestEveryPointMatchesCPU(t *testing.T) {
 		{"tiny-qwen2", []gguf.Type{gguf.F32, gguf.Q8_0}},
 		{"tiny-llama3", []gguf.Type{gguf.F32, gguf.Q6_K}},
 		{"tiny-gpt2", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K}},
+		{"tiny-gemma2", []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K}},
+		{"tiny-gemma3", []gguf.Type{gguf.F32, gguf.Q6_K}},
 	}
 	for _, c := range cases {
 		for _, typ := range c.types {

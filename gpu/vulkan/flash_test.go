@@ -17,9 +17,13 @@ import (
 // float64 over the cases its tiling treats apart: GQA groups of 1 to 8 heads
 // (and an odd one, and one wider than a workgroup's 64 rows), query counts
 // off the block, continued prefills over several key blocks, and head dims
-// of 64, 128 and 256 (vec4 loads) or off a multiple of 4 (scalar loads).
+// of 64, 128 and 256 (vec4 loads) or off a multiple of 4 (scalar loads);
+// and sliding windows that skip and wholly mask key blocks, with capped scores.
 func TestFlashAttentionShapes(t *testing.T) {
-	cases := []struct{ T, pos0, heads, kvHeads, hd int }{
+	cases := []struct {
+		T, pos0, heads, kvHeads, hd, window int
+		softcap                             float32
+	}{
 		{T: 100, pos0: 0, heads: 4, kvHeads: 4, hd: 64},
 		{T: 70, pos0: 0, heads: 8, kvHeads: 4, hd: 128},
 		{T: 37, pos0: 50, heads: 8, kvHeads: 2, hd: 256},
@@ -28,11 +32,13 @@ func TestFlashAttentionShapes(t *testing.T) {
 		{T: 30, pos0: 0, heads: 6, kvHeads: 2, hd: 40},
 		{T: 5, pos0: 3, heads: 80, kvHeads: 1, hd: 38},
 		{T: 1, pos0: 130, heads: 4, kvHeads: 2, hd: 41},
+		{T: 200, pos0: 0, heads: 4, kvHeads: 2, hd: 256, window: 64, softcap: 2},
+		{T: 40, pos0: 100, heads: 8, kvHeads: 1, hd: 128, window: 30},
 	}
 	for _, tc := range cases {
-		t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd), func(t *testing.T) {
+		t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap), func(t *testing.T) {
 			r := newRig(t, 11)
-			_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd)
+			_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
 			q, k, v := make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
 			require.NoError(t, r.vs.Read(a.Q, 0, q))
 			require.NoError(t, r.vs.Read(a.K, 0, k))
@@ -55,7 +61,8 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
-// attention64 is causal multi-head attention with grouped kv heads, in float64.
+// attention64 is causal multi-head attention with grouped kv heads, in
+// float64, with a's sliding window and score cap when it has them.
 func attention64(q, k, v []float32, a *gpu.Attention) []float32 {
 	hd, group := a.HeadDim, a.Heads/a.KVHeads
 	z := make([]float32, a.T*a.Heads*hd)
@@ -64,16 +71,28 @@ func attention64(q, k, v []float32, a *gpu.Attention) []float32 {
 		for h := range a.Heads {
 			qr, kvh := q[(i*a.Heads+h)*hd:][:hd], h/group
 			maxW, sum := math.Inf(-1), 0.0
-			for j := range a.Pos0 + i + 1 {
-				kr := k[(j*a.KVHeads+kvh)*hd:][:hd]
-				w[j] = 0
-				for d := range hd {
-					w[j] += float64(qr[d]) * float64(kr[d])
+			p := a.Pos0 + i
+			first := 0
+			if a.Window > 0 {
+				first = max(0, p-a.Window+1)
+			}
+			for j := range p + 1 {
+				w[j] = math.Inf(-1)
+				if j < first {
+					continue
 				}
-				w[j] *= float64(a.Scale)
+				kr := k[(j*a.KVHeads+kvh)*hd:][:hd]
+				dot := 0.0
+				for d := range hd {
+					dot += float64(qr[d]) * float64(kr[d])
+				}
+				w[j] = dot * float64(a.Scale)
+				if a.Softcap != 0 {
+					w[j] = float64(a.Softcap) * math.Tanh(w[j]/float64(a.Softcap))
+				}
 				maxW = math.Max(maxW, w[j])
 			}
-			for j := range a.Pos0 + i + 1 {
+			for j := range p + 1 {
 				w[j] = math.Exp(w[j] - maxW)
 				sum += w[j]
 			}
@@ -91,7 +110,7 @@ func attention64(q, k, v []float32, a *gpu.Attention) []float32 {
 
 func TestFlashAttentionRefusesWideHeads(t *testing.T) {
 	r := newRig(t, 12)
-	_, a, _, _, _ := attention(r, 2, 0, 1, 1, 260)
+	_, a, _, _, _ := attention(r, 2, 0, 1, 1, 260, 0, 0)
 	r.vs.FlashAttention(a)
 	require.ErrorContains(t, r.vs.Sync(), "flash attention over 260-dim heads needs")
 }

@@ -290,17 +290,19 @@ func (s *stream) attention(kernel string, a *gpu.Attention, ts map[string]gpu.Te
 type attnPush struct {
 	t, keys, heads, kvHeads, hd, pos0 uint32
 	scale                             float32
+	window                            uint32
+	softcap                           float32
 }
 
 func pushOf(a *gpu.Attention) *attnPush {
-	return &attnPush{uint32(a.T), uint32(a.Keys()), uint32(a.Heads), uint32(a.KVHeads), uint32(a.HeadDim), uint32(a.Pos0), a.Scale}
+	return &attnPush{uint32(a.T), uint32(a.Keys()), uint32(a.Heads), uint32(a.KVHeads), uint32(a.HeadDim), uint32(a.Pos0), a.Scale, uint32(a.Window), a.Softcap}
 }
 
-// words lays the block out; mix.comp has no scale.
+// words lays the block out; mix.comp has no scale, window or cap.
 func (a *attnPush) words(withScale bool) []uint32 {
 	w := []uint32{a.t, a.keys, a.heads, a.kvHeads, a.hd, a.pos0}
 	if withScale {
-		w = append(w, f32(a.scale))
+		w = append(w, f32(a.scale), a.window, f32(a.softcap))
 	}
 	return w
 }
@@ -387,6 +389,24 @@ func (s *stream) GELU(dst, src gpu.Tensor, n int) {
 	}
 	gx, gy, gz := grid1(n, 256)
 	s.dispatch("gelu", nil, []use{{buf: d.buf, write: true}, {buf: x.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+}
+
+func (s *stream) GeGLU(dst, gate, up gpu.Tensor, n int) {
+	d, g, u := s.tensorOf(dst), s.tensorOf(gate), s.tensorOf(up)
+	if !s.fits("geglu", []*tensor{d, g, u}, n, n, n) {
+		return
+	}
+	gx, gy, gz := grid1(n, 256)
+	s.dispatch("geglu", nil, []use{{buf: d.buf, write: true}, {buf: g.buf}, {buf: u.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+}
+
+func (s *stream) Softcap(x gpu.Tensor, n int, cap float32) {
+	d := s.tensorOf(x)
+	if !s.fits("softcap", []*tensor{d}, n) {
+		return
+	}
+	gx, gy, gz := grid1(n, 256)
+	s.dispatch("softcap", nil, []use{{buf: d.buf, write: true}}, []uint32{uint32(n), f32(cap)}, gx, gy, gz)
 }
 
 func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int) {

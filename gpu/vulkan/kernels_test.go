@@ -143,7 +143,7 @@ func TestRopeBothModesAndScalings(t *testing.T) {
 }
 
 // attention builds the same random attention problem on both backends.
-func attention(r *rig, T, pos0, heads, kvHeads, hd int) (c, v *gpu.Attention, z, scores, pattern twin) {
+func attention(r *rig, T, pos0, heads, kvHeads, hd, window int, softcap float32) (c, v *gpu.Attention, z, scores, pattern twin) {
 	keys := pos0 + T
 	q := r.random("q", T*heads*hd, 1)
 	k := r.random("k", (keys+5)*kvHeads*hd, 1) // a cache longer than the keys in use
@@ -153,22 +153,32 @@ func attention(r *rig, T, pos0, heads, kvHeads, hd int) (c, v *gpu.Attention, z,
 	pattern = r.zeros("pattern", heads*T*keys)
 	mk := func(pick func(twin) gpu.Tensor) *gpu.Attention {
 		return &gpu.Attention{Q: pick(q), K: pick(k), V: pick(vv), Z: pick(z), Scores: pick(scores), Pattern: pick(pattern),
-			T: T, Pos0: pos0, Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+			T: T, Pos0: pos0, Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd))),
+			Window: window, Softcap: softcap}
 	}
 	return mk(func(x twin) gpu.Tensor { return x.c }), mk(func(x twin) gpu.Tensor { return x.v }), z, scores, pattern
 }
 
 func TestAttentionMaterialisedAndFlash(t *testing.T) {
-	cases := []struct{ T, pos0, heads, kvHeads, hd int }{
+	cases := []struct {
+		T, pos0, heads, kvHeads, hd, window int
+		softcap                             float32
+	}{
 		{T: 12, pos0: 0, heads: 4, kvHeads: 2, hd: 64},
 		{T: 70, pos0: 0, heads: 8, kvHeads: 4, hd: 32},  // several tiles of queries and keys
 		{T: 5, pos0: 66, heads: 2, kvHeads: 1, hd: 128}, // a continued prefill over a longer cache
 		{T: 1, pos0: 9, heads: 3, kvHeads: 3, hd: 40},   // one decode step, a dim off every tile
+		// Gemma's sliding windows: rows whose window starts past whole key
+		// blocks (skipped, or wholly masked for some rows of a workgroup),
+		// and capped scores.
+		{T: 150, pos0: 0, heads: 4, kvHeads: 2, hd: 64, window: 20, softcap: 0.5},
+		{T: 70, pos0: 40, heads: 2, kvHeads: 1, hd: 128, window: 70},
+		{T: 33, pos0: 0, heads: 4, kvHeads: 4, hd: 32, window: 1},
 	}
 	for _, tc := range cases {
-		t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd), func(t *testing.T) {
+		t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap), func(t *testing.T) {
 			r := newRig(t, 5)
-			ac, av, z, scores, pattern := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd)
+			ac, av, z, scores, pattern := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
 			keys := tc.pos0 + tc.T
 			r.cs.AttnScores(ac)
 			r.vs.AttnScores(av)
@@ -245,6 +255,30 @@ func TestGELU(t *testing.T) {
 		case x <= -30: // and 0 here: at most 1e-10 of x leaks through
 			require.InDelta(t, 0, y, 1e-10, "gelu(%g)", x)
 		}
+	}
+}
+
+// GeGLU in place, and Softcap over values far past the cap (where tanh's
+// exponentials overflow) and near zero.
+func TestGeGLUAndSoftcap(t *testing.T) {
+	r := newRig(t, 14)
+	n := 3000
+	g, up := r.random("gate", n, 3), r.random("up", n, 1)
+	r.cs.GeGLU(g.c, g.c, up.c, n)
+	r.vs.GeGLU(g.v, g.v, up.v, n)
+	c, v := r.read(g)
+	requireClose(t, v, c, tolExp, "geglu in place")
+
+	xs := append(r.values(n, 40), 1e30, -1e30, 1e-30, 0, 300, -300)
+	x := r.tensor("x", xs)
+	r.cs.Softcap(x.c, len(xs), 30)
+	r.vs.Softcap(x.v, len(xs), 30)
+	c, v = r.read(x)
+	requireClose(t, v, c, tolExp, "softcap")
+	require.Equal(t, []float32{30, -30}, v[n:n+2], "capped at ±30")
+	require.InDelta(t, 1e-30, v[n+2], 1e-36, "the identity near 0")
+	for _, y := range v {
+		require.False(t, math.IsNaN(float64(y)))
 	}
 }
 
