@@ -141,6 +141,7 @@ type Session struct {
 	e        *Engine
 	st       Stream
 	capacity int
+	longRope bool // the model's LongRope, not Rope
 	pos      atomic.Int64
 	cacheK   []Tensor
 	cacheV   []Tensor
@@ -184,6 +185,9 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 		return nil, fmt.Errorf("engine: KV cache of %d positions exceeds the model's context length %d", capacity, c.Context)
 	}
 	s := &Session{e: e, st: e.Backend.NewStream(), capacity: capacity}
+	// Phi-3: a cache past the original context takes the long RoPE
+	// factors for all its positions, as llama.cpp chooses by its context.
+	s.longRope = c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext
 	for l := 0; l < c.Layers; l++ {
 		k, err := s.st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_k", l), capacity*c.KVDim())
 		if err != nil {
@@ -199,6 +203,14 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 		s.cacheV = append(s.cacheV, v)
 	}
 	return s, nil
+}
+
+// ropeAt is the RoPE this session's layer uses.
+func (s *Session) ropeAt(layer int) *model.Rope {
+	if s.longRope {
+		return s.e.Model.LongRope
+	}
+	return s.e.Model.RopeAt(layer)
 }
 
 // lock claims the session for one call: ErrSessionBusy while another

@@ -55,6 +55,7 @@ func TestEveryPointMatchesFloat64Reference(t *testing.T) {
 		{"tiny-gpt2", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K}},
 		{"tiny-gemma2", []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K}},
 		{"tiny-gemma3", []gguf.Type{gguf.F32, gguf.Q6_K}},
+		{"tiny-phi3", []gguf.Type{gguf.F32, gguf.Q4_K}},
 	}
 	for _, c := range cases {
 		for _, typ := range c.types {
@@ -378,4 +379,34 @@ func TestSessionsRunConcurrently(t *testing.T) {
 			require.Equal(t, serial[i].Tensor(name).Data, got[i].Tensor(name).Data, "prompt %d %s", i, name)
 		}
 	}
+}
+
+// Phi-3 takes its long RoPE factors when the session's KV cache holds more
+// than the original context, the short ones otherwise, as llama.cpp chooses
+// them by its context size.
+func TestPhi3RopeFactorsFollowTheCacheSize(t *testing.T) {
+	m := genModel(t, "tiny-phi3", gguf.F32, 2)
+	e := newEngine(t, m)
+	ref := newRef(m)
+	orig := m.Rope.Scaling.OrigContext
+	require.Equal(t, 64, orig)
+	var rotated [][]float32
+	for _, capacity := range []int{orig, orig + 1} {
+		s, err := e.NewSession(capacity)
+		require.NoError(t, err)
+		tr, err := s.Prefill(context.Background(), testTokens, gpu.Options{Capture: gpu.CaptureOf("blocks.*.attn.hook_rot_k", "blocks.*.hook_resid_post")})
+		require.NoError(t, err)
+		want := ref.pointsIn(testTokens, capacity)
+		for _, name := range tr.Names {
+			if name == "logits" { // the last row only
+				continue
+			}
+			rel, ok := relErr(tr.Tensor(name).Data, want[name])
+			require.True(t, ok, "%s: %d values, want %d", name, len(tr.Tensor(name).Data), len(want[name]))
+			require.LessOrEqual(t, rel, parityTol, "%s at capacity %d", name, capacity)
+		}
+		rotated = append(rotated, tr.Tensor("blocks.0.attn.hook_rot_k").Data)
+		s.Close()
+	}
+	require.NotEqual(t, rotated[0], rotated[1], "long and short factors rotate K differently")
 }

@@ -56,8 +56,8 @@ func (r *Run) program(yield func(string) bool) {
 			return
 		}
 		if c.Pos == model.PosRope {
-			st.Rope(r.q, t, c.Heads, c.HeadDim, r.l.pos0, c.RopeAt(layer))
-			st.Rope(r.k, t, c.KVHeads, c.HeadDim, r.l.pos0, c.RopeAt(layer))
+			st.Rope(r.q, t, c.Heads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
+			st.Rope(r.k, t, c.KVHeads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
 			if !at("attn.hook_rot_q", r.q, 0) || !at("attn.hook_rot_k", r.k, 0) {
 				return
 			}

@@ -72,8 +72,14 @@ func newRef(m *model.Model) *refModel {
 }
 
 // refPoints runs tokens at positions 0.. through the model in float64 and
-// returns every capture point, flattened in the engine's layouts.
+// returns every capture point, flattened in the engine's layouts, for a
+// session of the model's whole context (Phi-3's long RoPE factors).
 func (r *refModel) points(tokens []int32) map[string][]float64 {
+	return r.pointsIn(tokens, r.c.Context)
+}
+
+// pointsIn is points for a session of capacity positions.
+func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 	c := &r.c
 	T, H, KV, hd := len(tokens), c.Heads, c.KVHeads, c.HeadDim
 	out := map[string][]float64{}
@@ -124,6 +130,9 @@ func (r *refModel) points(tokens []int32) map[string][]float64 {
 			if c.LocalRope != nil {
 				ropeL = *c.LocalRope
 			}
+		}
+		if c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext {
+			ropeL = *c.LongRope
 		}
 		if c.Pos == model.PosRope {
 			q, k = rope(q, hd, ropeL), rope(k, hd, ropeL)
@@ -352,9 +361,10 @@ func rope(x [][]float64, hd int, r model.Rope) [][]float64 {
 				if r.Mode == model.RopeNeoX {
 					a, b = i, i+r.Dim/2
 				}
+				m := r.Scaling.AttnFactor // Phi-3's LongRoPE magnitude; 1 otherwise
 				x0, x1 := v[a], v[b]
-				v[a] = x0*math.Cos(theta) - x1*math.Sin(theta)
-				v[b] = x0*math.Sin(theta) + x1*math.Cos(theta)
+				v[a] = (x0*math.Cos(theta) - x1*math.Sin(theta)) * m
+				v[b] = (x0*math.Sin(theta) + x1*math.Cos(theta)) * m
 			}
 		}
 	}

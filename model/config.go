@@ -1,7 +1,7 @@
 // Package model turns a GGUF file into what the prefill engine runs: the
 // architecture's hyper-parameters, typed weights bound by name, and the
-// tokenizer. It supports the llama, qwen2, qwen3, gpt2, gemma2 and gemma3
-// architectures.
+// tokenizer. It supports the llama, qwen2, qwen3, gpt2, gemma2, gemma3 and
+// phi3 architectures.
 package model
 
 import (
@@ -157,11 +157,18 @@ type Config struct {
 	// LocalRope is the RoPE of sliding-window layers where it differs from
 	// Rope (gemma3: base 10000, unscaled); nil when it does not.
 	LocalRope *Rope
-	QKVBias   bool // qwen2, gpt2
-	QKNorm    bool // qwen3, gemma3: per-head RMSNorm on Q and K before RoPE
-	Bias      bool // gpt2: the attention output and MLP projections have biases too
-	FusedQKV  bool // gpt2: one attn_qkv matrix, split into Q, K and V when loaded
-	TiedEmbd  bool // output.weight absent: the LM head is token_embd
+	// LongRope is Phi-3's long-context RoPE (rope_factors_long.weight),
+	// which a session whose KV cache holds more positions than
+	// Rope.Scaling.OrigContext uses, as llama.cpp chooses it; Rope then has
+	// the short factors. nil for other models.
+	LongRope *Rope
+	QKVBias  bool // qwen2, gpt2
+	QKNorm   bool // qwen3, gemma3: per-head RMSNorm on Q and K before RoPE
+	Bias     bool // gpt2: the attention output and MLP projections have biases too
+	FusedQKV bool // gpt2, phi3: one attn_qkv matrix, split into Q, K and V when loaded
+	// FusedGateUp: phi3's ffn_up holds the gate's rows, then up's.
+	FusedGateUp bool
+	TiedEmbd    bool // output.weight absent: the LM head is token_embd
 	// EmbedScale multiplies the token embedding (Gemma: sqrt(d_model)); 0 is 1.
 	EmbedScale float32
 	// PostNorms: the attention and MLP outputs are normalised again before
@@ -211,6 +218,7 @@ type archTraits struct {
 	qkNorm    bool
 	bias      bool
 	fusedQKV  bool
+	fusedUp   bool // gate and up in one ffn_up tensor
 	gemma     bool // embedding times sqrt(d_model), post-norms, 27B-class query scale
 	softcaps  bool // reads attn_ and final_logit_softcapping
 	swa       int  // sliding-window pattern (llama.cpp's set_swa_pattern)
@@ -224,10 +232,13 @@ var architectures = map[string]archTraits{
 	"gpt2":   {norm: NormLayer, pos: PosLearned, mlp: MLPGELU, qkvBias: true, bias: true, fusedQKV: true},
 	"gemma2": {rope: RopeNeoX, mlp: MLPGeGLU, gemma: true, softcaps: true, swa: 2},
 	"gemma3": {rope: RopeNeoX, mlp: MLPGeGLU, gemma: true, qkNorm: true, swa: 6, localBase: 10000},
+	"phi3":   {rope: RopeNeoX, fusedQKV: true, fusedUp: true},
 }
 
 // Architectures lists the supported general.architecture values.
-func Architectures() []string { return []string{"llama", "qwen2", "qwen3", "gpt2", "gemma2", "gemma3"} }
+func Architectures() []string {
+	return []string{"llama", "qwen2", "qwen3", "gpt2", "gemma2", "gemma3", "phi3"}
+}
 
 // gemmaLargeLayers is the block count of the 27B Gemma of each generation,
 // whose queries are scaled by 1/sqrt(d_model/heads) rather than
@@ -245,7 +256,7 @@ func ReadConfig(f *gguf.File) (Config, error) {
 		return Config{}, fmt.Errorf("model: architecture %q is not supported (supported: %s)", arch, strings.Join(Architectures(), ", "))
 	}
 	c := Config{Arch: arch, Norm: traits.norm, Pos: traits.pos, MLP: traits.mlp,
-		QKVBias: traits.qkvBias, QKNorm: traits.qkNorm, Bias: traits.bias, FusedQKV: traits.fusedQKV}
+		QKVBias: traits.qkvBias, QKNorm: traits.qkNorm, Bias: traits.bias, FusedQKV: traits.fusedQKV, FusedGateUp: traits.fusedUp}
 	c.Name, _ = f.String("general.name")
 	p := arch + "."
 	need := func(key string, dst *int) {
@@ -399,6 +410,12 @@ const (
 
 func readScaling(f *gguf.File, p string, ctx int) (RopeScaling, error) {
 	s := RopeScaling{Type: "none", Factor: 1, BetaFast: 32, BetaSlow: 1, AttnFactor: 1}
+	// Phi-3's long-context files carry an attention factor and the
+	// original context without a scaling type.
+	var err error
+	if s.AttnFactor, err = optFloat(f, p+"rope.scaling.attn_factor", 1, 1e-3, 100); err != nil {
+		return s, err
+	}
 	typ, err := f.String(p + "rope.scaling.type")
 	switch {
 	case errors.Is(err, gguf.ErrMissing):

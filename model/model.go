@@ -127,7 +127,11 @@ func Load(f *gguf.File) (*Model, error) {
 			l.AttnPostNorm = b.vector(n("post_attention_norm.weight"), c.DModel)
 			l.FFNPostNorm = b.vector(n("post_ffw_norm.weight"), c.DModel)
 		}
-		if c.FusedQKV {
+		// Phi-3 files have the fused matrix or, from some converters, the
+		// three; llama.cpp takes either.
+		_, fused := f.Tensor(n("attn_qkv.weight"))
+		_, split := f.Tensor(n("attn_q.weight"))
+		if c.FusedQKV && (fused || !split) {
 			qkv := b.matrix(n("attn_qkv.weight"), c.DModel, c.QDim()+2*c.KVDim())
 			l.Q, l.K, l.V = splitRows(qkv, c.QDim(), c.KVDim(), c.KVDim())
 		} else {
@@ -150,15 +154,26 @@ func Load(f *gguf.File) (*Model, error) {
 			l.QNorm = b.vector(n("attn_q_norm.weight"), c.HeadDim)
 			l.KNorm = b.vector(n("attn_k_norm.weight"), c.HeadDim)
 		}
-		if c.MLP.Gated() {
+		switch {
+		case c.FusedGateUp:
+			both := b.matrix(n("ffn_up.weight"), c.DModel, 2*c.FFN)
+			l.Gate, l.Up, _ = splitRows(both, c.FFN, c.FFN)
+		case c.MLP.Gated():
 			l.Gate = b.matrix(n("ffn_gate.weight"), c.DModel, c.FFN)
+			l.Up = b.matrix(n("ffn_up.weight"), c.DModel, c.FFN)
+		default:
+			l.Up = b.matrix(n("ffn_up.weight"), c.DModel, c.FFN)
 		}
-		l.Up = b.matrix(n("ffn_up.weight"), c.DModel, c.FFN)
 		l.Down = b.matrix(n("ffn_down.weight"), c.FFN, c.DModel)
 		if c.Bias {
 			l.OBias = b.vector(n("attn_output.bias"), c.DModel)
 			l.UpBias = b.vector(n("ffn_up.bias"), c.FFN)
 			l.DownBias = b.vector(n("ffn_down.bias"), c.DModel)
+		}
+	}
+	if _, ok := f.Tensor(ropeLong); ok {
+		if err := c.loadLongRope(f, &b); err != nil {
+			return nil, err
 		}
 	}
 	if _, ok := f.Tensor(ropeFreqs); ok {
@@ -185,6 +200,40 @@ func Load(f *gguf.File) (*Model, error) {
 // ropeFreqs is the tensor of RoPE frequency factors (Rope.FreqFactors).
 const ropeFreqs = "rope_freqs.weight"
 
+// Phi-3's long-context RoPE factors: long for a context past the original
+// one, short within it.
+const ropeLong, ropeShort = "rope_factors_long.weight", "rope_factors_short.weight"
+
+// loadLongRope reads Phi-3's two sets of RoPE factors and the original
+// context that chooses between them.
+func (c *Config) loadLongRope(f *gguf.File, b *binder) error {
+	key := c.Arch + ".rope.scaling.original_context_length"
+	orig, err := f.Int(key)
+	if err != nil {
+		return fmt.Errorf("model: %s has %s but %w", c.Arch, ropeLong, err)
+	}
+	if err := intInRange(key, orig); err != nil {
+		return err
+	}
+	long, short := b.vector(ropeLong, c.Rope.Dim/2), b.vector(ropeShort, c.Rope.Dim/2)
+	if b.err != nil {
+		return b.err
+	}
+	for name, v := range map[string][]float32{ropeLong: long, ropeShort: short} {
+		for i, x := range v {
+			if !(x > 0 && !math.IsInf(float64(x), 0)) {
+				return fmt.Errorf("model: tensor %s: factor %d is %g, want a positive number", name, i, x)
+			}
+		}
+	}
+	c.Rope.Scaling.OrigContext = orig
+	c.Rope.FreqFactors = short
+	lr := c.Rope
+	lr.FreqFactors = long
+	c.LongRope = &lr
+	return nil
+}
+
 // tensorsPerBlock is how many tensors each block of the architecture has.
 func (c *Config) tensorsPerBlock() int64 {
 	n := int64(2 + 1 + 2) // the two norms, O, up and down
@@ -193,7 +242,7 @@ func (c *Config) tensorsPerBlock() int64 {
 	} else {
 		n += 3
 	}
-	if c.MLP.Gated() {
+	if c.MLP.Gated() && !c.FusedGateUp {
 		n++
 	}
 	switch {
@@ -225,8 +274,8 @@ func splitRows(w *Weight, sizes ...int) (q, k, v *Weight) {
 		return nil, nil, nil
 	}
 	rowBytes := len(w.Data) / w.Rows
-	parts := make([]*Weight, len(sizes))
-	names := []string{"[q]", "[k]", "[v]"}
+	parts := make([]*Weight, 3)
+	names := []string{"[0]", "[1]", "[2]"}
 	r := 0
 	for i, n := range sizes {
 		parts[i] = &Weight{Name: w.Name + names[i], Rows: n, Cols: w.Cols, Format: w.Format, Data: w.Data[r*rowBytes : (r+n)*rowBytes : (r+n)*rowBytes]}

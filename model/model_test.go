@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -201,6 +202,75 @@ func TestGemmaLayouts(t *testing.T) {
 	}
 }
 
+// Phi-3: fused QKV (or, from other converters, Q, K and V apart), gate and
+// up in one ffn_up, gate first; LongRoPE's two sets of factors with the
+// original context and the attention factor from the metadata.
+func TestPhi3Layout(t *testing.T) {
+	m, err := rebuild(t, "tiny-phi3", nil, nil)
+	require.NoError(t, err)
+	require.True(t, m.FusedGateUp)
+	require.Equal(t, model.MLPSwiGLU, m.MLP)
+	require.Equal(t, 64, m.Rope.Scaling.OrigContext)
+	require.InEpsilon(t, math.Sqrt(1+math.Log(8)/math.Log(64)), m.Rope.Scaling.AttnFactor, 1e-7)
+	require.NotNil(t, m.LongRope)
+	require.Equal(t, m.Rope.Scaling, m.LongRope.Scaling)
+	require.InDelta(t, 8, m.LongRope.FreqFactors[31], 1e-6, "the long factors reach the context ratio")
+	require.InDelta(t, 1.1, m.Rope.FreqFactors[31], 1e-6, "Rope has the short ones")
+	d, ffn := m.DModel, m.FFN
+	decode := func(w *model.Weight) []float32 {
+		out := make([]float32, w.Rows*w.Cols)
+		w.Format.Dequantize(out, w.Data)
+		return out
+	}
+	up, _ := m.File.Tensor("blk.1.ffn_up.weight")
+	both := make([]float32, 2*ffn*d)
+	m.Blocks[1].Up.Format.Dequantize(both, m.File.Data(up))
+	require.Equal(t, both[:ffn*d], decode(m.Blocks[1].Gate), "gate rows first")
+	require.Equal(t, both[ffn*d:], decode(m.Blocks[1].Up))
+
+	// The same weights with Q, K and V stored apart load the same.
+	q, k, v := m.QDim(), m.KVDim(), m.KVDim()
+	w, err := model.Generate(model.Shapes["tiny-phi3"], gguf.F32, 1)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = w.WriteTo(&buf)
+	require.NoError(t, err)
+	f, err := gguf.Parse(buf.Bytes(), "phi3")
+	require.NoError(t, err)
+	out := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		require.NoError(t, out.AddKV(kv.Key, kv.Value.Any()))
+	}
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		var l int
+		if _, err := fmt.Sscanf(ti.Name, "blk.%d.attn_qkv.weight", &l); err == nil {
+			data, row := f.Data(ti), 4*d
+			for _, part := range []struct {
+				name       string
+				rows, from int
+			}{{"attn_q", q, 0}, {"attn_k", k, q}, {"attn_v", v, q + k}} {
+				name := fmt.Sprintf("blk.%d.%s.weight", l, part.name)
+				require.NoError(t, out.AddTensor(name, ti.Type, []int64{int64(d), int64(part.rows)}, data[part.from*row:(part.from+part.rows)*row]))
+			}
+			continue
+		}
+		require.NoError(t, out.AddTensor(ti.Name, ti.Type, ti.Dims, f.Data(ti)))
+	}
+	var apartBuf bytes.Buffer // out's tensors alias buf
+	_, err = out.WriteTo(&apartBuf)
+	require.NoError(t, err)
+	g, err := gguf.Parse(apartBuf.Bytes(), "phi3 apart")
+	require.NoError(t, err)
+	apart, err := model.Load(g)
+	require.NoError(t, err)
+	for l := range m.Layers {
+		for i, pair := range [][2]*model.Weight{{m.Blocks[l].Q, apart.Blocks[l].Q}, {m.Blocks[l].K, apart.Blocks[l].K}, {m.Blocks[l].V, apart.Blocks[l].V}} {
+			require.Equal(t, decode(pair[0]), decode(pair[1]), "layer %d part %d", l, i)
+		}
+	}
+}
+
 func TestStories260KConfig(t *testing.T) {
 	m, err := model.Open(sharedtest.Stories(t))
 	require.NoError(t, err)
@@ -228,7 +298,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		}
 		return v, true
 	}, nil)
-	require.ErrorContains(t, err, `architecture "gpt-neox" is not supported (supported: llama, qwen2, qwen3, gpt2, gemma2, gemma3)`)
+	require.ErrorContains(t, err, `architecture "gpt-neox" is not supported (supported: `+strings.Join(model.Architectures(), ", ")+")")
 
 	_, err = rebuild(t, "tiny-llama", nil, func(ti *gguf.TensorInfo) ([]int64, bool) { return ti.Dims, ti.Name != "blk.1.ffn_up.weight" })
 	require.ErrorContains(t, err, "tensor blk.1.ffn_up.weight is missing")

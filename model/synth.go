@@ -34,6 +34,9 @@ type Shape struct {
 	// LinearRope, when not 0, writes linear RoPE scaling by this factor
 	// (gemma3 applies it to its global layers only).
 	LinearRope float64
+	// LongRopeContext, when not 0, writes Phi-3's long and short RoPE
+	// factors with this original context, and their attention factor.
+	LongRopeContext int
 }
 
 // Shapes are the named geometries `strata gen` knows. Widths are multiples
@@ -42,6 +45,7 @@ var Shapes = map[string]Shape{
 	"tiny-llama":  {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000},
 	"tiny-gemma2": {Arch: "gemma2", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 128, Vocab: 512, Context: 512, Theta: 10000, Window: 5},
 	"tiny-gemma3": {Arch: "gemma3", Layers: 6, DModel: 256, FFN: 512, Heads: 4, KVHeads: 1, HeadDim: 64, Vocab: 512, Context: 512, Theta: 1e6, Window: 5, LinearRope: 8},
+	"tiny-phi3":   {Arch: "phi3", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000, LongRopeContext: 64},
 	"tiny-gpt2":   {Arch: "gpt2", Layers: 2, DModel: 256, FFN: 1024, Heads: 4, KVHeads: 4, HeadDim: 64, Vocab: 512, Context: 512},
 	"tiny-llama3": {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 5e5, Llama3Rope: true},
 	"tiny-qwen2":  {Arch: "qwen2", Layers: 2, DModel: 256, FFN: 512, Heads: 8, KVHeads: 2, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
@@ -86,7 +90,8 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	if s.Heads%s.KVHeads != 0 {
 		return nil, fmt.Errorf("model: shape Heads %d is not a multiple of KVHeads %d", s.Heads, s.KVHeads)
 	}
-	if traits.fusedQKV && (s.KVHeads != s.Heads || s.HeadDim*s.Heads != s.DModel) {
+	// GPT-2's metadata has no KV head count or head width to say otherwise.
+	if traits.pos == PosLearned && (s.KVHeads != s.Heads || s.HeadDim*s.Heads != s.DModel) {
 		return nil, fmt.Errorf("model: %s has one K and V head per query head of width DModel/Heads (shape has %d heads, %d KV heads, head width %d, d_model %d)", s.Arch, s.Heads, s.KVHeads, s.HeadDim, s.DModel)
 	}
 	if traits.pos == PosRope {
@@ -136,6 +141,10 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	if traits.swa > 0 {
 		kvs = append(kvs, kv{p + "attention.sliding_window", uint32(s.Window)})
 	}
+	if s.LongRopeContext != 0 {
+		kvs = append(kvs, kv{p + "rope.scaling.original_context_length", uint32(s.LongRopeContext)},
+			kv{p + "rope.scaling.attn_factor", float32(longRopeAttnFactor(s.Context, s.LongRopeContext))})
+	}
 	if s.LinearRope != 0 {
 		kvs = append(kvs, kv{p + "rope.scaling.type", "linear"}, kv{p + "rope.scaling.factor", float32(s.LinearRope)})
 	}
@@ -171,7 +180,9 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 		norm(n("attn_norm"), s.DModel)
 		if traits.fusedQKV {
 			g.matrix(n("attn_qkv.weight"), format, s.DModel, q+2*kv)
-			g.bias(n("attn_qkv.bias"), q+2*kv)
+			if traits.qkvBias {
+				g.bias(n("attn_qkv.bias"), q+2*kv)
+			}
 		} else {
 			g.matrix(n("attn_q.weight"), format, s.DModel, q)
 			g.matrix(n("attn_k.weight"), format, s.DModel, kv)
@@ -192,10 +203,15 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 			g.gain(n("post_ffw_norm.weight"), s.DModel)
 		}
 		norm(n("ffn_norm"), s.DModel)
-		if traits.mlp.Gated() {
+		switch {
+		case traits.fusedUp:
+			g.matrix(n("ffn_up.weight"), format, s.DModel, 2*s.FFN)
+		case traits.mlp.Gated():
 			g.matrix(n("ffn_gate.weight"), format, s.DModel, s.FFN)
+			g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
+		default:
+			g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
 		}
-		g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
 		g.matrix(n("ffn_down.weight"), format, s.FFN, s.DModel)
 		if traits.bias {
 			g.bias(n("attn_output.bias"), s.DModel)
@@ -207,10 +223,37 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	if !traits.gemma { // Gemma ties its LM head to the embedding
 		g.matrix("output.weight", format, s.DModel, s.Vocab)
 	}
+	if s.LongRopeContext != 0 && g.err == nil {
+		// Factors growing from 1 to the context ratio over the pairs, as
+		// Phi-3's long factors do; the short ones stay near 1.
+		half := s.HeadDim / 2
+		long, short := make([]float32, half), make([]float32, half)
+		ratio := float64(s.Context) / float64(s.LongRopeContext)
+		for i := range half {
+			f := float64(i) / float64(half-1)
+			long[i] = float32(math.Pow(ratio, f))
+			short[i] = float32(1 + 0.1*f)
+		}
+		g.err = w.AddTensor(ropeLong, gguf.F32, []int64{int64(half)}, f32bytes(long))
+		if g.err == nil {
+			g.err = w.AddTensor(ropeShort, gguf.F32, []int64{int64(half)}, f32bytes(short))
+		}
+	}
 	if s.Llama3Rope && g.err == nil {
 		g.err = w.AddTensor(ropeFreqs, gguf.F32, []int64{int64(s.HeadDim / 2)}, f32bytes(Llama3FreqFactors(s.HeadDim, s.Theta, 8, 1, 4, 8192)))
 	}
 	return w, g.err
+}
+
+// longRopeAttnFactor is Phi-3's LongRoPE magnitude scale for a context
+// stretched from orig to ctx, as HuggingFace computes it and llama.cpp's
+// converter writes it: sqrt(1 + ln(ctx/orig) / ln(orig)).
+func longRopeAttnFactor(ctx, orig int) float64 {
+	scale := float64(ctx) / float64(orig)
+	if scale <= 1 {
+		return 1
+	}
+	return math.Sqrt(1 + math.Log(scale)/math.Log(float64(orig)))
 }
 
 // byteVocab is a byte-level vocabulary: the 256 byte tokens, an end token,

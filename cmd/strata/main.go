@@ -198,10 +198,15 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	switch c.Pos {
 	case model.PosRope:
 		fmt.Fprintf(out, "positions     RoPE %s, %d dims, theta %g, scaling %s", c.Rope.Mode, c.Rope.Dim, c.Rope.Theta, c.Rope.Scaling.Type)
-		if ff := c.Rope.FreqFactors; ff != nil {
+		if ff := c.Rope.FreqFactors; ff != nil && c.LongRope == nil {
 			fmt.Fprintf(out, ", frequency factors %g to %g (rope_freqs.weight, Llama 3 style)", slices.Min(ff), slices.Max(ff))
 		}
 		fmt.Fprintln(out)
+		if lr := c.LongRope; lr != nil {
+			fmt.Fprintf(out, "long rope     factors %.3g to %.3g for a KV cache within %d positions, %.3g to %.3g past it; magnitude x %.4g\n",
+				slices.Min(c.Rope.FreqFactors), slices.Max(c.Rope.FreqFactors), c.Rope.Scaling.OrigContext,
+				slices.Min(lr.FreqFactors), slices.Max(lr.FreqFactors), c.Rope.Scaling.AttnFactor)
+		}
 		if lr := c.LocalRope; lr != nil {
 			fmt.Fprintf(out, "local rope    theta %g, scaling %s (sliding-window layers)\n", lr.Theta, lr.Scaling.Type)
 		}
@@ -223,6 +228,9 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	extras := []string{}
 	if c.FusedQKV {
 		extras = append(extras, "fused QKV")
+	}
+	if c.FusedGateUp {
+		extras = append(extras, "fused gate and up")
 	}
 	if c.QKVBias {
 		extras = append(extras, "QKV bias")

@@ -89,6 +89,7 @@ func TestEveryPointMatchesCPU(t *testing.T) {
 		{"tiny-gpt2", []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K}},
 		{"tiny-gemma2", []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K}},
 		{"tiny-gemma3", []gguf.Type{gguf.F32, gguf.Q6_K}},
+		{"tiny-phi3", []gguf.Type{gguf.F32, gguf.Q8_0}},
 	}
 	for _, c := range cases {
 		for _, typ := range c.types {
