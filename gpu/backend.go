@@ -28,6 +28,10 @@ type Backend interface {
 	Name() string
 	// Upload makes a weight resident; called once per weight per engine.
 	Upload(w *model.Weight) (Matrix, error)
+	// UploadGroup makes several weights resident together, in one
+	// allocation where the backend can: a mixture's experts, which would
+	// otherwise need more allocations than a GPU allows.
+	UploadGroup(ws []*model.Weight) ([]Matrix, error)
 	// NewStream starts an independent command stream; one per session, so
 	// sessions may run from different goroutines.
 	NewStream() Stream
@@ -111,6 +115,20 @@ type Stream interface {
 	// RowNorms writes the L2 norm of each of rows rows of n elements of src,
 	// starting at element off.
 	RowNorms(dst, src Tensor, off, rows, n int)
+
+	// Route picks each of rows tokens' experts from its router logits
+	// [rows, experts]: the softmax's top k, renormalised to sum to 1
+	// (ties to the lower index). It writes their ids (as float32) and
+	// weights, [rows, k] each, best first.
+	Route(ids, weights, logits Tensor, rows, experts, k int)
+	// GatherRows copies row rows[i] of src to row i of dst, cols wide.
+	GatherRows(dst, src Tensor, rows []int32, cols int)
+	// ScatterRows copies row i of src to row rows[i] of dst, cols wide.
+	ScatterRows(dst, src Tensor, rows []int32, cols int)
+	// WeightedSum writes dst[r] = sum over j < k of weights[r*k+j] *
+	// src[r*k+j] for rows rows of cols elements: each token's experts'
+	// outputs, mixed.
+	WeightedSum(dst, src, weights Tensor, rows, k, cols int)
 }
 
 // ReadRequest is one range of a ReadBatch: len(Dst) elements of Src from Off.

@@ -37,6 +37,8 @@ type layerWeights struct {
 	qNorm, kNorm              Tensor
 	gate, up, down            Matrix
 	upBias, downBias          Tensor
+	router                    Matrix
+	experts                   [][3]Matrix // gate, up, down per expert
 }
 
 // NewEngine uploads the model's weights to the backend once.
@@ -97,6 +99,19 @@ func NewEngine(m *model.Model, b Backend) (*Engine, error) {
 		w.qNorm = vector(name("attn_q_norm"), l.QNorm)
 		w.kNorm = vector(name("attn_k_norm"), l.KNorm)
 		w.gate, w.up, w.down = upload(l.Gate), upload(l.Up), upload(l.Down)
+		w.router = upload(l.Router)
+		if len(l.Experts) > 0 && err == nil {
+			var ws []*model.Weight
+			for _, x := range l.Experts {
+				ws = append(ws, x.Gate, x.Up, x.Down)
+			}
+			var ms []Matrix
+			if ms, err = b.UploadGroup(ws); err == nil {
+				for e := range l.Experts {
+					w.experts = append(w.experts, [3]Matrix{ms[3*e], ms[3*e+1], ms[3*e+2]})
+				}
+			}
+		}
 	}
 	if err == nil {
 		err = st.Sync()
@@ -470,8 +485,15 @@ func (l *layout) anyMaterialized() bool {
 
 func (l *layout) scratchElements(c *model.Config) int {
 	t := l.t
-	n := 2*t*c.DModel + t*c.QDim() + 2*t*c.KVDim() + t*c.QDim() + 2*t*c.DModel + t*c.FFN
-	if c.MLP.Gated() {
+	n := 2*t*c.DModel + t*c.QDim() + 2*t*c.KVDim() + t*c.QDim() + 2*t*c.DModel
+	switch {
+	case c.MoE():
+		for _, q := range (&moeBuffers{}).needs(c, t) {
+			n += q.n
+		}
+	case c.MLP.Gated():
+		n += 2 * t * c.FFN
+	default:
 		n += t * c.FFN
 	}
 	if l.anyMaterialized() {

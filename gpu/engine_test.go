@@ -56,6 +56,8 @@ func TestEveryPointMatchesFloat64Reference(t *testing.T) {
 		{"tiny-gemma2", []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K}},
 		{"tiny-gemma3", []gguf.Type{gguf.F32, gguf.Q6_K}},
 		{"tiny-phi3", []gguf.Type{gguf.F32, gguf.Q4_K}},
+		{"tiny-qwen3moe", []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K}},
+		{"tiny-mixtral", []gguf.Type{gguf.F32, gguf.Q4_0}},
 	}
 	for _, c := range cases {
 		for _, typ := range c.types {
@@ -409,4 +411,52 @@ func TestPhi3RopeFactorsFollowTheCacheSize(t *testing.T) {
 		s.Close()
 	}
 	require.NotEqual(t, rotated[0], rotated[1], "long and short factors rotate K differently")
+}
+
+// A mixture's experts: routing is the float64 reference's at every point
+// (TestEveryPointMatchesFloat64Reference), and the interventions do what
+// they say: an ablated expert is never chosen and the rest are still
+// weighted to sum to 1; a forced one comes first with weight 1.
+func TestAblateAndForceExperts(t *testing.T) {
+	m := genModel(t, "tiny-qwen3moe", gguf.F32, 4)
+	e := newEngine(t, m)
+	k := m.ExpertsUsed
+	points := gpu.CaptureOf("blocks.*.mlp.hook_expert_ids", "blocks.*.mlp.hook_expert_weights", "blocks.*.hook_mlp_out")
+	clean := prefill(t, e, testTokens, gpu.Options{Capture: points})
+	// The expert layer 0 chooses most.
+	count := map[float32]int{}
+	for _, id := range clean.Tensor("blocks.0.mlp.hook_expert_ids").Data {
+		count[id]++
+	}
+	busiest := float32(-1)
+	for id, n := range count {
+		if busiest < 0 || n > count[busiest] || (n == count[busiest] && id < busiest) {
+			busiest = id
+		}
+	}
+	ablated := prefill(t, e, testTokens, gpu.Options{Capture: points, Hooks: []gpu.Hook{gpu.AblateExpert(0, int(busiest))}})
+	ids, ws := ablated.Tensor("blocks.0.mlp.hook_expert_ids").Data, ablated.Tensor("blocks.0.mlp.hook_expert_weights").Data
+	require.NotContains(t, ids, busiest)
+	for tok := range len(testTokens) {
+		sum := float32(0)
+		for _, w := range ws[tok*k : (tok+1)*k] {
+			sum += w
+		}
+		require.InDelta(t, 1, sum, 1e-6, "token %d", tok)
+	}
+	require.NotEqual(t, clean.Tensor("blocks.0.hook_mlp_out").Data, ablated.Tensor("blocks.0.hook_mlp_out").Data)
+
+	forced := prefill(t, e, testTokens, gpu.Options{Capture: points, Hooks: []gpu.Hook{gpu.ForceExpert(1, 5)}})
+	ids, ws = forced.Tensor("blocks.1.mlp.hook_expert_ids").Data, forced.Tensor("blocks.1.mlp.hook_expert_weights").Data
+	for tok := range len(testTokens) {
+		require.Equal(t, float32(5), ids[tok*k], "token %d", tok)
+		require.Equal(t, float32(1), ws[tok*k], "token %d", tok)
+	}
+	require.Equal(t, clean.Tensor("blocks.0.mlp.hook_expert_ids").Data, forced.Tensor("blocks.0.mlp.hook_expert_ids").Data, "layer 0 is untouched")
+
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Hooks: []gpu.Hook{gpu.ForceExpert(0, 8)}})
+	require.ErrorContains(t, err, "expert 8 is out of range")
 }

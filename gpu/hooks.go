@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"path"
 
@@ -186,6 +187,29 @@ func MeanAblateHead(layer, head int) Hook {
 		e, err := headView(name, shape, head)
 		e.Op = EditMean
 		return []DeviceEdit{{Edit: e}}, err
+	}}
+}
+
+// AblateExpert keeps a mixture's expert from every token in one layer: its
+// router logit becomes -Inf, so the tokens' top experts are chosen, and
+// weighted, among the others.
+func AblateExpert(layer, expert int) Hook { return expertLogit(layer, expert, float32(math.Inf(-1))) }
+
+// ForceExpert routes every token of one layer to one expert: its router
+// logit becomes forcedLogit, far above any trained logit, so it comes first
+// with a weight of 1 (to float32's precision) and the other chosen experts
+// get weight 0.
+func ForceExpert(layer, expert int) Hook { return expertLogit(layer, expert, forcedLogit) }
+
+// forcedLogit outweighs any other logit: exp(-1e4) is 0 in float32.
+const forcedLogit = 1e4
+
+func expertLogit(layer, expert int, v float32) Hook {
+	return Hook{Point: LayerPoint(layer, "mlp.hook_router_logits"), Device: func(name string, shape []int) ([]DeviceEdit, error) {
+		if len(shape) != 2 || expert < 0 || expert >= shape[1] {
+			return nil, fmt.Errorf("expert %d is out of range: %s has shape %v, [T, experts]", expert, name, shape)
+		}
+		return []DeviceEdit{{Edit: Edit{Op: EditFill, Off: expert, Rows: shape[0], Cols: 1, Stride: shape[1], Scalar: v}}}, nil
 	}}
 }
 

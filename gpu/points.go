@@ -62,6 +62,13 @@ var layerPoints = []string{
 	"hook_resid_post",
 }
 
+// moePoints replace a mixture of experts' MLP points: the router's logits
+// [T, Experts], each token's chosen experts [T, ExpertsUsed] (ids as
+// float32, best first) and their weights, and the chosen experts' outputs
+// before weighting [T, ExpertsUsed, DModel]. Editing the logits (to -Inf:
+// never chosen; to a large value: always) ablates or forces an expert.
+var moePoints = []string{"mlp.hook_router_logits", "mlp.hook_expert_ids", "mlp.hook_expert_weights", "mlp.hook_expert_out"}
+
 // Points lists every capture point name of a model, in the order a prefill
 // reaches them. A model with learned positions has hook_pos_embed and no
 // rotated Q and K; one with a plain (ungated) MLP has no hook_pre_linear.
@@ -76,7 +83,15 @@ func Points(c *model.Config) []string {
 				(!c.MLP.Gated() && p == "mlp.hook_pre_linear") {
 				continue
 			}
+			if c.MoE() && strings.HasPrefix(p, "mlp.") {
+				continue
+			}
 			names = append(names, LayerPoint(l, p))
+			if c.MoE() && p == "ln2.hook_normalized" {
+				for _, m := range moePoints {
+					names = append(names, LayerPoint(l, m))
+				}
+			}
 		}
 	}
 	return append(names, "ln_final.hook_normalized", "logits")
@@ -122,6 +137,12 @@ func shapeOf(c *model.Config, name string, t, pos0, logitRows int) []int {
 		return []int{c.Heads, t, keys}
 	case "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post":
 		return []int{t, c.FFN}
+	case "mlp.hook_router_logits":
+		return []int{t, c.Experts}
+	case "mlp.hook_expert_ids", "mlp.hook_expert_weights":
+		return []int{t, c.ExpertsUsed}
+	case "mlp.hook_expert_out":
+		return []int{t, c.ExpertsUsed, c.DModel}
 	case "ln_final.hook_normalized":
 		return []int{logitRows, c.DModel}
 	case "logits":

@@ -105,8 +105,12 @@ func (r *Run) program(yield func(string) bool) {
 		if !at("ln2.hook_normalized", r.h, 0) {
 			return
 		}
-		switch c.MLP {
-		case model.MLPSwiGLU, model.MLPGeGLU:
+		switch {
+		case c.MoE():
+			if !r.mixture(w, at) {
+				return
+			}
+		case c.MLP == model.MLPSwiGLU || c.MLP == model.MLPGeGLU:
 			st.MatMul(r.h, t, Proj{W: w.gate, Dst: r.gate}, Proj{W: w.up, Dst: r.up})
 			if !at("mlp.hook_pre", r.gate, 0) || !at("mlp.hook_pre_linear", r.up, 0) {
 				return
@@ -116,17 +120,19 @@ func (r *Run) program(yield func(string) bool) {
 			} else {
 				st.GeGLU(r.gate, r.gate, r.up, t*c.FFN)
 			}
-		case model.MLPGELU:
+		case c.MLP == model.MLPGELU:
 			st.MatMul(r.h, t, Proj{W: w.up, Dst: r.gate, Bias: w.upBias})
 			if !at("mlp.hook_pre", r.gate, 0) {
 				return
 			}
 			st.GELU(r.gate, r.gate, t*c.FFN)
 		}
-		if !at("mlp.hook_post", r.gate, 0) {
-			return
+		if !c.MoE() {
+			if !at("mlp.hook_post", r.gate, 0) {
+				return
+			}
+			st.MatMul(r.gate, t, Proj{W: w.down, Dst: r.mlpOut, Bias: w.downBias})
 		}
-		st.MatMul(r.gate, t, Proj{W: w.down, Dst: r.mlpOut, Bias: w.downBias})
 		if c.PostNorms {
 			r.norm(r.mlpOut, r.mlpOut, w.ffnPostNorm, nil, t)
 		}

@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"math"
+	"sort"
 	"testing"
 
 	"github.com/stratalab/strata/gguf"
@@ -27,6 +28,8 @@ type refLayer struct {
 	oBias, upBias, downBias   []float64
 	qNorm, kNorm              []float64
 	gate, up, down            [][]float64
+	router                    [][]float64
+	experts                   [][3][][]float64 // gate, up, down
 }
 
 func f64(v []float32) []float64 {
@@ -64,6 +67,7 @@ func newRef(m *model.Model) *refModel {
 			q: decodeMatrix(l.Q), k: decodeMatrix(l.K), v: decodeMatrix(l.V), o: decodeMatrix(l.O),
 			qBias: f64(l.QBias), kBias: f64(l.KBias), vBias: f64(l.VBias),
 			oBias: f64(l.OBias), upBias: f64(l.UpBias), downBias: f64(l.DownBias),
+			router: decodeMatrix(l.Router), experts: decodeExperts(l.Experts),
 			qNorm: f64(l.QNorm), kNorm: f64(l.KNorm),
 			gate: decodeMatrix(l.Gate), up: decodeMatrix(l.Up), down: decodeMatrix(l.Down),
 		})
@@ -201,8 +205,14 @@ func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 		h = norm(x, w.ffnNorm, w.ffnNormBias)
 		put(p("ln2.hook_normalized"), h)
 		var post [][]float64
-		switch c.MLP {
-		case model.MLPSwiGLU, model.MLPGeGLU:
+		switch {
+		case c.MoE():
+			mlpOut := r.mixture(w, h, put, p)
+			put(p("hook_mlp_out"), mlpOut)
+			x = addRows(x, mlpOut)
+			put(p("hook_resid_post"), x)
+			continue
+		case c.MLP == model.MLPSwiGLU || c.MLP == model.MLPGeGLU:
 			gate, up := linear(h, w.gate, nil), linear(h, w.up, nil)
 			put(p("mlp.hook_pre"), gate)
 			put(p("mlp.hook_pre_linear"), up)
@@ -217,7 +227,7 @@ func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 					}
 				}
 			}
-		case model.MLPGELU:
+		case c.MLP == model.MLPGELU:
 			pre := linear(h, w.up, w.upBias)
 			put(p("mlp.hook_pre"), pre)
 			post = make([][]float64, T)
@@ -249,6 +259,65 @@ func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 	}
 	put("logits", logits)
 	return out
+}
+
+func decodeExperts(xs []model.Expert) [][3][][]float64 {
+	var out [][3][][]float64
+	for _, x := range xs {
+		out = append(out, [3][][]float64{decodeMatrix(x.Gate), decodeMatrix(x.Up), decodeMatrix(x.Down)})
+	}
+	return out
+}
+
+// mixture is a mixture of experts in float64: softmax over the router's
+// logits, each token's top k experts (the lower index on a tie), their
+// probabilities renormalised, their SwiGLU outputs mixed by them.
+func (r *refModel) mixture(w refLayer, h [][]float64, put func(string, [][]float64), p func(string) string) [][]float64 {
+	c := &r.c
+	k := c.ExpertsUsed
+	logits := linear(h, w.router, nil)
+	put(p("mlp.hook_router_logits"), logits)
+	ids, weights, outs, mixed := make([][]float64, len(h)), make([][]float64, len(h)), make([][]float64, len(h)), make([][]float64, len(h))
+	for t, row := range logits {
+		mx := math.Inf(-1)
+		for _, v := range row {
+			mx = math.Max(mx, v)
+		}
+		prob, sum := make([]float64, len(row)), 0.0
+		for e, v := range row {
+			prob[e] = math.Exp(v - mx)
+			sum += prob[e]
+		}
+		order := make([]int, len(row))
+		for e := range order {
+			order[e] = e
+		}
+		sort.SliceStable(order, func(a, b int) bool { return prob[order[a]] > prob[order[b]] })
+		kept := 0.0
+		for _, e := range order[:k] {
+			kept += prob[e] / sum
+		}
+		mixed[t] = make([]float64, c.DModel)
+		for _, e := range order[:k] {
+			ids[t] = append(ids[t], float64(e))
+			wt := prob[e] / sum / kept
+			weights[t] = append(weights[t], wt)
+			x := w.experts[e]
+			gate, up := linear([][]float64{h[t]}, x[0], nil)[0], linear([][]float64{h[t]}, x[1], nil)[0]
+			for i, g := range gate {
+				gate[i] = g / (1 + math.Exp(-g)) * up[i]
+			}
+			y := linear([][]float64{gate}, x[2], nil)[0]
+			outs[t] = append(outs[t], y...)
+			for i, v := range y {
+				mixed[t][i] += wt * v
+			}
+		}
+	}
+	put(p("mlp.hook_expert_ids"), ids)
+	put(p("mlp.hook_expert_weights"), weights)
+	put(p("mlp.hook_expert_out"), outs)
+	return mixed
 }
 
 // geluNew is GPT-2's gelu_new (Gemma's gelu_pytorch_tanh), as HuggingFace

@@ -29,6 +29,7 @@ type Run struct {
 	x, h, q, k, v, z Tensor
 	attnOut, mlpOut  Tensor
 	gate, up         Tensor
+	moe              moeBuffers
 	scores, pattern  Tensor
 	logits, argmax   Tensor
 	arenas           []Tensor // the captures, laid out by the layout's slots
@@ -80,10 +81,14 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 		{"z", t * c.QDim(), &r.z},
 		{"attn_out", t * c.DModel, &r.attnOut},
 		{"mlp_out", t * c.DModel, &r.mlpOut},
-		{"mlp_gate", t * c.FFN, &r.gate},
 	}
-	if c.MLP.Gated() {
-		needs = append(needs, need{"mlp_up", t * c.FFN, &r.up})
+	switch {
+	case c.MoE():
+		needs = append(needs, r.moe.needs(c, t)...)
+	case c.MLP.Gated():
+		needs = append(needs, need{"mlp_gate", t * c.FFN, &r.gate}, need{"mlp_up", t * c.FFN, &r.up})
+	default:
+		needs = append(needs, need{"mlp_gate", t * c.FFN, &r.gate})
 	}
 	if l.anyMaterialized() {
 		needs = append(needs, need{"attn_scores", c.Heads * t * l.keys, &r.scores}, need{"attn_pattern", c.Heads * t * l.keys, &r.pattern})

@@ -1,7 +1,7 @@
 // Package model turns a GGUF file into what the prefill engine runs: the
 // architecture's hyper-parameters, typed weights bound by name, and the
-// tokenizer. It supports the llama, qwen2, qwen3, gpt2, gemma2, gemma3 and
-// phi3 architectures.
+// tokenizer. It supports the llama (with Mixtral's experts too), qwen2,
+// qwen3, qwen3moe, gpt2, gemma2, gemma3 and phi3 architectures.
 package model
 
 import (
@@ -183,7 +183,16 @@ type Config struct {
 	// queries see (itself included); SWAPattern n makes layers l with
 	// l % n < n-1 sliding (llama.cpp's swa pattern). 0 is none.
 	SlidingWindow, SWAPattern int
+	// Experts is the number of MLP experts of a mixture-of-experts model
+	// (0 for a dense one), ExpertsUsed how many each token is routed to,
+	// ExpertFFN each expert's hidden width. The router's softmax weights of
+	// a token's top ExpertsUsed experts are renormalised to sum to 1, as
+	// Qwen3-MoE and Mixtral do.
+	Experts, ExpertsUsed, ExpertFFN int
 }
+
+// MoE reports whether the MLP is a mixture of experts.
+func (c *Config) MoE() bool { return c.Experts > 0 }
 
 // Window is how many keys back layer's queries see, 0 for all before them.
 func (c *Config) Window(layer int) int {
@@ -233,11 +242,14 @@ var architectures = map[string]archTraits{
 	"gemma2": {rope: RopeNeoX, mlp: MLPGeGLU, gemma: true, softcaps: true, swa: 2},
 	"gemma3": {rope: RopeNeoX, mlp: MLPGeGLU, gemma: true, qkNorm: true, swa: 6, localBase: 10000},
 	"phi3":   {rope: RopeNeoX, fusedQKV: true, fusedUp: true},
+	// Experts come from the metadata (expert_count), so llama files with
+	// experts (Mixtral) are mixtures too.
+	"qwen3moe": {rope: RopeNeoX, qkNorm: true},
 }
 
 // Architectures lists the supported general.architecture values.
 func Architectures() []string {
-	return []string{"llama", "qwen2", "qwen3", "gpt2", "gemma2", "gemma3", "phi3"}
+	return []string{"llama", "qwen2", "qwen3", "qwen3moe", "gpt2", "gemma2", "gemma3", "phi3"}
 }
 
 // gemmaLargeLayers is the block count of the 27B Gemma of each generation,
@@ -332,6 +344,9 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	if c.Rope.Scaling, err = readScaling(f, p, c.Context); err != nil {
 		return c, err
 	}
+	if err := c.readExperts(f, p); err != nil {
+		return c, err
+	}
 	if traits.gemma {
 		c.PostNorms = true
 		c.EmbedScale = float32(math.Sqrt(float64(c.DModel)))
@@ -363,6 +378,43 @@ func ReadConfig(f *gguf.File) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// maxExperts bounds expert_count: llama.cpp's limit.
+const maxExperts = 512
+
+// readExperts reads a mixture of experts' sizes; a file without
+// expert_count is dense.
+func (c *Config) readExperts(f *gguf.File, p string) error {
+	n, err := f.Int(p + "expert_count")
+	switch {
+	case errors.Is(err, gguf.ErrMissing):
+		return nil
+	case err != nil:
+		return err
+	case n == 0:
+		return nil
+	case n < 0 || n > maxExperts:
+		return fmt.Errorf("model: %sexpert_count = %d is out of range: want 0..%d", p, n, maxExperts)
+	}
+	used, err := f.Int(p + "expert_used_count")
+	if err != nil {
+		return fmt.Errorf("model: %sexpert_count is %d but %w", p, n, err)
+	}
+	if used < 1 || used > n {
+		return fmt.Errorf("model: %sexpert_used_count = %d is out of range: want 1..%d (expert_count)", p, used, n)
+	}
+	c.Experts, c.ExpertsUsed, c.ExpertFFN = n, used, c.FFN
+	// Qwen3-MoE gives the experts' width apart; Mixtral's is the FFN's.
+	if v, err := f.Int(p + "expert_feed_forward_length"); err == nil {
+		if err := intInRange(p+"expert_feed_forward_length", v); err != nil {
+			return err
+		}
+		c.ExpertFFN = v
+	} else if !errors.Is(err, gguf.ErrMissing) {
+		return err
+	}
+	return nil
 }
 
 // maxDim bounds every size read from metadata; the tensors' shapes bound

@@ -33,8 +33,17 @@ type Layer struct {
 	QBias, KBias, VBias       []float32 // qwen2, gpt2
 	OBias                     []float32 // gpt2
 	QNorm, KNorm              []float32 // qwen3 only, length HeadDim
-	Gate, Up, Down            *Weight   // Gate only for a gated MLP
+	Gate, Up, Down            *Weight   // Gate only for a gated MLP; none for experts
 	UpBias, DownBias          []float32 // gpt2
+	// Router scores the experts of a mixture, [Experts rows, DModel cols];
+	// Experts are their MLPs, each a slice of the file's expert tensors.
+	Router  *Weight
+	Experts []Expert
+}
+
+// Expert is one expert's MLP of a mixture: SwiGLU of width ExpertFFN.
+type Expert struct {
+	Gate, Up, Down *Weight
 }
 
 // Model is a loaded model: configuration, weights and tokenizer.
@@ -155,6 +164,17 @@ func Load(f *gguf.File) (*Model, error) {
 			l.KNorm = b.vector(n("attn_k_norm.weight"), c.HeadDim)
 		}
 		switch {
+		case c.MoE():
+			l.Router = b.matrix(n("ffn_gate_inp.weight"), c.DModel, c.Experts)
+			gates := b.experts(n("ffn_gate_exps.weight"), c.DModel, c.ExpertFFN, c.Experts)
+			ups := b.experts(n("ffn_up_exps.weight"), c.DModel, c.ExpertFFN, c.Experts)
+			downs := b.experts(n("ffn_down_exps.weight"), c.ExpertFFN, c.DModel, c.Experts)
+			if b.err == nil {
+				l.Experts = make([]Expert, c.Experts)
+				for e := range l.Experts {
+					l.Experts[e] = Expert{Gate: gates[e], Up: ups[e], Down: downs[e]}
+				}
+			}
 		case c.FusedGateUp:
 			both := b.matrix(n("ffn_up.weight"), c.DModel, 2*c.FFN)
 			l.Gate, l.Up, _ = splitRows(both, c.FFN, c.FFN)
@@ -164,7 +184,9 @@ func Load(f *gguf.File) (*Model, error) {
 		default:
 			l.Up = b.matrix(n("ffn_up.weight"), c.DModel, c.FFN)
 		}
-		l.Down = b.matrix(n("ffn_down.weight"), c.FFN, c.DModel)
+		if !c.MoE() {
+			l.Down = b.matrix(n("ffn_down.weight"), c.FFN, c.DModel)
+		}
 		if c.Bias {
 			l.OBias = b.vector(n("attn_output.bias"), c.DModel)
 			l.UpBias = b.vector(n("ffn_up.bias"), c.FFN)
@@ -243,7 +265,10 @@ func (c *Config) tensorsPerBlock() int64 {
 		n += 3
 	}
 	if c.MLP.Gated() && !c.FusedGateUp {
-		n++
+		n++ // gate, or the experts' gates
+	}
+	if c.MoE() {
+		n++ // the router
 	}
 	switch {
 	case c.QKVBias && c.FusedQKV:
@@ -328,6 +353,35 @@ func (b *binder) matrix(name string, cols, rows int) *Weight {
 	return &Weight{Name: name, Rows: int(t.Dims[1]), Cols: cols, Format: format, Data: data}
 }
 
+// experts binds a 3-D tensor of dims [cols, rows, n] (ggml order) as n
+// matrices, each a slice of its data: ggml stores the experts one after the
+// other, row by row.
+func (b *binder) experts(name string, cols, rows, n int) []*Weight {
+	t := b.tensor(name)
+	if t == nil {
+		return nil
+	}
+	if len(t.Dims) != 3 || t.Dims[0] != int64(cols) || t.Dims[1] != int64(rows) || t.Dims[2] != int64(n) {
+		b.err = fmt.Errorf("model: tensor %s has shape %v, want [%d %d %d]", name, t.Dims, cols, rows, n)
+		return nil
+	}
+	format, err := quant.For(t.Type)
+	if err == nil && t.Type == gguf.TQ2_0_G128 {
+		err = fmt.Errorf("expert tensors in %s are not supported", t.Type)
+	}
+	if err != nil {
+		b.err = fmt.Errorf("model: tensor %s: %w", name, err)
+		return nil
+	}
+	data := b.f.Data(t)
+	slab := len(data) / n
+	out := make([]*Weight, n)
+	for e := range out {
+		out[e] = &Weight{Name: fmt.Sprintf("%s[%d]", name, e), Rows: rows, Cols: cols, Format: format, Data: data[e*slab : (e+1)*slab : (e+1)*slab]}
+	}
+	return out
+}
+
 // canonicalTQ2 recognises which of the TQ2_0_g128 layouts in the wild the
 // tensor uses and returns it in the standard one (codes first, then d).
 func canonicalTQ2(f *gguf.File, t *gguf.TensorInfo) ([]byte, error) {
@@ -368,7 +422,11 @@ func (m *Model) Params() int64 {
 	if c.MLP.Gated() {
 		mlpMatrices = 3
 	}
-	perLayer := int64(2*c.DModel) + int64(c.DModel)*int64(c.QDim()+2*c.KVDim()) + int64(c.QDim())*int64(c.DModel) + mlpMatrices*int64(c.DModel)*int64(c.FFN)
+	mlp := mlpMatrices * int64(c.DModel) * int64(c.FFN)
+	if c.MoE() {
+		mlp = int64(c.Experts) * (3*int64(c.DModel)*int64(c.ExpertFFN) + int64(c.DModel))
+	}
+	perLayer := int64(2*c.DModel) + int64(c.DModel)*int64(c.QDim()+2*c.KVDim()) + int64(c.QDim())*int64(c.DModel) + mlp
 	if c.QKVBias {
 		perLayer += int64(c.QDim() + 2*c.KVDim())
 	}

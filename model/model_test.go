@@ -271,6 +271,42 @@ func TestPhi3Layout(t *testing.T) {
 	}
 }
 
+// Mixtures of experts as llama.cpp writes them: a router and each expert
+// kind in one [cols, rows, experts] tensor, whose slabs are the experts.
+func TestMixtureLayouts(t *testing.T) {
+	for _, shape := range []string{"tiny-qwen3moe", "tiny-mixtral"} {
+		m, err := rebuild(t, shape, nil, nil)
+		require.NoError(t, err, shape)
+		sh := model.Shapes[shape]
+		require.Equal(t, [3]int{sh.Experts, sh.ExpertsUsed, sh.ExpertFFN}, [3]int{m.Experts, m.ExpertsUsed, m.ExpertFFN}, shape)
+		require.Len(t, m.Blocks[1].Experts, sh.Experts)
+		require.Nil(t, m.Blocks[1].Gate)
+		down, _ := m.File.Tensor("blk.1.ffn_down_exps.weight")
+		all := make([]float32, sh.Experts*sh.DModel*sh.ExpertFFN)
+		m.Blocks[1].Router.Format.Dequantize(all, m.File.Data(down))
+		last := m.Blocks[1].Experts[sh.Experts-1].Down
+		got := make([]float32, last.Rows*last.Cols)
+		last.Format.Dequantize(got, last.Data)
+		require.Equal(t, all[len(all)-len(got):], got, "%s: the last expert is the last slab", shape)
+		var elements int64
+		for _, ti := range m.File.Tensors {
+			elements += ti.Elements()
+		}
+		require.Equal(t, elements, m.Params(), "%s: every tensor of the file is a parameter", shape)
+	}
+	for key, v := range map[string]uint32{"qwen3moe.expert_used_count": 9, "qwen3moe.expert_count": 100000} {
+		_, err := rebuild(t, "tiny-qwen3moe", func(k string, old any) (any, bool) {
+			if k == key {
+				return v, true
+			}
+			return old, true
+		}, nil)
+		require.ErrorContains(t, err, "is out of range", key)
+	}
+	_, err := rebuild(t, "tiny-qwen3moe", func(k string, v any) (any, bool) { return v, k != "qwen3moe.expert_used_count" }, nil)
+	require.ErrorContains(t, err, "qwen3moe.expert_count is 8 but")
+}
+
 func TestStories260KConfig(t *testing.T) {
 	m, err := model.Open(sharedtest.Stories(t))
 	require.NoError(t, err)

@@ -37,22 +37,27 @@ type Shape struct {
 	// LongRopeContext, when not 0, writes Phi-3's long and short RoPE
 	// factors with this original context, and their attention factor.
 	LongRopeContext int
+	// Experts, when not 0, makes the MLP a mixture of this many experts
+	// of width ExpertFFN, ExpertsUsed per token.
+	Experts, ExpertsUsed, ExpertFFN int
 }
 
 // Shapes are the named geometries `strata gen` knows. Widths are multiples
 // of 256 so that every block format, K-quants included, can store them.
 var Shapes = map[string]Shape{
-	"tiny-llama":  {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000},
-	"tiny-gemma2": {Arch: "gemma2", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 128, Vocab: 512, Context: 512, Theta: 10000, Window: 5},
-	"tiny-gemma3": {Arch: "gemma3", Layers: 6, DModel: 256, FFN: 512, Heads: 4, KVHeads: 1, HeadDim: 64, Vocab: 512, Context: 512, Theta: 1e6, Window: 5, LinearRope: 8},
-	"tiny-phi3":   {Arch: "phi3", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000, LongRopeContext: 64},
-	"tiny-gpt2":   {Arch: "gpt2", Layers: 2, DModel: 256, FFN: 1024, Heads: 4, KVHeads: 4, HeadDim: 64, Vocab: 512, Context: 512},
-	"tiny-llama3": {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 5e5, Llama3Rope: true},
-	"tiny-qwen2":  {Arch: "qwen2", Layers: 2, DModel: 256, FFN: 512, Heads: 8, KVHeads: 2, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
-	"tiny-qwen3":  {Arch: "qwen3", Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
-	"bonsai-1.7b": {Arch: "qwen3", Layers: 28, DModel: 2048, FFN: 6144, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
-	"bonsai-4b":   {Arch: "qwen3", Layers: 36, DModel: 2560, FFN: 9728, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
-	"bonsai-8b":   {Arch: "qwen3", Layers: 36, DModel: 4096, FFN: 12288, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+	"tiny-llama":    {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000},
+	"tiny-gemma2":   {Arch: "gemma2", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 128, Vocab: 512, Context: 512, Theta: 10000, Window: 5},
+	"tiny-gemma3":   {Arch: "gemma3", Layers: 6, DModel: 256, FFN: 512, Heads: 4, KVHeads: 1, HeadDim: 64, Vocab: 512, Context: 512, Theta: 1e6, Window: 5, LinearRope: 8},
+	"tiny-qwen3moe": {Arch: "qwen3moe", Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6, Experts: 8, ExpertsUsed: 2, ExpertFFN: 256},
+	"tiny-mixtral":  {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 1e6, Experts: 4, ExpertsUsed: 2, ExpertFFN: 512},
+	"tiny-phi3":     {Arch: "phi3", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000, LongRopeContext: 64},
+	"tiny-gpt2":     {Arch: "gpt2", Layers: 2, DModel: 256, FFN: 1024, Heads: 4, KVHeads: 4, HeadDim: 64, Vocab: 512, Context: 512},
+	"tiny-llama3":   {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 5e5, Llama3Rope: true},
+	"tiny-qwen2":    {Arch: "qwen2", Layers: 2, DModel: 256, FFN: 512, Heads: 8, KVHeads: 2, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
+	"tiny-qwen3":    {Arch: "qwen3", Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
+	"bonsai-1.7b":   {Arch: "qwen3", Layers: 28, DModel: 2048, FFN: 6144, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+	"bonsai-4b":     {Arch: "qwen3", Layers: 36, DModel: 2560, FFN: 9728, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+	"bonsai-8b":     {Arch: "qwen3", Layers: 36, DModel: 4096, FFN: 12288, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
 }
 
 // ShapeNames lists Shapes' keys in order.
@@ -99,7 +104,7 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 			return nil, err
 		}
 	}
-	for _, w := range []int{s.DModel, s.FFN, s.Heads * s.HeadDim} {
+	for _, w := range []int{s.DModel, s.FFN, s.Heads * s.HeadDim, max(s.ExpertFFN, format.BlockSize)} {
 		if w%format.BlockSize != 0 {
 			return nil, fmt.Errorf("model: width %d is not a multiple of %s's %d-element blocks", w, typ, format.BlockSize)
 		}
@@ -140,6 +145,12 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	}
 	if traits.swa > 0 {
 		kvs = append(kvs, kv{p + "attention.sliding_window", uint32(s.Window)})
+	}
+	if s.Experts != 0 {
+		kvs = append(kvs, kv{p + "expert_count", uint32(s.Experts)}, kv{p + "expert_used_count", uint32(s.ExpertsUsed)})
+		if s.ExpertFFN != s.FFN { // Mixtral's experts are the FFN's width, with no key of their own
+			kvs = append(kvs, kv{p + "expert_feed_forward_length", uint32(s.ExpertFFN)})
+		}
 	}
 	if s.LongRopeContext != 0 {
 		kvs = append(kvs, kv{p + "rope.scaling.original_context_length", uint32(s.LongRopeContext)},
@@ -204,6 +215,11 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 		}
 		norm(n("ffn_norm"), s.DModel)
 		switch {
+		case s.Experts != 0:
+			g.matrix(n("ffn_gate_inp.weight"), format, s.DModel, s.Experts)
+			g.experts(n("ffn_gate_exps.weight"), format, s.DModel, s.ExpertFFN, s.Experts)
+			g.experts(n("ffn_up_exps.weight"), format, s.DModel, s.ExpertFFN, s.Experts)
+			g.experts(n("ffn_down_exps.weight"), format, s.ExpertFFN, s.DModel, s.Experts)
 		case traits.fusedUp:
 			g.matrix(n("ffn_up.weight"), format, s.DModel, 2*s.FFN)
 		case traits.mlp.Gated():
@@ -212,7 +228,9 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 		default:
 			g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
 		}
-		g.matrix(n("ffn_down.weight"), format, s.FFN, s.DModel)
+		if s.Experts == 0 {
+			g.matrix(n("ffn_down.weight"), format, s.FFN, s.DModel)
+		}
 		if traits.bias {
 			g.bias(n("attn_output.bias"), s.DModel)
 			g.bias(n("ffn_up.bias"), s.FFN)
@@ -318,6 +336,32 @@ func (g *generator) matrix(name string, f *quant.Format, cols, rows int) {
 			})
 		}
 		wg.Wait()
+		return nil
+	})
+}
+
+// experts adds n expert matrices of [rows, cols] as one tensor of dims
+// [cols, rows, n], made as the file is written like matrix's.
+func (g *generator) experts(name string, f *quant.Format, cols, rows, n int) {
+	if g.err != nil {
+		return
+	}
+	g.tensors++
+	tensor := g.tensors
+	g.err = g.w.AddTensorFunc(name, f.Type, []int64{int64(cols), int64(rows), int64(n)}, func(out []byte) error {
+		rowBytes := cols / f.BlockSize * f.BlockBytes
+		limit := float32(math.Sqrt(3 / float64(cols)))
+		buf := make([]float32, cols)
+		for e := range n {
+			r := g.rng(tensor, uint64(e))
+			for row := range rows {
+				for i := range buf {
+					buf[i] = (2*r.Float32() - 1) * limit
+				}
+				at := (e*rows + row) * rowBytes
+				f.Quantize(out[at:at+rowBytes], buf)
+			}
+		}
 		return nil
 	})
 }

@@ -215,6 +215,9 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "norm          %s, eps %g\n", c.Norm, c.NormEps)
 	fmt.Fprintf(out, "mlp           %s\n", c.MLP)
+	if c.MoE() {
+		fmt.Fprintf(out, "experts       %d of width %d, %d per token (softmax router, top %d renormalised)\n", c.Experts, c.ExpertFFN, c.ExpertsUsed, c.ExpertsUsed)
+	}
 	if c.SWAPattern > 0 {
 		var global []string
 		for l := range c.Layers {

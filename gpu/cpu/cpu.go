@@ -59,6 +59,19 @@ func (b *Backend) Upload(w *model.Weight) (gpu.Matrix, error) {
 	return m, nil
 }
 
+// UploadGroup uploads each weight: the CPU reads them where they are.
+func (b *Backend) UploadGroup(ws []*model.Weight) ([]gpu.Matrix, error) {
+	out := make([]gpu.Matrix, len(ws))
+	for i, w := range ws {
+		m, err := b.Upload(w)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
 func (b *Backend) NewStream() gpu.Stream { return &stream{b: b} }
 
 // stream runs kernels eagerly; it remembers the first error for Sync.

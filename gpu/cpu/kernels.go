@@ -526,3 +526,76 @@ func blockDot(w, x []float32, n int) [8]float32 {
 	}
 	return out
 }
+
+func (s *stream) Route(ids, weights, logits gpu.Tensor, rows, experts, k int) {
+	id, w, x := data(ids), data(weights), data(logits)
+	s.parallel(rows, func(lo, hi int) {
+		p := make([]float64, experts)
+		for r := lo; r < hi; r++ {
+			row := x[r*experts : (r+1)*experts]
+			m := math.Inf(-1)
+			for _, v := range row {
+				m = max(m, float64(v))
+			}
+			var sum float64
+			for e, v := range row {
+				p[e] = math.Exp(float64(v) - m)
+				sum += p[e]
+			}
+			// Top k by selection; a chosen expert's p is marked -1.
+			var kept float64
+			for j := range k {
+				best := -1
+				for e, v := range p {
+					if v >= 0 && (best < 0 || v > p[best]) {
+						best = e
+					}
+				}
+				id[r*k+j], w[r*k+j] = float32(best), float32(p[best]/sum)
+				kept += p[best] / sum
+				p[best] = -1
+			}
+			for j := range k {
+				w[r*k+j] = float32(float64(w[r*k+j]) / kept)
+			}
+		}
+	})
+}
+
+func (s *stream) GatherRows(dst, src gpu.Tensor, rows []int32, cols int) {
+	d, x := data(dst), data(src)
+	for i, r := range rows {
+		if r < 0 || (int(r)+1)*cols > len(x) || (i+1)*cols > len(d) {
+			s.fail(fmt.Errorf("cpu: gather of row %d (%d wide) into row %d is out of range", r, cols, i))
+			return
+		}
+		copy(d[i*cols:(i+1)*cols], x[int(r)*cols:(int(r)+1)*cols])
+	}
+}
+
+func (s *stream) ScatterRows(dst, src gpu.Tensor, rows []int32, cols int) {
+	d, x := data(dst), data(src)
+	for i, r := range rows {
+		if r < 0 || (int(r)+1)*cols > len(d) || (i+1)*cols > len(x) {
+			s.fail(fmt.Errorf("cpu: scatter of row %d into row %d (%d wide) is out of range", i, r, cols))
+			return
+		}
+		copy(d[int(r)*cols:(int(r)+1)*cols], x[i*cols:(i+1)*cols])
+	}
+}
+
+func (s *stream) WeightedSum(dst, src, weights gpu.Tensor, rows, k, cols int) {
+	d, x, w := data(dst), data(src), data(weights)
+	s.parallel(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			out := d[r*cols : (r+1)*cols]
+			clear(out)
+			for j := range k {
+				wj := w[r*k+j]
+				for i, v := range x[(r*k+j)*cols : (r*k+j+1)*cols] {
+					out[i] += wj * v
+				}
+			}
+		}
+	})
+}

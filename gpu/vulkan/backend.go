@@ -455,6 +455,7 @@ type matrix struct {
 	w         *model.Weight
 	f         *weightFormat
 	buf       *buffer
+	off, size uint64 // its range of buf when a group's matrices share one; size 0: all
 	scaleBase uint32
 }
 
@@ -490,6 +491,56 @@ func (b *Backend) Upload(w *model.Weight) (gpu.Matrix, error) {
 		return nil, fmt.Errorf("vulkan: uploading %s: %w", w.Name, err)
 	}
 	return &matrix{w: w, f: f, buf: buf, scaleBase: scaleBase}, nil
+}
+
+// UploadGroup uploads weights into one buffer, each at an offset the
+// device can bind a storage buffer at: a mixture has thousands of expert
+// matrices, more than the allocations a device allows (4096 on many).
+func (b *Backend) UploadGroup(ws []*model.Weight) ([]gpu.Matrix, error) {
+	align := max(uint64(b.phys.props.Limits.MinStorageBufferOffsetAlignment), 16)
+	type part struct {
+		f         *weightFormat
+		data      []byte
+		scaleBase uint32
+		off       uint64
+	}
+	parts := make([]part, len(ws))
+	var size uint64
+	for i, w := range ws {
+		if w == nil {
+			return nil, errors.New("vulkan: nil weight in a group")
+		}
+		f, err := formatOf(w)
+		if err != nil {
+			return nil, err
+		}
+		data, scaleBase, err := repack(f, w)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.checkRange(w.Name, uint64(len(data))); err != nil {
+			return nil, err
+		}
+		size = (size + align - 1) / align * align
+		parts[i] = part{f, data, scaleBase, size}
+		size += uint64(len(data))
+	}
+	buf, err := b.newBuffer(size, deviceLocal)
+	if err != nil {
+		return nil, fmt.Errorf("vulkan: uploading %d weights from %s: %w", len(ws), ws[0].Name, err)
+	}
+	b.upload.Lock()
+	defer b.upload.Unlock()
+	out := make([]gpu.Matrix, len(ws))
+	for i, p := range parts {
+		b.uploads.writeBytes(buf, p.off, p.data)
+		out[i] = &matrix{w: ws[i], f: p.f, buf: buf, off: p.off, size: uint64(len(p.data)), scaleBase: p.scaleBase}
+	}
+	if err := b.uploads.Sync(); err != nil {
+		b.freeBuffer(buf)
+		return nil, fmt.Errorf("vulkan: uploading %d weights from %s: %w", len(ws), ws[0].Name, err)
+	}
+	return out, nil
 }
 
 // repack reads the weight from the model file's mapping, turning the memory

@@ -90,6 +90,7 @@ func TestEveryPointMatchesCPU(t *testing.T) {
 		{"tiny-gemma2", []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K}},
 		{"tiny-gemma3", []gguf.Type{gguf.F32, gguf.Q6_K}},
 		{"tiny-phi3", []gguf.Type{gguf.F32, gguf.Q8_0}},
+		{"tiny-qwen3moe", []gguf.Type{gguf.F32, gguf.Q4_K, gguf.Q1_0_G128}},
 	}
 	for _, c := range cases {
 		for _, typ := range c.types {

@@ -133,7 +133,7 @@ func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
 	}
 	s.writeBytes(s.ids, 0, unsafe.Slice((*byte)(unsafe.Pointer(&ids[0])), 4*len(ids)))
 	x, y, z := grid1(len(ids)*m.w.Cols, 256)
-	s.dispatch("embed_"+m.f.suffix, nil, []use{{buf: d.buf, write: true}, {buf: m.buf}, {buf: s.ids}},
+	s.dispatch("embed_"+m.f.suffix, nil, []use{{buf: d.buf, write: true}, {buf: m.buf, bind: m.off, bindSize: m.size}, {buf: s.ids}},
 		[]uint32{uint32(len(ids)), uint32(m.w.Cols), m.scaleBase}, x, y, z)
 }
 
@@ -194,7 +194,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			}
 			hasBias = 1
 		}
-		uses := []use{{buf: xs.buf}, {buf: m.buf}, {buf: dst.buf, write: true}, {buf: bias.buf}}
+		uses := []use{{buf: xs.buf}, {buf: m.buf, bind: m.off, bindSize: m.size}, {buf: dst.buf, write: true}, {buf: bias.buf}}
 		push := []uint32{uint32(rows), uint32(m.w.Rows), uint32(cols), m.scaleBase, hasBias}
 		// Exact products use cooperative matrices only for weights exact in
 		// float16 (X is split in two halves instead); fast ones for any.
@@ -498,4 +498,69 @@ func (s *stream) RowNorms(dst, src gpu.Tensor, off, rows, n int) {
 	gx, gy, gz := gridRows(rows)
 	s.dispatch("rownorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
 		[]uint32{uint32(rows), uint32(n), uint32(off)}, gx, gy, gz)
+}
+
+func (s *stream) Route(ids, weights, logits gpu.Tensor, rows, experts, k int) {
+	i, w, x := s.tensorOf(ids), s.tensorOf(weights), s.tensorOf(logits)
+	if !s.fits("route", []*tensor{i, w, x}, rows*k, rows*k, rows*experts) {
+		return
+	}
+	if k < 1 || k > experts {
+		s.fail(fmt.Errorf("vulkan: routing to %d of %d experts", k, experts))
+		return
+	}
+	gx, gy, gz := grid1(rows, 64)
+	s.dispatch("route", nil, []use{{buf: i.buf, write: true}, {buf: w.buf, write: true}, {buf: x.buf}},
+		[]uint32{uint32(rows), uint32(experts), uint32(k)}, gx, gy, gz)
+}
+
+func (s *stream) GatherRows(dst, src gpu.Tensor, rows []int32, cols int) {
+	s.moveRows("gather_rows", dst, src, rows, cols, true)
+}
+
+func (s *stream) ScatterRows(dst, src gpu.Tensor, rows []int32, cols int) {
+	s.moveRows("scatter_rows", dst, src, rows, cols, false)
+}
+
+// moveRows gathers (or scatters) rows of cols floats by an index list,
+// checked against the tensors before it reaches the device.
+func (s *stream) moveRows(name string, dst, src gpu.Tensor, rows []int32, cols int, gather bool) {
+	d, x := s.tensorOf(dst), s.tensorOf(src)
+	if d == nil || x == nil || len(rows) == 0 {
+		return
+	}
+	indexed, packed := x, d
+	if !gather {
+		indexed, packed = d, x
+	}
+	if len(rows)*cols > packed.n {
+		s.fail(fmt.Errorf("vulkan: %s of %d rows of %d into %s of %d elements", name, len(rows), cols, packed.name, packed.n))
+		return
+	}
+	for i, r := range rows {
+		if r < 0 || (int(r)+1)*cols > indexed.n {
+			s.fail(fmt.Errorf("vulkan: %s: row %d (index %d) is outside %s's %d rows", name, r, i, indexed.name, indexed.n/cols))
+			return
+		}
+	}
+	if !s.begin() {
+		return
+	}
+	if s.rowIdx = s.helper(s.rowIdx, 4*uint64(len(rows))); s.rowIdx == nil {
+		return
+	}
+	s.writeBytes(s.rowIdx, 0, unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), 4*len(rows)))
+	gx, gy, gz := grid1(len(rows)*cols, 256)
+	s.dispatch(name, nil, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: s.rowIdx}},
+		[]uint32{uint32(len(rows)), uint32(cols)}, gx, gy, gz)
+}
+
+func (s *stream) WeightedSum(dst, src, weights gpu.Tensor, rows, k, cols int) {
+	d, x, w := s.tensorOf(dst), s.tensorOf(src), s.tensorOf(weights)
+	if !s.fits("weighted_sum", []*tensor{d, x, w}, rows*cols, rows*k*cols, rows*k) {
+		return
+	}
+	gx, gy, gz := grid1(rows*cols, 256)
+	s.dispatch("weighted_sum", nil, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: w.buf}},
+		[]uint32{uint32(rows), uint32(k), uint32(cols)}, gx, gy, gz)
 }

@@ -139,14 +139,16 @@ type stream struct {
 	stageOff      uint64
 	staged        uint64
 	ids           *buffer // token ids for Embed
+	rowIdx        *buffer // row lists for GatherRows and ScatterRows
 	rope          *buffer // cos/sin table for Rope
 	ropeKey       ropeKey
 	prof          profile
 }
 
 type setKey struct {
-	n    int
-	bufs [maxBindings]vk.Buffer
+	n     int
+	bufs  [maxBindings]vk.Buffer
+	binds [maxBindings][2]uint64
 }
 
 // span is a byte range of a buffer a command touches.
@@ -162,6 +164,9 @@ type use struct {
 	buf    *buffer
 	write  bool
 	lo, hi uint64
+	// bind and bindSize are the bound range of buf in bytes, all of it when
+	// bindSize is 0: a matrix of a group is a range of the group's buffer.
+	bind, bindSize uint64
 }
 
 func (b *Backend) newStream() *stream {
@@ -333,12 +338,13 @@ func (s *stream) barrier(srcStage vk.PipelineStageFlags, srcAccess vk.AccessFlag
 	s.b.f.CmdPipelineBarrier(s.frame().cmd, srcStage, dstStage, 0, 1, &sc.barrier, 0, nil, 0, nil)
 }
 
-// descriptorSet returns a set binding bufs in order, reusing one made for
-// the same buffers earlier in this command buffer.
-func (s *stream) descriptorSet(bufs []*buffer) (vk.DescriptorSet, error) {
+// descriptorSet returns a set binding bufs in order, each from its offset
+// in binds, reusing one made for the same bindings earlier in this command
+// buffer.
+func (s *stream) descriptorSet(bufs []*buffer, binds [][2]uint64) (vk.DescriptorSet, error) {
 	key := setKey{n: len(bufs)}
 	for i, b := range bufs {
-		key.bufs[i] = b.handle
+		key.bufs[i], key.binds[i] = b.handle, binds[i]
 	}
 	if set, ok := s.sets[key]; ok {
 		return set, nil
@@ -370,7 +376,11 @@ func (s *stream) descriptorSet(bufs []*buffer) (vk.DescriptorSet, error) {
 	}
 	s.poolUsed++
 	for i, b := range bufs {
-		sc.infos[i] = vk.DescriptorBufferInfo{Buffer: b.handle, Range: vk.DeviceSize(vk.WholeSize)}
+		size := vk.DeviceSize(vk.WholeSize)
+		if binds[i][1] != 0 {
+			size = vk.DeviceSize(binds[i][1])
+		}
+		sc.infos[i] = vk.DescriptorBufferInfo{Buffer: b.handle, Offset: vk.DeviceSize(binds[i][0]), Range: size}
 		sc.writes[i].DstSet = sc.set
 	}
 	f.UpdateDescriptorSets(d, uint32(len(bufs)), &sc.writes[0], 0, nil)
@@ -399,10 +409,11 @@ func (s *stream) dispatch(name string, spec []uint32, uses []use, push []uint32,
 	}
 	s.access(uses...)
 	var bufs [maxBindings]*buffer
+	var binds [maxBindings][2]uint64
 	for i, u := range uses {
-		bufs[i] = u.buf
+		bufs[i], binds[i] = u.buf, [2]uint64{u.bind, u.bindSize}
 	}
-	set, err := s.descriptorSet(bufs[:len(uses)])
+	set, err := s.descriptorSet(bufs[:len(uses)], binds[:len(uses)])
 	if err != nil {
 		s.fail(fmt.Errorf("vulkan: descriptor set for %s: %w", name, err))
 		return

@@ -143,11 +143,77 @@ def phi3(kv, t):
                    h + 'mlp.down_proj.weight': t[p + 'ffn_down.weight']})
     return m, sd
 
+def unpermute(w, heads):
+    """llama.cpp's converter permutes llama Q and K rows for ggml's adjacent-pair
+    RoPE; HuggingFace rotates halves. This is its inverse."""
+    rows, cols = w.shape
+    return w.reshape(heads, rows // heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+def experts(m, sd, prefix, t, p):
+    """The layer's router and experts, whichever layout this transformers uses."""
+    keys = m.state_dict()
+    gate, up, down = t[p + 'ffn_gate_exps.weight'], t[p + 'ffn_up_exps.weight'], t[p + 'ffn_down_exps.weight']
+    router = [k for k in keys if k.startswith(prefix) and k.endswith('gate.weight') and 'experts' not in k]
+    assert len(router) == 1, router
+    sd[router[0]] = t[p + 'ffn_gate_inp.weight']
+    base = router[0][:-len('gate.weight')] + 'experts.'
+    if base + 'gate_up_proj' in keys:  # transformers 5: fused, [experts, out, in]
+        gu = np.concatenate([gate, up], axis=1)
+        assert tuple(keys[base + 'gate_up_proj'].shape) == gu.shape
+        assert tuple(keys[base + 'down_proj'].shape) == down.shape
+        sd[base + 'gate_up_proj'], sd[base + 'down_proj'] = gu, down
+        return
+    names = ('w1', 'w3', 'w2') if base + '0.w1.weight' in keys else ('gate_proj', 'up_proj', 'down_proj')
+    for e in range(gate.shape[0]):
+        for n, w in zip(names, (gate, up, down)):
+            sd[f'{base}{e}.{n}.weight'] = w[e]
+
+def moe(kv, t, arch):
+    a = arch + '.'
+    L, heads, kvh = kv[a + 'block_count'], kv[a + 'attention.head_count'], kv[a + 'attention.head_count_kv']
+    theta = kv[a + 'rope.freq_base']
+    common = dict(vocab_size=t['token_embd.weight'].shape[0], hidden_size=kv[a + 'embedding_length'],
+                  intermediate_size=kv[a + 'feed_forward_length'], num_hidden_layers=L, num_attention_heads=heads,
+                  num_key_value_heads=kvh, head_dim=kv[a + 'attention.key_length'],
+                  max_position_embeddings=kv[a + 'context_length'], rms_norm_eps=kv[a + 'attention.layer_norm_rms_epsilon'],
+                  tie_word_embeddings=False, num_experts_per_tok=kv[a + 'expert_used_count'], attention_dropout=0.0,
+                  rope={'v5': {'rope_type': 'default', 'rope_theta': theta}, 'v4': {'rope_theta': theta}})
+    if arch == 'qwen3moe':
+        cfg = make_config(tf.Qwen3MoeConfig, **common, num_experts=kv[a + 'expert_count'],
+                          moe_intermediate_size=kv[a + 'expert_feed_forward_length'], norm_topk_prob=True,
+                          decoder_sparse_step=1, mlp_only_layers=[])
+        m = tf.Qwen3MoeForCausalLM(cfg)
+    else:
+        cfg = make_config(tf.MixtralConfig, **common, num_local_experts=kv[a + 'expert_count'])
+        m = tf.MixtralForCausalLM(cfg)
+    sd = {'model.embed_tokens.weight': t['token_embd.weight'], 'model.norm.weight': t['output_norm.weight'],
+          'lm_head.weight': t['output.weight']}
+    for l in range(L):
+        p, h = f'blk.{l}.', f'model.layers.{l}.'
+        q, k = t[p + 'attn_q.weight'], t[p + 'attn_k.weight']
+        if arch == 'llama':
+            q, k = unpermute(q, heads), unpermute(k, kvh)
+        sd.update({h + 'input_layernorm.weight': t[p + 'attn_norm.weight'],
+                   h + 'post_attention_layernorm.weight': t[p + 'ffn_norm.weight'],
+                   h + 'self_attn.q_proj.weight': q, h + 'self_attn.k_proj.weight': k,
+                   h + 'self_attn.v_proj.weight': t[p + 'attn_v.weight'], h + 'self_attn.o_proj.weight': t[p + 'attn_output.weight']})
+        if arch == 'qwen3moe':
+            sd[h + 'self_attn.q_norm.weight'] = t[p + 'attn_q_norm.weight']
+            sd[h + 'self_attn.k_norm.weight'] = t[p + 'attn_k_norm.weight']
+        experts(m, sd, h, t, p)
+    return m, sd
+
 def run(path, traces, tokens):
     kv, t = read_gguf(path)
     arch = kv['general.architecture']
-    m, sd = {'gpt2': lambda: gpt2(kv, t), 'phi3': lambda: phi3(kv, t)}.get(arch, lambda: gemma(kv, t, arch))()
+    build = {'gpt2': lambda: gpt2(kv, t), 'phi3': lambda: phi3(kv, t), 'qwen3moe': lambda: moe(kv, t, arch),
+             'llama': lambda: moe(kv, t, arch)}  # llama with experts: Mixtral
+    if arch == 'llama' and not kv.get('llama.expert_count'):
+        raise NotImplementedError('dense llama is checked against transformers elsewhere')
+    m, sd = build.get(arch, lambda: gemma(kv, t, arch))()
     m.config._attn_implementation = 'eager'
+    if hasattr(m, 'set_experts_implementation'):  # transformers 5: grouped_mm has no float64
+        m.set_experts_implementation('eager')
     m = m.double().eval()
     missing, unexpected = m.load_state_dict({k: T(v) for k, v in sd.items()}, strict=False)
     missing = [k for k in missing if not k.endswith('rotary_emb.inv_freq') and 'attn.bias' not in k and 'masked_bias' not in k]

@@ -7,7 +7,7 @@
 set -e
 OUT=${OUT:-.}
 STRATA=${STRATA:-strata}
-SHAPES=${SHAPES:-tiny-gpt2 tiny-gemma2 tiny-gemma3 tiny-phi3}
+SHAPES=${SHAPES:-tiny-gpt2 tiny-gemma2 tiny-gemma3 tiny-phi3 tiny-qwen3moe tiny-mixtral}
 BACKENDS=${BACKENDS:-cpu vulkan}
 TOK=$(python3 -c "import random; random.seed(3); print(','.join(str(random.randrange(512)) for _ in range(100)))")
 specs=""
