@@ -70,11 +70,18 @@ type Stream interface {
 
 	// Embed gathers rows ids of table into dst [len(ids), table.Cols()].
 	Embed(dst Tensor, table Matrix, ids []int32)
-	// RMSNorm normalises rows of dim elements: dst = src / rms(src) * gain.
-	RMSNorm(dst, src, gain Tensor, rows, dim int, eps float32)
+	// RMSNorm normalises rows of dim elements: dst = src / s * gain with
+	// s = sqrt(mean(src^2) + eps), which it writes to scale[row] unless
+	// scale is nil (TransformerLens's hook_scale).
+	RMSNorm(dst, src, gain, scale Tensor, rows, dim int, eps float32)
 	// LayerNorm normalises rows of dim elements to zero mean and unit
-	// variance: dst = (src - mean) / sqrt(var + eps) * gain + bias.
-	LayerNorm(dst, src, gain, bias Tensor, rows, dim int, eps float32)
+	// variance: dst = (src - mean) / s * gain + bias with s = sqrt(var +
+	// eps), which it writes to scale[row] unless scale is nil.
+	LayerNorm(dst, src, gain, bias, scale Tensor, rows, dim int, eps float32)
+	// NormApply normalises rows by given scales: dst = (src - mean) /
+	// scale[row] * gain + bias when center (LayerNorm), src / scale[row] *
+	// gain otherwise (bias nil): a norm whose hook_scale was edited.
+	NormApply(dst, src, scale, gain, bias Tensor, rows, dim int, center bool)
 	// MatMul computes dst = x W^T (+ bias) for each projection, all reading
 	// the same rows of x; backends fuse them into one pass where they can.
 	MatMul(x Tensor, rows int, outs ...Proj)

@@ -422,7 +422,7 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 	case LogitsAll:
 		l.logitRows = t
 	}
-	if l.logitRows == 0 && (o.Capture.Selects("ln_final.hook_normalized") || o.Capture.Selects("logits")) {
+	if l.logitRows == 0 && (o.Capture.Selects("ln_final.hook_scale") || o.Capture.Selects("ln_final.hook_normalized") || o.Capture.Selects("logits")) {
 		l.logitRows = t
 	}
 	l.materialize = make([]bool, c.Layers)
@@ -485,7 +485,7 @@ func (l *layout) anyMaterialized() bool {
 
 func (l *layout) scratchElements(c *model.Config) int {
 	t := l.t
-	n := 2*t*c.DModel + t*c.QDim() + 2*t*c.KVDim() + t*c.QDim() + 2*t*c.DModel
+	n := 2*t*c.DModel + t*c.QDim() + 2*t*c.KVDim() + t*c.QDim() + 2*t*c.DModel + t
 	switch {
 	case c.MoE():
 		for _, q := range (&moeBuffers{}).needs(c, t) {

@@ -460,3 +460,32 @@ func TestAblateAndForceExperts(t *testing.T) {
 	_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Hooks: []gpu.Hook{gpu.ForceExpert(0, 8)}})
 	require.ErrorContains(t, err, "expert 8 is out of range")
 }
+
+// TransformerLens's hook_scale: each row's divisor, and a hook there
+// changes the division. Doubling it halves what the norm adds to its bias.
+func TestHookScaleDividesTheNorm(t *testing.T) {
+	for _, shape := range []string{"tiny-llama", "tiny-gpt2"} {
+		t.Run(shape, func(t *testing.T) {
+			m := genModel(t, shape, gguf.F32, 3)
+			e := newEngine(t, m)
+			points := gpu.CaptureOf("blocks.1.ln1.hook_scale", "blocks.1.ln1.hook_normalized", "blocks.0.ln1.hook_normalized")
+			clean := prefill(t, e, testTokens, gpu.Options{Capture: points})
+			require.Equal(t, []int{len(testTokens), 1}, clean.Tensor("blocks.1.ln1.hook_scale").Shape)
+			frozen := prefill(t, e, testTokens, gpu.Options{Capture: points, Hooks: []gpu.Hook{gpu.Scale("blocks.1.ln1.hook_scale", 2)}})
+			var bias []float32
+			if m.Blocks[1].AttnNormBias != nil {
+				bias = m.Blocks[1].AttnNormBias
+			}
+			want, got := clean.Tensor("blocks.1.ln1.hook_normalized").Data, frozen.Tensor("blocks.1.ln1.hook_normalized").Data
+			for i, w := range want {
+				b := float32(0)
+				if bias != nil {
+					b = bias[i%m.DModel]
+				}
+				// One float32 rounding in the division and one in the bias.
+				require.InDelta(t, (w-b)/2+b, got[i], 1e-6*(1+math.Abs(float64(w))), "element %d", i)
+			}
+			require.Equal(t, clean.Tensor("blocks.0.ln1.hook_normalized").Data, frozen.Tensor("blocks.0.ln1.hook_normalized").Data, "layer 0 is untouched")
+		})
+	}
+}

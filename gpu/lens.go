@@ -121,7 +121,7 @@ func (e *Engine) lens(tr *trace.Trace, what string, layer func(st Stream, logits
 			return err
 		}
 		st.Write(h, 0, x.Data)
-		normRows(st, c, h, h, e.outNorm, e.outBias, t)
+		normRows(st, c, h, h, e.outNorm, e.outBias, nil, t)
 		st.MatMul(h, t, Proj{W: e.output, Dst: logits})
 		if c.FinalSoftcap != 0 {
 			st.Softcap(logits, t*c.Vocab, c.FinalSoftcap)

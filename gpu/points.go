@@ -20,9 +20,12 @@ import (
 //
 // hook_q and hook_k are the projections after bias and (qwen3) the
 // per-head Q/K RMSNorm, before RoPE; hook_rot_q and hook_rot_k are after
-// RoPE, as attention uses them and as the cache stores K. The hook_normalized
-// points include the norm's gain (TransformerLens folds it into the next
-// weights instead). hook_attn_scores are scaled by 1/sqrt(HeadDim) and
+// RoPE, as attention uses them and as the cache stores K. The hook_scale
+// points [T, 1] are what each row is divided by, sqrt(mean(x^2) + eps) (or
+// the variance's for a LayerNorm), as TransformerLens's; a hook there
+// changes the division (freezing a norm). The hook_normalized points
+// include the norm's gain (TransformerLens folds it into the next weights
+// instead). hook_attn_scores are scaled by 1/sqrt(HeadDim) and
 // masked with -Inf above the diagonal. mlp.hook_pre is the gate projection
 // before SiLU, mlp.hook_pre_linear the up projection, mlp.hook_post their
 // SwiGLU product.
@@ -41,6 +44,7 @@ import (
 // window's mask; logits are after the final soft-cap.
 var layerPoints = []string{
 	"hook_resid_pre",
+	"ln1.hook_scale",
 	"ln1.hook_normalized",
 	"attn.hook_q",
 	"attn.hook_k",
@@ -54,6 +58,7 @@ var layerPoints = []string{
 	"attn.hook_z",
 	"hook_attn_out",
 	"hook_resid_mid",
+	"ln2.hook_scale",
 	"ln2.hook_normalized",
 	"mlp.hook_pre",
 	"mlp.hook_pre_linear",
@@ -94,7 +99,7 @@ func Points(c *model.Config) []string {
 			}
 		}
 	}
-	return append(names, "ln_final.hook_normalized", "logits")
+	return append(names, "ln_final.hook_scale", "ln_final.hook_normalized", "logits")
 }
 
 // LayerPoint names point p of layer l, e.g. LayerPoint(3, "attn.hook_pattern").
@@ -143,6 +148,10 @@ func shapeOf(c *model.Config, name string, t, pos0, logitRows int) []int {
 		return []int{t, c.ExpertsUsed}
 	case "mlp.hook_expert_out":
 		return []int{t, c.ExpertsUsed, c.DModel}
+	case "ln1.hook_scale", "ln2.hook_scale":
+		return []int{t, 1}
+	case "ln_final.hook_scale":
+		return []int{logitRows, 1}
 	case "ln_final.hook_normalized":
 		return []int{logitRows, c.DModel}
 	case "logits":

@@ -43,14 +43,13 @@ func (r *Run) program(yield func(string) bool) {
 		if !at("hook_resid_pre", r.x, 0) {
 			return
 		}
-		r.norm(r.h, r.x, w.attnNorm, w.attnNormBias, t)
-		if !at("ln1.hook_normalized", r.h, 0) {
+		if !r.normAt(layer, "ln1", r.h, r.x, w.attnNorm, w.attnNormBias, t, at) {
 			return
 		}
 		st.MatMul(r.h, t, Proj{w.q, r.q, w.qBias}, Proj{w.k, r.k, w.kBias}, Proj{w.v, r.v, w.vBias})
 		if c.QKNorm {
-			st.RMSNorm(r.q, r.q, w.qNorm, t*c.Heads, c.HeadDim, c.NormEps)
-			st.RMSNorm(r.k, r.k, w.kNorm, t*c.KVHeads, c.HeadDim, c.NormEps)
+			st.RMSNorm(r.q, r.q, w.qNorm, nil, t*c.Heads, c.HeadDim, c.NormEps)
+			st.RMSNorm(r.k, r.k, w.kNorm, nil, t*c.KVHeads, c.HeadDim, c.NormEps)
 		}
 		if !at("attn.hook_q", r.q, 0) || !at("attn.hook_k", r.k, 0) || !at("attn.hook_v", r.v, 0) {
 			return
@@ -101,8 +100,7 @@ func (r *Run) program(yield func(string) bool) {
 		}
 
 		// MLP block.
-		r.norm(r.h, r.x, w.ffnNorm, w.ffnNormBias, t)
-		if !at("ln2.hook_normalized", r.h, 0) {
+		if !r.normAt(layer, "ln2", r.h, r.x, w.ffnNorm, w.ffnNormBias, t, at) {
 			return
 		}
 		switch {
@@ -150,9 +148,9 @@ func (r *Run) program(yield func(string) bool) {
 	if rows == 0 {
 		return
 	}
-	st.Copy(r.h, 0, r.x, (t-rows)*d, rows*d)
-	r.norm(r.h, r.h, e.outNorm, e.outBias, rows)
-	if !r.at("ln_final.hook_normalized", r.h, 0, yield) {
+	st.Copy(r.attnOut, 0, r.x, (t-rows)*d, rows*d)
+	tail := func(p string, x Tensor, off int) bool { return r.at(p, x, off, yield) }
+	if !r.normAt(-1, "ln_final", r.h, r.attnOut, e.outNorm, e.outBias, rows, tail) {
 		return
 	}
 	st.MatMul(r.h, rows, Proj{W: e.output, Dst: r.logits})
@@ -167,16 +165,40 @@ func (r *Run) program(yield func(string) bool) {
 	}
 }
 
-// norm normalises rows of the residual stream with the model's norm.
-func (r *Run) norm(dst, src, gain, bias Tensor, rows int) {
-	normRows(r.st, &r.s.e.Model.Config, dst, src, gain, bias, rows)
+// normAt is the norm before attention, the MLP or the LM head (ln is
+// "ln1", "ln2" or "ln_final") as TransformerLens hooks it: the scale each
+// row is divided by (hook_scale), then the normalised rows. A hook on the
+// scale changes what the rows are divided by (freezing a norm, say); dst
+// must not be src, which that reads again.
+func (r *Run) normAt(layer int, ln string, dst, src, gain, bias Tensor, rows int, at func(string, Tensor, int) bool) bool {
+	c := &r.s.e.Model.Config
+	normRows(r.st, c, dst, src, gain, bias, r.scale, rows)
+	if !at(ln+".hook_scale", r.scale, 0) {
+		return false
+	}
+	full := ln + ".hook_scale"
+	if layer >= 0 {
+		full = LayerPoint(layer, full)
+	}
+	if hooked(r.o.Hooks, full) {
+		r.st.NormApply(dst, src, r.scale, gain, bias, rows, c.DModel, c.Norm == model.NormLayer)
+	}
+	return at(ln+".hook_normalized", dst, 0)
 }
 
-func normRows(st Stream, c *model.Config, dst, src, gain, bias Tensor, rows int) {
+// norm normalises rows of the residual stream with the model's norm: Gemma's
+// norms of each block's outputs, which TransformerLens gives no scale point.
+func (r *Run) norm(dst, src, gain, bias Tensor, rows int) {
+	normRows(r.st, &r.s.e.Model.Config, dst, src, gain, bias, nil, rows)
+}
+
+// normRows normalises rows of d_model elements, writing each row's scale to
+// scale unless it is nil.
+func normRows(st Stream, c *model.Config, dst, src, gain, bias, scale Tensor, rows int) {
 	switch c.Norm {
 	case model.NormRMS:
-		st.RMSNorm(dst, src, gain, rows, c.DModel, c.NormEps)
+		st.RMSNorm(dst, src, gain, scale, rows, c.DModel, c.NormEps)
 	case model.NormLayer:
-		st.LayerNorm(dst, src, gain, bias, rows, c.DModel, c.NormEps)
+		st.LayerNorm(dst, src, gain, bias, scale, rows, c.DModel, c.NormEps)
 	}
 }

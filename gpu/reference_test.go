@@ -115,9 +115,28 @@ func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 		}
 		return rmsRows(x, gain, float64(c.NormEps))
 	}
+	// scales are what each row is divided by: hook_scale.
+	scales := func(x [][]float64) [][]float64 {
+		out := make([][]float64, len(x))
+		for t, row := range x {
+			mean, ss := 0.0, 0.0
+			if c.Norm == model.NormLayer {
+				for _, v := range row {
+					mean += v
+				}
+				mean /= float64(len(row))
+			}
+			for _, v := range row {
+				ss += (v - mean) * (v - mean)
+			}
+			out[t] = []float64{math.Sqrt(ss/float64(len(row)) + float64(c.NormEps))}
+		}
+		return out
+	}
 	for l, w := range r.layers {
 		p := func(s string) string { return gpu.LayerPoint(l, s) }
 		put(p("hook_resid_pre"), x)
+		put(p("ln1.hook_scale"), scales(x))
 		h := norm(x, w.attnNorm, w.attnNormBias)
 		put(p("ln1.hook_normalized"), h)
 		q, k, v := linear(h, w.q, w.qBias), linear(h, w.k, w.kBias), linear(h, w.v, w.vBias)
@@ -202,6 +221,7 @@ func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 		put(p("hook_attn_out"), attnOut)
 		x = addRows(x, attnOut)
 		put(p("hook_resid_mid"), x)
+		put(p("ln2.hook_scale"), scales(x))
 		h = norm(x, w.ffnNorm, w.ffnNormBias)
 		put(p("ln2.hook_normalized"), h)
 		var post [][]float64
@@ -247,6 +267,7 @@ func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 		x = addRows(x, mlpOut)
 		put(p("hook_resid_post"), x)
 	}
+	put("ln_final.hook_scale", scales(x))
 	h := norm(x, r.outNorm, r.outBias)
 	put("ln_final.hook_normalized", h)
 	logits := linear(h, r.output, nil)

@@ -30,6 +30,7 @@ type Run struct {
 	attnOut, mlpOut  Tensor
 	gate, up         Tensor
 	moe              moeBuffers
+	scale            Tensor // a norm's per-row scales (hook_scale)
 	scores, pattern  Tensor
 	logits, argmax   Tensor
 	arenas           []Tensor // the captures, laid out by the layout's slots
@@ -81,6 +82,7 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 		{"z", t * c.QDim(), &r.z},
 		{"attn_out", t * c.DModel, &r.attnOut},
 		{"mlp_out", t * c.DModel, &r.mlpOut},
+		{"norm_scale", t, &r.scale},
 	}
 	switch {
 	case c.MoE():

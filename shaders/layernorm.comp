@@ -9,12 +9,14 @@ layout(local_size_x_id = 0) in; // a power of two
 layout(push_constant) uniform Push {
     uint rows, dim;
     float eps;
+    uint writeScale; // s = sqrt(var + eps) goes to scale[row]
 } pc;
 
 layout(std430, binding = 0) writeonly buffer Dst { float dst[]; };
 layout(std430, binding = 1) readonly buffer Src { float src[]; };
 layout(std430, binding = 2) readonly buffer Gain { float gain[]; };
 layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 4) writeonly buffer Scale { float scale[]; };
 
 shared float red[gl_WorkGroupSize.x];
 
@@ -48,8 +50,12 @@ void main() {
         float v = src[base + i] - mean;
         ss += v * v;
     }
-    float scale = 1.0 / sqrt(reduceSum(ss, lid) / float(pc.dim) + pc.eps);
+    float root = sqrt(reduceSum(ss, lid) / float(pc.dim) + pc.eps);
+    if (pc.writeScale != 0 && lid == 0) {
+        scale[row] = root;
+    }
+    float inv = 1.0 / root;
     for (uint i = lid; i < pc.dim; i += gl_WorkGroupSize.x) {
-        dst[base + i] = (src[base + i] - mean) * scale * gain[i] + bias[i];
+        dst[base + i] = (src[base + i] - mean) * inv * gain[i] + bias[i];
     }
 }

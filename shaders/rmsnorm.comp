@@ -1,17 +1,20 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// dst = src / rms(src) * gain, one workgroup per row of dim elements.
+// dst = src / s * gain with s = sqrt(mean(src^2) + eps), one workgroup per
+// row of dim elements; s goes to scale[row] when writeScale is set.
 layout(local_size_x_id = 0) in; // a power of two
 #include "common.glsl"
 
 layout(push_constant) uniform Push {
     uint rows, dim;
     float eps;
+    uint writeScale;
 } pc;
 
 layout(std430, binding = 0) writeonly buffer Dst { float dst[]; };
 layout(std430, binding = 1) readonly buffer Src { float src[]; };
 layout(std430, binding = 2) readonly buffer Gain { float gain[]; };
+layout(std430, binding = 3) writeonly buffer Scale { float scale[]; };
 
 shared float red[gl_WorkGroupSize.x];
 
@@ -34,8 +37,12 @@ void main() {
         }
         barrier();
     }
-    float scale = 1.0 / sqrt(red[0] / float(pc.dim) + pc.eps);
+    float root = sqrt(red[0] / float(pc.dim) + pc.eps);
+    if (pc.writeScale != 0 && lid == 0) {
+        scale[row] = root;
+    }
+    float inv = 1.0 / root;
     for (uint i = lid; i < pc.dim; i += gl_WorkGroupSize.x) {
-        dst[base + i] = src[base + i] * scale * gain[i];
+        dst[base + i] = src[base + i] * inv * gain[i];
     }
 }

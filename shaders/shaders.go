@@ -46,7 +46,9 @@ var Variants = func() []Variant {
 			Variant{Name: "embed_" + f.suffix, Source: "embed.comp", Defines: []string{f.define}})
 		vs = append(vs, Variant{Name: "matmul_coop_" + f.suffix, Source: "matmul_coop.comp", Defines: []string{f.define}})
 	}
-	vs = append(vs, Variant{Name: "gather_rows", Source: "rows.comp", Defines: []string{"GATHER"}},
+	vs = append(vs, Variant{Name: "normapply_rms", Source: "normapply.comp"},
+		Variant{Name: "normapply_layer", Source: "normapply.comp", Defines: []string{"CENTER"}},
+		Variant{Name: "gather_rows", Source: "rows.comp", Defines: []string{"GATHER"}},
 		Variant{Name: "scatter_rows", Source: "rows.comp"})
 	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "argmax", "rank", "rownorm"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})

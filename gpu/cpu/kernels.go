@@ -36,8 +36,8 @@ func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
 	})
 }
 
-func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) {
-	o, x, g := data(dst), data(src), data(gain)
+func (s *stream) RMSNorm(dst, src, gain, scale gpu.Tensor, rows, dim int, eps float32) {
+	o, x, g, sc := data(dst), data(src), data(gain), optData(scale)
 	s.parallel(rows, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, or := x[r*dim:(r+1)*dim], o[r*dim:(r+1)*dim]
@@ -45,16 +45,53 @@ func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) 
 			for _, v := range xr {
 				ss += float64(v) * float64(v)
 			}
-			scale := float32(1 / math.Sqrt(ss/float64(dim)+float64(eps)))
+			root := math.Sqrt(ss/float64(dim) + float64(eps))
+			if sc != nil {
+				sc[r] = float32(root)
+			}
+			inv := float32(1 / root)
 			for i, v := range xr {
-				or[i] = v * scale * g[i]
+				or[i] = v * inv * g[i]
 			}
 		}
 	})
 }
 
-func (s *stream) LayerNorm(dst, src, gain, bias gpu.Tensor, rows, dim int, eps float32) {
-	o, x, g, b := data(dst), data(src), data(gain), data(bias)
+// optData is a tensor's data, nil for a nil tensor.
+func optData(t gpu.Tensor) []float32 {
+	if t == nil {
+		return nil
+	}
+	return data(t)
+}
+
+func (s *stream) NormApply(dst, src, scale, gain, bias gpu.Tensor, rows, dim int, center bool) {
+	o, x, sc, g, b := data(dst), data(src), data(scale), data(gain), optData(bias)
+	s.parallel(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, or := x[r*dim:(r+1)*dim], o[r*dim:(r+1)*dim]
+			var mean float32
+			if center {
+				var sum float64
+				for _, v := range xr {
+					sum += float64(v)
+				}
+				mean = float32(sum / float64(dim))
+			}
+			inv := float32(1 / float64(sc[r]))
+			for i, v := range xr {
+				y := (v - mean) * inv * g[i]
+				if b != nil {
+					y += b[i]
+				}
+				or[i] = y
+			}
+		}
+	})
+}
+
+func (s *stream) LayerNorm(dst, src, gain, bias, scale gpu.Tensor, rows, dim int, eps float32) {
+	o, x, g, b, sc := data(dst), data(src), data(gain), data(bias), optData(scale)
 	s.parallel(rows, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, or := x[r*dim:(r+1)*dim], o[r*dim:(r+1)*dim]
@@ -66,10 +103,13 @@ func (s *stream) LayerNorm(dst, src, gain, bias gpu.Tensor, rows, dim int, eps f
 			for _, v := range xr {
 				ss += (float64(v) - mean) * (float64(v) - mean)
 			}
-			scale := float32(1 / math.Sqrt(ss/float64(dim)+float64(eps)))
-			m := float32(mean)
+			root := math.Sqrt(ss/float64(dim) + float64(eps))
+			if sc != nil {
+				sc[r] = float32(root)
+			}
+			inv, m := float32(1/root), float32(mean)
 			for i, v := range xr {
-				or[i] = (v-m)*scale*g[i] + b[i]
+				or[i] = (v-m)*inv*g[i] + b[i]
 			}
 		}
 	})

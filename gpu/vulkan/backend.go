@@ -29,7 +29,7 @@ var errClosed = fmt.Errorf("vulkan: %w", gpu.ErrBackendClosed)
 const pushBytes = 128
 
 // maxBindings is the most storage buffers a kernel binds.
-const maxBindings = 4
+const maxBindings = 5
 
 // Backend is one Vulkan device with resident weights. It is safe for
 // concurrent use; each stream is used by one goroutine at a time.

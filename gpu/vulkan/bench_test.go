@@ -72,9 +72,9 @@ func BenchmarkRecordDispatch(b *testing.B) {
 	for i := range b.N {
 		// Alternate the direction so every kernel depends on the previous one.
 		if i%2 == 0 {
-			s.RMSNorm(y, x, g, 1, 64, 1e-5)
+			s.RMSNorm(y, x, g, nil, 1, 64, 1e-5)
 		} else {
-			s.RMSNorm(x, y, g, 1, 64, 1e-5)
+			s.RMSNorm(x, y, g, nil, 1, 64, 1e-5)
 		}
 		if i%1000 == 999 {
 			b.StopTimer()

@@ -184,7 +184,7 @@ func TestContinuedPrefillMatchesCPU(t *testing.T) {
 func TestInterventionsMatchCPU(t *testing.T) {
 	m := genModel(t, "tiny-qwen3", gguf.F32, 5)
 	ce, ve := engines(t, m)
-	capture := gpu.CaptureOf("blocks.*.attn.hook_z", "blocks.*.hook_resid_mid", "blocks.*.hook_resid_post", "blocks.*.hook_resid_pre", "blocks.*.hook_mlp_out")
+	capture := gpu.CaptureOf("blocks.*.ln2.hook_normalized", "logits", "blocks.*.attn.hook_z", "blocks.*.hook_resid_mid", "blocks.*.hook_resid_post", "blocks.*.hook_resid_pre", "blocks.*.hook_mlp_out")
 	vec := make([]float32, m.DModel)
 	for i := range vec {
 		vec[i] = float32(i%7) - 3
@@ -198,12 +198,14 @@ func TestInterventionsMatchCPU(t *testing.T) {
 		return nil
 	}}
 	hooks := map[string]gpu.Hook{
-		"ablate head":      gpu.AblateHead(1, 3),
-		"mean ablate head": gpu.MeanAblateHead(0, 2),
-		"scale":            gpu.Scale("blocks.0.hook_mlp_out", 0.5),
-		"add vector":       gpu.AddVector("blocks.1.hook_resid_pre", vec, 0.5, []int{4, 7}),
-		"patch":            gpu.Patch("blocks.1.hook_resid_pre", source, []int{2, 3}),
-		"host hook":        negate,
+		"ablate head":       gpu.AblateHead(1, 3),
+		"mean ablate head":  gpu.MeanAblateHead(0, 2),
+		"scale":             gpu.Scale("blocks.0.hook_mlp_out", 0.5),
+		"add vector":        gpu.AddVector("blocks.1.hook_resid_pre", vec, 0.5, []int{4, 7}),
+		"patch":             gpu.Patch("blocks.1.hook_resid_pre", source, []int{2, 3}),
+		"host hook":         negate,
+		"frozen norm":       gpu.Scale("blocks.1.ln2.hook_scale", 2),
+		"frozen final norm": gpu.Patch("ln_final.hook_scale", prefill(t, ce, other, gpu.Options{Capture: gpu.CaptureOf("ln_final.hook_scale"), Logits: gpu.LogitsAll}), nil),
 	}
 	for name, h := range hooks {
 		t.Run(name, func(t *testing.T) {
@@ -218,6 +220,20 @@ func TestInterventionsMatchCPU(t *testing.T) {
 			require.Equal(t, make([]float32, hd), z[(pos*m.Heads+3)*hd:(pos*m.Heads+4)*hd])
 		}
 	})
+}
+
+// Routing interventions on a mixture: ablating and forcing experts routes
+// the same on both backends.
+func TestExpertInterventionsMatchCPU(t *testing.T) {
+	m := genModel(t, "tiny-qwen3moe", gguf.Q8_0, 6)
+	ce, ve := engines(t, m)
+	capture := gpu.CaptureOf("blocks.*.mlp.*", "blocks.*.hook_mlp_out")
+	for name, h := range map[string]gpu.Hook{"ablate": gpu.AblateExpert(0, 3), "force": gpu.ForceExpert(1, 6)} {
+		t.Run(name, func(t *testing.T) {
+			o := gpu.Options{Capture: capture, Logits: gpu.LogitsAll, Hooks: []gpu.Hook{h}}
+			requireSameTrace(t, prefill(t, ve, testTokens, o), prefill(t, ce, testTokens, o), pointTol)
+		})
+	}
 }
 
 func TestStories260K(t *testing.T) {

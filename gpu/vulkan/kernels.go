@@ -137,24 +137,62 @@ func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
 		[]uint32{uint32(len(ids)), uint32(m.w.Cols), m.scaleBase}, x, y, z)
 }
 
-func (s *stream) RMSNorm(dst, src, gain gpu.Tensor, rows, dim int, eps float32) {
+func (s *stream) RMSNorm(dst, src, gain, scale gpu.Tensor, rows, dim int, eps float32) {
 	d, x, g := s.tensorOf(dst), s.tensorOf(src), s.tensorOf(gain)
 	if !s.fits("rmsnorm", []*tensor{d, x, g}, rows*dim, rows*dim, dim) {
 		return
 	}
+	sc, write := s.scaleOut(scale, d, rows)
+	if sc == nil {
+		return
+	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("rmsnorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: g.buf}},
-		[]uint32{uint32(rows), uint32(dim), f32(eps)}, gx, gy, gz)
+	s.dispatch("rmsnorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: g.buf}, {buf: sc.buf, write: true}},
+		[]uint32{uint32(rows), uint32(dim), f32(eps), write}, gx, gy, gz)
 }
 
-func (s *stream) LayerNorm(dst, src, gain, bias gpu.Tensor, rows, dim int, eps float32) {
+// scaleOut is a norm's scale output: scale's tensor, or dst standing in
+// (bound, never written) when scale is nil.
+func (s *stream) scaleOut(scale gpu.Tensor, dst *tensor, rows int) (*tensor, uint32) {
+	if scale == nil {
+		return dst, 0
+	}
+	sc := s.tensorOf(scale)
+	if !s.fits("norm scale", []*tensor{sc}, rows) {
+		return nil, 0
+	}
+	return sc, 1
+}
+
+func (s *stream) LayerNorm(dst, src, gain, bias, scale gpu.Tensor, rows, dim int, eps float32) {
 	d, x, g, b := s.tensorOf(dst), s.tensorOf(src), s.tensorOf(gain), s.tensorOf(bias)
 	if !s.fits("layernorm", []*tensor{d, x, g, b}, rows*dim, rows*dim, dim, dim) {
 		return
 	}
+	sc, write := s.scaleOut(scale, d, rows)
+	if sc == nil {
+		return
+	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("layernorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: g.buf}, {buf: b.buf}},
-		[]uint32{uint32(rows), uint32(dim), f32(eps)}, gx, gy, gz)
+	s.dispatch("layernorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: g.buf}, {buf: b.buf}, {buf: sc.buf, write: true}},
+		[]uint32{uint32(rows), uint32(dim), f32(eps), write}, gx, gy, gz)
+}
+
+func (s *stream) NormApply(dst, src, scale, gain, bias gpu.Tensor, rows, dim int, center bool) {
+	d, x, sc, g := s.tensorOf(dst), s.tensorOf(src), s.tensorOf(scale), s.tensorOf(gain)
+	if !s.fits("normapply", []*tensor{d, x, sc, g}, rows*dim, rows*dim, rows, dim) {
+		return
+	}
+	uses, name := []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: sc.buf}, {buf: g.buf}}, "normapply_rms"
+	if center {
+		b := s.tensorOf(bias)
+		if !s.fits("normapply", []*tensor{b}, dim) {
+			return
+		}
+		uses, name = append(uses, use{buf: b.buf}), "normapply_layer"
+	}
+	gx, gy, gz := gridRows(rows)
+	s.dispatch(name, []uint32{s.b.reduceWG}, uses, []uint32{uint32(rows), uint32(dim)}, gx, gy, gz)
 }
 
 func (s *stream) SetPrecision(p gpu.Precision) { s.precision = p }

@@ -107,14 +107,21 @@ func TestRMSNorm(t *testing.T) {
 	r := newRig(t, 3)
 	rows, dim := 37, 300
 	x, g := r.random("x", rows*dim, 2), r.random("gain", dim, 1)
-	d := r.zeros("y", rows*dim)
-	r.cs.RMSNorm(d.c, x.c, g.c, rows, dim, 1e-5)
-	r.vs.RMSNorm(d.v, x.v, g.v, rows, dim, 1e-5)
+	d, sc := r.zeros("y", rows*dim), r.zeros("scale", rows)
+	r.cs.RMSNorm(d.c, x.c, g.c, sc.c, rows, dim, 1e-5)
+	r.vs.RMSNorm(d.v, x.v, g.v, sc.v, rows, dim, 1e-5)
 	c, v := r.read(d)
 	requireClose(t, v, c, tolSum, "out of place")
+	c, v = r.read(sc)
+	requireClose(t, v, c, tolSum, "scales")
+	// Applied again from the scales, as when hook_scale is hooked.
+	r.cs.NormApply(d.c, x.c, sc.c, g.c, nil, rows, dim, false)
+	r.vs.NormApply(d.v, x.v, sc.v, g.v, nil, rows, dim, false)
+	c, v = r.read(d)
+	requireClose(t, v, c, tolSum, "applied from scales")
 	// In place, over heads, as the Q/K norm runs.
-	r.cs.RMSNorm(x.c, x.c, g.c, rows*3, dim/3, 1e-6)
-	r.vs.RMSNorm(x.v, x.v, g.v, rows*3, dim/3, 1e-6)
+	r.cs.RMSNorm(x.c, x.c, g.c, nil, rows*3, dim/3, 1e-6)
+	r.vs.RMSNorm(x.v, x.v, g.v, nil, rows*3, dim/3, 1e-6)
 	c, v = r.read(x)
 	requireClose(t, v, c, tolSum, "in place")
 }
@@ -223,15 +230,21 @@ func TestLayerNorm(t *testing.T) {
 		xs[i] += 300
 	}
 	x, g, b := r.tensor("x", xs), r.random("g", dim, 1), r.random("b", dim, 1)
-	d := r.zeros("d", rows*dim)
-	r.cs.LayerNorm(d.c, x.c, g.c, b.c, rows, dim, 1e-5)
-	r.vs.LayerNorm(d.v, x.v, g.v, b.v, rows, dim, 1e-5)
+	d, sc := r.zeros("d", rows*dim), r.zeros("scale", rows)
+	r.cs.LayerNorm(d.c, x.c, g.c, b.c, sc.c, rows, dim, 1e-5)
+	r.vs.LayerNorm(d.v, x.v, g.v, b.v, sc.v, rows, dim, 1e-5)
 	c, v := r.read(d)
 	// The mean of values near 300 carries float32's 2e-5 absolute
 	// rounding into deviations of about 1: 1e-4 relative.
 	requireClose(t, v, c, 1e-4, "layernorm")
-	r.cs.LayerNorm(x.c, x.c, g.c, b.c, rows, dim, 1e-5)
-	r.vs.LayerNorm(x.v, x.v, g.v, b.v, rows, dim, 1e-5)
+	c, v = r.read(sc)
+	requireClose(t, v, c, 1e-4, "layernorm scales")
+	r.cs.NormApply(d.c, x.c, sc.c, g.c, b.c, rows, dim, true)
+	r.vs.NormApply(d.v, x.v, sc.v, g.v, b.v, rows, dim, true)
+	c, v = r.read(d)
+	requireClose(t, v, c, 1e-4, "layernorm applied from scales")
+	r.cs.LayerNorm(x.c, x.c, g.c, b.c, nil, rows, dim, 1e-5)
+	r.vs.LayerNorm(x.v, x.v, g.v, b.v, nil, rows, dim, 1e-5)
 	c, v = r.read(x)
 	requireClose(t, v, c, 1e-4, "layernorm in place")
 }

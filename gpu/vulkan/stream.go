@@ -402,6 +402,10 @@ func (s *stream) dispatch(name string, spec []uint32, uses []use, push []uint32,
 		s.fail(fmt.Errorf("vulkan: %s needs %d x %d x %d workgroups, over the device's %v", name, x, y, z, limits.MaxComputeWorkGroupCount))
 		return
 	}
+	if len(uses) > maxBindings {
+		s.fail(fmt.Errorf("vulkan: %s binds %d buffers, more than the %d the backend lays out", name, len(uses), maxBindings))
+		return
+	}
 	p, err := s.b.pipeline(name, len(uses), spec...)
 	if err != nil {
 		s.fail(err)
