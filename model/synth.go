@@ -57,7 +57,9 @@ var Shapes = map[string]Shape{
 	"tiny-qwen3":    {Arch: "qwen3", Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
 	"bonsai-1.7b":   {Arch: "qwen3", Layers: 28, DModel: 2048, FFN: 6144, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
 	"bonsai-4b":     {Arch: "qwen3", Layers: 36, DModel: 2560, FFN: 9728, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
-	"bonsai-8b":     {Arch: "qwen3", Layers: 36, DModel: 4096, FFN: 12288, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+	// Qwen3-30B-A3B's geometry: 128 experts, 8 per token.
+	"qwen3moe-30b-a3b": {Arch: "qwen3moe", Layers: 48, DModel: 2048, FFN: 6144, Heads: 32, KVHeads: 4, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6, Experts: 128, ExpertsUsed: 8, ExpertFFN: 768},
+	"bonsai-8b":        {Arch: "qwen3", Layers: 36, DModel: 4096, FFN: 12288, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
 }
 
 // ShapeNames lists Shapes' keys in order.
@@ -351,17 +353,24 @@ func (g *generator) experts(name string, f *quant.Format, cols, rows, n int) {
 	g.err = g.w.AddTensorFunc(name, f.Type, []int64{int64(cols), int64(rows), int64(n)}, func(out []byte) error {
 		rowBytes := cols / f.BlockSize * f.BlockBytes
 		limit := float32(math.Sqrt(3 / float64(cols)))
-		buf := make([]float32, cols)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 		for e := range n {
-			r := g.rng(tensor, uint64(e))
-			for row := range rows {
-				for i := range buf {
-					buf[i] = (2*r.Float32() - 1) * limit
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				r := g.rng(tensor, uint64(e))
+				buf := make([]float32, cols)
+				for row := range rows {
+					for i := range buf {
+						buf[i] = (2*r.Float32() - 1) * limit
+					}
+					at := (e*rows + row) * rowBytes
+					f.Quantize(out[at:at+rowBytes], buf)
 				}
-				at := (e*rows + row) * rowBytes
-				f.Quantize(out[at:at+rowBytes], buf)
-			}
+			})
 		}
+		wg.Wait()
 		return nil
 	})
 }

@@ -388,7 +388,7 @@ func (s *stream) FlashAttention(a *gpu.Attention) {
 	// A workgroup takes flashRows rows of (query, head), its heads from one
 	// GQA group so that they share each K/V tile.
 	wgHeads := flashHeads(a.Heads / a.KVHeads)
-	s.dispatch("flash", []uint32{uint32(a.HeadDim)}, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
+	s.dispatch("flash", []uint32{uint32(a.HeadDim), b2u(a.Window > 0), b2u(a.Softcap != 0)}, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
 		append(pushOf(a).words(true), uint32(wgHeads)), ceilDiv(a.T, flashRows/wgHeads), uint32(a.Heads/wgHeads), 1)
 }
 
