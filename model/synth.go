@@ -54,7 +54,7 @@ var Shapes = map[string]Shape{
 	"tiny-gpt2":     {Arch: "gpt2", Layers: 2, DModel: 256, FFN: 1024, Heads: 4, KVHeads: 4, HeadDim: 64, Vocab: 512, Context: 512},
 	"tiny-llama3":   {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 5e5, Llama3Rope: true},
 	"tiny-qwen2":    {Arch: "qwen2", Layers: 2, DModel: 256, FFN: 512, Heads: 8, KVHeads: 2, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
-	"tiny-qwen3":    {Arch: "qwen3", Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
+	"tiny-qwen3":    {Arch: "qwen3", Layers: 4, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 2048, Context: 512, Theta: 1e6},
 	"bonsai-1.7b":   {Arch: "qwen3", Layers: 28, DModel: 2048, FFN: 6144, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
 	"bonsai-4b":     {Arch: "qwen3", Layers: 36, DModel: 2560, FFN: 9728, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
 	// Qwen3-30B-A3B's geometry: 128 experts, 8 per token.
