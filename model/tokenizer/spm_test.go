@@ -277,3 +277,24 @@ func hex2(b byte) string {
 	const digits = "0123456789abcdef"
 	return string([]byte{digits[b>>4], digits[b&15]})
 }
+
+// Gemma's SentencePiece as its GGUF files describe it: no space prefix
+// (tokenizer.ggml.add_space_prefix false), BOS 2 and EOS 1, and bytes
+// outside the vocabulary falling back to <0xNN> tokens.
+func TestGemmaStyleSPM(t *testing.T) {
+	v := testSPMVocab()
+	v.AddSpacePrefix, v.BOS, v.EOS = false, 2, 1
+	tok, err := New(v)
+	require.NoError(t, err)
+	ids, err := tok.Encode("ab c€", Options{})
+	require.NoError(t, err)
+	var got []string
+	for _, id := range ids {
+		got = append(got, tok.vocab.Tokens[id])
+	}
+	// No leading ▁: "ab" merges as itself; the euro sign is three bytes.
+	require.Equal(t, []string{"</s>", "ab", "▁", "c", "<0xE2>", "<0x82>", "<0xAC>"}, got)
+	text, err := tok.Decode(ids[1:])
+	require.NoError(t, err)
+	require.Equal(t, "ab c€", text, "decoding keeps the text as written, with no space to strip")
+}
