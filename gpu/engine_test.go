@@ -451,6 +451,9 @@ func TestAblateAndForceExperts(t *testing.T) {
 	for tok := range len(testTokens) {
 		require.Equal(t, float32(5), ids[tok*k], "token %d", tok)
 		require.Equal(t, float32(1), ws[tok*k], "token %d", tok)
+		// The other experts' probabilities are 0: their slots are empty.
+		require.Equal(t, []float32{-1}, ids[tok*k+1:(tok+1)*k], "token %d", tok)
+		require.Equal(t, []float32{0}, ws[tok*k+1:(tok+1)*k], "token %d", tok)
 	}
 	require.Equal(t, clean.Tensor("blocks.0.mlp.hook_expert_ids").Data, forced.Tensor("blocks.0.mlp.hook_expert_ids").Data, "layer 0 is untouched")
 
@@ -459,6 +462,24 @@ func TestAblateAndForceExperts(t *testing.T) {
 	defer s.Close()
 	_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Hooks: []gpu.Hook{gpu.ForceExpert(0, 8)}})
 	require.ErrorContains(t, err, "expert 8 is out of range")
+
+	// Edited ids are checked before any expert runs.
+	require.NoError(t, s.Reset())
+	_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Hooks: []gpu.Hook{gpu.Scale("blocks.0.mlp.hook_expert_ids", 0)}})
+	require.ErrorContains(t, err, "token 0 lists expert 0 twice")
+
+	// Every expert ablated, or NaN logits: the model goes non-finite and is
+	// still traced.
+	require.NoError(t, s.Reset())
+	var all []gpu.Hook
+	for x := range m.Experts {
+		all = append(all, gpu.AblateExpert(0, x))
+	}
+	tr, err := s.Prefill(context.Background(), testTokens, gpu.Options{Capture: points, Hooks: all})
+	require.NoError(t, err)
+	name, _, err := tr.FirstNonFinite()
+	require.NoError(t, err)
+	require.Equal(t, "blocks.0.mlp.hook_expert_weights", name)
 }
 
 // TransformerLens's hook_scale: each row's divisor, and a hook there
@@ -487,5 +508,40 @@ func TestHookScaleDividesTheNorm(t *testing.T) {
 			}
 			require.Equal(t, clean.Tensor("blocks.0.ln1.hook_normalized").Data, frozen.Tensor("blocks.0.ln1.hook_normalized").Data, "layer 0 is untouched")
 		})
+	}
+}
+
+// Masks are not faults: a sliding window's -Inf scores and an ablated
+// expert's -Inf logit leave a trace finite.
+func TestMasksAreNotNonFinite(t *testing.T) {
+	for shape, hooks := range map[string][]gpu.Hook{"tiny-gemma2": nil, "tiny-qwen3moe": {gpu.AblateExpert(1, 2)}} {
+		m := genModel(t, shape, gguf.F32, 1)
+		tr := prefill(t, newEngine(t, m), testTokens, gpu.Options{Capture: gpu.CaptureAll(), Hooks: hooks})
+		name, n, err := tr.FirstNonFinite()
+		require.NoError(t, err)
+		require.Empty(t, name, "%s: %+v", shape, n)
+	}
+}
+
+// A pattern that matches nothing says why: a point of other families, or
+// the name it is nearest to.
+func TestCaptureErrorsSayWhy(t *testing.T) {
+	gpt2 := genModel(t, "tiny-gpt2", gguf.F32, 1)
+	moe := genModel(t, "tiny-qwen3moe", gguf.F32, 1)
+	for _, c := range []struct {
+		m        *model.Model
+		pattern  string
+		contains string
+	}{
+		{gpt2, "blocks.*.attn.hook_rot_q", "it has learned positions, not RoPE"},
+		{gpt2, "blocks.1.mlp.hook_pre_linear", "its MLP has no gate"},
+		{gpt2, "blocks.*.attn.hook_patern", "did you mean attn.hook_pattern?"},
+		{gpt2, "blocks.0.mlp.hook_expert_ids", "it has no experts"},
+		{moe, "blocks.*.mlp.hook_post", "its MLP is a mixture of experts, with points mlp.hook_router_logits"},
+		{moe, "hook_pos_embed", "it has no learned positions"},
+	} {
+		err := gpu.CaptureOf(c.pattern).Validate(&c.m.Config)
+		require.ErrorContains(t, err, c.contains, c.pattern)
+		require.ErrorContains(t, err, "strata info --points", c.pattern)
 	}
 }

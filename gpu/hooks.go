@@ -45,7 +45,7 @@ func (h *Hook) validate(c *model.Config) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("hook: %q matches no point of a %d-layer %s model", h.Point, c.Layers, c.Arch)
+	return fmt.Errorf("hook: %q matches no point of a %d-layer %s model%s", h.Point, c.Layers, c.Arch, pointHint(c, h.Point))
 }
 
 func hooked(hooks []Hook, name string) bool {
@@ -197,8 +197,10 @@ func AblateExpert(layer, expert int) Hook { return expertLogit(layer, expert, fl
 
 // ForceExpert routes every token of one layer to one expert: its router
 // logit becomes forcedLogit, far above any trained logit, so it comes first
-// with a weight of 1 (to float32's precision) and the other chosen experts
-// get weight 0.
+// with a weight of 1 (to float32's precision). The other experts'
+// probabilities are then 0, and their slots are empty (id -1, weight 0);
+// so are the last slots when AblateExpert leaves fewer experts than a
+// token uses.
 func ForceExpert(layer, expert int) Hook { return expertLogit(layer, expert, forcedLogit) }
 
 // forcedLogit outweighs any other logit: exp(-1e4) is 0 in float32.

@@ -48,17 +48,27 @@ func (r *Run) mixture(w *layerWeights, at func(string, Tensor, int) bool) bool {
 		r.fail(err)
 		return false
 	}
-	// Each expert's tokens (rows of h) and their slots (rows of out).
+	// Each expert's tokens (rows of h) and their slots (rows of out). The
+	// ids may have been edited by a hook: each must be an expert, or -1 for
+	// an empty slot, and a token's experts distinct.
 	tokens, slots := make([][]int32, c.Experts), make([][]int32, c.Experts)
 	for i, v := range ids {
 		e := int(v)
-		if float32(e) != v || e < 0 || e >= c.Experts {
-			r.fail(fmt.Errorf("engine: token %d's expert %d is %g, not an expert of %d (was mlp.hook_expert_ids edited?)", i/k, i%k, v, c.Experts))
+		if float32(e) != v || e < -1 || e >= c.Experts {
+			r.fail(fmt.Errorf("engine: token %d's expert %d is %g, not an expert of %d or -1 (an empty slot)", i/k, i%k, v, c.Experts))
+			return false
+		}
+		if e < 0 {
+			continue
+		}
+		if n := len(tokens[e]); n > 0 && tokens[e][n-1] == int32(i/k) {
+			r.fail(fmt.Errorf("engine: token %d lists expert %d twice", i/k, e))
 			return false
 		}
 		tokens[e] = append(tokens[e], int32(i/k))
 		slots[e] = append(slots[e], int32(i))
 	}
+	st.Edit(m.out, Edit{Op: EditFill, Rows: 1, Cols: t * k * d}) // empty slots stay 0
 	for e, rows := range tokens {
 		n := len(rows)
 		if n == 0 {

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -69,7 +70,8 @@ var layerPoints = []string{
 
 // moePoints replace a mixture of experts' MLP points: the router's logits
 // [T, Experts], each token's chosen experts [T, ExpertsUsed] (ids as
-// float32, best first) and their weights, and the chosen experts' outputs
+// float32, best first; -1 for a slot no expert of positive probability
+// fills) and their weights, and the chosen experts' outputs
 // before weighting [T, ExpertsUsed, DModel]. Editing the logits (to -Inf:
 // never chosen; to a large value: always) ablates or forces an expert.
 var moePoints = []string{"mlp.hook_router_logits", "mlp.hook_expert_ids", "mlp.hook_expert_weights", "mlp.hook_expert_out"}
@@ -205,10 +207,65 @@ func (c Capture) Validate(m *model.Config) error {
 			}
 		}
 		if !found {
-			return fmt.Errorf("capture: pattern %q matches no capture point of this %s model (names look like blocks.0.attn.hook_pattern; see gpu.Points)", g, m.Arch)
+			return fmt.Errorf("capture: pattern %q matches no capture point of this %s model%s (strata info --points lists them)", g, m.Arch, pointHint(m, g))
 		}
 	}
 	return nil
+}
+
+// pointHint says why a pattern matches no point of the model, when its
+// point belongs to other families, or which point it is nearest to.
+func pointHint(m *model.Config, pattern string) string {
+	_, local := SplitPoint(pattern)
+	if strings.HasPrefix(pattern, "blocks.") && local == pattern { // blocks.*.x: SplitPoint wants a number
+		if _, rest, ok := strings.Cut(strings.TrimPrefix(pattern, "blocks."), "."); ok {
+			local = rest
+		}
+	}
+	switch {
+	case (local == "attn.hook_rot_q" || local == "attn.hook_rot_k") && m.Pos != model.PosRope:
+		return ": it has learned positions, not RoPE"
+	case local == "mlp.hook_pre_linear" && !m.MLP.Gated():
+		return ": its MLP has no gate"
+	case strings.HasPrefix(local, "mlp.hook_") && m.MoE() && !slices.Contains(moePoints, local):
+		return fmt.Sprintf(": its MLP is a mixture of experts, with points %s", strings.Join(moePoints, ", "))
+	case slices.Contains(moePoints, local) && !m.MoE():
+		return ": it has no experts"
+	case local == "hook_pos_embed" && m.Pos != model.PosLearned:
+		return ": it has no learned positions"
+	}
+	best, bestD := "", 4 // suggest only near misses: a typo, not another point
+	for _, p := range Points(m) {
+		_, q := SplitPoint(p)
+		if d := editDistance(local, q); d < bestD {
+			best, bestD = q, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf(": did you mean %s?", best)
+	}
+	return ""
+}
+
+// editDistance is Levenshtein's distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func (c Capture) validateLayers(layers int) error {

@@ -320,6 +320,11 @@ func (r *refModel) mixture(w refLayer, h [][]float64, put func(string, [][]float
 		}
 		mixed[t] = make([]float64, c.DModel)
 		for _, e := range order[:k] {
+			if prob[e] == 0 { // an empty slot
+				ids[t], weights[t] = append(ids[t], -1), append(weights[t], 0)
+				outs[t] = append(outs[t], make([]float64, c.DModel)...)
+				continue
+			}
 			ids[t] = append(ids[t], float64(e))
 			wt := prob[e] / sum / kept
 			weights[t] = append(weights[t], wt)

@@ -416,6 +416,12 @@ func (r *Run) newTrace() *trace.Trace {
 	tr := trace.New()
 	tr.Model = trace.Model{Name: c.Name, Arch: c.Arch, Layers: c.Layers, DModel: c.DModel, FFN: c.FFN,
 		Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Vocab: c.Vocab, LearnedPos: c.Pos == model.PosLearned}
+	if c.SWAPattern > 0 {
+		tr.Model.Windows = make([]int, c.Layers)
+		for l := range c.Layers {
+			tr.Model.Windows[l] = c.Window(l)
+		}
+	}
 	tr.Backend = r.s.e.Backend.Name()
 	tr.Tokens = slices.Clone(r.tokens)
 	tr.Pos0 = r.l.pos0

@@ -3,7 +3,9 @@
 // A mixture's routing: for each row of router logits [rows, experts], the
 // softmax's top k experts (the lower index on a tie), their probabilities
 // renormalised to sum to 1; ids (as float) and weights [rows, k], best
-// first. One invocation per row: experts are at most a few hundred.
+// first; -1 and 0 for a slot only experts of probability 0 could fill. A
+// row with a NaN logit, or with every logit -Inf, gets experts 0..k-1 at
+// NaN weights. One invocation per row: experts are at most a few hundred.
 layout(local_size_x = 64) in;
 #include "common.glsl"
 
@@ -26,13 +28,20 @@ void main() {
         for (uint e = 0; e < pc.experts; e++) {
             sum += exp(logits[base + e] - m);
         }
+        if (!(sum > 0.0)) {
+            for (uint j = 0; j < pc.k; j++) {
+                ids[r * pc.k + j] = float(j);
+                weights[r * pc.k + j] = uintBitsToFloat(0x7fc00000u);
+            }
+            continue;
+        }
         // Select k times the best not yet taken: taken experts are those
         // already written, found again by value and index order.
         float kept = 0.0, lastP = 2.0;
         uint lastE = 0;
         for (uint j = 0; j < pc.k; j++) {
             int best = -1;
-            float bestP = -1.0;
+            float bestP = 0.0; // only a positive probability fills a slot
             for (uint e = 0; e < pc.experts; e++) {
                 float p = exp(logits[base + e] - m) / sum;
                 // Order: by p descending, then index ascending.
@@ -44,6 +53,9 @@ void main() {
             }
             ids[r * pc.k + j] = float(best);
             weights[r * pc.k + j] = bestP;
+            if (best < 0) {
+                continue; // and so is every later slot
+            }
             kept += bestP;
             lastP = bestP;
             lastE = uint(best);

@@ -236,7 +236,7 @@ func TestBadArgumentsAreNamed(t *testing.T) {
 		err  error
 		want string
 	}{
-		{second(AttentionHead(tr, 2, 0)), "AttentionHead: layer 2 is out of range: the model has 2 layers (0-1)"},
+		{second(AttentionHead(tr, 4, 0)), "AttentionHead: layer 4 is out of range: the model has 4 layers (0-3)"},
 		{second(AttentionHead(tr, 0, 8)), "AttentionHead: head 8 is out of range: the model has 8 heads (0-7)"},
 		{second(KVCache(tr, -1, 0)), "KVCache: layer -1 is out of range"},
 		{second(KVCache(tr, 0, 4)), "KVCache: KV head 4 is out of range: the model has 4 KV heads (0-3)"},

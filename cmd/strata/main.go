@@ -45,7 +45,7 @@ func init() {
 		{"tokenize", "[--model M] TEXT", "print the token ids of TEXT, space separated", cmdTokenize},
 		{"run", "[--model M] --prompt P [-n 30]", "greedy continuation of a prompt", cmdRun},
 		{"trace", "[--model M] (--prompt P | --tokens 1,2,...) [--capture GLOBS] [--out DIR]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures", cmdTrace},
-		{"gen", "--shape S --type T --out F.gguf [--seed N]", "write a model with random weights", cmdGen},
+		{"gen", "--shape S [--type T] --out F.gguf [--seed N]", "write a model with random weights", cmdGen},
 		{"bench", "[--model M | --shape S --type T] [--tokens 128,512,2048] [--capture none,all] [--backend B] [--json F]",
 			"median prefill tokens/s after warm-up", cmdBench},
 	}
@@ -167,6 +167,7 @@ func openEngine(path, backend string) (*gpu.Engine, error) {
 func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	fs := flags("info", out)
 	n := fs.Int("n", 512, "prompt length for the memory estimate, 1 to the model's context (default 512 or the context if shorter)")
+	points := fs.Bool("points", false, "also list the model's capture points (per layer once, as blocks.N.*)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -191,7 +192,11 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "architecture  %s\n", c.Arch)
 	fmt.Fprintf(out, "layers        %d\n", c.Layers)
 	fmt.Fprintf(out, "d_model       %d\n", c.DModel)
-	fmt.Fprintf(out, "ffn           %d\n", c.FFN)
+	if c.MoE() {
+		fmt.Fprintf(out, "ffn           %d (the dense width; every MLP here is experts)\n", c.FFN)
+	} else {
+		fmt.Fprintf(out, "ffn           %d\n", c.FFN)
+	}
 	fmt.Fprintf(out, "heads         %d query, %d key/value (GQA %d:1), head_dim %d\n", c.Heads, c.KVHeads, c.Heads/c.KVHeads, c.HeadDim)
 	fmt.Fprintf(out, "vocab         %d\n", c.Vocab)
 	fmt.Fprintf(out, "context       %d\n", c.Context)
@@ -293,6 +298,17 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	_, other := m.Resident()
 	fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, header and tokenizer %s, KV cache %s, activations %s\n",
 		*n, gpu.HumanBytes(weightBytes+other+est.Total()), gpu.HumanBytes(weightBytes), gpu.HumanBytes(other), gpu.HumanBytes(est.Cache), gpu.HumanBytes(est.Scratch))
+	if *points {
+		fmt.Fprintln(out, "capture points:")
+		for _, p := range gpu.Points(c) {
+			if l, local := gpu.SplitPoint(p); l <= 0 {
+				if l == 0 {
+					p = "blocks.N." + local
+				}
+				fmt.Fprintf(out, "  %s\n", p)
+			}
+		}
+	}
 	return nil
 }
 
@@ -400,7 +416,11 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 		}
 		next := tr.Predicted[0]
 		if next == e.Model.Tok.EOS() {
-			break
+			if err := g.flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "strata: stopped after %d of %d tokens: the model predicted its end token %s\n", len(g.gen), *n, e.Model.Tok.Piece(next))
+			return nil
 		}
 		if err := g.add(next); err != nil {
 			return err

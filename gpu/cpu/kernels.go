@@ -582,21 +582,33 @@ func (s *stream) Route(ids, weights, logits gpu.Tensor, rows, experts, k int) {
 				p[e] = math.Exp(float64(v) - m)
 				sum += p[e]
 			}
-			// Top k by selection; a chosen expert's p is marked -1.
+			ids, ws := id[r*k:(r+1)*k], w[r*k:(r+1)*k]
+			if !(sum > 0) { // a NaN logit, or every logit -Inf
+				for j := range k {
+					ids[j], ws[j] = float32(j), float32(math.NaN())
+				}
+				continue
+			}
+			// Top k by selection; a chosen expert's p is marked -1. A slot
+			// only experts of probability 0 could fill is left empty.
 			var kept float64
 			for j := range k {
 				best := -1
 				for e, v := range p {
-					if v >= 0 && (best < 0 || v > p[best]) {
+					if v > 0 && (best < 0 || v > p[best]) {
 						best = e
 					}
 				}
-				id[r*k+j], w[r*k+j] = float32(best), float32(p[best]/sum)
+				if best < 0 {
+					ids[j], ws[j] = -1, 0
+					continue
+				}
+				ids[j], ws[j] = float32(best), float32(p[best]/sum)
 				kept += p[best] / sum
 				p[best] = -1
 			}
 			for j := range k {
-				w[r*k+j] = float32(float64(w[r*k+j]) / kept)
+				ws[j] = float32(float64(ws[j]) / kept)
 			}
 		}
 	})

@@ -59,7 +59,7 @@ func (t *Trace) manifest() Manifest {
 
 // add lists a capture in the manifest, with its non-finite counts.
 func (m *Manifest) add(name string, x *Tensor) {
-	nf := nonFinite(name, x)
+	nf := m.Model.nonFinite(name, x)
 	m.Tensors = append(m.Tensors, TensorEntry{Name: name, Shape: x.Shape, DType: "float32", NonFinite: nf})
 	if nf.Any() && m.FirstNonFinite == nil {
 		m.FirstNonFinite = &FirstNonFinite{Capture: name, Layer: LayerOf(name), NonFinite: nf}

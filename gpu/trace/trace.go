@@ -44,6 +44,9 @@ type Model struct {
 	// LearnedPos says the model adds a learned position embedding
 	// (hook_pos_embed) to the token embedding, as GPT-2 does.
 	LearnedPos bool `json:"learned_positions,omitempty"`
+	// Windows is each layer's sliding attention window, 0 for a global
+	// layer; nil when no layer has one.
+	Windows []int `json:"windows,omitempty"`
 }
 
 // Trace is the result of one prefill. A trace made on a GPU keeps its
@@ -495,23 +498,33 @@ func (n NonFinite) String() string {
 }
 
 // NonFiniteIn counts the non-finite values of the named capture. The -Inf
-// that masks attention scores above the diagonal is not counted: it is
-// how causal attention works, not a fault.
+// that masks attention scores above the diagonal (and outside a sliding
+// window) is not counted: it is how the attention works, not a fault; nor
+// is a -Inf router logit, which is how an expert is ablated.
 func (t *Trace) NonFiniteIn(name string) NonFinite {
 	x, err := t.Get(name)
 	if err != nil {
 		return NonFinite{}
 	}
-	return nonFinite(name, x)
+	return t.Model.nonFinite(name, x)
 }
 
-func nonFinite(name string, x *Tensor) NonFinite {
+func (m *Model) nonFinite(name string, x *Tensor) NonFinite {
 	var n NonFinite
 	masked := func(int) bool { return false }
 	if strings.HasSuffix(name, "attn.hook_attn_scores") && len(x.Shape) == 3 {
 		q, k := x.Shape[1], x.Shape[2] // [heads, T, Pos0+T]
-		pos0 := k - q
-		masked = func(i int) bool { return i%k > pos0+(i/k)%q }
+		pos0, window := k-q, 0
+		if l := LayerOf(name); l >= 0 && l < len(m.Windows) {
+			window = m.Windows[l]
+		}
+		masked = func(i int) bool {
+			p, j := pos0+(i/k)%q, i%k
+			return j > p || (window > 0 && p-j >= window)
+		}
+	}
+	if strings.HasSuffix(name, "mlp.hook_router_logits") {
+		masked = func(int) bool { return true }
 	}
 	for i, v := range x.Data {
 		switch {
@@ -534,7 +547,7 @@ func (t *Trace) FirstNonFinite() (string, NonFinite, error) {
 	var count NonFinite
 	stop := errors.New("found")
 	err := t.each(func(name string, x *Tensor) error {
-		if n := nonFinite(name, x); n.Any() {
+		if n := t.Model.nonFinite(name, x); n.Any() {
 			first, count = name, n
 			return stop
 		}

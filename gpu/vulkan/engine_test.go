@@ -228,9 +228,13 @@ func TestExpertInterventionsMatchCPU(t *testing.T) {
 	m := genModel(t, "tiny-qwen3moe", gguf.Q8_0, 6)
 	ce, ve := engines(t, m)
 	capture := gpu.CaptureOf("blocks.*.mlp.*", "blocks.*.hook_mlp_out")
-	for name, h := range map[string]gpu.Hook{"ablate": gpu.AblateExpert(0, 3), "force": gpu.ForceExpert(1, 6)} {
+	var all []gpu.Hook
+	for x := range m.Experts {
+		all = append(all, gpu.AblateExpert(1, x))
+	}
+	for name, hooks := range map[string][]gpu.Hook{"ablate": {gpu.AblateExpert(0, 3)}, "force": {gpu.ForceExpert(1, 6)}, "ablate all": all} {
 		t.Run(name, func(t *testing.T) {
-			o := gpu.Options{Capture: capture, Logits: gpu.LogitsAll, Hooks: []gpu.Hook{h}}
+			o := gpu.Options{Capture: capture, Logits: gpu.LogitsAll, Hooks: hooks}
 			requireSameTrace(t, prefill(t, ve, testTokens, o), prefill(t, ce, testTokens, o), pointTol)
 		})
 	}
