@@ -465,18 +465,8 @@ func (m *matrix) Cols() int { return m.w.Cols }
 // Upload copies a weight to device memory once, repacked for its shaders.
 // Types without a shader are refused with an error naming tensor and type.
 func (b *Backend) Upload(w *model.Weight) (gpu.Matrix, error) {
-	if w == nil {
-		return nil, errors.New("vulkan: nil weight")
-	}
-	f, err := formatOf(w)
+	f, data, scaleBase, err := b.prepare(w)
 	if err != nil {
-		return nil, err
-	}
-	data, scaleBase, err := repack(f, w)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.checkRange(w.Name, uint64(len(data))); err != nil {
 		return nil, err
 	}
 	buf, err := b.newBuffer(uint64(len(data)), deviceLocal)
@@ -493,10 +483,27 @@ func (b *Backend) Upload(w *model.Weight) (gpu.Matrix, error) {
 	return &matrix{w: w, f: f, buf: buf, scaleBase: scaleBase}, nil
 }
 
+// prepare repacks a weight for its shaders and checks a buffer can bind it.
+func (b *Backend) prepare(w *model.Weight) (f *weightFormat, data []byte, scaleBase uint32, err error) {
+	if w == nil {
+		return nil, nil, 0, errors.New("vulkan: nil weight")
+	}
+	if f, err = formatOf(w); err != nil {
+		return nil, nil, 0, err
+	}
+	if data, scaleBase, err = repack(f, w); err != nil {
+		return nil, nil, 0, err
+	}
+	return f, data, scaleBase, b.checkRange(w.Name, uint64(len(data)))
+}
+
 // UploadGroup uploads weights into one buffer, each at an offset the
 // device can bind a storage buffer at: a mixture has thousands of expert
 // matrices, more than the allocations a device allows (4096 on many).
 func (b *Backend) UploadGroup(ws []*model.Weight) ([]gpu.Matrix, error) {
+	if len(ws) == 0 {
+		return nil, nil
+	}
 	align := max(uint64(b.phys.props.Limits.MinStorageBufferOffsetAlignment), 16)
 	type part struct {
 		f         *weightFormat
@@ -507,18 +514,8 @@ func (b *Backend) UploadGroup(ws []*model.Weight) ([]gpu.Matrix, error) {
 	parts := make([]part, len(ws))
 	var size uint64
 	for i, w := range ws {
-		if w == nil {
-			return nil, errors.New("vulkan: nil weight in a group")
-		}
-		f, err := formatOf(w)
+		f, data, scaleBase, err := b.prepare(w)
 		if err != nil {
-			return nil, err
-		}
-		data, scaleBase, err := repack(f, w)
-		if err != nil {
-			return nil, err
-		}
-		if err := b.checkRange(w.Name, uint64(len(data))); err != nil {
 			return nil, err
 		}
 		size = (size + align - 1) / align * align
