@@ -434,6 +434,15 @@ func TestAblateAndForceExperts(t *testing.T) {
 			busiest = id
 		}
 	}
+	usage, err := clean.ExpertUsage(0)
+	require.NoError(t, err)
+	require.Len(t, usage, m.Experts)
+	total := 0
+	for x, n := range usage {
+		require.Equal(t, count[float32(x)], n, "expert %d", x)
+		total += n
+	}
+	require.Equal(t, len(testTokens)*k, total)
 	ablated := prefill(t, e, testTokens, gpu.Options{Capture: points, Hooks: []gpu.Hook{gpu.AblateExpert(0, int(busiest))}})
 	ids, ws := ablated.Tensor("blocks.0.mlp.hook_expert_ids").Data, ablated.Tensor("blocks.0.mlp.hook_expert_weights").Data
 	require.NotContains(t, ids, busiest)
@@ -456,6 +465,12 @@ func TestAblateAndForceExperts(t *testing.T) {
 		require.Equal(t, []float32{0}, ws[tok*k+1:(tok+1)*k], "token %d", tok)
 	}
 	require.Equal(t, clean.Tensor("blocks.0.mlp.hook_expert_ids").Data, forced.Tensor("blocks.0.mlp.hook_expert_ids").Data, "layer 0 is untouched")
+
+	usage, err = forced.ExpertUsage(1)
+	require.NoError(t, err)
+	require.Equal(t, len(testTokens), usage[5], "the forced expert takes every token; the empty slots count for none")
+	_, err = forced.ExpertUsage(2)
+	require.ErrorContains(t, err, "blocks.2.mlp.hook_expert_ids")
 
 	s, err := e.NewSession(0)
 	require.NoError(t, err)

@@ -416,6 +416,7 @@ func (r *Run) newTrace() *trace.Trace {
 	tr := trace.New()
 	tr.Model = trace.Model{Name: c.Name, Arch: c.Arch, Layers: c.Layers, DModel: c.DModel, FFN: c.FFN,
 		Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Vocab: c.Vocab, LearnedPos: c.Pos == model.PosLearned}
+	tr.Model.Experts = c.Experts
 	if c.SWAPattern > 0 {
 		tr.Model.Windows = make([]int, c.Layers)
 		for l := range c.Layers {

@@ -213,3 +213,28 @@ func (t *Trace) HeadResults(layer int, wO []float32) (*Tensor, error) {
 	}
 	return out, nil
 }
+
+// ExpertUsage counts, for each expert of a mixture, the tokens routed to it
+// in layer (empty slots, id -1, count for none), from the captured
+// blocks.L.mlp.hook_expert_ids.
+func (t *Trace) ExpertUsage(layer int) ([]int, error) {
+	if t.Model.Experts == 0 {
+		return nil, fmt.Errorf("trace: ExpertUsage: %s has no experts", t.Model.Name)
+	}
+	ids, err := t.Get(point(layer, "mlp.hook_expert_ids"))
+	if err != nil {
+		return nil, missing(err, point(layer, "mlp.hook_expert_ids"))
+	}
+	counts := make([]int, t.Model.Experts)
+	for i, v := range ids.Data {
+		e := int(v)
+		switch {
+		case v == -1:
+		case float32(e) != v || e < 0 || e >= len(counts):
+			return nil, fmt.Errorf("trace: ExpertUsage: slot %d of layer %d holds %g, not an expert of %d", i, layer, v, len(counts))
+		default:
+			counts[e]++
+		}
+	}
+	return counts, nil
+}

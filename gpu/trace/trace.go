@@ -47,6 +47,8 @@ type Model struct {
 	// Windows is each layer's sliding attention window, 0 for a global
 	// layer; nil when no layer has one.
 	Windows []int `json:"windows,omitempty"`
+	// Experts is a mixture's number of experts, 0 for a dense model.
+	Experts int `json:"experts,omitempty"`
 }
 
 // Trace is the result of one prefill. A trace made on a GPU keeps its
