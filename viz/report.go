@@ -141,6 +141,10 @@ func reportFigures(tr *trace.Trace) []reportEntry {
 			fmt.Sprintf("The prompt ends with a %d-token sequence repeated; the score is the attention from the second copy to the token after the first copy's match.", p),
 			func() (*Figure, error) { return InductionScores(tr, p) }})
 	}
+	if tr.Model.Experts > 0 {
+		entries = append(entries, reportEntry{"expert_usage", "Which experts each layer's router chose: the share of the prompt's tokens each expert takes.",
+			func() (*Figure, error) { return ExpertUsage(tr) }})
+	}
 	return append(entries,
 		reportEntry{"resid_norms", "L2 norm of the residual stream after each layer.",
 			func() (*Figure, error) { return ResidNorms(tr) }},
