@@ -56,7 +56,7 @@ func Explore(tr *trace.Trace, idle time.Duration) {
 	select {
 	case ui = <-ready:
 	case <-time.After(frontEndWait):
-		gonbui.DisplayHTML(fmt.Sprintf("<p>layer %d, head %d (no live front-end: sliders off)</p>%s", layer, head, svg()))
+		displayHTML(fmt.Sprintf("<p>layer %d, head %d (no live front-end: sliders off)</p>%s", layer, head, svg()))
 		return
 	}
 	cell := "strata_explore_" + gonbui.UniqueId()
@@ -75,5 +75,5 @@ func Explore(tr *trace.Trace, idle time.Duration) {
 		}
 	}
 	gonbui.UpdateHTML(cell, "")
-	gonbui.DisplayHTML(fmt.Sprintf("<p>layer %d, head %d</p>%s", layer, head, svg()))
+	displayHTML(fmt.Sprintf("<p>layer %d, head %d</p>%s", layer, head, svg()))
 }

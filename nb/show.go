@@ -145,6 +145,7 @@ func show(it any) error {
 	case string:
 		if gonbui.IsNotebook {
 			gonbui.DisplayMarkdown(x)
+			gonbui.Sync()
 		} else {
 			fmt.Println(x)
 		}
@@ -178,7 +179,7 @@ func showFile(kind, ext string, write func(path string) error) error {
 
 func showView(v view) error {
 	if gonbui.IsNotebook {
-		gonbui.DisplayHTML(v.HTML())
+		displayHTML(v.HTML())
 		return nil
 	}
 	if s, ok := v.(interface{ Save(string) error }); ok {
@@ -198,7 +199,7 @@ func showFigure(f figure) error {
 	if err != nil {
 		return err
 	}
-	gonbui.DisplayHTML(h)
+	displayHTML(h)
 	return nil
 }
 
@@ -248,7 +249,7 @@ func showError(err error) {
 		fmt.Println("error:", err)
 		return
 	}
-	gonbui.DisplayHTML(errorHTML(err))
+	displayHTML(errorHTML(err))
 }
 
 func errorHTML(err error) string {
@@ -261,7 +262,7 @@ func display(htmlText, text string) {
 		fmt.Print(text)
 		return
 	}
-	gonbui.DisplayHTML(htmlText)
+	displayHTML(htmlText)
 }
 
 func tableHTML(t Table) string {
@@ -331,4 +332,12 @@ func captureText(tr *trace.Trace) string {
 		fmt.Fprintf(&b, "  %-40s %v\n", n, tr.Shape(n))
 	}
 	return b.String()
+}
+
+// displayHTML shows HTML as the cell's output and waits until GoNB has it:
+// a cell is a process, and a display still in the pipe when it exits is
+// lost (a test saw a notebook's last figure go missing under load).
+func displayHTML(h string) {
+	gonbui.DisplayHTML(h)
+	gonbui.Sync()
 }
