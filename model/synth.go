@@ -310,63 +310,40 @@ func (g *generator) rng(tensor, chunk uint64) *rand.Rand {
 // Its bytes are made as the file is written, so that generating a model
 // holds one tensor at a time.
 func (g *generator) matrix(name string, f *quant.Format, cols, rows int) {
-	if g.err != nil {
-		return
-	}
-	g.tensors++
-	tensor := g.tensors
-	g.err = g.w.AddTensorFunc(name, f.Type, []int64{int64(cols), int64(rows)}, func(out []byte) error {
-		rowBytes := cols / f.BlockSize * f.BlockBytes
-		limit := float32(math.Sqrt(3 / float64(cols)))
-		const chunkRows = 64
-		chunks := (rows + chunkRows - 1) / chunkRows
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-		for c := range chunks {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				r := g.rng(tensor, uint64(c))
-				lo, hi := c*chunkRows, min((c+1)*chunkRows, rows)
-				buf := make([]float32, cols)
-				for row := lo; row < hi; row++ {
-					for i := range buf {
-						buf[i] = (2*r.Float32() - 1) * limit
-					}
-					f.Quantize(out[row*rowBytes:(row+1)*rowBytes], buf)
-				}
-			})
-		}
-		wg.Wait()
-		return nil
-	})
+	g.randomRows(name, f, []int64{int64(cols), int64(rows)}, cols, rows, 64)
 }
 
 // experts adds n expert matrices of [rows, cols] as one tensor of dims
 // [cols, rows, n], made as the file is written like matrix's.
 func (g *generator) experts(name string, f *quant.Format, cols, rows, n int) {
+	g.randomRows(name, f, []int64{int64(cols), int64(rows), int64(n)}, cols, n*rows, rows)
+}
+
+// randomRows adds a tensor of total rows of cols entries uniform in
+// ±sqrt(3/cols), made in parallel in groups of group rows, each group from
+// its own random stream so that the bytes do not depend on the schedule.
+func (g *generator) randomRows(name string, f *quant.Format, dims []int64, cols, total, group int) {
 	if g.err != nil {
 		return
 	}
 	g.tensors++
 	tensor := g.tensors
-	g.err = g.w.AddTensorFunc(name, f.Type, []int64{int64(cols), int64(rows), int64(n)}, func(out []byte) error {
+	g.err = g.w.AddTensorFunc(name, f.Type, dims, func(out []byte) error {
 		rowBytes := cols / f.BlockSize * f.BlockBytes
 		limit := float32(math.Sqrt(3 / float64(cols)))
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-		for e := range n {
+		for c := range (total + group - 1) / group {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				r := g.rng(tensor, uint64(e))
+				r := g.rng(tensor, uint64(c))
 				buf := make([]float32, cols)
-				for row := range rows {
+				for row := c * group; row < min((c+1)*group, total); row++ {
 					for i := range buf {
 						buf[i] = (2*r.Float32() - 1) * limit
 					}
-					at := (e*rows + row) * rowBytes
-					f.Quantize(out[at:at+rowBytes], buf)
+					f.Quantize(out[row*rowBytes:(row+1)*rowBytes], buf)
 				}
 			})
 		}
