@@ -44,6 +44,31 @@ func SetCoop(b *Backend, on bool) bool {
 	return old
 }
 
+// CoopTiles names the cooperative GEMM's tile shapes, for tests to force.
+func CoopTiles() []string {
+	names := make([]string, len(coopTiles))
+	for i, t := range coopTiles {
+		names[i] = t.String()
+	}
+	return names
+}
+
+// ForceCoopTile makes every cooperative GEMM of the device use coopTiles[i]
+// (-1: the usual choice). It reports false where the tile needs more shared
+// memory than the device has.
+func ForceCoopTile(b *Backend, i int, exact bool) bool {
+	if i < 0 {
+		forcedCoopTile = nil
+		return true
+	}
+	t := coopTiles[i]
+	if t.shared(exact) > int(b.phys.props.Limits.MaxComputeSharedMemorySize) {
+		return false
+	}
+	forcedCoopTile = &t
+	return true
+}
+
 // Coop reports whether the device was opened with cooperative-matrix GEMMs.
 func Coop(b *Backend) bool { return b.coopEnabled }
 

@@ -34,17 +34,52 @@ func (c coopTile) spec() []uint32 {
 	return []uint32{uint32(c.tm), uint32(c.tn), uint32(c.wgm), uint32(c.bk)}
 }
 
-// coopTileFor picks the tile for a GEMM of rows x n outputs. On the H200,
-// over 17 shapes tried on a 12288 x 4096 Q1_0 weight, 64 x 128 tiles of
-// 16 x 64 per subgroup ran fastest at T = 512 and 2048 and 32 x 128 ones at
-// T = 128, where larger tiles leave SMs idle; blocks of more than 4
-// accumulators per subgroup ran slower.
-func coopTileFor(rows, n int) coopTile {
-	big := coopTile{tm: 1, tn: 4, wgm: 4, bk: 32}
-	if int(ceilDiv(rows, big.bm())*ceilDiv(n, big.bn())) >= 384 {
-		return big
+// shared is the tile's shared memory in bytes (matmul_coop.comp's Ahi, Alo
+// and Bhi: rows of bk + 8 halves).
+func (c coopTile) shared(exact bool) int {
+	a := 1
+	if exact {
+		a = 2
 	}
-	return coopTile{tm: 1, tn: 2, wgm: 2, bk: 32}
+	return (a*c.bm() + c.bn()) * (c.bk + 8) * 2
+}
+
+func (c coopTile) String() string {
+	return fmt.Sprintf("%dx%d/k%d", c.bm(), c.bn(), c.bk)
+}
+
+// coopTiles are the shapes the cooperative GEMM is tested and timed with;
+// coopTileFor picks among them.
+var coopTiles = []coopTile{
+	{tm: 1, tn: 2, wgm: 2, bk: 32}, // 32 x 128
+	{tm: 1, tn: 4, wgm: 4, bk: 32}, // 64 x 128, 1 x 4 per subgroup
+	{tm: 2, tn: 2, wgm: 2, bk: 32}, // 64 x 128, 2 x 2 per subgroup
+	{tm: 1, tn: 4, wgm: 4, bk: 64},
+	{tm: 2, tn: 4, wgm: 4, bk: 32}, // 128 x 128
+	{tm: 2, tn: 4, wgm: 4, bk: 64}, // (fast precision only: shared memory)
+	{tm: 2, tn: 4, wgm: 2, bk: 32}, // 64 x 256
+}
+
+// forcedCoopTile, when set (by tests), replaces coopTileFor's choice.
+var forcedCoopTile *coopTile
+
+// coopTileFor picks the tile for a GEMM at the given precision, weights
+// decoded from whole K-quant blocks or not. On the H200 (BenchmarkCoopTiles,
+// 12288 x 4096 weights, T = 128, 512, 2048), 64 x 128 tiles of 2 x 2
+// accumulators per subgroup ran fastest or level with the best for 1-bit
+// weights at both precisions; K-quants, whose decoding costs more per
+// weight, ran fastest on 128 x 128 tiles with k steps of 64, which decode
+// each weight once for twice the rows of x. On 1024-wide weights (K and V)
+// no tile did well: too few workgroups to fill the device.
+func (s *stream) coopTileFor(whole, exact bool) coopTile {
+	if forcedCoopTile != nil {
+		return *forcedCoopTile
+	}
+	t := coopTile{tm: 2, tn: 2, wgm: 2, bk: 32}
+	if tall := (coopTile{tm: 2, tn: 4, wgm: 4, bk: 64}); whole && !exact && tall.shared(exact) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
+		return tall
+	}
+	return t
 }
 
 func ceilDiv(a, b int) uint32 { return uint32((a + b - 1) / b) }
@@ -238,7 +273,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		// float16 (X is split in two halves instead); fast ones for any.
 		fast := s.precision == gpu.PrecisionFast
 		if rows > vecRows && s.b.coop && (fast || m.f.exactInHalf()) {
-			t := coopTileFor(rows, m.w.Rows)
+			t := s.coopTileFor(m.f.whole, !fast)
 			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast)), uses, push, ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm()), 1)
 			continue
 		}

@@ -491,7 +491,9 @@ func TestMatMulFastPrecisionIsFloat16Inputs(t *testing.T) {
 		for _, typ := range []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K, gguf.Q1_0_G128} {
 			t.Run(fmt.Sprintf("coop=%v/%v", coop, typ), func(t *testing.T) {
 				r := newRig(t, 12)
-				rows, cols, n := 70, 512, 100
+				// 200 rows: the rows after the first tile (64 or 128 rows) keep
+				// float16 products.
+				rows, cols, n := 200, 512, 100
 				xs := r.values(rows*cols, 1)
 				xs[5] = 1e6 // out of float16's range: its tile is recomputed in float32
 				x := r.tensor("x", xs)
