@@ -79,6 +79,10 @@ type stream struct {
 	b   *Backend
 	mu  sync.Mutex // guards err against workers failing together
 	err error
+	// The AVX-512 GEMM's packed x and per-thread scratch, kept from call to
+	// call: made afresh, a prefill's garbage raised its peak memory by 60%.
+	xpack []float32
+	gemm  []gemmScratch
 }
 
 func data(t gpu.Tensor) []float32 { return t.(*tensor).data }

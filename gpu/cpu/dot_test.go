@@ -71,8 +71,8 @@ func TestMatMulWithAndWithoutTheBlockKernel(t *testing.T) {
 	m, err := b.Upload(&model.Weight{Name: "w", Rows: n, Cols: cols, Format: f, Data: w})
 	require.NoError(t, err)
 	run := func(block bool) []float32 {
-		defer func(old bool) { hasBlockDot = old }(hasBlockDot)
-		hasBlockDot = block
+		defer func(old, panel bool) { hasBlockDot, hasPanelGEMM = old, panel }(hasBlockDot, hasPanelGEMM)
+		hasBlockDot, hasPanelGEMM = block, false
 		st := b.NewStream()
 		x, _ := st.Alloc("x", rows*cols)
 		xs := make([]float32, rows*cols)

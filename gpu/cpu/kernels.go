@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 
 	"gonum.org/v1/gonum/blas/blas32"
 
@@ -134,6 +135,26 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			s.fail(fmt.Errorf("cpu: matmul %s: buffers too small for %d rows", p.W.(*matrix).w.Name, rows))
 			return
 		}
+	}
+	if hasPanelGEMM {
+		if rows == 0 || cols == 0 {
+			return
+		}
+		s.xpack = packX(s.xpack, xs, rows, cols)
+		groups := gemmGroups(outs)
+		if len(s.gemm) < s.b.threads {
+			s.gemm = make([]gemmScratch, s.b.threads)
+		}
+		var worker atomic.Int32
+		s.parallel(len(groups), func(lo, hi int) {
+			sc := &s.gemm[worker.Add(1)-1]
+			for _, g := range groups[lo:hi] {
+				g.run(sc, s.xpack, rows, cols)
+			}
+		})
+		return
+	}
+	for _, p := range outs {
 		total += p.W.Rows()
 	}
 	tiles := (total + rowTile - 1) / rowTile

@@ -1,0 +1,129 @@
+package cpu
+
+import "github.com/stratalab/strata/gpu"
+
+// The AVX-512 GEMM: a thread takes groupRows weight rows (outputs) of one
+// projection, decodes them once, and for each block of 32 rows of x (packed
+// k-major by packX) runs the 12-row kernel over the group: the group's
+// weights and the block of x stay in L2. Lanes run along rows of x, so the
+// weights are read as they are stored, never transposed. Each output is
+// summed in one lane, k in order, in blocks of 256, so it comes out the
+// same whatever rows it is multiplied with: an incremental prefill gives
+// the one-pass logits bit for bit.
+const (
+	kernelRows = 12 // weight rows per kernel call
+	groupRows  = 48 // weight rows a thread decodes at a time
+)
+
+// xBlocks calls fn for each block of rows of x: 32 rows, the last 16 wide
+// when 16 or fewer remain. Block r0 is packed from r0*cols on.
+func xBlocks(rows int, fn func(r0, width int)) {
+	for r0 := 0; r0 < rows; {
+		width := 32
+		if rows-r0 <= 16 {
+			width = 16
+		}
+		fn(r0, width)
+		r0 += width
+	}
+}
+
+// packX packs x's rows k-major in blocks (xt[r0*cols + k*width + r] =
+// x[r0+r][k], zero past the last row) into p, grown as needed.
+func packX(p, x []float32, rows, cols int) []float32 {
+	n := 0
+	xBlocks(rows, func(r0, width int) { n = (r0 + width) * cols })
+	p = grow(p, n)
+	xBlocks(rows, func(r0, width int) {
+		blk := p[r0*cols : (r0+width)*cols]
+		for r := range width {
+			if r0+r >= rows {
+				for k := range cols {
+					blk[k*width+r] = 0
+				}
+				continue
+			}
+			for k, v := range x[(r0+r)*cols : (r0+r+1)*cols] {
+				blk[k*width+r] = v
+			}
+		}
+	})
+	return p
+}
+
+func grow(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+// gemmGroup is up to groupRows outputs of one projection.
+type gemmGroup struct {
+	p      gpu.Proj
+	c0, c1 int
+}
+
+func gemmGroups(outs []gpu.Proj) []gemmGroup {
+	var gs []gemmGroup
+	for _, p := range outs {
+		for c := 0; c < p.W.Rows(); c += groupRows {
+			gs = append(gs, gemmGroup{p: p, c0: c, c1: min(c+groupRows, p.W.Rows())})
+		}
+	}
+	return gs
+}
+
+// gemmScratch is a thread's decoded weights and kernel tiles.
+type gemmScratch struct {
+	dec    []float32
+	tile32 [384]float32
+	tile16 [192]float32
+}
+
+// run computes the group's outputs for every row of x (xt: x packed by packX).
+func (g gemmGroup) run(sc *gemmScratch, xt []float32, rows, cols int) {
+	m := g.p.W.(*matrix)
+	n := g.c1 - g.c0
+	chunks := (n + kernelRows - 1) / kernelRows
+	var w []float32
+	if m.f32 != nil && n%kernelRows == 0 {
+		w = m.f32[g.c0*cols : g.c1*cols]
+	} else {
+		// Decoded, with zero rows up to whole chunks.
+		sc.dec = grow(sc.dec, chunks*kernelRows*cols)
+		copy(sc.dec, m.decode(sc.dec, g.c0, n))
+		clear(sc.dec[n*cols:])
+		w = sc.dec
+	}
+	out, width := data(g.p.Dst), m.w.Rows
+	var bias []float32
+	if g.p.Bias != nil {
+		bias = data(g.p.Bias)
+	}
+	xBlocks(rows, func(r0, bw int) {
+		xb := &xt[r0*cols]
+		valid := min(bw, rows-r0)
+		for q := range chunks {
+			var tile []float32
+			if bw == 32 {
+				gemm32x12(xb, &w[q*kernelRows*cols], cols, cols, &sc.tile32)
+				tile = sc.tile32[:]
+			} else {
+				gemm16x12(xb, &w[q*kernelRows*cols], cols, cols, &sc.tile16)
+				tile = sc.tile16[:]
+			}
+			for i := range min(kernelRows, n-q*kernelRows) {
+				c := g.c0 + q*kernelRows + i
+				b := float32(0)
+				if bias != nil {
+					b = bias[c]
+				}
+				col := tile[i*bw : i*bw+valid]
+				for r, v := range col {
+					out[(r0+r)*width+c] = v + b
+				}
+			}
+		}
+	})
+}
