@@ -172,8 +172,9 @@ func (e *Engine) Placement() Placement {
 	return p
 }
 
-// backendName names the backend, or each tier's and the placement, for traces.
-func (e *Engine) backendName() string {
+// BackendName names the backend, or each tier's and the placement, as
+// traces and benchmarks show it.
+func (e *Engine) BackendName() string {
 	if len(e.tiers) == 1 {
 		return e.tiers[0].Name()
 	}

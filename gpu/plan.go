@@ -31,13 +31,13 @@ func ParsePlacement(s string, layers int) (Placement, []int, error) {
 		first, err2 := strconv.Atoi(a)
 		last, err3 := strconv.Atoi(b)
 		if !ok || err1 != nil || err2 != nil || err3 != nil || d < 0 || first < 0 {
-			return Placement{}, nil, fmt.Errorf("placement %q: %q is not DEVICE:FIRST-LAST with numbers from 0 (e.g. 0:0-13,1:14-27)", s, f)
+			return Placement{}, nil, fmt.Errorf("%q is not DEVICE:FIRST-LAST with numbers from 0 (e.g. 0:0-13,1:14-27)", f)
 		}
 		if last < first {
-			return Placement{}, nil, fmt.Errorf("placement %q: %q runs backwards: layer %d comes after %d", s, f, first, last)
+			return Placement{}, nil, fmt.Errorf("%q runs backwards: layer %d comes after %d", f, first, last)
 		}
 		if last >= layers {
-			return Placement{}, nil, fmt.Errorf("placement %q: layer %d is beyond the model, which has %d layers (0 to %d)", s, last, layers, layers-1)
+			return Placement{}, nil, fmt.Errorf("layer %d is beyond the model, which has %d layers (0 to %d)", last, layers, layers-1)
 		}
 		es = append(es, entry{d, first, last})
 	}
@@ -48,10 +48,10 @@ func ParsePlacement(s string, layers int) (Placement, []int, error) {
 	for i, e := range es {
 		if e.first < next {
 			prev := es[i-1]
-			return Placement{}, nil, fmt.Errorf("placement %q: layers %d-%d are in both %d:%d-%d and %d:%d-%d", s, e.first, min(e.last, prev.last), prev.dev, prev.first, prev.last, e.dev, e.first, e.last)
+			return Placement{}, nil, fmt.Errorf("%s in both %d:%d-%d and %d:%d-%d", span(e.first, min(e.last, prev.last)), prev.dev, prev.first, prev.last, e.dev, e.first, e.last)
 		}
 		if e.first > next {
-			return Placement{}, nil, fmt.Errorf("placement %q: layers %d-%d are on no device", s, next, e.first-1)
+			return Placement{}, nil, fmt.Errorf("%s on no device", span(next, e.first-1))
 		}
 		for l := e.first; l <= e.last; l++ {
 			p.Layers[l] = i
@@ -60,10 +60,18 @@ func ParsePlacement(s string, layers int) (Placement, []int, error) {
 		next = e.last + 1
 	}
 	if next < layers {
-		return Placement{}, nil, fmt.Errorf("placement %q: layers %d-%d are on no device (the model has %d layers)", s, next, layers-1, layers)
+		return Placement{}, nil, fmt.Errorf("%s on no device (the model has %d layers)", span(next, layers-1), layers)
 	}
 	p.Head = len(es) - 1
 	return p, devs, nil
+}
+
+// span says "layer a is" or "layers a-b are".
+func span(a, b int) string {
+	if a == b {
+		return fmt.Sprintf("layer %d is", a)
+	}
+	return fmt.Sprintf("layers %d-%d are", a, b)
 }
 
 // Device is memory that tiers may take: a device's name and free bytes.

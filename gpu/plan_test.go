@@ -32,6 +32,7 @@ func TestParsePlacement(t *testing.T) {
 		"0:0-13,1:10-27": `layers 10-13 are in both 0:0-13 and 1:10-27`,
 		"0:0-9,1:14-27":  `layers 10-13 are on no device`,
 		"0:0-20":         `layers 21-27 are on no device (the model has 28 layers)`,
+		"0:0-13,1:15-27": `layer 14 is on no device`,
 		"0:0-13,1:14-30": `layer 30 is beyond the model, which has 28 layers (0 to 27)`,
 		"0:5-3,1:6-27":   `"0:5-3" runs backwards`,
 		"x:0-27":         `"x:0-27" is not DEVICE:FIRST-LAST`,

@@ -482,7 +482,7 @@ func (r *Run) newTrace() *trace.Trace {
 			tr.Model.Windows[l] = c.Window(l)
 		}
 	}
-	tr.Backend = r.s.e.backendName()
+	tr.Backend = r.s.e.BackendName()
 	tr.Tokens = slices.Clone(r.tokens)
 	tr.Pos0 = r.l.pos0
 	if tok := r.s.e.Model.Tok; tok != nil {
