@@ -182,6 +182,9 @@ func (e *Engine) BackendName() string {
 	for i, b := range e.tiers {
 		names[i] = b.Name()
 	}
+	if slices.Equal(names[1:], names[:len(names)-1]) {
+		return fmt.Sprintf("%d x %s (tiers %s)", len(names), names[0], e.place)
+	}
 	return fmt.Sprintf("%s (tiers %s)", strings.Join(names, " + "), e.place)
 }
 
