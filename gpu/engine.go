@@ -529,8 +529,9 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		if n == 0 {
 			continue
 		}
-		// The points after the last layer, like those before the first, are in no layer.
-		if layer < 0 && i > 0 {
+		// The points before the first layer (-1) and after the last are in
+		// no layer, and never share an arena: they may be on different tiers.
+		if layer < 0 && name != "hook_embed" && name != "hook_pos_embed" {
 			layer = c.Layers
 		}
 		// Attention scores and patterns get arenas of their own, which the
