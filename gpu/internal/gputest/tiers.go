@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -32,7 +33,7 @@ func CheckTiers(t *testing.T, tiers [2]gpu.Backend, m *model.Model, seed uint64,
 	}
 	for c := range cases {
 		p := randomPlacement(rng, m.Layers)
-		o := randomOptions(rng, m)
+		o := randomOptions(rng, m, p)
 		t.Run(fmt.Sprintf("case%d/%s", c, p), func(t *testing.T) {
 			split, err := gpu.NewTieredEngine(m, tiers[:], p)
 			require.NoError(t, err)
@@ -61,15 +62,17 @@ func randomPlacement(rng *rand.Rand, layers int) gpu.Placement {
 		for l := range p.Layers {
 			p.Layers[l] = rng.IntN(2)
 		}
-		if p.Tiers() == 2 {
+		all := append([]int{p.Embed, p.Head}, p.Layers...)
+		if slices.Contains(all, 0) && slices.Contains(all, 1) {
 			return p
 		}
 	}
 }
 
 // randomOptions captures every point or a random few, asks for some logits
-// and adds interventions at random layers: device edits and a host hook.
-func randomOptions(rng *rand.Rand, m *model.Model) gpu.Options {
+// and intervenes on both sides of a tier boundary: device edits at the last
+// points before it and the first after it, and a host hook.
+func randomOptions(rng *rand.Rand, m *model.Model, p gpu.Placement) gpu.Options {
 	o := gpu.Options{Logits: []gpu.Logits{gpu.LogitsLast, gpu.LogitsAll, gpu.LogitsNone}[rng.IntN(3)], Predict: rng.IntN(2) == 0}
 	if o.Logits == gpu.LogitsNone {
 		o.Predict = false
@@ -85,19 +88,29 @@ func randomOptions(rng *rand.Rand, m *model.Model) gpu.Options {
 		}
 		o.Capture = gpu.CaptureOf(append(globs, "logits")...)
 	}
-	l := rng.IntN(m.Layers)
+	var boundaries []int // layers whose tier is not the one before
+	for l := range p.Layers {
+		if l == 0 && p.Layers[0] != p.Embed || l > 0 && p.Layers[l] != p.Layers[l-1] {
+			boundaries = append(boundaries, l)
+		}
+	}
+	l := m.Layers - 1 // the head's tier differs from the last layer's, if no layer's does
+	if len(boundaries) > 0 {
+		l = boundaries[rng.IntN(len(boundaries))]
+	}
+	before := max(l-1, 0)
 	o.Hooks = append(o.Hooks,
+		gpu.AddVector(gpu.LayerPoint(before, "hook_resid_post"), ramp(m.DModel), 0.5, nil),
+		gpu.Scale(gpu.LayerPoint(l, "hook_resid_pre"), 0.75),
 		gpu.AblateHead(l, rng.IntN(m.Heads)),
-		gpu.Scale(gpu.LayerPoint(rng.IntN(m.Layers), "hook_resid_pre"), 0.75),
-		gpu.AddVector(gpu.LayerPoint(rng.IntN(m.Layers), "hook_resid_post"), ramp(m.DModel), 0.5, nil),
-		gpu.Hook{Point: gpu.LayerPoint(rng.IntN(m.Layers), "hook_resid_mid"), Host: func(_ string, _ []int, x []float32) error {
+		gpu.Hook{Point: gpu.LayerPoint(l, "hook_resid_mid"), Host: func(_ string, _ []int, x []float32) error {
 			for i := range x {
 				x[i] = -x[i]
 			}
 			return nil
 		}})
 	if m.MoE() {
-		o.Hooks = append(o.Hooks, gpu.AblateExpert(rng.IntN(m.Layers), rng.IntN(m.Experts)))
+		o.Hooks = append(o.Hooks, gpu.AblateExpert(l, rng.IntN(m.Experts)))
 	}
 	return o
 }
