@@ -185,6 +185,11 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	if len(pos) != 1 {
 		return errors.New("info needs one MODEL.gguf")
 	}
+	for _, f := range []string{"backend", "placement", "capture"} {
+		if isSet(fs, f) && !*devices {
+			return fmt.Errorf("--%s plans the model over devices: add --devices", f)
+		}
+	}
 	m, err := model.Open(pos[0])
 	if err != nil {
 		return err

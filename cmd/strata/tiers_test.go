@@ -63,6 +63,9 @@ func TestInfoDevicesPrintsThePlan(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "placement     0:0-4 for a prompt of 64 tokens", "a small model stays on one device")
 	require.Regexp(t, `tier 0 \(embedding, layers 0-4, head\) needs .* capture 80.0 KiB\)`, out, "5 layers x 64 x 64 float32s")
+
+	_, err = strata(t, "info", path, "--placement", "0:0-4")
+	require.EqualError(t, err, "--placement plans the model over devices: add --devices")
 }
 
 func TestBenchOverTwoTiers(t *testing.T) {
