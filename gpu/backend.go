@@ -1,7 +1,9 @@
 // Package gpu is the prefill engine: the layer program, written once, that
 // runs a prompt through every layer on a Backend, with named capture points,
 // step-wise runs and interventions. Backends (package cpu, package vulkan)
-// supply kernels; they never hold a copy of the program.
+// supply kernels; they never hold a copy of the program. A model may be
+// split over several backends as tiers (NewTieredEngine, Placement): the
+// same program runs each layer on its tier.
 package gpu
 
 import (

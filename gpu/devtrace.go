@@ -19,6 +19,7 @@ type deviceTrace struct {
 	s      *Session
 	mu     sync.Mutex
 	arenas []Tensor
+	tiers  []int // each arena's tier
 	slots  map[string]slot
 	bytes  int64
 	freed  bool
@@ -38,8 +39,8 @@ func (d *deviceTrace) Read(reqs []trace.Request) error {
 	if d.freed {
 		return trace.ErrClosed
 	}
-	batch := make([]ReadRequest, len(reqs))
-	for i, q := range reqs {
+	batches := make([][]ReadRequest, len(d.s.tiers)) // one per tier
+	for _, q := range reqs {
 		s, ok := d.slots[q.Name]
 		if !ok {
 			return fmt.Errorf("engine: %s is not in this trace", q.Name)
@@ -47,15 +48,29 @@ func (d *deviceTrace) Read(reqs []trace.Request) error {
 		if n := elements(s.shape); q.Off < 0 || q.Off > n || len(q.Dst) > n-q.Off {
 			return fmt.Errorf("engine: read of %d elements at %d from %s of %d", len(q.Dst), q.Off, q.Name, n)
 		}
-		batch[i] = ReadRequest{Src: d.arenas[s.arena], Off: s.off + q.Off, Dst: q.Dst}
+		t := d.tiers[s.arena]
+		batches[t] = append(batches[t], ReadRequest{Src: d.arenas[s.arena], Off: s.off + q.Off, Dst: q.Dst})
 	}
 	s := d.s
 	s.readMu.Lock()
 	defer s.readMu.Unlock()
-	if s.reader == nil {
-		s.reader = s.e.Backend.NewStream()
+	for t, batch := range batches {
+		if len(batch) == 0 {
+			continue
+		}
+		if err := s.reader(t).ReadBatch(batch); err != nil {
+			return closedIfGone(err)
+		}
 	}
-	return closedIfGone(s.reader.ReadBatch(batch))
+	return nil
+}
+
+// reader is the stream that reads tier's traces; s.readMu is held.
+func (s *Session) reader(tier int) Stream {
+	if s.tiers[tier].reader == nil {
+		s.tiers[tier].reader = s.e.tiers[tier].NewStream()
+	}
+	return s.tiers[tier].reader
 }
 
 // RowNorms implements trace.NormSource: the norms are taken on the device
@@ -77,16 +92,14 @@ func (d *deviceTrace) RowNorms(name string, dst []float32) error {
 	s := d.s
 	s.readMu.Lock()
 	defer s.readMu.Unlock()
-	if s.reader == nil {
-		s.reader = s.e.Backend.NewStream()
-	}
-	norms, err := s.reader.Alloc("row norms of "+name, rows)
+	reader := s.reader(d.tiers[sl.arena])
+	norms, err := reader.Alloc("row norms of "+name, rows)
 	if err != nil {
 		return closedIfGone(err)
 	}
-	defer s.reader.Free(norms)
-	s.reader.RowNorms(norms, d.arenas[sl.arena], sl.off, rows, width)
-	return closedIfGone(s.reader.ReadBatch([]ReadRequest{{Src: norms, Dst: dst}}))
+	defer reader.Free(norms)
+	reader.RowNorms(norms, d.arenas[sl.arena], sl.off, rows, width)
+	return closedIfGone(reader.ReadBatch([]ReadRequest{{Src: norms, Dst: dst}}))
 }
 
 // closedIfGone makes a backend closed under a trace read as trace.ErrClosed.
@@ -113,29 +126,39 @@ func (d *deviceTrace) Free() {
 	defer s.readMu.Unlock()
 	delete(s.traces, d)
 	s.e.traceBytes.Add(-d.bytes)
-	old := s.spare
-	s.spare, d.arenas = d.arenas, nil
-	s.freeOnReader(old)
+	for t := range s.tiers {
+		old := s.tiers[t].spare
+		s.tiers[t].spare = nil
+		for i, a := range d.arenas {
+			if d.tiers[i] == t {
+				s.tiers[t].spare = append(s.tiers[t].spare, a)
+			}
+		}
+		s.freeOnReader(t, old)
+	}
+	d.arenas = nil
 }
 
-// freeOnReader frees device buffers through the reader stream; s.readMu is held.
-func (s *Session) freeOnReader(ts []Tensor) {
+// freeOnReader frees tier's device buffers through its reader stream;
+// s.readMu is held.
+func (s *Session) freeOnReader(tier int, ts []Tensor) {
 	if len(ts) == 0 {
 		return
 	}
-	if s.reader == nil {
-		s.reader = s.e.Backend.NewStream()
-	}
+	reader := s.reader(tier)
 	for _, t := range ts {
-		s.reader.Free(t)
+		reader.Free(t)
 	}
-	_ = s.reader.Sync()
+	_ = reader.Sync()
 }
 
 // keep hands the run's arenas to a trace that reads them lazily.
 func (r *Run) keep(tr *trace.Trace) {
 	s := r.s
 	d := &deviceTrace{s: s, arenas: r.arenas, slots: r.l.slots, bytes: 4 * int64(r.l.captureElements)}
+	for i := range r.arenas {
+		d.tiers = append(d.tiers, r.arenaTier(i))
+	}
 	r.arenas = nil
 	s.readMu.Lock()
 	if s.traces == nil {
@@ -164,21 +187,26 @@ func (s *Session) freeTraces() {
 		d.Free()
 	}
 	s.readMu.Lock()
-	s.freeOnReader(s.spare)
-	s.spare = nil
-	if s.reader != nil {
-		s.reader.Close()
-		s.reader = nil
+	for t := range s.tiers {
+		s.freeOnReader(t, s.tiers[t].spare)
+		s.tiers[t].spare = nil
+		if s.tiers[t].reader != nil {
+			s.tiers[t].reader.Close()
+			s.tiers[t].reader = nil
+		}
 	}
 	s.readMu.Unlock()
 }
 
-// takeSpare hands the run the session's spare arenas; s.readMu is not held.
-func (s *Session) takeSpare() []Tensor {
+// takeSpare hands the run the session's spare arenas, tier by tier;
+// s.readMu is not held.
+func (s *Session) takeSpare() [][]Tensor {
 	s.readMu.Lock()
 	defer s.readMu.Unlock()
-	spare := s.spare
-	s.spare = nil
+	spare := make([][]Tensor, len(s.tiers))
+	for t := range s.tiers {
+		spare[t], s.tiers[t].spare = s.tiers[t].spare, nil
+	}
 	return spare
 }
 
@@ -189,8 +217,8 @@ func (s *Session) takeSpare() []Tensor {
 // collects them (their cleanups free their memory) and tries once more.
 func (r *Run) allocArenas() error {
 	spare := r.s.takeSpare()
-	err := r.tryArenas(&spare)
-	r.freeTensors(spare)
+	err := r.tryArenas(spare)
+	r.freeSpare(spare)
 	if err == nil || r.s.e.traceBytes.Load() == 0 {
 		return err
 	}
@@ -203,31 +231,32 @@ func (r *Run) allocArenas() error {
 		last = now
 		time.Sleep(10 * time.Millisecond)
 	}
-	spare = r.s.takeSpare()
-	r.freeTensors(spare) // collected traces' arenas: freed, so that a different layout fits
+	r.freeSpare(r.s.takeSpare()) // collected traces' arenas: freed, so that a different layout fits
 	return r.tryArenas(nil)
 }
 
-// tryArenas takes each arena from *spare when one of its size is there, and
-// allocates the others. On failure it frees what it took and the spares.
-func (r *Run) tryArenas(spare *[]Tensor) error {
+// tryArenas takes each arena from its tier's spares when one of its size is
+// there (taking it out of spare), and allocates the others. On failure it
+// frees what it took and the spares.
+func (r *Run) tryArenas(spare [][]Tensor) error {
 	r.arenas = make([]Tensor, len(r.l.arenas))
 	for i, n := range r.l.arenas {
+		tier := r.arenaTier(i)
 		if spare != nil {
-			if j := slices.IndexFunc(*spare, func(t Tensor) bool { return t.Len() == n }); j >= 0 {
-				r.arenas[i] = (*spare)[j]
-				*spare = slices.Delete(*spare, j, j+1)
+			if j := slices.IndexFunc(spare[tier], func(t Tensor) bool { return t.Len() == n }); j >= 0 {
+				r.arenas[i] = spare[tier][j]
+				spare[tier] = slices.Delete(spare[tier], j, j+1)
 				continue
 			}
 		}
-		t, err := r.st.Alloc(fmt.Sprintf("capture arena %d", i), n)
+		st := r.s.tiers[tier].st
+		t, err := st.Alloc(fmt.Sprintf("capture arena %d", i), n)
 		if err != nil {
 			r.freeArenas()
-			if spare != nil {
-				r.freeTensors(*spare)
-				*spare = nil
+			r.freeSpare(spare)
+			for t := range r.s.tiers {
+				_ = r.s.tiers[t].st.Sync()
 			}
-			_ = r.st.Sync()
 			return err
 		}
 		r.arenas[i] = t
@@ -236,14 +265,20 @@ func (r *Run) tryArenas(spare *[]Tensor) error {
 }
 
 func (r *Run) freeArenas() {
-	r.freeTensors(r.arenas)
+	for i, t := range r.arenas {
+		if t != nil {
+			r.s.tiers[r.arenaTier(i)].st.Free(t)
+		}
+	}
 	r.arenas = nil
 }
 
-func (r *Run) freeTensors(ts []Tensor) {
-	for _, t := range ts {
-		if t != nil {
-			r.st.Free(t)
+// freeSpare frees the spare arenas left in spare, tier by tier, and empties it.
+func (r *Run) freeSpare(spare [][]Tensor) {
+	for tier, ts := range spare {
+		for _, t := range ts {
+			r.s.tiers[tier].st.Free(t)
 		}
+		spare[tier] = nil
 	}
 }

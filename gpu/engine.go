@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -12,17 +14,20 @@ import (
 	"github.com/stratalab/strata/model"
 )
 
-// Engine is a model made resident on a backend. It is safe for concurrent
-// use by several sessions.
+// Engine is a model made resident on a backend, or split over several
+// (tiers). It is safe for concurrent use by several sessions.
 type Engine struct {
-	Model    *model.Model
+	Model *model.Model
+	// Backend is the first tier's backend (the only one, unsplit).
 	Backend  Backend
-	embed    Matrix
+	tiers    []Backend
+	place    Placement
+	embed    Matrix // on the embedding tier
 	posEmbed Matrix // learned positions only
-	output   Matrix
+	output   Matrix // on the head tier, as are the final norm's weights
 	outNorm  Tensor
-	outBias  Tensor // LayerNorm's bias
-	layers   []layerWeights
+	outBias  Tensor         // LayerNorm's bias
+	layers   []layerWeights // each on its layer's home tier
 	// traceBytes counts the device memory of live GPU traces.
 	traceBytes atomic.Int64
 }
@@ -46,81 +51,145 @@ func NewEngine(m *model.Model, b Backend) (*Engine, error) {
 	if m == nil || b == nil {
 		return nil, fmt.Errorf("engine: NewEngine needs a model and a backend (got model %v, backend %v)", m != nil, b != nil)
 	}
+	return NewTieredEngine(m, []Backend{b}, OneTier(m.Layers))
+}
+
+// NewTieredEngine uploads each part of the model once, to the tier the
+// placement gives it: tier i is tiers[i]. Tied embeddings whose embedding
+// and head tiers differ are uploaded to both.
+func NewTieredEngine(m *model.Model, tiers []Backend, p Placement) (*Engine, error) {
+	if m == nil || len(tiers) == 0 || slices.Contains(tiers, nil) {
+		return nil, fmt.Errorf("engine: NewTieredEngine needs a model and a backend for each tier (got model %v, %d backends, a nil one %v)", m != nil, len(tiers), slices.Contains(tiers, nil))
+	}
 	if len(m.Blocks) != m.Layers || m.Embed == nil {
 		return nil, fmt.Errorf("engine: model %q is not loaded: %d layers configured, %d bound (use model.Open or model.Load)", m.Name, m.Layers, len(m.Blocks))
 	}
-	e := &Engine{Model: m, Backend: b}
-	st := b.NewStream()
-	defer st.Close()
+	if err := p.check(&m.Config, len(tiers)); err != nil {
+		return nil, err
+	}
+	e := &Engine{Model: m, Backend: tiers[0], tiers: slices.Clone(tiers), place: p}
+	e.place.Layers = slices.Clone(p.Layers)
+	sts := make([]Stream, len(tiers))
+	for i, b := range tiers {
+		sts[i] = b.NewStream()
+		defer sts[i].Close()
+	}
 	var err error
-	upload := func(w *model.Weight) Matrix {
+	failed := -1 // the tier that failed
+	upload := func(tier int, w *model.Weight) Matrix {
 		if err != nil || w == nil {
 			return nil
 		}
 		var x Matrix
-		x, err = b.Upload(w)
+		if x, err = tiers[tier].Upload(w); err != nil {
+			failed = tier
+		}
 		return x
 	}
-	vector := func(name string, v []float32) Tensor {
+	vector := func(tier int, name string, v []float32) Tensor {
 		if err != nil || v == nil {
 			return nil
 		}
 		var t Tensor
-		if t, err = st.Alloc(name, len(v)); err == nil {
-			st.Write(t, 0, v)
+		if t, err = sts[tier].Alloc(name, len(v)); err == nil {
+			sts[tier].Write(t, 0, v)
+		} else {
+			failed = tier
 		}
 		return t
 	}
-	e.embed = upload(m.Embed)
-	e.posEmbed = upload(m.PosEmbed)
-	e.output = e.embed
-	if !m.TiedEmbd {
-		e.output = upload(m.Output)
+	e.embed = upload(p.Embed, m.Embed)
+	e.posEmbed = upload(p.Embed, m.PosEmbed)
+	switch {
+	case !m.TiedEmbd:
+		e.output = upload(p.Head, m.Output)
+	case p.Head == p.Embed:
+		e.output = e.embed
+	default:
+		e.output = upload(p.Head, m.Embed)
 	}
-	e.outNorm = vector("output_norm", m.OutNorm)
-	e.outBias = vector("output_norm.bias", m.OutNormBias)
+	e.outNorm = vector(p.Head, "output_norm", m.OutNorm)
+	e.outBias = vector(p.Head, "output_norm.bias", m.OutNormBias)
 	e.layers = make([]layerWeights, len(m.Blocks))
 	for i := range m.Blocks {
-		l, w := &m.Blocks[i], &e.layers[i]
+		l, w, tier := &m.Blocks[i], &e.layers[i], p.Layers[i]
 		name := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
-		w.attnNorm = vector(name("attn_norm"), l.AttnNorm)
-		w.ffnNorm = vector(name("ffn_norm"), l.FFNNorm)
-		w.attnNormBias = vector(name("attn_norm.bias"), l.AttnNormBias)
-		w.ffnNormBias = vector(name("ffn_norm.bias"), l.FFNNormBias)
-		w.attnPostNorm = vector(name("post_attention_norm"), l.AttnPostNorm)
-		w.ffnPostNorm = vector(name("post_ffw_norm"), l.FFNPostNorm)
-		w.oBias = vector(name("attn_output.bias"), l.OBias)
-		w.upBias = vector(name("ffn_up.bias"), l.UpBias)
-		w.downBias = vector(name("ffn_down.bias"), l.DownBias)
-		w.q, w.k, w.v, w.o = upload(l.Q), upload(l.K), upload(l.V), upload(l.O)
-		w.qBias = vector(name("attn_q.bias"), l.QBias)
-		w.kBias = vector(name("attn_k.bias"), l.KBias)
-		w.vBias = vector(name("attn_v.bias"), l.VBias)
-		w.qNorm = vector(name("attn_q_norm"), l.QNorm)
-		w.kNorm = vector(name("attn_k_norm"), l.KNorm)
-		w.gate, w.up, w.down = upload(l.Gate), upload(l.Up), upload(l.Down)
-		w.router = upload(l.Router)
+		vec := func(s string, v []float32) Tensor { return vector(tier, name(s), v) }
+		up := func(w *model.Weight) Matrix { return upload(tier, w) }
+		w.attnNorm = vec("attn_norm", l.AttnNorm)
+		w.ffnNorm = vec("ffn_norm", l.FFNNorm)
+		w.attnNormBias = vec("attn_norm.bias", l.AttnNormBias)
+		w.ffnNormBias = vec("ffn_norm.bias", l.FFNNormBias)
+		w.attnPostNorm = vec("post_attention_norm", l.AttnPostNorm)
+		w.ffnPostNorm = vec("post_ffw_norm", l.FFNPostNorm)
+		w.oBias = vec("attn_output.bias", l.OBias)
+		w.upBias = vec("ffn_up.bias", l.UpBias)
+		w.downBias = vec("ffn_down.bias", l.DownBias)
+		w.q, w.k, w.v, w.o = up(l.Q), up(l.K), up(l.V), up(l.O)
+		w.qBias = vec("attn_q.bias", l.QBias)
+		w.kBias = vec("attn_k.bias", l.KBias)
+		w.vBias = vec("attn_v.bias", l.VBias)
+		w.qNorm = vec("attn_q_norm", l.QNorm)
+		w.kNorm = vec("attn_k_norm", l.KNorm)
+		w.gate, w.up, w.down = up(l.Gate), up(l.Up), up(l.Down)
+		w.router = up(l.Router)
 		if len(l.Experts) > 0 && err == nil {
 			var ws []*model.Weight
 			for _, x := range l.Experts {
 				ws = append(ws, x.Gate, x.Up, x.Down)
 			}
 			var ms []Matrix
-			if ms, err = b.UploadGroup(ws); err == nil {
+			if ms, err = tiers[tier].UploadGroup(ws); err == nil {
 				for e := range l.Experts {
 					w.experts = append(w.experts, [3]Matrix{ms[3*e], ms[3*e+1], ms[3*e+2]})
 				}
+			} else {
+				failed = tier
 			}
 		}
 	}
-	if err == nil {
-		err = st.Sync()
+	for i := range sts {
+		if err == nil {
+			if err = sts[i].Sync(); err != nil {
+				failed = i
+			}
+		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("engine: uploading %s to %s: %w", m.Name, b.Name(), err)
+		if len(tiers) == 1 {
+			return nil, fmt.Errorf("engine: uploading %s to %s: %w", m.Name, tiers[0].Name(), err)
+		}
+		return nil, fmt.Errorf("engine: uploading %s to tier %d (%s): %w", m.Name, failed, tiers[failed].Name(), err)
 	}
 	return e, nil
 }
+
+// Placement is where the engine's parts live: all on tier 0 unless it was
+// made by NewTieredEngine.
+func (e *Engine) Placement() Placement {
+	p := e.place
+	p.Layers = slices.Clone(p.Layers)
+	return p
+}
+
+// BackendName names the backend, or each tier's and the placement, as
+// traces and benchmarks show it.
+func (e *Engine) BackendName() string {
+	if len(e.tiers) == 1 {
+		return e.tiers[0].Name()
+	}
+	names := make([]string, len(e.tiers))
+	for i, b := range e.tiers {
+		names[i] = b.Name()
+	}
+	if slices.Equal(names[1:], names[:len(names)-1]) {
+		return fmt.Sprintf("%d x %s (tiers %s)", len(names), names[0], e.place)
+	}
+	return fmt.Sprintf("%s (tiers %s)", strings.Join(names, " + "), e.place)
+}
+
+// Tiers are the backends the engine's parts live on, tier by tier.
+func (e *Engine) Tiers() []Backend { return slices.Clone(e.tiers) }
 
 // Logits says which positions get final norm and LM head.
 type Logits int
@@ -154,23 +223,29 @@ type Options struct {
 // of one engine run concurrently.
 type Session struct {
 	e        *Engine
-	st       Stream
+	tiers    []sessionTier // one per engine tier
 	capacity int
 	longRope bool // the model's LongRope, not Rope
 	pos      atomic.Int64
-	cacheK   []Tensor
+	cacheK   []Tensor // each on its layer's home tier
 	cacheV   []Tensor
-	ws       workspace // the last prefill's buffers, for the next
-	run      *Run      // the run holding ws, until it ends
+	run      *Run // the run holding the tiers' workspaces, until it ends
 
 	readMu sync.Mutex                // orders reads of the session's device traces
-	reader Stream                    // their reads' own stream, made on first read
 	traces map[*deviceTrace]struct{} // live device traces, freed with the session
-	spare  []Tensor                  // a closed trace's arenas, for the next run to reuse
 
 	mu       sync.Mutex  // held by the call in progress
 	closing  atomic.Bool // Close was called: whoever holds mu closes
 	isClosed bool        // under mu
+}
+
+// sessionTier is a session's part on one tier.
+type sessionTier struct {
+	st Stream
+	ws workspace // the last prefill's buffers, for the next
+	// Under the session's readMu:
+	reader Stream   // device traces' reads' own stream, made on first read
+	spare  []Tensor // a closed trace's arenas, for the next run to reuse
 }
 
 var (
@@ -199,18 +274,22 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 	if capacity > c.Context {
 		return nil, fmt.Errorf("engine: KV cache of %d positions exceeds the model's context length %d", capacity, c.Context)
 	}
-	s := &Session{e: e, st: e.Backend.NewStream(), capacity: capacity}
+	s := &Session{e: e, capacity: capacity, tiers: make([]sessionTier, len(e.tiers))}
+	for i, b := range e.tiers {
+		s.tiers[i].st = b.NewStream()
+	}
 	// Phi-3: a cache past the original context takes the long RoPE
 	// factors for all its positions, as llama.cpp chooses by its context.
 	s.longRope = c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext
 	for l := 0; l < c.Layers; l++ {
-		k, err := s.st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_k", l), capacity*c.KVDim())
+		st := s.tiers[e.place.Layers[l]].st
+		k, err := st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_k", l), capacity*c.KVDim())
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
 		s.cacheK = append(s.cacheK, k)
-		v, err := s.st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_v", l), capacity*c.KVDim())
+		v, err := st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_v", l), capacity*c.KVDim())
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -283,14 +362,21 @@ func (s *Session) close() {
 	s.isClosed = true
 	s.endRun(ErrSessionClosed)
 	s.freeTraces()
-	s.ws.free(s.st)
-	for _, t := range append(s.cacheK, s.cacheV...) {
-		s.st.Free(t)
+	for i := range s.tiers {
+		s.tiers[i].ws.free(s.tiers[i].st)
+	}
+	for l, t := range s.cacheK {
+		s.tiers[s.e.place.Layers[l]].st.Free(t)
+	}
+	for l, t := range s.cacheV {
+		s.tiers[s.e.place.Layers[l]].st.Free(t)
 	}
 	s.cacheK, s.cacheV = nil, nil
-	// Release the stream's own buffers now rather than when it is
+	// Release the streams' own buffers now rather than when they are
 	// collected; an error here belongs to work that is being thrown away.
-	s.st.Close()
+	for i := range s.tiers {
+		s.tiers[i].st.Close()
+	}
 }
 
 // endRun stops the run holding the session's buffers, if any, so that they
@@ -382,7 +468,7 @@ func EstimateMemory(c *model.Config, t, pos0, capacity int, o Options) Estimate 
 	t, pos0, capacity = max(t, 0), max(pos0, 0), max(capacity, 0)
 	l := newLayout(c, t, pos0, o)
 	var est Estimate
-	est.Scratch = 4 * int64(l.scratchElements(c))
+	est.Scratch = 4 * int64(l.scratchElements(c, o))
 	est.Capture = 4 * int64(l.captureElements)
 	est.Cache = 4 * 2 * int64(c.Layers) * int64(capacity) * int64(c.KVDim())
 	return est
@@ -401,6 +487,7 @@ type layout struct {
 	order                    []string
 	index                    map[string]int // every point's place in program order
 	arenas                   []int          // each arena's size in elements
+	arenaPoints              []string       // each arena's first point
 	captureElements          int
 }
 
@@ -442,8 +529,9 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		if n == 0 {
 			continue
 		}
-		// The points after the last layer, like those before the first, are in no layer.
-		if layer < 0 && i > 0 {
+		// The points before the first layer (-1) and after the last are in
+		// no layer, and never share an arena: they may be on different tiers.
+		if layer < 0 && name != "hook_embed" && name != "hook_pos_embed" {
 			layer = c.Layers
 		}
 		// Attention scores and patterns get arenas of their own, which the
@@ -452,6 +540,7 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		alone := local == "attn.hook_attn_scores" || local == "attn.hook_pattern"
 		if last := len(l.arenas) - 1; last < 0 || layer != arenaLayer || l.arenas[last]+n > arenaCap || alone || lastAlone {
 			l.arenas = append(l.arenas, 0)
+			l.arenaPoints = append(l.arenaPoints, name)
 			arenaLayer = layer
 		}
 		lastAlone = alone
@@ -483,24 +572,10 @@ func (l *layout) anyMaterialized() bool {
 	return false
 }
 
-func (l *layout) scratchElements(c *model.Config) int {
-	t := l.t
-	n := 2*t*c.DModel + t*c.QDim() + 2*t*c.KVDim() + t*c.QDim() + 2*t*c.DModel + t
-	switch {
-	case c.MoE():
-		for _, q := range (&moeBuffers{}).needs(c, t) {
-			n += q.n
-		}
-	case c.MLP.Gated():
-		n += 2 * t * c.FFN
-	default:
-		n += t * c.FFN
-	}
-	if l.anyMaterialized() {
-		n += 2 * c.Heads * t * l.keys
-	}
-	if l.logitRows > 0 {
-		n += l.logitRows*c.DModel + l.logitRows*c.Vocab + l.logitRows
+func (l *layout) scratchElements(c *model.Config, o Options) int {
+	n := 0
+	for _, q := range (&scratch{}).needs(c, l, o, role{embed: true, layers: true, head: true}) {
+		n += q.n
 	}
 	return n
 }

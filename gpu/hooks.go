@@ -99,7 +99,7 @@ func (r *Run) edit(x Tensor, off, n int, e DeviceEdit) error {
 		if err != nil {
 			return err
 		}
-		r.owned = append(r.owned, src)
+		r.owned[r.tier] = append(r.owned[r.tier], src)
 		r.st.Write(src, 0, e.Data)
 		e.Src = src
 	}

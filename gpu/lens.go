@@ -99,7 +99,7 @@ func (e *Engine) lens(tr *trace.Trace, what string, layer func(st Stream, logits
 			return fmt.Errorf("%s: %s has shape %v, want [%d %d]", what, name, shape, t, c.DModel)
 		}
 	}
-	st := e.Backend.NewStream()
+	st := e.tiers[e.place.Head].NewStream() // where the final norm and the head are
 	defer st.Close()
 	var ts []Tensor
 	defer func() {

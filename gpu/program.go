@@ -34,6 +34,10 @@ func (r *Run) program(yield func(string) bool) {
 			r.fail(err)
 			return
 		}
+		if !r.moveTo(e.place.Layers[layer]) {
+			return
+		}
+		st = r.st
 		w := &e.layers[layer]
 		at := func(p string, x Tensor, off int) bool { return r.at(LayerPoint(layer, p), x, off, yield) }
 		kvd := c.KVDim()
@@ -145,9 +149,10 @@ func (r *Run) program(yield func(string) bool) {
 
 	// Tail: final norm and LM head for the last logitRows positions.
 	rows := r.l.logitRows
-	if rows == 0 {
+	if rows == 0 || !r.moveTo(e.place.Head) {
 		return
 	}
+	st = r.st
 	st.Copy(r.attnOut, 0, r.x, (t-rows)*d, rows*d)
 	tail := func(p string, x Tensor, off int) bool { return r.at(p, x, off, yield) }
 	if !r.normAt(-1, "ln_final", r.h, r.attnOut, e.outNorm, e.outBias, rows, tail) {

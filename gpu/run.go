@@ -19,13 +19,31 @@ import (
 // is used from one goroutine at a time: a call that finds the session busy
 // with another goroutine's call fails with ErrSessionBusy.
 type Run struct {
-	s      *Session
-	st     Stream
-	ctx    context.Context
-	o      Options
-	l      *layout
-	tokens []int32
+	s       *Session
+	tier    int       // the tier running now
+	st      Stream    // its stream
+	scratch           // its buffers
+	bufs    []scratch // each tier's buffers
+	ctx     context.Context
+	o       Options
+	l       *layout
+	tokens  []int32
 
+	arenas      []Tensor   // the captures, laid out by the layout's slots, each on its points' tier
+	device      bool       // the arenas are the run's own, and become the trace
+	owned       [][]Tensor // each tier's intervention sources, freed with the run
+	next        func() (string, bool)
+	stop        func()
+	point       string // the last point reached
+	done        bool
+	released    bool        // the session has its buffers back
+	refused     atomic.Bool // the last call found the session busy
+	err         error
+	hostScratch []float32
+}
+
+// scratch is a run's buffers on one tier.
+type scratch struct {
 	x, h, q, k, v, z Tensor
 	attnOut, mlpOut  Tensor
 	gate, up         Tensor
@@ -33,17 +51,51 @@ type Run struct {
 	scale            Tensor // a norm's per-row scales (hook_scale)
 	scores, pattern  Tensor
 	logits, argmax   Tensor
-	arenas           []Tensor // the captures, laid out by the layout's slots
-	device           bool     // the arenas are the run's own, and become the trace
-	owned            []Tensor // intervention sources, freed with the run
-	next             func() (string, bool)
-	stop             func()
-	point            string // the last point reached
-	done             bool
-	released         bool        // the session has its buffers back
-	refused          atomic.Bool // the last call found the session busy
-	err              error
-	hostScratch      []float32
+}
+
+// needs lists the buffers a tier of role ro uses: the embedding needs the
+// residual stream (and a row for learned positions), the layers all but
+// the logits, the head the rows it normalises and the logits.
+func (b *scratch) needs(c *model.Config, l *layout, o Options, ro role) []need {
+	t := l.t
+	needs := []need{{"residual", t * c.DModel, &b.x}}
+	if ro.layers || ro.head {
+		needs = append(needs, need{"normalized", t * c.DModel, &b.h})
+	}
+	if ro.layers {
+		needs = append(needs,
+			need{"q", t * c.QDim(), &b.q},
+			need{"k", t * c.KVDim(), &b.k},
+			need{"v", t * c.KVDim(), &b.v},
+			need{"z", t * c.QDim(), &b.z})
+	}
+	needs = append(needs, need{"attn_out", t * c.DModel, &b.attnOut})
+	if ro.layers {
+		needs = append(needs, need{"mlp_out", t * c.DModel, &b.mlpOut})
+	}
+	if ro.layers || ro.head {
+		needs = append(needs, need{"norm_scale", t, &b.scale})
+	}
+	if ro.layers {
+		switch {
+		case c.MoE():
+			needs = append(needs, b.moe.needs(c, t)...)
+		case c.MLP.Gated():
+			needs = append(needs, need{"mlp_gate", t * c.FFN, &b.gate}, need{"mlp_up", t * c.FFN, &b.up})
+		default:
+			needs = append(needs, need{"mlp_gate", t * c.FFN, &b.gate})
+		}
+		if l.anyMaterialized() {
+			needs = append(needs, need{"attn_scores", c.Heads * t * l.keys, &b.scores}, need{"attn_pattern", c.Heads * t * l.keys, &b.pattern})
+		}
+	}
+	if ro.head && l.logitRows > 0 {
+		needs = append(needs, need{"logits", l.logitRows * c.Vocab, &b.logits})
+		if o.Predict {
+			needs = append(needs, need{"argmax", l.logitRows, &b.argmax})
+		}
+	}
+	return needs
 }
 
 // Start prepares a prefill of tokens at the session's position and stops
@@ -69,64 +121,57 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 		return nil, err
 	}
 	s.endRun(errSuperseded)
-	c := &s.e.Model.Config
-	r := &Run{s: s, st: s.st, ctx: ctx, o: o, l: l, tokens: slices.Clone(tokens)}
-	s.st.SetPrecision(o.Precision)
-	t := l.t
-	needs := []need{
-		{"residual", t * c.DModel, &r.x},
-		{"normalized", t * c.DModel, &r.h},
-		{"q", t * c.QDim(), &r.q},
-		{"k", t * c.KVDim(), &r.k},
-		{"v", t * c.KVDim(), &r.v},
-		{"z", t * c.QDim(), &r.z},
-		{"attn_out", t * c.DModel, &r.attnOut},
-		{"mlp_out", t * c.DModel, &r.mlpOut},
-		{"norm_scale", t, &r.scale},
-	}
-	switch {
-	case c.MoE():
-		needs = append(needs, r.moe.needs(c, t)...)
-	case c.MLP.Gated():
-		needs = append(needs, need{"mlp_gate", t * c.FFN, &r.gate}, need{"mlp_up", t * c.FFN, &r.up})
-	default:
-		needs = append(needs, need{"mlp_gate", t * c.FFN, &r.gate})
-	}
-	if l.anyMaterialized() {
-		needs = append(needs, need{"attn_scores", c.Heads * t * l.keys, &r.scores}, need{"attn_pattern", c.Heads * t * l.keys, &r.pattern})
-	}
-	if l.logitRows > 0 {
-		needs = append(needs, need{"logits", l.logitRows * c.Vocab, &r.logits})
-		if o.Predict {
-			needs = append(needs, need{"argmax", l.logitRows, &r.argmax})
-		}
-	}
+	c, p := &s.e.Model.Config, &s.e.place
+	r := &Run{s: s, ctx: ctx, o: o, l: l, tokens: slices.Clone(tokens)}
+	r.bufs = make([]scratch, len(s.tiers))
+	r.owned = make([][]Tensor, len(s.tiers))
 	// A GPU trace keeps its arenas (they are the trace, until read), so
 	// they are made for each run; on the CPU they are the session's
-	// scratch, copied into the trace as the run ends.
-	r.device = onDevice(s.e.Backend)
+	// scratch, copied into the trace as the run ends. A trace with a
+	// tier on a GPU keeps every tier's.
+	for _, b := range s.e.tiers {
+		r.device = r.device || onDevice(b)
+	}
 	if !r.device {
 		r.arenas = make([]Tensor, len(l.arenas))
-		for i, n := range l.arenas {
-			needs = append(needs, need{fmt.Sprintf("capture arena %d", i), n, &r.arenas[i]})
+	}
+	for i := range s.tiers {
+		st := s.tiers[i].st
+		st.SetPrecision(o.Precision)
+		needs := r.bufs[i].needs(c, l, o, p.role(i))
+		for a, n := range l.arenas {
+			if !r.device && r.arenaTier(a) == i {
+				needs = append(needs, need{fmt.Sprintf("capture arena %d", a), n, &r.arenas[a]})
+			}
+		}
+		if err := s.tiers[i].ws.fit(st, needs); err != nil {
+			// A refused prefill leaves the session only its KV cache. A GPU
+			// stream defers frees while it holds recorded work: submit it,
+			// so the memory is back before the next request.
+			for j := range s.tiers {
+				s.tiers[j].ws.free(s.tiers[j].st)
+				_ = s.tiers[j].st.Sync()
+			}
+			if len(s.tiers) > 1 {
+				return nil, fmt.Errorf("engine: prefill of %d tokens on tier %d (%s): %w", l.t, i, s.e.tiers[i].Name(), err)
+			}
+			return nil, fmt.Errorf("engine: prefill of %d tokens: %w", l.t, err)
 		}
 	}
-	if err := s.ws.fit(s.st, needs); err != nil {
-		// A GPU stream defers frees while it holds recorded work: submit it,
-		// so the memory is back before the next request.
-		_ = s.st.Sync()
-		return nil, fmt.Errorf("engine: prefill of %d tokens: %w", t, err)
-	}
+	r.tier, r.st, r.scratch = p.Embed, s.tiers[p.Embed].st, r.bufs[p.Embed]
 	if r.device {
 		if err := r.allocArenas(); err != nil {
 			return nil, fmt.Errorf("engine: prefill of %d tokens: the capture of %s (%d points) does not fit in device memory beside %s of live traces (Close traces no longer needed, or narrow the capture): %w",
-				t, HumanBytes(4*int64(l.captureElements)), len(l.order), HumanBytes(s.e.traceBytes.Load()), err)
+				l.t, HumanBytes(4*int64(l.captureElements)), len(l.order), HumanBytes(s.e.traceBytes.Load()), err)
 		}
 	}
 	s.run = r
 	r.next, r.stop = iter.Pull(r.program)
 	return r, nil
 }
+
+// arenaTier is the tier where arena i is written: that of its points.
+func (r *Run) arenaTier(i int) int { return r.s.e.place.tierOfPoint(r.l.arenaPoints[i]) }
 
 var (
 	errSuperseded = errors.New("engine: a later prefill on this run's session took its buffers (finish or close a run before starting the next)")
@@ -276,14 +321,21 @@ func (r *Run) trace() (*trace.Trace, error) {
 			arenas = r.l.slots[name].arena + 1
 		}
 	}
-	down := slices.Clone(r.arenas[:arenas])
-	if r.done && r.err == nil {
-		down = append(down, r.logits, r.argmax)
+	down := make([][]Tensor, len(r.bufs))
+	for i, a := range r.arenas[:arenas] {
+		down[r.arenaTier(i)] = append(down[r.arenaTier(i)], a)
 	}
-	r.st.Download(slices.DeleteFunc(down, func(t Tensor) bool { return t == nil })...)
-	if err := r.st.Sync(); err != nil {
-		r.fail(err) // Sync hands the error over once: the run keeps it
-		return nil, err
+	if r.done && r.err == nil {
+		head := r.s.e.place.Head
+		down[head] = append(down[head], r.bufs[head].logits, r.bufs[head].argmax)
+	}
+	for i, ts := range down {
+		st := r.s.tiers[i].st
+		st.Download(slices.DeleteFunc(ts, func(t Tensor) bool { return t == nil })...)
+		if err := st.Sync(); err != nil {
+			r.fail(err) // Sync hands the error over once: the run keeps it
+			return nil, err
+		}
 	}
 	tr := r.newTrace()
 	data := r.hostMemory()
@@ -292,7 +344,7 @@ func (r *Run) trace() (*trace.Trace, error) {
 			continue
 		}
 		s := r.l.slots[name]
-		if err := r.st.Read(r.arenas[s.arena], s.off, data[i]); err != nil {
+		if err := r.s.tiers[r.arenaTier(s.arena)].st.Read(r.arenas[s.arena], s.off, data[i]); err != nil {
 			return nil, err
 		}
 		tr.Put(name, &trace.Tensor{Shape: s.shape, Data: data[i]})
@@ -339,9 +391,11 @@ func (r *Run) finish() (*trace.Trace, error) {
 	}
 	var tr *trace.Trace
 	if r.device {
-		if err := r.st.Sync(); err != nil {
-			r.fail(err)
-			return nil, err
+		for i := range r.s.tiers {
+			if err := r.s.tiers[i].st.Sync(); err != nil {
+				r.fail(err)
+				return nil, err
+			}
 		}
 		tr = r.newTrace()
 		r.keep(tr)
@@ -352,16 +406,17 @@ func (r *Run) finish() (*trace.Trace, error) {
 		}
 	}
 	c := &r.s.e.Model.Config
-	if r.logits != nil && !tr.Has("logits") {
+	head, st := r.bufs[r.s.e.place.Head], r.s.tiers[r.s.e.place.Head].st
+	if head.logits != nil && !tr.Has("logits") {
 		x := &trace.Tensor{Shape: []int{r.l.logitRows, c.Vocab}, Data: make([]float32, r.l.logitRows*c.Vocab)}
-		if err := r.st.Read(r.logits, 0, x.Data); err != nil {
+		if err := st.Read(head.logits, 0, x.Data); err != nil {
 			return nil, err
 		}
 		tr.Put("logits", x)
 	}
-	if r.argmax != nil {
+	if head.argmax != nil {
 		ids := make([]float32, r.l.logitRows)
-		if err := r.st.Read(r.argmax, 0, ids); err != nil {
+		if err := st.Read(head.argmax, 0, ids); err != nil {
 			return nil, err
 		}
 		for _, f := range ids {
@@ -397,8 +452,10 @@ func (r *Run) release() {
 	if r.s.run == r {
 		r.s.run = nil
 	}
-	for _, t := range r.owned {
-		r.st.Free(t)
+	for i, ts := range r.owned {
+		for _, t := range ts {
+			r.s.tiers[i].st.Free(t)
+		}
 	}
 	r.owned = nil
 	if r.device {
@@ -408,7 +465,9 @@ func (r *Run) release() {
 	// work and defers the frees until it is submitted: submit it now, so
 	// the memory is back before the next request. Its error, if any, is
 	// the run's, already returned or dropped with the run.
-	_ = r.st.Sync()
+	for i := range r.s.tiers {
+		_ = r.s.tiers[i].st.Sync()
+	}
 }
 
 func (r *Run) newTrace() *trace.Trace {
@@ -423,7 +482,7 @@ func (r *Run) newTrace() *trace.Trace {
 			tr.Model.Windows[l] = c.Window(l)
 		}
 	}
-	tr.Backend = r.s.e.Backend.Name()
+	tr.Backend = r.s.e.BackendName()
 	tr.Tokens = slices.Clone(r.tokens)
 	tr.Pos0 = r.l.pos0
 	if tok := r.s.e.Model.Tok; tok != nil {

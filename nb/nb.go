@@ -56,6 +56,21 @@ func (m *Model) lock() error {
 // Open loads a GGUF model ("" for the embedded default model) on the best
 // backend, or on the one named ("cpu", "vulkan", "auto").
 func Open(path string, backend ...string) (*Model, error) {
+	name := "auto"
+	if len(backend) > 0 {
+		name = backend[0]
+	}
+	return OpenPlaced(path, name, "")
+}
+
+// OpenPlaced loads a model split over the backend's devices as tiers, as
+// `strata run --placement` takes it: "0:0-13,1:14-27" puts layers 0-13 on
+// device 0 and 14-27 on device 1 (a device named twice is two logical
+// devices on it); "auto" plans from the devices' memory; "" is Open. Every
+// call works across the tiers as on one device. A placement that does not
+// hold the weights and a KV cache of the model's context is refused before
+// anything is allocated, saying what is short where.
+func OpenPlaced(path, backend, placement string) (*Model, error) {
 	var m *model.Model
 	var err error
 	if path == "" {
@@ -66,16 +81,11 @@ func Open(path string, backend ...string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := "auto"
-	if len(backend) > 0 {
-		name = backend[0]
-	}
-	b, note, err := backends.Open(name)
+	e, note, err := backends.Engine(m, backend, placement, gpu.PlanRequest{Capacity: m.Context, Tokens: 1})
 	if err != nil {
-		return nil, err
-	}
-	e, err := gpu.NewEngine(m, b)
-	if err != nil {
+		if placement != "" {
+			return nil, fmt.Errorf("nb: placement %q: %w", placement, err)
+		}
 		return nil, err
 	}
 	return &Model{Engine: e, Note: note}, nil
@@ -84,6 +94,15 @@ func Open(path string, backend ...string) (*Model, error) {
 // MustOpen is Open for notebook cells: it panics with the error.
 func MustOpen(path string, backend ...string) *Model {
 	m, err := Open(path, backend...)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// MustOpenPlaced is OpenPlaced for notebook cells: it panics with the error.
+func MustOpenPlaced(path, backend, placement string) *Model {
+	m, err := OpenPlaced(path, backend, placement)
 	if err != nil {
 		panic(err)
 	}

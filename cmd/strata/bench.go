@@ -92,6 +92,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
 	precisions := fs.String("precision", "exact", "matrix products: exact (float32 accuracy), fast (float16 inputs), or both as exact,fast")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
+	placement := placementFlag(fs)
 	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
 	budget := fs.Float64("budget", 16, "capture memory a prefill may use, in GiB (device memory on a GPU, host memory on the CPU); a point over it is reported as refused")
 	jsonOut := fs.String("json", "", "also write the rows as JSON to this file")
@@ -132,24 +133,22 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 		}
 		lengths = append(lengths, n)
 	}
-	m, name, typ, err := benchModel(*path, *shape, *typName)
+	m, modelName, typ, err := benchModel(*path, *shape, *typName)
 	if err != nil {
 		return err
 	}
 	if longest := slices.Max(lengths); longest > m.Context {
 		return fmt.Errorf("--tokens %d: %w", longest, promptTooLong(longest, m.Context))
 	}
-	b, note, err := backends.Open(*backend)
+	// The plan holds the longest prompt without captures: a capture too
+	// large is a refused row, as over the budget.
+	e, err := openEngine(m, *backend, *placement, gpu.PlanRequest{Capacity: slices.Max(lengths), Tokens: slices.Max(lengths)})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stderr, "strata:", note)
+	b := e.Backend
 	if slices.Contains(precs, gpu.PrecisionFast) && !onDevice(b) {
 		fmt.Fprintln(stderr, "strata: the CPU backend multiplies in float32 at either precision: its fast rows compute what its exact rows do")
-	}
-	e, err := gpu.NewEngine(m, b)
-	if err != nil {
-		return err
 	}
 	s, err := e.NewSession(slices.Max(lengths))
 	if err != nil {
@@ -168,8 +167,9 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	var rows []benchRow
-	// The backend's name can be long (a Vulkan device's): its column fits it.
-	bw := max(28, len(b.Name()))
+	// The backend's name can be long (a Vulkan device's, or tiers'): its column fits it.
+	name := e.BackendName()
+	bw := max(28, len(name))
 	fmt.Fprintf(out, "%-14s %-11s %-*s %6s %-7s %-9s %10s %10s\n", "model", "type", bw, "backend", "T", "capture", "precision", "median ms", "tok/s")
 	for _, prec := range precs {
 		for _, capture := range strings.Split(*captures, ",") {
@@ -184,15 +184,17 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 				}
 				ms, err := timePrefill(ctx, s, tokens, o, *iters)
 				if errors.Is(err, gpu.ErrOverBudget) {
-					fmt.Fprintf(out, "%-14s %-11s %-*s %6d %-7s %-9s %10s %10s  %v\n", name, typ, bw, b.Name(), t, capture, prec, "-", "-", err)
+					fmt.Fprintf(out, "%-14s %-11s %-*s %6d %-7s %-9s %10s %10s  %v\n", modelName, typ, bw, name, t, capture, prec, "-", "-", err)
 					continue
 				}
 				if err != nil {
 					return err
 				}
-				row := benchRow{Model: name, Type: typ, Backend: b.Name(), T: t, Capture: capture, Precision: prec.String(), MedianMS: ms, TokS: float64(t) / ms * 1e3, Runs: *iters}
-				if row.Stages, err = stageTimes(ctx, b, s, tokens, o); err != nil {
-					return err
+				row := benchRow{Model: modelName, Type: typ, Backend: name, T: t, Capture: capture, Precision: prec.String(), MedianMS: ms, TokS: float64(t) / ms * 1e3, Runs: *iters}
+				if len(e.Tiers()) == 1 { // a profile of one tier would time part of the model
+					if row.Stages, err = stageTimes(ctx, b, s, tokens, o); err != nil {
+						return err
+					}
 				}
 				readback := ""
 				if capture == "all" && onDevice(b) {

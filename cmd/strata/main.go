@@ -41,12 +41,12 @@ var stderr io.Writer = os.Stderr
 
 func init() {
 	commands = []command{
-		{"info", "MODEL.gguf [-n N]", "architecture, shapes, parameters, tensor types, tokenizer and prefill memory", cmdInfo},
+		{"info", "MODEL.gguf [-n N] [--devices [--backend B] [--placement P]]", "architecture, shapes, parameters, tensor types, tokenizer and prefill memory; with --devices, the devices and the model's placement over them", cmdInfo},
 		{"tokenize", "[--model M] TEXT", "print the token ids of TEXT, space separated", cmdTokenize},
-		{"run", "[--model M] --prompt P [-n 30]", "greedy continuation of a prompt", cmdRun},
-		{"trace", "[--model M] (--prompt P | --tokens 1,2,...) [--capture GLOBS] [--out DIR]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures", cmdTrace},
+		{"run", "[--model M] --prompt P [-n 30] [--placement P]", "greedy continuation of a prompt", cmdRun},
+		{"trace", "[--model M] (--prompt P | --tokens 1,2,...) [--capture GLOBS] [--out DIR] [--placement P]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures", cmdTrace},
 		{"gen", "--shape S [--type T] --out F.gguf [--seed N]", "write a model with random weights", cmdGen},
-		{"bench", "[--model M | --shape S --type T] [--tokens 128,512,2048] [--capture none,all] [--backend B] [--json F]",
+		{"bench", "[--model M | --shape S --type T] [--tokens 128,512,2048] [--capture none,all] [--backend B] [--placement P] [--json F]",
 			"median prefill tokens/s after warm-up", cmdBench},
 	}
 }
@@ -151,29 +151,44 @@ func openModel(path string) (*model.Model, error) {
 	return model.Open(path)
 }
 
-func openEngine(path, backend string) (*gpu.Engine, error) {
-	m, err := openModel(path)
+// placementFlag adds --placement, the same for every command that prefills.
+func placementFlag(fs *flag.FlagSet) *string {
+	return fs.String("placement", "", "split the model over devices, each entry a tier: DEVICE:FIRST-LAST,... e.g. 0:0-13,1:14-27 (a device named twice is two logical devices on it); auto plans from the devices' memory; default: the whole model on one device")
+}
+
+// openEngine makes m resident on the backend, over tiers when placement
+// says; a placement that does not fit the request q is refused first.
+func openEngine(m *model.Model, backend, placement string, q gpu.PlanRequest) (*gpu.Engine, error) {
+	e, note, err := backends.Engine(m, backend, placement, q)
 	if err != nil {
-		return nil, err
-	}
-	b, note, err := backends.Open(backend)
-	if err != nil {
+		if placement != "" {
+			return nil, fmt.Errorf("--placement %s: %w", placement, err)
+		}
 		return nil, err
 	}
 	fmt.Fprintln(stderr, "strata:", note)
-	return gpu.NewEngine(m, b)
+	return e, nil
 }
 
 func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	fs := flags("info", out)
 	n := fs.Int("n", 512, "prompt length for the memory estimate, 1 to the model's context (default 512 or the context if shorter)")
 	points := fs.Bool("points", false, "also list the model's capture points (per layer once, as blocks.N.*)")
+	devices := fs.Bool("devices", false, "also list the backend's devices and plan the model over them: the bytes each tier needs for a prompt of -n tokens")
+	backend := fs.String("backend", "auto", "with --devices: the backend whose devices to list: "+strings.Join(backends.Names, ", "))
+	placement := fs.String("placement", "auto", "with --devices: the placement to check, as run, trace and bench take it (DEVICE:FIRST-LAST,...), or auto")
+	capture := fs.String("capture", "", "with --devices: comma-separated capture globs whose bytes the plan includes (default none)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return errors.New("info needs one MODEL.gguf")
+	}
+	for _, f := range []string{"backend", "placement", "capture"} {
+		if isSet(fs, f) && !*devices {
+			return fmt.Errorf("--%s plans the model over devices: add --devices", f)
+		}
 	}
 	m, err := model.Open(pos[0])
 	if err != nil {
@@ -309,6 +324,38 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 			}
 		}
 	}
+	if *devices {
+		o := gpu.Options{}
+		if *capture != "" {
+			o.Capture = gpu.CaptureOf(strings.Split(*capture, ",")...)
+			if err := o.Capture.Validate(c); err != nil {
+				return fmt.Errorf("--capture: %w", err)
+			}
+		}
+		return printPlan(out, m, *backend, *placement, gpu.PlanRequest{Capacity: *n, Tokens: *n, Options: o})
+	}
+	return nil
+}
+
+// printPlan lists the backend's devices and the plan of m over them, or
+// says why it does not fit.
+func printPlan(out io.Writer, m *model.Model, backend, placement string, q gpu.PlanRequest) error {
+	kind, devs, err := backends.Devices(backend)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "devices       %s backend\n", kind)
+	for i, d := range devs {
+		fmt.Fprintf(out, "  %d: %s, %s free\n", i, d.Name, gpu.HumanBytes(d.Free))
+	}
+	_, plan, _, err := backends.Plan(m, backend, placement, q)
+	if err != nil {
+		return fmt.Errorf("--placement %s: %w", placement, err)
+	}
+	fmt.Fprintf(out, "placement     %s for a prompt of %d tokens and a KV cache of %d positions:\n", plan.Placement, q.Tokens, q.Capacity)
+	for _, line := range strings.Split(strings.TrimSuffix(plan.String(), "\n"), "\n") {
+		fmt.Fprintf(out, "  %s\n", line)
+	}
 	return nil
 }
 
@@ -368,6 +415,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	prompt := fs.String("prompt", "", "prompt text")
 	n := fs.Int("n", 30, "tokens to generate at most: generation stops earlier at the end token or when the context is full")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
+	placement := placementFlag(fs)
 	precision := precisionFlag(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -379,16 +427,20 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	if *n < 0 {
 		return fmt.Errorf("-n %d: the number of tokens to generate cannot be negative", *n)
 	}
-	e, err := openEngine(*path, *backend)
+	m, err := openModel(*path)
 	if err != nil {
 		return err
 	}
-	tokens, err := e.Model.Tok.Encode(*prompt, tokenizer.Options{})
+	tokens, err := m.Tok.Encode(*prompt, tokenizer.Options{})
 	if err != nil {
 		return err
 	}
-	if len(tokens) > e.Model.Context {
-		return promptTooLong(len(tokens), e.Model.Context)
+	if len(tokens) > m.Context {
+		return promptTooLong(len(tokens), m.Context)
+	}
+	e, err := openEngine(m, *backend, *placement, gpu.PlanRequest{Capacity: m.Context, Tokens: len(tokens), Options: gpu.Options{Predict: true}})
+	if err != nil {
+		return err
 	}
 	s, err := e.NewSession(0)
 	if err != nil {
@@ -488,6 +540,7 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	layers := fs.String("layers", "", "layer range FIRST:LAST for per-layer points (default all)")
 	dir := fs.String("out", "strata-trace", "output folder, replaced as a whole")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
+	placement := placementFlag(fs)
 	precision := precisionFlag(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -506,11 +559,11 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	case *dir == "":
 		return errors.New("--out is empty: give the folder to write")
 	}
-	e, err := openEngine(*path, *backend)
+	m, err := openModel(*path)
 	if err != nil {
 		return err
 	}
-	c := &e.Model.Config
+	c := &m.Config
 	var tokens []int32
 	if *tokenList != "" {
 		for _, f := range strings.Split(*tokenList, ",") {
@@ -528,7 +581,7 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		if text == "" {
 			text = defaultPrompt
 		}
-		if tokens, err = e.Model.Tok.Encode(text, tokenizer.Options{}); err != nil {
+		if tokens, err = m.Tok.Encode(text, tokenizer.Options{}); err != nil {
 			return err
 		}
 	}
@@ -548,12 +601,20 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		}
 		plan.FirstLayer, plan.LastLayer = first, last
 	}
+	o := gpu.Options{Capture: plan, Logits: gpu.LogitsAll, Precision: prec}
+	if err := o.Capture.Validate(c); err != nil { // before a plan counts its bytes
+		return err
+	}
+	e, err := openEngine(m, *backend, *placement, gpu.PlanRequest{Capacity: len(tokens), Tokens: len(tokens), Options: o})
+	if err != nil {
+		return err
+	}
 	s, err := e.NewSession(len(tokens))
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	tr, err := s.Prefill(ctx, tokens, gpu.Options{Capture: plan, Logits: gpu.LogitsAll, Precision: prec})
+	tr, err := s.Prefill(ctx, tokens, o)
 	if err != nil {
 		return err
 	}

@@ -658,6 +658,7 @@ func (s *stream) inFlight() bool {
 // tensor is a float32 buffer in device memory, with a host-visible mirror
 // made on first read and refreshed only when the tensor has been written since.
 type tensor struct {
+	b             *Backend // the device it lives on
 	name          string
 	n             int
 	buf           *buffer
@@ -678,6 +679,9 @@ func (s *stream) tensorOf(t gpu.Tensor) *tensor {
 	case x.freed:
 		s.fail(fmt.Errorf("vulkan: tensor %s is used after Free", x.name))
 		return nil
+	case x.b != s.b: // its buffer means nothing to this device: the driver would fault
+		s.fail(fmt.Errorf("vulkan: tensor %s lives on another device (%s) than this stream's (%s): move data between devices with Read and Write", x.name, x.b.Name(), s.b.Name()))
+		return nil
 	}
 	return x
 }
@@ -693,7 +697,7 @@ func (s *stream) Alloc(name string, n int) (gpu.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vulkan: allocating %s (%d floats): %w", name, n, err)
 	}
-	t := &tensor{name: name, n: n, buf: buf}
+	t := &tensor{b: s.b, name: name, n: n, buf: buf}
 	if !s.begin() {
 		s.b.freeBuffer(buf)
 		return nil, s.err

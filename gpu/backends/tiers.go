@@ -1,0 +1,164 @@
+package backends
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/vulkan"
+	"github.com/stratalab/strata/model"
+)
+
+// Devices lists the devices the named backend can place tiers on, in the
+// order --placement numbers them, with their free memory. A Vulkan device
+// reports its device-local heap's size: Vulkan 1.1 has no query for what
+// other processes use (VK_EXT_memory_budget would tell). The CPU is one
+// device, the host, with the memory Linux counts as available.
+func Devices(name string) (kind string, devs []gpu.Device, err error) {
+	kind, err = resolve(name)
+	if err != nil {
+		return "", nil, err
+	}
+	if kind == "cpu" {
+		free, err := hostAvailable()
+		if err != nil {
+			return "", nil, fmt.Errorf("the host's free memory: %w", err)
+		}
+		return kind, []gpu.Device{{Name: "host memory", Free: free}}, nil
+	}
+	infos, err := vulkan.Devices()
+	if err != nil {
+		return "", nil, err
+	}
+	for _, d := range infos {
+		devs = append(devs, gpu.Device{Name: fmt.Sprintf("%s, %s", d.Name, d.Type), Free: int64(d.Memory)})
+	}
+	return kind, devs, nil
+}
+
+// resolve is the backend "auto" stands for, as Open chooses it.
+func resolve(name string) (string, error) {
+	switch name {
+	case "cpu", "vulkan":
+		return name, nil
+	case "", "auto":
+		devices, err := vulkan.Devices()
+		if err != nil {
+			return "cpu", nil
+		}
+		for _, d := range devices {
+			if d.Type != "cpu" {
+				return "vulkan", nil
+			}
+		}
+		return "cpu", nil
+	}
+	return "", fmt.Errorf("unknown backend %q (choose from %v)", name, Names)
+}
+
+// hostAvailable reads MemAvailable from /proc/meminfo.
+func hostAvailable() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: MemAvailable %q: %w", rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("/proc/meminfo has no MemAvailable")
+}
+
+// Plan places m over the named backend's devices for the request q:
+// placement "auto" by gpu.PlanPlacement, else as gpu.ParsePlacement reads
+// it. A plan that does not fit the devices' memory is an error saying what
+// is short where.
+func Plan(m *model.Model, backend, placement string, q gpu.PlanRequest) (kind string, plan gpu.Plan, devs []gpu.Device, err error) {
+	kind, devs, err = Devices(backend)
+	if err != nil {
+		return "", gpu.Plan{}, nil, err
+	}
+	if placement == "auto" {
+		plan, err = gpu.PlanPlacement(m, devs, q)
+		return kind, plan, devs, err
+	}
+	p, on, err := gpu.ParsePlacement(placement, m.Layers)
+	if err != nil {
+		return "", gpu.Plan{}, nil, err
+	}
+	for t, d := range on {
+		if d >= len(devs) {
+			return "", gpu.Plan{}, nil, fmt.Errorf("tier %d is on device %d; the %s backend has %d (%s)", t, d, kind, len(devs), deviceList(devs))
+		}
+	}
+	if plan, err = gpu.NewPlan(m, p, on, q); err != nil {
+		return "", gpu.Plan{}, nil, err
+	}
+	return kind, plan, devs, plan.Check(devs)
+}
+
+func deviceList(devs []gpu.Device) string {
+	var s []string
+	for i, d := range devs {
+		s = append(s, fmt.Sprintf("%d: %s", i, d.Name))
+	}
+	return strings.Join(s, "; ")
+}
+
+// Engine makes m resident on the named backend: placement "" on the one
+// device Open picks, otherwise over tiers as Plan places them, each tier a
+// backend opened on its device (two tiers on one device are two logical
+// devices). A plan that does not fit is refused before anything is
+// allocated. The note says where the model went, for the user to see.
+func Engine(m *model.Model, backend, placement string, q gpu.PlanRequest) (*gpu.Engine, string, error) {
+	if placement == "" {
+		b, note, err := Open(backend)
+		if err != nil {
+			return nil, "", err
+		}
+		e, err := gpu.NewEngine(m, b)
+		return e, note, err
+	}
+	kind, plan, devs, err := Plan(m, backend, placement, q)
+	if err != nil {
+		return nil, "", err
+	}
+	tiers := make([]gpu.Backend, len(plan.Devices))
+	for t, d := range plan.Devices {
+		if kind == "cpu" {
+			tiers[t] = cpu.New(0)
+			continue
+		}
+		v, err := vulkan.Open(vulkan.Options{Device: strconv.Itoa(d)})
+		if err != nil {
+			for _, b := range tiers[:t] {
+				b.Close()
+			}
+			return nil, "", fmt.Errorf("tier %d on Vulkan device %d (%s): %w", t, d, devs[d].Name, err)
+		}
+		tiers[t] = v
+	}
+	e, err := gpu.NewTieredEngine(m, tiers, plan.Placement)
+	if err != nil {
+		for _, b := range tiers {
+			b.Close()
+		}
+		return nil, "", err
+	}
+	return e, fmt.Sprintf("using %d tiers of %s (placement %s):\n%s", len(tiers), kind, plan.Placement, strings.TrimSuffix(plan.String(), "\n")), nil
+}

@@ -1,0 +1,39 @@
+package nb_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/nb"
+)
+
+// The default model split over two CPU tiers gives the same trace, steps
+// and generation as whole, with an intervention in the second tier.
+func TestOpenPlacedSplitsTheModel(t *testing.T) {
+	whole := nb.MustOpen("", "cpu")
+	L := whole.Model.Layers
+	placement := fmt.Sprintf("0:0-%d,0:%d-%d", L/2-1, L/2, L-1)
+	split := nb.MustOpenPlaced("", "cpu", placement)
+	require.Len(t, split.Tiers(), 2)
+	require.Contains(t, split.Note, "using 2 tiers of cpu")
+
+	prompt := "func main() {"
+	ablate := nb.Hooks(gpu.AblateHead(L-1, 0))
+	want, got := whole.Prefill(prompt, nb.Capture("*"), ablate), split.Prefill(prompt, nb.Capture("*"), ablate)
+	require.Equal(t, want.Names, got.Names)
+	for _, name := range want.Names {
+		require.Equal(t, want.Tensor(name).Data, got.Tensor(name).Data, name)
+	}
+	steps := split.Start(prompt, nb.Capture("*"))
+	for steps.Next() {
+	}
+	stepped := steps.Finish()
+	require.Equal(t, whole.Prefill(prompt, nb.Capture("*")).Tensor("logits").Data, stepped.Tensor("logits").Data)
+	require.Equal(t, whole.Generate(prompt, 12), split.Generate(prompt, 12))
+
+	_, err := nb.OpenPlaced("", "cpu", fmt.Sprintf("0:0-%d", L))
+	require.EqualError(t, err, fmt.Sprintf("nb: placement \"0:0-%d\": layer %d is beyond the model, which has %d layers (0 to %d)", L, L, L, L-1))
+}
