@@ -5,7 +5,6 @@ import (
 	"image/color"
 
 	"gonum.org/v1/gonum/mat"
-	"gonum.org/v1/gonum/stat"
 	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
@@ -32,38 +31,31 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 	if len(names)*t < 3 || d < 2 {
 		return nil, fmt.Errorf("viz: %s: %d hidden states of width %d are too few for two principal components (want 3 states or more)", name, len(names)*t, d)
 	}
-	states := mat.NewDense(len(names)*t, d, nil)
+	xs := make([][]float32, len(names))
 	for s, n := range names {
 		x, err := tensor(tr, name, n, t, d)
 		if err != nil {
 			return nil, err
 		}
-		for i := range t * d {
-			states.Set(s*t+i/d, i%d, float64(x.Data[i]))
-		}
+		xs[s] = x.Data
 	}
-	var pc stat.PC
-	if !pc.PrincipalComponents(states, nil) {
+	row := func(i int) []float32 { return xs[i/t][(i%t)*d : (i%t+1)*d] }
+	dirs, vars, total, mean := principal(row, len(names)*t, d, 2)
+	if len(dirs) < 2 {
 		return nil, fmt.Errorf("viz: %s: the principal component analysis of %d hidden states did not converge", name, len(names)*t)
 	}
-	var vecs mat.Dense
-	pc.VectorsTo(&vecs)
-	vars := pc.VarsTo(nil)
-	total := 0.0
-	for _, v := range vars {
-		total += v
-	}
-	// Centre, then project onto the first two directions.
-	centred := mat.DenseCopyOf(states)
-	for j := range d {
-		col := mat.Col(nil, j, states)
-		m := stat.Mean(col, nil)
-		for i := range col {
-			centred.Set(i, j, col[i]-m)
+	// Project the centred states onto the first two directions.
+	proj := mat.NewDense(len(names)*t, 2, nil)
+	for i := range len(names) * t {
+		var a, b float64
+		for j, v := range row(i) {
+			x := float64(v) - mean[j]
+			a += x * dirs[0][j]
+			b += x * dirs[1][j]
 		}
+		proj.Set(i, 0, a)
+		proj.Set(i, 1, b)
 	}
-	var proj mat.Dense
-	proj.Mul(centred, vecs.Slice(0, d, 0, 2))
 
 	title := "Hidden states on their first two principal components"
 	p := newPlot(title)
