@@ -381,14 +381,13 @@ func (s *stream) AttnMix(a *gpu.Attention) {
 	})
 }
 
-// mix writes out = sum_j w[j] * v[j, kvh, :].
+// mix writes out = sum_j w[j] * v[j, kvh, :], through gonum's SIMD axpy
+// (the scalar loop was 38% of a tiny-qwen3 prefill at T=512).
 func mix(out, w, v []float32, kvHeads, kvh, hd int) {
 	clear(out)
+	o := blas32.Vector{N: hd, Inc: 1, Data: out}
 	for j, wj := range w {
-		vr := v[(j*kvHeads+kvh)*hd : (j*kvHeads+kvh+1)*hd]
-		for d := range out {
-			out[d] += wj * vr[d]
-		}
+		blas32.Axpy(wj, blas32.Vector{N: hd, Inc: 1, Data: v[(j*kvHeads+kvh)*hd : (j*kvHeads+kvh+1)*hd]}, o)
 	}
 }
 
