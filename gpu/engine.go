@@ -577,7 +577,20 @@ func (l *layout) scratchElements(c *model.Config, o Options) int {
 	for _, q := range (&scratch{}).needs(c, l, o, role{embed: true, layers: true, head: true}) {
 		n += q.n
 	}
-	return n
+	return n + gemmPacking(c, l, role{embed: true, layers: true, head: true})
+}
+
+// gemmPacking is the elements of the copy of a product's input that the CPU
+// backend's GEMM packs (gpu/cpu/gemm.go): the widest input of the tier's
+// products, counted for every backend.
+func gemmPacking(c *model.Config, l *layout, ro role) int {
+	switch {
+	case ro.layers:
+		return l.t * max(c.DModel, c.QDim(), c.FFN)
+	case ro.head:
+		return l.logitRows * c.DModel
+	}
+	return 0
 }
 
 // ErrOverBudget is wrapped by the error of a prefill whose capture plan

@@ -3,6 +3,7 @@ package gpu_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -169,6 +170,8 @@ func TestCaptureBudgetRefusedBeforeWork(t *testing.T) {
 	require.Equal(t, 0, s.Pos())
 	_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Capture: gpu.CaptureOf("blocks.*.attn.hook_nothing")})
 	require.ErrorContains(t, err, "matches no capture point")
+	_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Capture: gpu.CaptureOf("blocks.9.hook_resid_post")})
+	require.ErrorContains(t, err, fmt.Sprintf("layer 9 is past the model's last layer %d", m.Layers-1))
 	_, err = s.Prefill(context.Background(), nil, gpu.Options{})
 	require.ErrorContains(t, err, "prompt is empty")
 	_, err = s.Prefill(context.Background(), make([]int32, 600), gpu.Options{})

@@ -127,6 +127,7 @@ func Needs(m *model.Model, p Placement, q PlanRequest) []TierNeed {
 		for _, n := range (&scratch{}).needs(c, l, q.Options, p.role(t)) {
 			out[t].Scratch += 4 * int64(n.n)
 		}
+		out[t].Scratch += 4 * int64(gemmPacking(c, l, p.role(t)))
 	}
 	return out
 }
@@ -160,6 +161,22 @@ type Plan struct {
 	Placement
 	Devices []int
 	Needs   []TierNeed
+}
+
+// Flag writes the plan as --placement takes it, devices and not tiers
+// ("0:0-13,0:14-27" for two tiers on device 0), so that it can be given
+// back; the embedding's and head's devices follow where they are not the
+// first and last layers'.
+func (p Plan) Flag() string {
+	var parts []string
+	for _, s := range p.segments() {
+		parts = append(parts, fmt.Sprintf("%d:%d-%d", p.Devices[s.tier], s.first, s.last))
+	}
+	out := strings.Join(parts, ",")
+	if n := len(p.Layers); n > 0 && (p.Embed != p.Layers[0] || p.Head != p.Layers[n-1]) {
+		out += fmt.Sprintf(" (embedding on device %d, head on device %d)", p.Devices[p.Embed], p.Devices[p.Head])
+	}
+	return out
 }
 
 // NewPlan is the plan of placement p with its tiers on devices devs.

@@ -112,9 +112,10 @@ func TestPlanPlacementFillsDevicesInOrder(t *testing.T) {
 	require.Equal(t, gpu.OneTier(m.Layers), pl.Placement, "a model that fits one device stays whole")
 	require.Equal(t, []int{0}, pl.Devices)
 
-	// Devices of about 60% each: two tiers, each within its device, and
-	// the first full: the second tier's first layer would not fit beside it.
-	devs := []gpu.Device{{"a", whole * 6 / 10}, {"b", whole * 6 / 10}}
+	// Devices of about 70% each (each tier has its own scratch): two tiers,
+	// each within its device, and the first full: the second tier's first
+	// layer would not fit beside it.
+	devs := []gpu.Device{{"a", whole * 7 / 10}, {"b", whole * 7 / 10}}
 	pl, err = gpu.PlanPlacement(m, devs, q)
 	require.NoError(t, err)
 	require.Equal(t, []int{0, 1}, pl.Devices)

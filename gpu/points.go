@@ -216,7 +216,10 @@ func (c Capture) Validate(m *model.Config) error {
 // pointHint says why a pattern matches no point of the model, when its
 // point belongs to other families, or which point it is nearest to.
 func pointHint(m *model.Config, pattern string) string {
-	_, local := SplitPoint(pattern)
+	layer, local := SplitPoint(pattern)
+	if layer >= m.Layers {
+		return fmt.Sprintf(": layer %d is past the model's last layer %d", layer, m.Layers-1)
+	}
 	if strings.HasPrefix(pattern, "blocks.") && local == pattern { // blocks.*.x: SplitPoint wants a number
 		if _, rest, ok := strings.Cut(strings.TrimPrefix(pattern, "blocks."), "."); ok {
 			local = rest

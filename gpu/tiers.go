@@ -31,9 +31,10 @@ func (p Placement) Tiers() int {
 	return n + 1
 }
 
-// String writes the layers' tiers as --placement takes them, tier numbers
-// for devices ("0:0-13,1:14-27"), and the embedding's and head's tiers when
-// they are not the first and last layers'.
+// String writes each run of layers with its tier, TIER:FIRST-LAST
+// ("0:0-13,1:14-27"), and the embedding's and head's tiers when they are
+// not the first and last layers'. Plan.Flag writes devices instead, as
+// --placement takes them.
 func (p Placement) String() string {
 	var parts []string
 	for _, s := range p.segments() {

@@ -352,7 +352,7 @@ func printPlan(out io.Writer, m *model.Model, backend, placement string, q gpu.P
 	if err != nil {
 		return fmt.Errorf("--placement %s: %w", placement, err)
 	}
-	fmt.Fprintf(out, "placement     %s for a prompt of %d tokens and a KV cache of %d positions:\n", plan.Placement, q.Tokens, q.Capacity)
+	fmt.Fprintf(out, "placement     %s for a prompt of %d tokens and a KV cache of %d positions:\n", plan.Flag(), q.Tokens, q.Capacity)
 	for _, line := range strings.Split(strings.TrimSuffix(plan.String(), "\n"), "\n") {
 		fmt.Fprintf(out, "  %s\n", line)
 	}

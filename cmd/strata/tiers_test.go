@@ -55,7 +55,8 @@ func TestInfoDevicesPrintsThePlan(t *testing.T) {
 	out, err := strata(t, "info", path, "-n", "64", "--devices", "--backend", "cpu", "--placement", "0:0-1,0:2-4")
 	require.NoError(t, err)
 	require.Contains(t, out, "devices       cpu backend\n  0: host memory, ")
-	require.Contains(t, out, "placement     0:0-1,1:2-4 for a prompt of 64 tokens and a KV cache of 64 positions:\n")
+	// The placement as given (devices), so that it can be pasted back.
+	require.Contains(t, out, "placement     0:0-1,0:2-4 for a prompt of 64 tokens and a KV cache of 64 positions:\n")
 	require.Contains(t, out, "  device 0: tier 0 (embedding, layers 0-1) needs ")
 	require.Contains(t, out, "  device 0: tier 1 (layers 2-4, head) needs ")
 

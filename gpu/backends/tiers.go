@@ -160,5 +160,9 @@ func Engine(m *model.Model, backend, placement string, q gpu.PlanRequest) (*gpu.
 		}
 		return nil, "", err
 	}
-	return e, fmt.Sprintf("using %d tiers of %s (placement %s):\n%s", len(tiers), kind, plan.Placement, strings.TrimSuffix(plan.String(), "\n")), nil
+	tiersWord := "tiers"
+	if len(tiers) == 1 {
+		tiersWord = "tier"
+	}
+	return e, fmt.Sprintf("using %d %s of %s (--placement %s):\n%s", len(tiers), tiersWord, kind, plan.Flag(), strings.TrimSuffix(plan.String(), "\n")), nil
 }

@@ -19,7 +19,8 @@ func TestEngineOverTiers(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, e.Tiers(), 2)
 	require.Equal(t, []int{0, 0, 1, 1}, e.Placement().Layers)
-	require.Contains(t, note, "using 2 tiers of cpu (placement 0:0-1,1:2-3):\ndevice 0: tier 0 (embedding, layers 0-1) needs ")
+	// The note gives the placement back as it was given: devices, not tiers.
+	require.Contains(t, note, "using 2 tiers of cpu (--placement 0:0-1,0:2-3):\ndevice 0: tier 0 (embedding, layers 0-1) needs ")
 
 	e, _, err = Engine(m, "cpu", "auto", q)
 	require.NoError(t, err)
