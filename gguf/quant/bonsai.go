@@ -15,9 +15,14 @@ var formatQ1_0 = Format{
 		for b := range nb {
 			blk := (*[18]byte)(src[18*b:])
 			out := (*[128]float32)(dst[128*b:])
-			d := halfAt(blk[0:2])
-			for i := range out {
-				out[i] = flipSign(d, ^blk[2+i/8]>>(i%8))
+			d := math.Float32bits(halfAt(blk[0:2]))
+			for k := range 16 {
+				// flipSign by table: a byte's eight sign masks at once.
+				masks := &q1SignMasks[blk[2+k]]
+				o := (*[8]float32)(out[8*k:])
+				for i, m := range masks {
+					o[i] = math.Float32frombits(d ^ m)
+				}
 			}
 		}
 	},
@@ -62,6 +67,19 @@ var formatQ1_0 = Format{
 }
 
 // flipSign returns v negated when the low bit of neg is set, without a branch.
+// q1SignMasks[b][i] is the sign bit that Q1_0_g128's sign byte b puts on
+// its weight i: set (negative) where the bit is clear.
+var q1SignMasks = func() (t [256][8]uint32) {
+	for b := range t {
+		for i := range t[b] {
+			if b>>i&1 == 0 {
+				t[b][i] = 1 << 31
+			}
+		}
+	}
+	return t
+}()
+
 func flipSign(v float32, neg byte) float32 {
 	return math.Float32frombits(math.Float32bits(v) ^ uint32(neg&1)<<31)
 }
@@ -69,6 +87,16 @@ func flipSign(v float32, neg byte) float32 {
 // tq2Value maps a TQ2_0_g128 2-bit code to its multiple of d. A quantizer
 // never writes code 3; decoding it as 0 follows the reference engines.
 var tq2Value = [4]float32{-1, 0, 1, 0}
+
+// tq2Values[c] is tq2Value of each of code byte c's four codes.
+var tq2Values = func() (t [256][4]float32) {
+	for c := range t {
+		for i := range t[c] {
+			t[c][i] = tq2Value[c>>(2*i)&3]
+		}
+	}
+	return t
+}()
 
 // TQ2_0_g128: 128 weights per 34-byte block {u8 codes[32]; f16 d}; weight
 // i is d*tq2Value[code] with code = bits 2*(i%4)..+1 of codes[i/4].
@@ -80,8 +108,10 @@ var formatTQ2_0 = Format{
 			blk := (*[34]byte)(src[34*b:])
 			out := (*[128]float32)(dst[128*b:])
 			d := halfAt(blk[32:34])
-			for i := range out {
-				out[i] = d * tq2Value[blk[i/4]>>(2*(i%4))&3]
+			for k := range 32 {
+				v := &tq2Values[blk[k]] // a code byte's four multiples at once
+				o := (*[4]float32)(out[4*k:])
+				o[0], o[1], o[2], o[3] = d*v[0], d*v[1], d*v[2], d*v[3]
 			}
 		}
 	},
