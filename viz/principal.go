@@ -1,6 +1,7 @@
 package viz
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -58,7 +59,7 @@ func principal(row func(i int) []float32, n, d, k int) (dirs [][]float64, vars [
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, c int) int { return cmpDesc(vals[a], vals[c]) })
+	slices.SortFunc(order, func(a, c int) int { return cmp.Compare(vals[c], vals[a]) }) // largest first
 	for _, o := range order[:min(k, b)] {
 		dir := make([]float64, d)
 		for i := range d {
@@ -76,16 +77,6 @@ func principal(row func(i int) []float32, n, d, k int) (dirs [][]float64, vars [
 		}
 	}
 	return dirs, vars, total / float64(n-1), mean
-}
-
-func cmpDesc(a, b float64) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
-	}
-	return 0
 }
 
 // orthonormalize replaces q's columns with an orthonormal basis of them:

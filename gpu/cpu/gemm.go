@@ -90,9 +90,13 @@ func (g gemmGroup) run(sc *gemmScratch, xt []float32, rows, cols int) {
 	if m.f32 != nil && n%kernelRows == 0 {
 		w = m.f32[g.c0*cols : g.c1*cols]
 	} else {
-		// Decoded, with zero rows up to whole chunks.
+		// Decoded (or copied), with zero rows up to whole chunks.
 		sc.dec = grow(sc.dec, chunks*kernelRows*cols)
-		copy(sc.dec, m.decode(sc.dec, g.c0, n))
+		if m.f32 != nil {
+			copy(sc.dec, m.f32[g.c0*cols:g.c1*cols])
+		} else {
+			m.decode(sc.dec, g.c0, n)
+		}
 		clear(sc.dec[n*cols:])
 		w = sc.dec
 	}
