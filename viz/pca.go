@@ -59,6 +59,7 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 
 	title := "Hidden states on their first two principal components"
 	p := newPlot(title)
+	legend := p.Legend // drawn beside the plot, where it cannot cover a point
 	p.X.Label.Text = fmt.Sprintf("PC1 (%.0f%% of variance)", 100*vars[0]/total)
 	p.Y.Label.Text = fmt.Sprintf("PC2 (%.0f%% of variance)", 100*vars[1]/total)
 	for i := range t {
@@ -86,7 +87,9 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		sc.Shape = draw.CircleGlyph{}
 		sc.Radius = 3
 		p.Add(sc)
-		p.Legend.Add(stage, sc)
+		if s%legendStep(len(stages)) == 0 || s == len(stages)-1 {
+			legend.Add(stage, sc)
+		}
 	}
 	last := len(names) - 1
 	var at plotter.XYs
@@ -105,8 +108,23 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		tokens.Offset = vg.Point{X: 4}
 	}
 	p.Add(tokens)
-	p.Legend.Top = true
-	return newFigure(title, 560, 460, p.Draw), nil
+	legend.Top, legend.Left = true, true
+	var legendW vg.Length
+	for _, stage := range stages {
+		legendW = max(legendW, legend.TextStyle.Width(stage))
+	}
+	legendW += legend.ThumbnailWidth + 16
+	titleH := p.Title.TextStyle.Height(title) + p.Title.Padding
+	return newFigure(title, 560+legendW, 460, func(c draw.Canvas) {
+		p.Draw(draw.Crop(c, 0, -legendW, 0, 0))
+		legend.Draw(draw.Crop(c, c.Max.X-c.Min.X-legendW+8, 0, 0, -titleH-8))
+	}), nil
+}
+
+// legendStep thins the legend of a deep model to about 24 entries, so that
+// it fits beside the plot; the colours still run in order between them.
+func legendStep(stages int) int {
+	return max(1, (stages+23)/24)
 }
 
 // stageColor runs from light to dark blue as layers go deeper.

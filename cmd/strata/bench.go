@@ -47,27 +47,33 @@ type profiler interface {
 	StageTimes() []vulkan.StageTime
 }
 
-// stageTimes runs one profiled prefill and sums device time by stage; nil
-// for backends without timestamps.
-func stageTimes(ctx context.Context, b gpu.Backend, s *gpu.Session, tokens []int32, o gpu.Options) (map[string]float64, error) {
-	p, ok := b.(profiler)
-	if !ok || p.SetProfiling(true) != nil {
-		return nil, nil
+// stageTimes runs one profiled prefill and sums device time by stage over
+// every tier; nil for backends without timestamps.
+func stageTimes(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options) (map[string]float64, error) {
+	var ps []profiler
+	for _, b := range s.Engine().Tiers() {
+		p, ok := b.(profiler)
+		if !ok || p.SetProfiling(true) != nil {
+			return nil, nil
+		}
+		defer p.SetProfiling(false)
+		p.StageTimes()
+		ps = append(ps, p)
 	}
-	defer p.SetProfiling(false)
-	p.StageTimes()
 	// Profiling applies to streams made after it is turned on.
-	ps, err := s.Engine().NewSession(s.Capacity())
+	profiled, err := s.Engine().NewSession(s.Capacity())
 	if err != nil {
 		return nil, err
 	}
-	defer ps.Close()
-	if _, err := ps.Prefill(ctx, tokens, o); err != nil {
+	defer profiled.Close()
+	if _, err := profiled.Prefill(ctx, tokens, o); err != nil {
 		return nil, err
 	}
 	stages := map[string]float64{}
-	for _, st := range p.StageTimes() {
-		stages[st.Stage] += float64(st.Time.Microseconds()) / 1e3
+	for _, p := range ps {
+		for _, st := range p.StageTimes() {
+			stages[st.Stage] += float64(st.Time.Microseconds()) / 1e3
+		}
 	}
 	return stages, nil
 }
@@ -191,10 +197,8 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 					return err
 				}
 				row := benchRow{Model: modelName, Type: typ, Backend: name, T: t, Capture: capture, Precision: prec.String(), MedianMS: ms, TokS: float64(t) / ms * 1e3, Runs: *iters}
-				if len(e.Tiers()) == 1 { // a profile of one tier would time part of the model
-					if row.Stages, err = stageTimes(ctx, b, s, tokens, o); err != nil {
-						return err
-					}
+				if row.Stages, err = stageTimes(ctx, s, tokens, o); err != nil {
+					return err
 				}
 				readback := ""
 				if capture == "all" && onDevice(b) {

@@ -41,7 +41,7 @@ func TestPlacementErrorsSayWhat(t *testing.T) {
 		"0:0-2,0:2-4": "--placement 0:0-2,0:2-4: layer 2 is in both 0:0-2 and 0:2-4",
 		"0:0-1,0:3-4": "--placement 0:0-1,0:3-4: layer 2 is on no device",
 		"0:0-9":       "--placement 0:0-9: layer 9 is beyond the model, which has 5 layers (0 to 4)",
-		"3:0-4":       "--placement 3:0-4: tier 0 is on device 3; the cpu backend has 1 (0: host memory)",
+		"3:0-4":       "--placement 3:0-4: tier 0 is on device 3, but the cpu backend has only device 0 (host memory)",
 		"0:0-2,zero":  `--placement 0:0-2,zero: "zero" is not DEVICE:FIRST-LAST`,
 	} {
 		_, err := strata(t, "run", "--model", path, "--backend", "cpu", "--placement", placement, "--prompt", "Once")

@@ -103,7 +103,7 @@ func Plan(m *model.Model, backend, placement string, q gpu.PlanRequest) (kind st
 	}
 	for t, d := range on {
 		if d >= len(devs) {
-			return "", gpu.Plan{}, nil, fmt.Errorf("tier %d is on device %d; the %s backend has %d (%s)", t, d, kind, len(devs), deviceList(devs))
+			return "", gpu.Plan{}, nil, fmt.Errorf("tier %d is on device %d, but the %s backend has %s", t, d, kind, deviceList(devs))
 		}
 	}
 	if plan, err = gpu.NewPlan(m, p, on, q); err != nil {
@@ -112,12 +112,20 @@ func Plan(m *model.Model, backend, placement string, q gpu.PlanRequest) (kind st
 	return kind, plan, devs, plan.Check(devs)
 }
 
+// deviceList says which devices there are: "only device 0 (host memory)",
+// "devices 0 (A) and 1 (B)", "devices 0 (A), 1 (B) and 2 (C)".
 func deviceList(devs []gpu.Device) string {
 	var s []string
 	for i, d := range devs {
-		s = append(s, fmt.Sprintf("%d: %s", i, d.Name))
+		s = append(s, fmt.Sprintf("%d (%s)", i, d.Name))
 	}
-	return strings.Join(s, "; ")
+	switch len(s) {
+	case 0:
+		return "no devices"
+	case 1:
+		return "only device " + s[0]
+	}
+	return "devices " + strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 // Engine makes m resident on the named backend: placement "" on the one

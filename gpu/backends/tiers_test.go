@@ -27,7 +27,7 @@ func TestEngineOverTiers(t *testing.T) {
 	require.Len(t, e.Tiers(), 1, "the host holds a tiny model whole")
 
 	_, _, err = Engine(m, "cpu", "0:0-1,1:2-3", q)
-	require.EqualError(t, err, "tier 1 is on device 1; the cpu backend has 1 (0: host memory)")
+	require.EqualError(t, err, "tier 1 is on device 1, but the cpu backend has only device 0 (host memory)")
 
 	// A KV cache no host has: refused, saying what is short where, before
 	// anything is allocated.
