@@ -83,6 +83,9 @@ type stream struct {
 	// call: made afresh, a prefill's garbage raised its peak memory by 60%.
 	xpack []float32
 	gemm  []gemmScratch
+	// Attention's packed values and per-thread blocks (attention.go).
+	vpack []float32
+	attn  []attnScratch
 }
 
 func data(t gpu.Tensor) []float32 { return t.(*tensor).data }

@@ -1,0 +1,239 @@
+package cpu
+
+import (
+	"math"
+	"sync/atomic"
+
+	"github.com/stratalab/strata/gpu"
+)
+
+// Attention on the AVX-512 GEMM kernels, one head and a block of up to 32
+// queries at a time. Scores: the block's queries packed as x, 12 keys of the
+// cache at a time as weight rows. Mix: the head's values packed as x (lanes
+// along head dims, keys along k), 12 rows of the pattern at a time as
+// weight rows. A score is summed over head dims in one lane and an output
+// over keys in one lane, in order, in blocks of 256 keys counted from key 0
+// (or from a multiple of 256 with a sliding window): a query's values do not
+// depend on the block it is in, so an incremental prefill matches a one-shot
+// one bit for bit, and the fused and materialising paths agree bit for bit.
+// One call per 32 x 12 tile replaces a call of gonum's dot or axpy per
+// score and per key: at head_dim 32 those calls' overhead was most of the
+// default model's prefill.
+
+// attnScratch is a thread's working memory for attention blocks.
+type attnScratch struct {
+	q      []float32 // the block's queries, packed k-major
+	w      []float32 // the block's scores, then pattern, rows of span
+	k      []float32 // the last keys, padded to a whole kernel chunk
+	tile32 [384]float32
+	tile16 [192]float32
+}
+
+// kernel runs the 32- or 16-lane GEMM kernel and returns its tile.
+func (sc *attnScratch) kernel(bw int, xt, w *float32, ldw, k int) []float32 {
+	if bw == 32 {
+		gemm32x12(xt, w, ldw, k, &sc.tile32)
+		return sc.tile32[:]
+	}
+	gemm16x12(xt, w, ldw, k, &sc.tile16)
+	return sc.tile16[:]
+}
+
+// attnBlock is one head's block of queries r0 .. r0+rows-1 (bw lanes) and
+// the keys [lo, hi) they may see.
+type attnBlock struct {
+	h, r0, bw, rows, lo, hi int
+}
+
+func (b attnBlock) span() int { return b.hi - b.lo }
+
+// attnBlocks lists every head's query blocks.
+func attnBlocks(a *gpu.Attention) []attnBlock {
+	var bs []attnBlock
+	for h := range a.Heads {
+		xBlocks(a.T, func(r0, bw int) {
+			rows := min(bw, a.T-r0)
+			hi := a.Pos0 + r0 + rows // past the last query's position
+			lo := 0
+			if a.Window > 0 {
+				// Whole blocks of 256 keys, so the kernel's sums start where
+				// a one-query block's would.
+				lo = max(0, a.Pos0+r0-a.Window+1) &^ 255
+			}
+			bs = append(bs, attnBlock{h: h, r0: r0, bw: bw, rows: rows, lo: lo, hi: hi})
+		})
+	}
+	return bs
+}
+
+// eachAttnBlock runs fn over every block on the stream's threads.
+func (s *stream) eachAttnBlock(a *gpu.Attention, fn func(sc *attnScratch, b attnBlock)) {
+	bs := attnBlocks(a)
+	if len(s.attn) < s.b.threads {
+		s.attn = make([]attnScratch, s.b.threads)
+	}
+	var worker atomic.Int32
+	s.parallel(len(bs), func(lo, hi int) {
+		sc := &s.attn[worker.Add(1)-1]
+		for _, b := range bs[lo:hi] {
+			fn(sc, b)
+		}
+	})
+}
+
+// blockScores fills sc.w's first b.rows rows (of b.span() each, and
+// zeroes the rest of a whole number of 12-row chunks) with the block's
+// scaled, capped and masked scores.
+func blockScores(a *gpu.Attention, sc *attnScratch, b attnBlock) {
+	q, k := data(a.Q), data(a.K)
+	hd, span := a.HeadDim, b.span()
+	kvh, ldk := b.h/(a.Heads/a.KVHeads), a.KVHeads*a.HeadDim
+	sc.q = grow(sc.q, b.bw*hd)
+	for r := range b.bw {
+		if r >= b.rows {
+			for c := range hd {
+				sc.q[c*b.bw+r] = 0
+			}
+			continue
+		}
+		i := b.r0 + r
+		for c, v := range q[(i*a.Heads+b.h)*hd : (i*a.Heads+b.h+1)*hd] {
+			sc.q[c*b.bw+r] = v
+		}
+	}
+	chunkRows := (b.bw + kernelRows - 1) / kernelRows * kernelRows
+	sc.w = grow(sc.w, chunkRows*span)
+	clear(sc.w[b.rows*span:])
+	negInf := float32(math.Inf(-1))
+	for j := b.lo; j < b.hi; j += kernelRows {
+		n := min(kernelRows, b.hi-j)
+		kp, ld := &k[(j*a.KVHeads+kvh)*hd], ldk
+		if n < kernelRows { // the kernel reads 12 rows: pad the last keys
+			sc.k = grow(sc.k, kernelRows*hd)
+			clear(sc.k[n*hd:])
+			for i := range n {
+				copy(sc.k[i*hd:(i+1)*hd], k[((j+i)*a.KVHeads+kvh)*hd:])
+			}
+			kp, ld = &sc.k[0], hd
+		}
+		tile := sc.kernel(b.bw, &sc.q[0], kp, ld, hd)
+		for i := range n {
+			col := tile[i*b.bw : i*b.bw+b.rows]
+			for r, v := range col {
+				p := a.Pos0 + b.r0 + r
+				if !a.Visible(p, j+i) {
+					v = negInf
+				} else {
+					v *= a.Scale
+					if a.Softcap != 0 {
+						v = softcap(v, a.Softcap)
+					}
+				}
+				sc.w[r*span+j-b.lo+i] = v
+			}
+		}
+	}
+}
+
+// blockMix writes the block's rows of Z from the pattern rows at
+// pat[r*ldp] (r < b.rows, span each, readable up to whole 12-row chunks).
+func blockMix(a *gpu.Attention, sc *attnScratch, b attnBlock, pat []float32, ldp int, vp []float32) {
+	z := data(a.Z)
+	hd, span, keys := a.HeadDim, b.span(), a.Keys()
+	kvh := b.h / (a.Heads / a.KVHeads)
+	xBlocks(hd, func(d0, width int) {
+		x := &vp[(kvh*packedDims(hd)+d0)*keys+b.lo*width]
+		for q0 := 0; q0 < b.rows; q0 += kernelRows {
+			tile := sc.kernel(width, x, &pat[q0*ldp], ldp, span)
+			for i := range min(kernelRows, b.rows-q0) {
+				i0 := b.r0 + q0 + i
+				out := z[(i0*a.Heads+b.h)*hd : (i0*a.Heads+b.h+1)*hd]
+				copy(out[d0:min(d0+width, hd)], tile[i*width:])
+			}
+		}
+	})
+}
+
+// packedDims is head_dim rounded up to the kernel's blocks of 32 or 16.
+func packedDims(hd int) int {
+	n := 0
+	xBlocks(hd, func(r0, width int) { n = r0 + width })
+	return n
+}
+
+// packValues packs each KV head's values for blockMix: for each block of
+// 32 (or 16) head dims d0, vp[(kvh*packedDims + d0)*keys + j*width + d] =
+// V[j][kvh][d0+d], zero past head_dim.
+func (s *stream) packValues(a *gpu.Attention) []float32 {
+	v := data(a.V)
+	hd, keys, pd := a.HeadDim, a.Keys(), packedDims(a.HeadDim)
+	s.vpack = grow(s.vpack, a.KVHeads*pd*keys)
+	vp := s.vpack
+	s.parallel(a.KVHeads, func(lo, hi int) {
+		for kvh := lo; kvh < hi; kvh++ {
+			xBlocks(hd, func(d0, width int) {
+				dst := vp[(kvh*pd+d0)*keys : (kvh*pd+d0+width)*keys]
+				n := min(width, hd-d0)
+				for j := range keys {
+					row := dst[j*width : (j+1)*width]
+					copy(row, v[(j*a.KVHeads+kvh)*hd+d0:][:n])
+					clear(row[n:])
+				}
+			})
+		}
+	})
+	return vp
+}
+
+func (s *stream) flashTiled(a *gpu.Attention) {
+	vp := s.packValues(a)
+	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
+		blockScores(a, sc, b)
+		span := b.span()
+		for r := range b.rows {
+			row := sc.w[r*span : (r+1)*span]
+			softmax(row, row)
+		}
+		blockMix(a, sc, b, sc.w, span, vp)
+	})
+}
+
+func (s *stream) scoresTiled(a *gpu.Attention) {
+	out, keys := data(a.Scores), a.Keys()
+	negInf := float32(math.Inf(-1))
+	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
+		blockScores(a, sc, b)
+		span := b.span()
+		for r := range b.rows {
+			row := out[(b.h*a.T+b.r0+r)*keys : (b.h*a.T+b.r0+r+1)*keys]
+			for j := range b.lo {
+				row[j] = negInf
+			}
+			copy(row[b.lo:b.hi], sc.w[r*span:(r+1)*span])
+			for j := b.hi; j < keys; j++ {
+				row[j] = negInf
+			}
+		}
+	})
+}
+
+func (s *stream) mixTiled(a *gpu.Attention) {
+	vp := s.packValues(a)
+	p, keys := data(a.Pattern), a.Keys()
+	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
+		first := (b.h*a.T + b.r0) * keys
+		chunkRows := (b.rows + kernelRows - 1) / kernelRows * kernelRows
+		if first+chunkRows*keys <= len(p) {
+			blockMix(a, sc, b, p[first+b.lo:], keys, vp)
+			return
+		}
+		// The kernel would read past the pattern: copy the block's rows.
+		span := b.span()
+		sc.w = grow(sc.w, chunkRows*span)
+		clear(sc.w[b.rows*span:])
+		for r := range b.rows {
+			copy(sc.w[r*span:(r+1)*span], p[first+r*keys+b.lo:])
+		}
+		blockMix(a, sc, b, sc.w, span, vp)
+	})
+}

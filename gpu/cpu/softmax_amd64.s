@@ -1,0 +1,139 @@
+#include "textflag.h"
+
+// Softmax's three passes on AVX-512, 16 lanes at a time, the last partial
+// vector under a mask, so every element is treated alike wherever it falls.
+
+// func maxf32(x *float32, n int, out *[16]float32)
+TEXT ·maxf32(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ out+16(FP), DI
+	MOVL $0xFF800000, AX // -Inf
+	VPBROADCASTD AX, Z1
+	VMOVAPS Z1, Z2
+
+maxloop:
+	MOVQ $0xFFFF, AX
+	CMPQ CX, $16
+	JGE  maxfull
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+
+maxfull:
+	KMOVW   AX, K1
+	VMOVAPS Z2, Z0
+	VMOVUPS (SI), K1, Z0
+	VMAXPS  Z0, Z1, Z1
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	JG      maxloop
+	VMOVUPS Z1, (DI)
+	VZEROUPPER
+	RET
+
+// func expShifted(o, x *float32, n int, m float32, sums *[16]float64)
+//
+// o[i] = exp(x[i] - m), 0 where x[i] - m < -87.3 (below float32's normal
+// range, and -Inf), with Cephes' expf: n = round(x log2 e), r = x - n ln 2
+// in two parts, exp(r) = 1 + r + r^2 P(r), times 2^n. sums gets the o[i]
+// in float64, lane i%16 of 16, each lane in order.
+TEXT ·expShifted(SB), NOSPLIT, $0-40
+	MOVQ o+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS m+24(FP), Z31
+	MOVQ sums+32(FP), DX
+	MOVL $0x3FB8AA3B, AX // log2(e)
+	VPBROADCASTD AX, Z30
+	MOVL $0x3F318000, AX // ln 2, high part: 0.693359375
+	VPBROADCASTD AX, Z29
+	MOVL $0xB95E8083, AX // ln 2, low part: -2.12194440e-4
+	VPBROADCASTD AX, Z28
+	MOVL $0x39506967, AX // 1.9875691500e-4
+	VPBROADCASTD AX, Z27
+	MOVL $0x3AB743CE, AX // 1.3981999507e-3
+	VPBROADCASTD AX, Z26
+	MOVL $0x3C088908, AX // 8.3334519073e-3
+	VPBROADCASTD AX, Z25
+	MOVL $0x3D2AA9C1, AX // 4.1665795894e-2
+	VPBROADCASTD AX, Z24
+	MOVL $0x3E2AAAAA, AX // 1.6666665459e-1
+	VPBROADCASTD AX, Z23
+	MOVL $0x3F000000, AX // 5.0000001201e-1 rounds to 0.5
+	VPBROADCASTD AX, Z22
+	MOVL $0x3F800000, AX // 1
+	VPBROADCASTD AX, Z21
+	MOVL $0xC2AEAC4F, AX // -87.33654, where float32 stops being normal
+	VPBROADCASTD AX, Z20
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+
+exploop:
+	MOVQ $0xFFFF, AX
+	CMPQ CX, $16
+	JGE  expfull
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+
+expfull:
+	KMOVW       AX, K1
+	VMOVUPS.Z   (SI), K1, Z0
+	VSUBPS      Z31, Z0, Z0
+	VCMPPS      $13, Z20, Z0, K1, K2 // x >= -87.3 (false for NaN too)
+	VMAXPS      Z20, Z0, Z0
+	VMULPS      Z30, Z0, Z1
+	VRNDSCALEPS $0, Z1, Z1
+	VFNMADD231PS Z29, Z1, Z0
+	VFNMADD231PS Z28, Z1, Z0
+	VMOVAPS     Z27, Z2
+	VFMADD213PS Z26, Z0, Z2
+	VFMADD213PS Z25, Z0, Z2
+	VFMADD213PS Z24, Z0, Z2
+	VFMADD213PS Z23, Z0, Z2
+	VFMADD213PS Z22, Z0, Z2
+	VMULPS      Z0, Z0, Z3
+	VFMADD213PS Z0, Z3, Z2
+	VADDPS      Z21, Z2, Z2
+	VSCALEFPS   Z1, Z2, Z2
+	VMOVAPS.Z   Z2, K2, Z2
+	VMOVUPS     Z2, K1, (DI)
+	VCVTPS2PD   Y2, Z4
+	VADDPD      Z4, Z18, Z18
+	VEXTRACTF64X4 $1, Z2, Y5
+	VCVTPS2PD   Y5, Z5
+	VADDPD      Z5, Z19, Z19
+	ADDQ        $64, SI
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JG          exploop
+	VMOVUPD     Z18, (DX)
+	VMOVUPD     Z19, 64(DX)
+	VZEROUPPER
+	RET
+
+// func scalef32(o *float32, n int, s float32)
+TEXT ·scalef32(SB), NOSPLIT, $0-20
+	MOVQ o+0(FP), DI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS s+16(FP), Z1
+
+scaleloop:
+	MOVQ $0xFFFF, AX
+	CMPQ CX, $16
+	JGE  scalefull
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+
+scalefull:
+	KMOVW     AX, K1
+	VMOVUPS.Z (DI), K1, Z0
+	VMULPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JG        scaleloop
+	VZEROUPPER
+	RET

@@ -1,0 +1,73 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The AVX-512 softmax against float64, on rows around its 16 lanes, with
+// masked (-Inf) entries and scores spread wide enough that some
+// exponentials leave float32's normal range. Cephes' expf is within about
+// 1 float32 rounding (2^-24) of exp; the scaling by 1/sum and the sum's
+// rounding add about 2 more, and the shift x - m, rounded to float32 as the
+// scalar softmax rounds it too, adds |x - m| roundings: (4 + |x - m|)
+// roundings of the value bound each entry, plus the smallest normal
+// float32 for entries flushed to 0. -Inf entries must be exactly 0, and
+// -Inf padding at either end (in multiples of 16, as attention's rows start
+// at multiples of 256) must not change a bit of the rest.
+func TestVectorSoftmaxIsSoftmax(t *testing.T) {
+	if !hasVectorSoftmax {
+		t.Skip("this CPU has no AVX-512 (or is not amd64): the vector softmax is not used")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	negInf := float32(math.Inf(-1))
+	for _, n := range []int{1, 2, 15, 16, 17, 31, 33, 100, 513} {
+		for _, spread := range []float64{1, 30} {
+			t.Run(fmt.Sprintf("n=%d/spread=%v", n, spread), func(t *testing.T) {
+				x := make([]float32, n)
+				for i := range x {
+					x[i] = float32(spread * r.NormFloat64())
+					if n > 1 && r.IntN(5) == 0 {
+						x[i] = negInf
+					}
+				}
+				if n > 1 {
+					x[r.IntN(n)] = 3 // at least one finite
+				}
+				got := make([]float32, n)
+				softmax(got, x)
+				m := math.Inf(-1)
+				for _, v := range x {
+					m = max(m, float64(v))
+				}
+				var sum float64
+				for _, v := range x {
+					sum += math.Exp(float64(v) - m)
+				}
+				for i, v := range x {
+					want := math.Exp(float64(v)-m) / sum
+					if v == negInf {
+						require.Zero(t, math.Float32bits(got[i]), "entry %d is -Inf: exactly +0", i)
+						continue
+					}
+					require.InDelta(t, want, float64(got[i]), (4+m-float64(v))*0x1p-24*want+0x1p-126, "entry %d of %d", i, n)
+				}
+
+				padded := make([]float32, 32+n+21)
+				for i := range padded {
+					padded[i] = negInf
+				}
+				copy(padded[32:], x)
+				out := make([]float32, len(padded))
+				softmax(out, padded)
+				require.Equal(t, got, out[32:32+n], "padded with -Inf")
+				softmax(x, x)
+				require.Equal(t, got, x, "in place")
+			})
+		}
+	}
+}
