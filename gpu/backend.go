@@ -154,6 +154,13 @@ type DeviceMemory interface {
 	DeviceMemory() bool
 }
 
+// HostTensors is implemented by streams whose tensors are Go memory (the
+// CPU's): a finished prefill's capture arenas become its trace as they are,
+// not copied, and the session makes new ones for its next prefill.
+type HostTensors interface {
+	HostData(t Tensor) []float32
+}
+
 // ErrBackendClosed is wrapped by the errors of a backend used after Close.
 var ErrBackendClosed = errors.New("the backend is closed")
 

@@ -580,13 +580,14 @@ func (l *layout) scratchElements(c *model.Config, o Options) int {
 	return n + gemmPacking(c, l, role{embed: true, layers: true, head: true})
 }
 
-// gemmPacking is the elements of the copy of a product's input that the CPU
-// backend's GEMM packs (gpu/cpu/gemm.go): the widest input of the tier's
-// products, counted for every backend.
+// gemmPacking is the elements of the copies the CPU backend's kernels pack
+// (gpu/cpu/gemm.go, attention.go): the widest input of the tier's products,
+// and the values of every key, head dims rounded up to 16; counted for
+// every backend.
 func gemmPacking(c *model.Config, l *layout, ro role) int {
 	switch {
 	case ro.layers:
-		return l.t * max(c.DModel, c.QDim(), c.FFN)
+		return l.t*max(c.DModel, c.QDim(), c.FFN) + c.KVHeads*((c.HeadDim+15)&^15)*(l.pos0+l.t)
 	case ro.head:
 		return l.logitRows * c.DModel
 	}

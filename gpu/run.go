@@ -141,7 +141,7 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 		needs := r.bufs[i].needs(c, l, o, p.role(i))
 		for a, n := range l.arenas {
 			if !r.device && r.arenaTier(a) == i {
-				needs = append(needs, need{fmt.Sprintf("capture arena %d", a), n, &r.arenas[a]})
+				needs = append(needs, need{arenaName(a), n, &r.arenas[a]})
 			}
 		}
 		if err := s.tiers[i].ws.fit(st, needs); err != nil {
@@ -352,6 +352,35 @@ func (r *Run) trace() (*trace.Trace, error) {
 	return tr, nil
 }
 
+// handOver makes a finished run's arenas its trace, without copying them,
+// where every tier's tensors are Go memory; nil elsewhere. The arenas leave
+// the session's workspace: the trace owns them, and a slice of it a caller
+// keeps stays valid, whatever the session does next.
+func (r *Run) handOver() *trace.Trace {
+	if r.released { // trace says why
+		return nil
+	}
+	hosts := make([]HostTensors, len(r.s.tiers))
+	for i := range r.s.tiers {
+		h, ok := r.s.tiers[i].st.(HostTensors)
+		if !ok {
+			return nil
+		}
+		hosts[i] = h
+	}
+	tr := r.newTrace()
+	for _, name := range r.l.order {
+		s := r.l.slots[name]
+		n := elements(s.shape)
+		data := hosts[r.arenaTier(s.arena)].HostData(r.arenas[s.arena])
+		tr.Put(name, &trace.Tensor{Shape: s.shape, Data: data[s.off : s.off+n : s.off+n]})
+	}
+	for a := range r.arenas {
+		r.s.tiers[r.arenaTier(a)].ws.drop(arenaName(a))
+	}
+	return tr
+}
+
 // hostMemory makes the trace's memory for every reached point, in program
 // order (nil for the others).
 func (r *Run) hostMemory() [][]float32 {
@@ -399,7 +428,7 @@ func (r *Run) finish() (*trace.Trace, error) {
 		}
 		tr = r.newTrace()
 		r.keep(tr)
-	} else {
+	} else if tr = r.handOver(); tr == nil {
 		var err error
 		if tr, err = r.trace(); err != nil {
 			return nil, err

@@ -1,5 +1,7 @@
 package gpu
 
+import "fmt"
+
 // workspace is a session's prefill buffers (scratch and capture arenas),
 // kept by name for the next prefill, so that repeated prefills of the same
 // shape allocate nothing. It holds only what the last prefill used.
@@ -50,6 +52,12 @@ func (w *workspace) fit(st Stream, needs []need) error {
 	}
 	return nil
 }
+
+// drop forgets a buffer without freeing it: something else owns it now.
+func (w *workspace) drop(name string) { delete(w.bufs, name) }
+
+// arenaName is a host capture arena's name in the workspace.
+func arenaName(a int) string { return fmt.Sprintf("capture arena %d", a) }
 
 // free releases every buffer.
 func (w *workspace) free(st Stream) {

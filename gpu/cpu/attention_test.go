@@ -61,7 +61,7 @@ func TestTiledAttentionIsAttentionWhateverTheBlock(t *testing.T) {
 			v, vs := tensor((keys+5)*c.kvHeads*c.hd, 1)
 			at := func(z, scores, pattern gpu.Tensor) *gpu.Attention {
 				return &gpu.Attention{Q: q, K: k, V: v, Z: z, Scores: scores, Pattern: pattern, T: c.t, Pos0: c.pos0,
-					Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.hd, Scale: float32(1 / math.Sqrt(float64(c.hd))) * 3,
+					Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.hd, Scale: float32(1/math.Sqrt(float64(c.hd))) * 3,
 					Window: c.window, Softcap: c.softcap}
 			}
 			alloc := func(n int) gpu.Tensor {

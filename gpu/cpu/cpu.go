@@ -192,3 +192,6 @@ func (s *stream) recoverFault() {
 	}
 	panic(r)
 }
+
+// HostData implements gpu.HostTensors: a tensor is its Go slice.
+func (s *stream) HostData(t gpu.Tensor) []float32 { return data(t) }

@@ -444,6 +444,10 @@ func (s *stream) Add(dst, src gpu.Tensor, n int) {
 func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
 	d, g, u := data(dst), data(gate), data(up)
 	s.parallel(n, func(lo, hi int) {
+		if hasVectorSoftmax && hi > lo {
+			swiglu(&d[lo], &g[lo], &u[lo], hi-lo)
+			return
+		}
 		for i := lo; i < hi; i++ {
 			d[i] = g[i] / (1 + float32(math.Exp(float64(-g[i])))) * u[i]
 		}

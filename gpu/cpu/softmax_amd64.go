@@ -16,6 +16,11 @@ func maxf32(x *float32, n int, out *[16]float32)
 //go:noescape
 func expShifted(o, x *float32, n int, m float32, sums *[16]float64)
 
+// swiglu writes d[i] = gate[i] / (1 + exp(-gate[i])) * up[i] for i < n (n >= 1).
+//
+//go:noescape
+func swiglu(d, gate, up *float32, n int)
+
 // scalef32 multiplies o[:n] (n >= 1) by s.
 //
 //go:noescape

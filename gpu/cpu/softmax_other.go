@@ -12,6 +12,10 @@ func expShifted(o, x *float32, n int, m float32, sums *[16]float64) {
 	panic("cpu: expShifted has no kernel on this architecture")
 }
 
+func swiglu(d, gate, up *float32, n int) {
+	panic("cpu: swiglu has no kernel on this architecture")
+}
+
 func scalef32(o *float32, n int, s float32) {
 	panic("cpu: scalef32 has no kernel on this architecture")
 }
