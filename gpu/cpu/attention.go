@@ -81,12 +81,11 @@ func (s *stream) eachAttnBlock(a *gpu.Attention, fn func(sc *attnScratch, b attn
 	})
 }
 
-// blockScores fills sc.w's first b.rows rows (of b.span() each, and
-// zeroes the rest of a whole number of 12-row chunks) with the block's
-// scaled, capped and masked scores.
-func blockScores(a *gpu.Attention, sc *attnScratch, b attnBlock) {
+// blockScores writes the block's scaled, capped and masked scores of keys
+// [b.lo, b.hi), query row r's at dst[r*ld:].
+func blockScores(a *gpu.Attention, sc *attnScratch, b attnBlock, dst []float32, ld int) {
 	q, k := data(a.Q), data(a.K)
-	hd, span := a.HeadDim, b.span()
+	hd := a.HeadDim
 	kvh, ldk := b.h/(a.Heads/a.KVHeads), a.KVHeads*a.HeadDim
 	sc.q = grow(sc.q, b.bw*hd)
 	for r := range b.bw {
@@ -101,22 +100,19 @@ func blockScores(a *gpu.Attention, sc *attnScratch, b attnBlock) {
 			sc.q[c*b.bw+r] = v
 		}
 	}
-	chunkRows := (b.bw + kernelRows - 1) / kernelRows * kernelRows
-	sc.w = grow(sc.w, chunkRows*span)
-	clear(sc.w[b.rows*span:])
 	negInf := float32(math.Inf(-1))
 	for j := b.lo; j < b.hi; j += kernelRows {
 		n := min(kernelRows, b.hi-j)
-		kp, ld := &k[(j*a.KVHeads+kvh)*hd], ldk
+		kp, kld := &k[(j*a.KVHeads+kvh)*hd], ldk
 		if n < kernelRows { // the kernel reads 12 rows: pad the last keys
 			sc.k = grow(sc.k, kernelRows*hd)
 			clear(sc.k[n*hd:])
 			for i := range n {
 				copy(sc.k[i*hd:(i+1)*hd], k[((j+i)*a.KVHeads+kvh)*hd:])
 			}
-			kp, ld = &sc.k[0], hd
+			kp, kld = &sc.k[0], hd
 		}
-		tile := sc.kernel(b.bw, &sc.q[0], kp, ld, hd)
+		tile := sc.kernel(b.bw, &sc.q[0], kp, kld, hd)
 		for i := range n {
 			col := tile[i*b.bw : i*b.bw+b.rows]
 			for r, v := range col {
@@ -129,7 +125,7 @@ func blockScores(a *gpu.Attention, sc *attnScratch, b attnBlock) {
 						v = softcap(v, a.Softcap)
 					}
 				}
-				sc.w[r*span+j-b.lo+i] = v
+				dst[r*ld+j-b.lo+i] = v
 			}
 		}
 	}
@@ -188,8 +184,11 @@ func (s *stream) packValues(a *gpu.Attention) []float32 {
 func (s *stream) flashTiled(a *gpu.Attention) {
 	vp := s.packValues(a)
 	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
-		blockScores(a, sc, b)
-		span := b.span()
+		// Rows up to whole 12-row chunks, as blockMix reads them.
+		span, chunkRows := b.span(), (b.bw+kernelRows-1)/kernelRows*kernelRows
+		sc.w = grow(sc.w, chunkRows*span)
+		clear(sc.w[b.rows*span:])
+		blockScores(a, sc, b, sc.w, span)
 		for r := range b.rows {
 			row := sc.w[r*span : (r+1)*span]
 			softmax(row, row)
@@ -202,14 +201,13 @@ func (s *stream) scoresTiled(a *gpu.Attention) {
 	out, keys := data(a.Scores), a.Keys()
 	negInf := float32(math.Inf(-1))
 	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
-		blockScores(a, sc, b)
-		span := b.span()
+		first := (b.h*a.T + b.r0) * keys
+		blockScores(a, sc, b, out[first+b.lo:], keys)
 		for r := range b.rows {
-			row := out[(b.h*a.T+b.r0+r)*keys : (b.h*a.T+b.r0+r+1)*keys]
+			row := out[first+r*keys : first+(r+1)*keys]
 			for j := range b.lo {
 				row[j] = negInf
 			}
-			copy(row[b.lo:b.hi], sc.w[r*span:(r+1)*span])
 			for j := b.hi; j < keys; j++ {
 				row[j] = negInf
 			}
