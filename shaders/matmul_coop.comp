@@ -30,8 +30,6 @@ layout(constant_id = 1) const uint TN = 4;
 layout(constant_id = 2) const uint WGM = 4;
 layout(constant_id = 3) const uint BK = 32; // k per step: 32 or 64
 layout(constant_id = 4) const uint EXACT = 1; // 0: PrecisionFast
-// STAGES 2 double-buffers the shared tiles: one barrier per step, not two.
-layout(constant_id = 5) const uint STAGES = 1;
 const uint BM = 16 * TM * WGM, BN = 16 * TN * (8 / WGM);
 
 
@@ -57,10 +55,9 @@ const uint AH = (BM * CH + 255) / 256, BH = BN * CH / 256; // chunks per thread
 // cooperative load reads start in different banks; in uvec4s of 8 halves:
 const uint SROW = (BK + 8) / 8;
 
-shared uvec4 Ahi[STAGES * BM * SROW], Alo[STAGES * BM * SROW * EXACT + 1];
-shared uvec4 Bhi[STAGES * BN * SROW];
+shared uvec4 Ahi[BM * SROW], Alo[BM * SROW * EXACT + 1];
+shared uvec4 Bhi[BN * SROW];
 shared uint outOfRange;
-
 
 
 float elemA(uint m, uint k) { return m < pc.M && k < pc.K ? x[m * pc.K + k] : 0.0; }
@@ -132,51 +129,6 @@ void writeStaged(uint m, uint n) {
     subgroupBarrier();
 }
 
-// The next step's chunks, in registers: see main.
-float ra[AH][8], rb[BH][8];
-
-void loadNext(uint m0, uint n0, uint k) {
-    uint tid = gl_LocalInvocationIndex;
-    [[unroll]] for (uint h = 0; h < AH; h++) {
-        uint id = tid + 256 * h;
-        elemsA(id < BM * CH ? m0 + id / CH : pc.M, k + 8 * (id % CH), ra[h]);
-    }
-    [[unroll]] for (uint h = 0; h < BH; h++) {
-        uint id = tid + 256 * h;
-        elemsB(n0 + id / CH, k + 8 * (id % CH), rb[h]);
-    }
-}
-
-// stage stores the registers' chunks as float16 into shared buffer buf,
-// reporting false if a value is past float16's range.
-bool stage(uint buf) {
-    uint tid = gl_LocalInvocationIndex, a0 = buf * BM * SROW, b0 = buf * BN * SROW;
-    bool ok = true;
-    [[unroll]] for (uint h = 0; h < AH; h++) {
-        uint id = tid + 256 * h, r = id / CH, c = id % CH;
-        if (id < BM * CH) {
-            ok = ok && fitsHalf(ra[h]);
-            if (EXACT != 0) {
-                split(ra[h], Ahi[a0 + r * SROW + c], Alo[a0 + r * SROW + c]);
-            } else {
-                Ahi[a0 + r * SROW + c] = round16(ra[h]);
-            }
-        }
-    }
-    [[unroll]] for (uint h = 0; h < BH; h++) {
-        uint id = tid + 256 * h, r = id / CH, c = id % CH;
-        if (EXACT != 0) {
-            uvec4 hi, lo; // lo is 0: the weights are exact in float16
-            split(rb[h], hi, lo);
-            Bhi[b0 + r * SROW + c] = hi;
-        } else {
-            ok = ok && fitsHalf(rb[h]);
-            Bhi[b0 + r * SROW + c] = round16(rb[h]);
-        }
-    }
-    return ok;
-}
-
 #define MAT16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
@@ -198,30 +150,62 @@ void main() {
     // Each thread carries its chunks of 8 along k of the next step's tiles
     // in registers (A's BM rows, then B's BN rows), so their loads are in
     // flight while this step's products run.
-    loadNext(m0, n0, 0);
-    for (uint k0 = 0, step = 0; k0 < pc.K; k0 += BK, step++) {
-        uint cur = STAGES == 2 ? step & 1 : 0;
-        if (STAGES == 1 || step == 0) {
-            ok = stage(cur) && ok;
-            barrier();
-            // Past the last step these read nothing: the bounds give zeros.
-            loadNext(m0, n0, k0 + BK);
+    float ra[AH][8], rb[BH][8];
+    [[unroll]] for (uint h = 0; h < AH; h++) {
+        uint id = tid + 256 * h;
+        elemsA(id < BM * CH ? m0 + id / CH : pc.M, 8 * (id % CH), ra[h]);
+    }
+    [[unroll]] for (uint h = 0; h < BH; h++) {
+        uint id = tid + 256 * h;
+        elemsB(n0 + id / CH, 8 * (id % CH), rb[h]);
+    }
+    for (uint k0 = 0; k0 < pc.K; k0 += BK) {
+        [[unroll]] for (uint h = 0; h < AH; h++) {
+            uint id = tid + 256 * h, r = id / CH, c = id % CH;
+            if (id < BM * CH) {
+                ok = ok && fitsHalf(ra[h]);
+                if (EXACT != 0) {
+                    split(ra[h], Ahi[r * SROW + c], Alo[r * SROW + c]);
+                } else {
+                    Ahi[r * SROW + c] = round16(ra[h]);
+                }
+            }
         }
-        uint a0 = cur * BM * SROW, b0 = cur * BN * SROW;
+        [[unroll]] for (uint h = 0; h < BH; h++) {
+            uint id = tid + 256 * h, r = id / CH, c = id % CH;
+            if (EXACT != 0) {
+                uvec4 hi, lo; // lo is 0: the weights are exact in float16
+                split(rb[h], hi, lo);
+                Bhi[r * SROW + c] = hi;
+            } else {
+                ok = ok && fitsHalf(rb[h]);
+                Bhi[r * SROW + c] = round16(rb[h]);
+            }
+        }
+        barrier();
+        // Past the last step these read nothing: the bounds give zeros.
+        [[unroll]] for (uint h = 0; h < AH; h++) {
+            uint id = tid + 256 * h;
+            elemsA(id < BM * CH ? m0 + id / CH : pc.M, k0 + BK + 8 * (id % CH), ra[h]);
+        }
+        [[unroll]] for (uint h = 0; h < BH; h++) {
+            uint id = tid + 256 * h;
+            elemsB(n0 + id / CH, k0 + BK + 8 * (id % CH), rb[h]);
+        }
         [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
             MAT16 ah[2], al[2], bh[4];
 #define LOAD_A(I) \
     if (I < TM) { \
-        coopMatLoadNV(ah[I], Ahi, a0 + (wm + 16 * I) * SROW + kk / 8, SROW, false); \
+        coopMatLoadNV(ah[I], Ahi, (wm + 16 * I) * SROW + kk / 8, SROW, false); \
         if (EXACT != 0) { \
-            coopMatLoadNV(al[I], Alo, a0 + (wm + 16 * I) * SROW + kk / 8, SROW, false); \
+            coopMatLoadNV(al[I], Alo, (wm + 16 * I) * SROW + kk / 8, SROW, false); \
         } \
     }
             LOAD_A(0) LOAD_A(1)
             // B = W^T is K x N; W's rows are its columns, so column-major.
 #define LOAD_B(J) \
     if (J < TN) { \
-        coopMatLoadNV(bh[J], Bhi, b0 + (wn + 16 * J) * SROW + kk / 8, SROW, true); \
+        coopMatLoadNV(bh[J], Bhi, (wn + 16 * J) * SROW + kk / 8, SROW, true); \
     }
             LOAD_B(0) LOAD_B(1) LOAD_B(2) LOAD_B(3)
 #define MMA(I, J) \
@@ -232,12 +216,6 @@ void main() {
         } \
     }
             EACH(MMA)
-        }
-        if (STAGES == 2) {
-            // The other buffer was last read before the previous barrier:
-            // one barrier per step instead of two.
-            ok = stage(cur ^ 1) && ok;
-            loadNext(m0, n0, k0 + 2 * BK);
         }
         barrier();
     }

@@ -12,11 +12,7 @@ import (
 // (BenchmarkMakeDataAndFill). Errors, from kernels before 5.14 among
 // others, leave the pages to be faulted as usual.
 func prefault(b []float32) {
-	if hugePages {
-		if p := pagesOf(b, 2<<20); len(p) > 0 {
-			_ = unix.Madvise(p, unix.MADV_HUGEPAGE)
-		}
-	}
+	// Not MADV_HUGEPAGE: it splits the heap's mappings, as Go itself avoids.
 	if p := pages(b); prefaultPages && len(p) > 0 {
 		_ = unix.Madvise(p, unix.MADV_POPULATE_WRITE)
 	}
@@ -25,15 +21,9 @@ func prefault(b []float32) {
 // prefaultPages is off only in the benchmark that measures what it saves.
 var prefaultPages = true
 
-// hugePages asks for 2 MiB pages where the kernel gives them on request
-// (transparent_hugepage=madvise).
-var hugePages = false
-
 // pages is the whole pages that b covers.
-func pages(b []float32) []byte { return pagesOf(b, 4096) }
-
-// pagesOf is the whole pages of the given size that b covers.
-func pagesOf(b []float32, size uintptr) []byte {
+func pages(b []float32) []byte {
+	const size = 4096
 	p := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), 4*len(b))
 	at := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
 	skip := int((at+size-1)&^(size-1) - at)
@@ -41,5 +31,5 @@ func pagesOf(b []float32, size uintptr) []byte {
 		return nil
 	}
 	p = p[skip:]
-	return p[:len(p)&^int(size-1)]
+	return p[:len(p)&^(size-1)]
 }

@@ -25,42 +25,27 @@ const (
 
 // coopTile is a tile shape of matmul_coop.comp (its specialization
 // constants): tm x tn 16x16 accumulators per subgroup, wgm of the 8
-// subgroups along the rows of x, k step bk, shared tiles double-buffered
-// when db.
-type coopTile struct {
-	tm, tn, wgm, bk int
-	db              bool
-}
+// subgroups along the rows of x, k step bk.
+type coopTile struct{ tm, tn, wgm, bk int }
 
 func (c coopTile) bm() int { return 16 * c.tm * c.wgm }
 func (c coopTile) bn() int { return 16 * c.tn * (8 / c.wgm) }
-func (c coopTile) spec(exact bool) []uint32 {
-	return []uint32{uint32(c.tm), uint32(c.tn), uint32(c.wgm), uint32(c.bk), b2u(exact), uint32(c.stages())}
-}
-
-func (c coopTile) stages() int {
-	if c.db {
-		return 2
-	}
-	return 1
+func (c coopTile) spec() []uint32 {
+	return []uint32{uint32(c.tm), uint32(c.tn), uint32(c.wgm), uint32(c.bk)}
 }
 
 // shared is the tile's shared memory in bytes (matmul_coop.comp's Ahi, Alo
-// and Bhi: rows of bk + 8 halves, per stage).
+// and Bhi: rows of bk + 8 halves).
 func (c coopTile) shared(exact bool) int {
 	a := 1
 	if exact {
 		a = 2
 	}
-	return c.stages() * (a*c.bm() + c.bn()) * (c.bk + 8) * 2
+	return (a*c.bm() + c.bn()) * (c.bk + 8) * 2
 }
 
 func (c coopTile) String() string {
-	s := fmt.Sprintf("%dx%d/k%d", c.bm(), c.bn(), c.bk)
-	if c.db {
-		s += "/db"
-	}
-	return s
+	return fmt.Sprintf("%dx%d/k%d", c.bm(), c.bn(), c.bk)
 }
 
 // coopTiles are the shapes the cooperative GEMM is tested and timed with;
@@ -73,11 +58,6 @@ var coopTiles = []coopTile{
 	{tm: 2, tn: 4, wgm: 4, bk: 32}, // 128 x 128
 	{tm: 2, tn: 4, wgm: 4, bk: 64}, // (fast precision only: shared memory)
 	{tm: 2, tn: 4, wgm: 2, bk: 32}, // 64 x 256
-	{tm: 2, tn: 2, wgm: 2, bk: 32, db: true},
-	{tm: 1, tn: 4, wgm: 4, bk: 32, db: true},
-	{tm: 2, tn: 4, wgm: 4, bk: 32, db: true},
-	{tm: 2, tn: 4, wgm: 2, bk: 32, db: true},
-	{tm: 2, tn: 2, wgm: 2, bk: 64, db: true},
 }
 
 // forcedCoopTile, when set (by tests), replaces coopTileFor's choice.
@@ -294,7 +274,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		fast := s.precision == gpu.PrecisionFast
 		if rows > vecRows && s.b.coop && (fast || m.f.exactInHalf()) {
 			t := s.coopTileFor(m.f.whole, !fast)
-			s.dispatch("matmul_coop_"+m.f.suffix, t.spec(!fast), uses, push, ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm()), 1)
+			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast)), uses, push, ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm()), 1)
 			continue
 		}
 		if rows > vecRows {
