@@ -89,3 +89,32 @@ func TestHalfAtLeast(t *testing.T) {
 	}
 	assert.Equal(t, uint16(0x3c00), halfAtLeast(1))
 }
+
+// The vector F16 decode gives halfToFloat's bits for every binary16 but
+// NaNs (VCVTPH2PS quiets signalling ones: still NaN), from every start
+// offset of its 16-lane vectors, with a partial last vector.
+func TestHalvesAVX512IsHalfToFloat(t *testing.T) {
+	if !hasHalvesAVX512 {
+		t.Skip("this CPU has no AVX-512 BW (or is not amd64): the vector F16 decode is not used")
+	}
+	src := make([]byte, 2*(1<<16+7))
+	for i := range 1 << 16 {
+		src[2*i], src[2*i+1] = byte(i), byte(i>>8)
+	}
+	for _, start := range []int{0, 1, 5} {
+		n := 1<<16 + 7 - start
+		dst := make([]float32, n+1)
+		dst[n] = 42
+		halvesAVX512(&dst[0], &src[2*start], n)
+		require.Equal(t, float32(42), dst[n], "wrote past n")
+		for i := range n - 7 {
+			bits := uint16(start + i)
+			want := halfToFloat(bits)
+			if math.IsNaN(float64(want)) {
+				require.True(t, math.IsNaN(float64(dst[i])), "bits %#04x", bits)
+				continue
+			}
+			require.Equal(t, math.Float32bits(want), math.Float32bits(dst[i]), "bits %#04x", bits)
+		}
+	}
+}
