@@ -30,6 +30,8 @@ layout(constant_id = 1) const uint TN = 4;
 layout(constant_id = 2) const uint WGM = 4;
 layout(constant_id = 3) const uint BK = 32; // k per step: 32 or 64
 layout(constant_id = 4) const uint EXACT = 1; // 0: PrecisionFast
+// A16: x comes converted to float16 by tohalf.comp, in binding 4.
+layout(constant_id = 5) const uint A16 = 0;
 const uint BM = 16 * TM * WGM, BN = 16 * TN * (8 / WGM);
 
 
@@ -37,17 +39,21 @@ layout(push_constant) uniform Push {
     uint M, N, K;
     uint scaleBase; // first word of the block scales
     uint hasBias;
+    uint loBase, bigBase; // tohalf.comp's remainders and range flags, with A16
 } pc;
 
 #define W_BINDING 1
 #define W_K pc.K
 #define W_SCALES pc.scaleBase
 #include "formats/select.glsl"
+#include "half.glsl"
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; }; // x, when K % 4 == 0
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 4) readonly buffer XH { uvec4 xh[]; };
+layout(std430, binding = 4) readonly buffer XHW { uint xhw[]; };
 
 const uint CH = BK / 8; // chunks of 8 halves per tile row
 const uint AH = (BM * CH + 255) / 256, BH = BN * CH / 256; // chunks per thread
@@ -75,6 +81,18 @@ void elemsA(uint m, uint k, out float v[8]) {
     }
 }
 
+// halvesA reads x[m][k..k+8) as tohalf.comp left it (A16; K % 8 == 0).
+void halvesA(uint m, uint k, out uvec4 hi, out uvec4 lo) {
+    hi = lo = uvec4(0);
+    if (m < pc.M && k < pc.K) {
+        uint i = (m * pc.K + k) / 8;
+        hi = xh[i];
+        if (EXACT != 0) {
+            lo = xh[pc.loBase + i];
+        }
+    }
+}
+
 void elemsB(uint n, uint k, out float v[8]) {
     if (n < pc.N && k < pc.K) {
         weights8(n, k, v);
@@ -83,35 +101,6 @@ void elemsB(uint n, uint k, out float v[8]) {
     [[unroll]] for (uint i = 0; i < 8; i++) {
         v[i] = 0.0;
     }
-}
-
-// split packs 8 floats as float16 hi parts and the float16 remainders. hi
-// keeps a float's top 11 significant bits by masking, not by a round trip
-// through float16, which a compiler may fold to the identity.
-void split(float v[8], out uvec4 hi, out uvec4 lo) {
-    [[unroll]] for (uint i = 0; i < 4; i++) {
-        vec2 a = vec2(v[2 * i], v[2 * i + 1]);
-        vec2 h = uintBitsToFloat(floatBitsToUint(a) & 0xFFFFE000u);
-        hi[i] = packHalf2x16(h);
-        lo[i] = packHalf2x16(a - h);
-    }
-}
-
-// round packs 8 floats as float16, rounded (PrecisionFast).
-uvec4 round16(float v[8]) {
-    uvec4 h;
-    [[unroll]] for (uint i = 0; i < 4; i++) {
-        h[i] = packHalf2x16(vec2(v[2 * i], v[2 * i + 1]));
-    }
-    return h;
-}
-
-bool fitsHalf(float v[8]) {
-    bool ok = true;
-    [[unroll]] for (uint i = 0; i < 8; i++) {
-        ok = ok && abs(v[i]) <= 65504.0; // false for NaN too
-    }
-    return ok;
 }
 
 // writeStaged writes the subgroup's 16x16 result staged at Bhi[64 * sg],
@@ -151,9 +140,19 @@ void main() {
     // in registers (A's BM rows, then B's BN rows), so their loads are in
     // flight while this step's products run.
     float ra[AH][8], rb[BH][8];
+    uvec4 rah[AH], ral[AH]; // with A16
+    if (A16 != 0) {
+        for (uint r = tid; r < BM; r += 256) {
+            ok = ok && (m0 + r >= pc.M || xhw[pc.bigBase + m0 + r] == 0);
+        }
+    }
     [[unroll]] for (uint h = 0; h < AH; h++) {
         uint id = tid + 256 * h;
-        elemsA(id < BM * CH ? m0 + id / CH : pc.M, 8 * (id % CH), ra[h]);
+        if (A16 != 0) {
+            halvesA(id < BM * CH ? m0 + id / CH : pc.M, 8 * (id % CH), rah[h], ral[h]);
+        } else {
+            elemsA(id < BM * CH ? m0 + id / CH : pc.M, 8 * (id % CH), ra[h]);
+        }
     }
     [[unroll]] for (uint h = 0; h < BH; h++) {
         uint id = tid + 256 * h;
@@ -162,7 +161,12 @@ void main() {
     for (uint k0 = 0; k0 < pc.K; k0 += BK) {
         [[unroll]] for (uint h = 0; h < AH; h++) {
             uint id = tid + 256 * h, r = id / CH, c = id % CH;
-            if (id < BM * CH) {
+            if (id < BM * CH && A16 != 0) {
+                Ahi[r * SROW + c] = rah[h];
+                if (EXACT != 0) {
+                    Alo[r * SROW + c] = ral[h];
+                }
+            } else if (id < BM * CH) {
                 ok = ok && fitsHalf(ra[h]);
                 if (EXACT != 0) {
                     split(ra[h], Ahi[r * SROW + c], Alo[r * SROW + c]);
@@ -186,7 +190,11 @@ void main() {
         // Past the last step these read nothing: the bounds give zeros.
         [[unroll]] for (uint h = 0; h < AH; h++) {
             uint id = tid + 256 * h;
-            elemsA(id < BM * CH ? m0 + id / CH : pc.M, k0 + BK + 8 * (id % CH), ra[h]);
+            if (A16 != 0) {
+                halvesA(id < BM * CH ? m0 + id / CH : pc.M, k0 + BK + 8 * (id % CH), rah[h], ral[h]);
+            } else {
+                elemsA(id < BM * CH ? m0 + id / CH : pc.M, k0 + BK + 8 * (id % CH), ra[h]);
+            }
         }
         [[unroll]] for (uint h = 0; h < BH; h++) {
             uint id = tid + 256 * h;

@@ -391,7 +391,7 @@ type pipeline struct {
 }
 
 // maxSpec is the most specialization constants a kernel takes.
-const maxSpec = 5
+const maxSpec = 6
 
 type pipelineKey struct {
 	name string

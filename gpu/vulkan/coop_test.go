@@ -15,9 +15,10 @@ import (
 // The cooperative-matrix GEMM multiplies float16 parts. At exact precision
 // x is split into hi + lo parts and must keep float32's accuracy over long
 // rows; at fast precision each product is of float16-rounded inputs. Every
-// tile shape is held to a float64 reference, on ragged edges, on rows that
-// load x in 16-byte pieces and rows that cannot (K % 4 != 0), and rows past
-// float16's range must fall back to float32.
+// tile shape is held to a float64 reference, on ragged edges, on x
+// converted once by tohalf.comp (K % 8 == 0) and in each tile, there in
+// 16-byte pieces (K % 4 == 0) or not, and rows past float16's range must
+// fall back to float32.
 func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 	b := backend(t)
 	if !vulkan.Coop(b) {
@@ -27,7 +28,7 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 	cases := []struct {
 		typ  gguf.Type
 		cols int
-	}{{gguf.Q1_0_G128, 4096}, {gguf.TQ2_0_G128, 1024}, {gguf.F16, 1000}, {gguf.F16, 998}, {gguf.Q4_K, 512}}
+	}{{gguf.Q1_0_G128, 4096}, {gguf.TQ2_0_G128, 1024}, {gguf.F16, 1004}, {gguf.F16, 998}, {gguf.Q4_K, 512}}
 	for ti, tile := range vulkan.CoopTiles() {
 		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
 			for _, c := range cases {
@@ -139,15 +140,17 @@ func BenchmarkMatMul(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, rows := range []int{128, 512, 2048} {
-			for _, coop := range []bool{true, false} {
+			for _, kernel := range []string{"coop", "coop-tile-x", "portable"} {
+				coop := kernel != "portable"
 				if coop && !vulkan.Coop(v) {
 					continue
 				}
 				for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
-					name := map[bool]string{true: "coop", false: "portable"}[coop]
-					b.Run(fmt.Sprintf("%v/T=%d/%s/%v", typ, rows, name, prec), func(b *testing.B) {
+					b.Run(fmt.Sprintf("%v/T=%d/%s/%v", typ, rows, kernel, prec), func(b *testing.B) {
 						old := vulkan.SetCoop(v, coop)
 						defer vulkan.SetCoop(v, old)
+						// coop-tile-x converts x to float16 in each tile, as before tohalf.comp.
+						defer vulkan.SetCoopHalfX(vulkan.SetCoopHalfX(kernel != "coop-tile-x"))
 						timeMatMul(b, r, v, w, rows, n, k, prec)
 					})
 				}

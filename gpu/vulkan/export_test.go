@@ -82,3 +82,11 @@ func SetReadChunk(n uint64) uint64 {
 	readChunk = n
 	return old
 }
+
+// SetCoopHalfX turns the one-pass float16 conversion of a cooperative
+// GEMM's x on or off and returns the previous setting.
+func SetCoopHalfX(on bool) bool {
+	old := coopHalfX
+	coopHalfX = on
+	return old
+}

@@ -245,6 +245,9 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		return
 	}
 	cols := outs[0].W.Cols()
+	fast := s.precision == gpu.PrecisionFast
+	var half *buffer // x in float16, made for the first cooperative product
+	var loBase, bigBase uint32
 	// The projections read the same x and write different outputs, so they
 	// are recorded back to back with no barrier between them.
 	for _, p := range outs {
@@ -271,10 +274,19 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		push := []uint32{uint32(rows), uint32(m.w.Rows), uint32(cols), m.scaleBase, hasBias}
 		// Exact products use cooperative matrices only for weights exact in
 		// float16 (X is split in two halves instead); fast ones for any.
-		fast := s.precision == gpu.PrecisionFast
 		if rows > vecRows && s.b.coop && (fast || m.f.exactInHalf()) {
+			if half == nil && cols%8 == 0 && coopHalfX {
+				if half, loBase, bigBase = s.toHalf(xs, rows, cols, !fast); half == nil {
+					return
+				}
+			}
+			a16, xh := uint32(0), xs.buf // an unused binding still needs a buffer
+			if half != nil {
+				a16, xh = 1, half
+			}
 			t := s.coopTileFor(m.f.whole, !fast)
-			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast)), uses, push, ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm()), 1)
+			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16), append(uses, use{buf: xh}),
+				append(push, loBase, bigBase), ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm()), 1)
 			continue
 		}
 		if rows > vecRows {
@@ -288,6 +300,33 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		gx, gy, gz := gridRows(m.w.Rows)
 		s.dispatch(kernel, nil, uses, push, gx, gy, gz)
 	}
+}
+
+// coopHalfX converts x to float16 once per product (tohalf.comp) rather
+// than in each cooperative GEMM tile; tests turn it off to time both.
+var coopHalfX = true
+
+// toHalf records tohalf.comp for rows x cols of x (cols % 8 == 0) into the
+// stream's half buffer: the float16 x (hi parts at exact precision), from
+// uvec4 loBase the remainders (exact only), from word bigBase a flag per
+// row. It returns nil after failing the stream.
+func (s *stream) toHalf(x *tensor, rows, cols int, exact bool) (buf *buffer, loBase, bigBase uint32) {
+	chunks := uint64(rows) * uint64(cols) / 8 // uvec4s of one copy
+	words := 4 * chunks
+	if exact {
+		words *= 2
+	}
+	if words+uint64(rows) > math.MaxUint32 {
+		s.fail(fmt.Errorf("vulkan: %d x %d activations in float16 pass 2^32 words", rows, cols))
+		return nil, 0, 0
+	}
+	if s.half = s.helper(s.half, 4*(words+uint64(rows))); s.half == nil {
+		return nil, 0, 0
+	}
+	gx, gy, gz := gridRows(rows)
+	s.dispatch("tohalf", nil, []use{{buf: x.buf}, {buf: s.half, write: true}},
+		[]uint32{uint32(rows), uint32(cols), uint32(chunks), uint32(words), b2u(exact)}, gx, gy, gz)
+	return s.half, uint32(chunks), uint32(words)
 }
 
 // ropeKey identifies the cos/sin table a stream last uploaded.

@@ -141,6 +141,7 @@ type stream struct {
 	ids           *buffer // token ids for Embed
 	rowIdx        *buffer // row lists for GatherRows and ScatterRows
 	rope          *buffer // cos/sin table for Rope
+	half          *buffer // x in float16 for the cooperative GEMM (tohalf.comp)
 	ropeKey       ropeKey
 	prof          profile
 }
