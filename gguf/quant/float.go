@@ -44,7 +44,7 @@ var formatF16 = Format{
 	Type: gguf.F16, BlockSize: 1, BlockBytes: 2,
 	Dequantize: func(dst []float32, src []byte) {
 		n := blocks(gguf.F16, len(dst), 1, len(src), 2)
-		if hasHalvesAVX512 && n > 0 {
+		if hasDecodeAVX512 && n > 0 {
 			halvesAVX512(&dst[0], &src[0], n)
 			return
 		}

@@ -2,6 +2,7 @@ package quant
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -94,7 +95,7 @@ func TestHalfAtLeast(t *testing.T) {
 // NaNs (VCVTPH2PS quiets signalling ones: still NaN), from every start
 // offset of its 16-lane vectors, with a partial last vector.
 func TestHalvesAVX512IsHalfToFloat(t *testing.T) {
-	if !hasHalvesAVX512 {
+	if !hasDecodeAVX512 {
 		t.Skip("this CPU has no AVX-512 BW (or is not amd64): the vector F16 decode is not used")
 	}
 	src := make([]byte, 2*(1<<16+7))
@@ -116,5 +117,56 @@ func TestHalvesAVX512IsHalfToFloat(t *testing.T) {
 			}
 			require.Equal(t, math.Float32bits(want), math.Float32bits(dst[i]), "bits %#04x", bits)
 		}
+	}
+}
+
+// The AVX-512 decoders give the Go loops' bits, block after block, on
+// random blocks whose float16 scales are of every kind but NaN (subnormal,
+// infinite, the largest): F16 (whose every value TestHalvesAVX512IsHalfToFloat
+// covers), Q8_0 and Q4_K.
+func TestVectorDecodersAreTheLoops(t *testing.T) {
+	if !hasDecodeAVX512 {
+		t.Skip("this CPU has no AVX-512 BW (or is not amd64): the vector decoders are not used")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, c := range []struct {
+		f      Format
+		halves []int // byte offsets of float16 scales in a block
+	}{{formatF16, []int{0}}, {formatQ8_0, []int{0}}, {formatQ4_K, []int{0, 2}}} {
+		t.Run(c.f.Type.String(), func(t *testing.T) {
+			nb := 300 / c.f.BlockSize * 8
+			src := make([]byte, c.f.BlockBytes*nb)
+			for i := range src {
+				src[i] = byte(r.Uint32())
+			}
+			specials := []uint16{0x0001, 0x7c00, 0x7bff, 0x3c00, 0x8400}
+			for b := range nb {
+				for _, off := range c.halves {
+					at := b*c.f.BlockBytes + off
+					if b < len(specials) {
+						src[at], src[at+1] = byte(specials[b]), byte(specials[b]>>8)
+					}
+					if d := uint16(src[at]) | uint16(src[at+1])<<8; d&0x7c00 == 0x7c00 && d&0x3ff != 0 {
+						src[at+1] &^= 0x40 // a NaN's payload may differ: make it finite
+					}
+				}
+			}
+			n := nb * c.f.BlockSize
+			want, got := make([]float32, n), make([]float32, n+1)
+			defer func(old bool) { hasDecodeAVX512 = old }(hasDecodeAVX512)
+			hasDecodeAVX512 = false
+			c.f.Dequantize(want, src)
+			hasDecodeAVX512 = true
+			got[n] = 42
+			c.f.Dequantize(got[:n], src)
+			require.Equal(t, float32(42), got[n], "wrote past the blocks")
+			for i := range want {
+				if math.IsNaN(float64(want[i])) { // 0 x Inf
+					require.True(t, math.IsNaN(float64(got[i])), "weight %d", i)
+					continue
+				}
+				require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "weight %d", i)
+			}
+		})
 	}
 }

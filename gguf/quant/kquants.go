@@ -54,6 +54,10 @@ var formatQ4_K = Format{
 			blk := (*[144]byte)(src[144*b:])
 			out := (*[256]float32)(dst[256*b:])
 			scale, offset := kScales((*[16]byte)(blk[:16]))
+			if hasDecodeAVX512 {
+				q4kBlockAVX512(&out[0], &blk[16], &scale, &offset)
+				continue
+			}
 			for c := range 4 {
 				qs := (*[32]byte)(blk[16+32*c:])
 				lo, hi := (*[32]float32)(out[64*c:]), (*[32]float32)(out[64*c+32:])

@@ -11,6 +11,10 @@ var formatQ8_0 = Format{
 	Type: gguf.Q8_0, BlockSize: 32, BlockBytes: 34,
 	Dequantize: func(dst []float32, src []byte) {
 		nb := blocks(gguf.Q8_0, len(dst), 32, len(src), 34)
+		if hasDecodeAVX512 && nb > 0 {
+			q8BlocksAVX512(&dst[0], &src[0], nb)
+			return
+		}
 		for b := range nb {
 			blk := (*[34]byte)(src[34*b:])
 			out := (*[32]float32)(dst[32*b:])

@@ -1,0 +1,25 @@
+package quant
+
+import "golang.org/x/sys/cpu"
+
+// hasDecodeAVX512 says the AVX-512 decoders below can run here (VMOVDQU16
+// is AVX-512 BW).
+var hasDecodeAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+
+// halvesAVX512 converts n (>= 1) little-endian binary16 values at src to
+// float32 at dst with VCVTPH2PS: exact, as every binary16 is a float32.
+//
+//go:noescape
+func halvesAVX512(dst *float32, src *byte, n int)
+
+// q8BlocksAVX512 decodes blocks (>= 1) Q8_0 blocks at src to dst, each
+// weight float32(q) * d as formatQ8_0's Go loop makes it.
+//
+//go:noescape
+func q8BlocksAVX512(dst *float32, src *byte, blocks int)
+
+// q4kBlockAVX512 decodes one Q4_K block's 128 quant bytes to 256 weights,
+// scale[s] * q - offset[s] for sub-block s, as formatQ4_K's Go loop does.
+//
+//go:noescape
+func q4kBlockAVX512(out *float32, qs *byte, scale, offset *[8]float32)

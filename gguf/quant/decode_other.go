@@ -1,0 +1,17 @@
+//go:build !amd64
+
+package quant
+
+var hasDecodeAVX512 = false
+
+func halvesAVX512(dst *float32, src *byte, n int) {
+	panic("quant: halvesAVX512 has no kernel on this architecture")
+}
+
+func q8BlocksAVX512(dst *float32, src *byte, blocks int) {
+	panic("quant: q8BlocksAVX512 has no kernel on this architecture")
+}
+
+func q4kBlockAVX512(out *float32, qs *byte, scale, offset *[8]float32) {
+	panic("quant: q4kBlockAVX512 has no kernel on this architecture")
+}
