@@ -149,7 +149,7 @@ type ReadRequest struct {
 
 // DeviceMemory is implemented by backends whose tensors live in device
 // memory: their traces stay there until read. Backends without it (the
-// CPU) copy traces into Go memory as the prefill ends.
+// CPU) hand their traces over in Go memory as the prefill ends.
 type DeviceMemory interface {
 	DeviceMemory() bool
 }

@@ -127,7 +127,7 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 	r.owned = make([][]Tensor, len(s.tiers))
 	// A GPU trace keeps its arenas (they are the trace, until read), so
 	// they are made for each run; on the CPU they are the session's
-	// scratch, copied into the trace as the run ends. A trace with a
+	// scratch, handed over to the trace as the run ends. A trace with a
 	// tier on a GPU keeps every tier's.
 	for _, b := range s.e.tiers {
 		r.device = r.device || onDevice(b)

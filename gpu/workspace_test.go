@@ -116,3 +116,28 @@ func TestRunsEndWhenTheirBuffersGo(t *testing.T) {
 	require.False(t, third.Next())
 	require.ErrorContains(t, third.Err(), "session was closed")
 }
+
+// A CPU trace is its run's capture memory, handed over without a copy: the
+// session's next prefills must not write into a trace already returned.
+func TestCPUTraceOutlivesTheNextPrefills(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 6)
+	s, err := newEngine(t, m).NewSession(64)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	all := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
+	first, err := s.Prefill(ctx, testTokens, all)
+	require.NoError(t, err)
+	kept := map[string][]float32{}
+	for _, name := range first.Names {
+		kept[name] = append([]float32(nil), first.Tensor(name).Data...)
+	}
+	for _, tokens := range [][]int32{testTokens[3:], testTokens[:5]} {
+		require.NoError(t, s.Reset())
+		_, err := s.Prefill(ctx, tokens, all)
+		require.NoError(t, err)
+	}
+	for _, name := range first.Names {
+		require.Equal(t, kept[name], first.Tensor(name).Data, name)
+	}
+}
