@@ -12,6 +12,10 @@ var formatQ1_0 = Format{
 	Type: gguf.Q1_0_G128, BlockSize: 128, BlockBytes: 18,
 	Dequantize: func(dst []float32, src []byte) {
 		nb := blocks(gguf.Q1_0_G128, len(dst), 128, len(src), 18)
+		if hasDecodeAVX512 && nb > 0 {
+			q1BlocksAVX512(&dst[0], &src[0], nb)
+			return
+		}
 		for b := range nb {
 			blk := (*[18]byte)(src[18*b:])
 			out := (*[128]float32)(dst[128*b:])
@@ -104,6 +108,10 @@ var formatTQ2_0 = Format{
 	Type: gguf.TQ2_0_G128, BlockSize: 128, BlockBytes: 34,
 	Dequantize: func(dst []float32, src []byte) {
 		nb := blocks(gguf.TQ2_0_G128, len(dst), 128, len(src), 34)
+		if hasDecodeAVX512 && nb > 0 {
+			tq2BlocksAVX512(&dst[0], &src[0], nb)
+			return
+		}
 		for b := range nb {
 			blk := (*[34]byte)(src[34*b:])
 			out := (*[128]float32)(dst[128*b:])

@@ -23,3 +23,15 @@ func q8BlocksAVX512(dst *float32, src *byte, blocks int)
 //
 //go:noescape
 func q4kBlockAVX512(out *float32, qs *byte, scale, offset *[8]float32)
+
+// q1BlocksAVX512 decodes blocks (>= 1) Q1_0_g128 blocks at src to dst, each
+// weight d or d with its sign flipped, as formatQ1_0's Go loop makes it.
+//
+//go:noescape
+func q1BlocksAVX512(dst *float32, src *byte, blocks int)
+
+// tq2BlocksAVX512 decodes blocks (>= 1) TQ2_0_g128 blocks at src to dst,
+// each weight d * tq2Value[code], as formatTQ2_0's Go loop makes it.
+//
+//go:noescape
+func tq2BlocksAVX512(dst *float32, src *byte, blocks int)

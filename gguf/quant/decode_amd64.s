@@ -101,3 +101,113 @@ q4kloop:
 	JNZ  q4kloop
 	VZEROUPPER
 	RET
+
+// SIGNS16 writes at off(DI) the 16 weights whose sign bits are the 16-bit
+// word at src(SI): +d (Z0) where a bit is set, -d (Z1) where not.
+#define SIGNS16(src, off) \
+	MOVWLZX   src(SI), AX \
+	KMOVW     AX, K1 \
+	VPBLENDMD Z0, Z1, K1, Z2 \
+	VMOVUPS   Z2, off(DI)
+
+// func q1BlocksAVX512(dst *float32, src *byte, blocks int)
+//
+// Q1_0_g128 blocks {f16 d; u8 signs[16]} to dst[128b+i] = +d where bit i%8
+// of signs[i/8] is set, else d with its sign bit flipped.
+TEXT ·q1BlocksAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ blocks+16(FP), CX
+	MOVL $0x80000000, AX
+	VPBROADCASTD AX, Z30
+
+q1loop:
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS X0, Z0
+	VPXORD       Z30, Z0, Z1
+	SIGNS16(2, 0)
+	SIGNS16(4, 64)
+	SIGNS16(6, 128)
+	SIGNS16(8, 192)
+	SIGNS16(10, 256)
+	SIGNS16(12, 320)
+	SIGNS16(14, 384)
+	SIGNS16(16, 448)
+	ADDQ $18, SI
+	ADDQ $512, DI
+	DECQ CX
+	JNZ  q1loop
+	VZEROUPPER
+	RET
+
+// tq2Shifts puts code l of a broadcast 32-bit word (weight l of 16, two
+// bits each) at the bottom of lane l; tq2Table is tq2Value.
+DATA tq2Shifts<>+0(SB)/4, $0
+DATA tq2Shifts<>+4(SB)/4, $2
+DATA tq2Shifts<>+8(SB)/4, $4
+DATA tq2Shifts<>+12(SB)/4, $6
+DATA tq2Shifts<>+16(SB)/4, $8
+DATA tq2Shifts<>+20(SB)/4, $10
+DATA tq2Shifts<>+24(SB)/4, $12
+DATA tq2Shifts<>+28(SB)/4, $14
+DATA tq2Shifts<>+32(SB)/4, $16
+DATA tq2Shifts<>+36(SB)/4, $18
+DATA tq2Shifts<>+40(SB)/4, $20
+DATA tq2Shifts<>+44(SB)/4, $22
+DATA tq2Shifts<>+48(SB)/4, $24
+DATA tq2Shifts<>+52(SB)/4, $26
+DATA tq2Shifts<>+56(SB)/4, $28
+DATA tq2Shifts<>+60(SB)/4, $30
+GLOBL tq2Shifts<>(SB), RODATA|NOPTR, $64
+
+DATA tq2Table<>+0(SB)/4, $0xBF800000 // -1
+DATA tq2Table<>+4(SB)/4, $0
+DATA tq2Table<>+8(SB)/4, $0x3F800000 // 1
+DATA tq2Table<>+12(SB)/4, $0
+GLOBL tq2Table<>(SB), RODATA|NOPTR, $16
+
+// CODES16 writes at off(DI) the 16 weights whose codes are the 32-bit word
+// at src(SI): d (Z0) times tq2Value[code].
+#define CODES16(src, off) \
+	VPBROADCASTD src(SI), Z1 \
+	VPSRLVD      Z29, Z1, Z1 \
+	VPANDD       Z28, Z1, Z1 \
+	VPERMPS      Z27, Z1, Z2 \
+	VMULPS       Z0, Z2, Z2 \
+	VMOVUPS      Z2, off(DI)
+
+// func tq2BlocksAVX512(dst *float32, src *byte, blocks int)
+//
+// TQ2_0_g128 blocks {u8 codes[32]; f16 d} to dst[128b+i] = d * tq2Value[code
+// i], code i at bits 2*(i%4) of codes[i/4].
+TEXT ·tq2BlocksAVX512(SB), NOSPLIT, $0-24
+	MOVQ    dst+0(FP), DI
+	MOVQ    src+8(FP), SI
+	MOVQ    blocks+16(FP), CX
+	VMOVDQU32 tq2Shifts<>(SB), Z29
+	MOVL    $3, AX
+	VPBROADCASTD AX, Z28
+	VPXORD  Z27, Z27, Z27
+	VMOVUPS tq2Table<>(SB), X27
+
+tq2loop:
+	MOVWLZX      32(SI), AX
+	VMOVD        AX, X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS X0, Z0
+	CODES16(0, 0)
+	CODES16(4, 64)
+	CODES16(8, 128)
+	CODES16(12, 192)
+	CODES16(16, 256)
+	CODES16(20, 320)
+	CODES16(24, 384)
+	CODES16(28, 448)
+	ADDQ $34, SI
+	ADDQ $512, DI
+	DECQ CX
+	JNZ  tq2loop
+	VZEROUPPER
+	RET

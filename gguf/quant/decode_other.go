@@ -15,3 +15,11 @@ func q8BlocksAVX512(dst *float32, src *byte, blocks int) {
 func q4kBlockAVX512(out *float32, qs *byte, scale, offset *[8]float32) {
 	panic("quant: q4kBlockAVX512 has no kernel on this architecture")
 }
+
+func q1BlocksAVX512(dst *float32, src *byte, blocks int) {
+	panic("quant: q1BlocksAVX512 has no kernel on this architecture")
+}
+
+func tq2BlocksAVX512(dst *float32, src *byte, blocks int) {
+	panic("quant: tq2BlocksAVX512 has no kernel on this architecture")
+}
