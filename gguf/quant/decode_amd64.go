@@ -35,3 +35,15 @@ func q1BlocksAVX512(dst *float32, src *byte, blocks int)
 //
 //go:noescape
 func tq2BlocksAVX512(dst *float32, src *byte, blocks int)
+
+// q4BlocksAVX512 decodes blocks (>= 1) Q4_0 blocks at src to dst, as
+// formatQ4_0's Go loop does.
+//
+//go:noescape
+func q4BlocksAVX512(dst *float32, src *byte, blocks int)
+
+// q6kBlockAVX512 decodes one Q6_K block to 256 weights, scales[i] being d
+// times the block's int8 scale i, as formatQ6_K's Go loop does.
+//
+//go:noescape
+func q6kBlockAVX512(out *float32, blk *byte, scales *[16]float32)

@@ -211,3 +211,107 @@ tq2loop:
 	JNZ  tq2loop
 	VZEROUPPER
 	RET
+
+// func q4BlocksAVX512(dst *float32, src *byte, blocks int)
+//
+// Q4_0 blocks {f16 d; u8 qs[16]} to dst[32b+j] = float32(q-8) * d, q the
+// low nibble of qs[j] for j < 16 and the high nibble of qs[j-16] after.
+TEXT ·q4BlocksAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ blocks+16(FP), CX
+	MOVL $0x0F, AX
+	VPBROADCASTD AX, Z31
+	MOVL $8, AX
+	VPBROADCASTD AX, Z30
+
+q4loop:
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS X0, Z0
+	VPMOVZXBD    2(SI), Z1
+	VPSRLD       $4, Z1, Z2
+	VPANDD       Z31, Z1, Z1
+	VPSUBD       Z30, Z1, Z1
+	VPSUBD       Z30, Z2, Z2
+	VCVTDQ2PS    Z1, Z1
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z0, Z1, Z1
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      Z2, 64(DI)
+	ADDQ         $18, SI
+	ADDQ         $128, DI
+	DECQ         CX
+	JNZ          q4loop
+	VZEROUPPER
+	RET
+
+// Q6QUARTER decodes weights 128h + 16k + l (l < 16) and the three runs 32,
+// 64 and 96 after them, of a Q6_K block at SI with scales at R8, to DI:
+// ql at qlo(SI) and qlo+32(SI), qh at qho(SI), scales s, s+2, s+4, s+6 at
+// 4*s(R8), outputs from out(DI). Z31 holds 15, Z30 3, Z29 32.
+#define Q6QUARTER(qlo, qho, s, out) \
+	VPMOVZXBD    qlo(SI), Z1 \
+	VPMOVZXBD    qlo+32(SI), Z2 \
+	VPMOVZXBD    qho(SI), Z3 \
+	VPANDD       Z31, Z1, Z4 \
+	VPANDD       Z30, Z3, Z5 \
+	VPSLLD       $4, Z5, Z5 \
+	VPORD        Z5, Z4, Z4 \
+	VPSUBD       Z29, Z4, Z4 \
+	VCVTDQ2PS    Z4, Z4 \
+	VBROADCASTSS 4*s(R8), Z6 \
+	VMULPS       Z6, Z4, Z4 \
+	VMOVUPS      Z4, out(DI) \
+	VPANDD       Z31, Z2, Z4 \
+	VPSRLD       $2, Z3, Z5 \
+	VPANDD       Z30, Z5, Z5 \
+	VPSLLD       $4, Z5, Z5 \
+	VPORD        Z5, Z4, Z4 \
+	VPSUBD       Z29, Z4, Z4 \
+	VCVTDQ2PS    Z4, Z4 \
+	VBROADCASTSS 4*s+8(R8), Z6 \
+	VMULPS       Z6, Z4, Z4 \
+	VMOVUPS      Z4, out+128(DI) \
+	VPSRLD       $4, Z1, Z4 \
+	VPSRLD       $4, Z3, Z5 \
+	VPANDD       Z30, Z5, Z5 \
+	VPSLLD       $4, Z5, Z5 \
+	VPORD        Z5, Z4, Z4 \
+	VPSUBD       Z29, Z4, Z4 \
+	VCVTDQ2PS    Z4, Z4 \
+	VBROADCASTSS 4*s+16(R8), Z6 \
+	VMULPS       Z6, Z4, Z4 \
+	VMOVUPS      Z4, out+256(DI) \
+	VPSRLD       $4, Z2, Z4 \
+	VPSRLD       $6, Z3, Z5 \
+	VPSLLD       $4, Z5, Z5 \
+	VPORD        Z5, Z4, Z4 \
+	VPSUBD       Z29, Z4, Z4 \
+	VCVTDQ2PS    Z4, Z4 \
+	VBROADCASTSS 4*s+24(R8), Z6 \
+	VMULPS       Z6, Z4, Z4 \
+	VMOVUPS      Z4, out+384(DI)
+
+// func q6kBlockAVX512(out *float32, blk *byte, scales *[16]float32)
+//
+// One Q6_K block {ql[128]; qh[64]; int8 scales[16]; f16 d} to 256 weights,
+// scales[i] = d * scales_i precomputed, each weight scale * (q - 32).
+TEXT ·q6kBlockAVX512(SB), NOSPLIT, $0-24
+	MOVQ out+0(FP), DI
+	MOVQ blk+8(FP), SI
+	MOVQ scales+16(FP), R8
+	MOVL $15, AX
+	VPBROADCASTD AX, Z31
+	MOVL $3, AX
+	VPBROADCASTD AX, Z30
+	MOVL $32, AX
+	VPBROADCASTD AX, Z29
+	Q6QUARTER(0, 128, 0, 0)
+	Q6QUARTER(16, 144, 1, 64)
+	Q6QUARTER(64, 160, 8, 512)
+	Q6QUARTER(80, 176, 9, 576)
+	VZEROUPPER
+	RET

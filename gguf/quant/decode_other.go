@@ -23,3 +23,11 @@ func q1BlocksAVX512(dst *float32, src *byte, blocks int) {
 func tq2BlocksAVX512(dst *float32, src *byte, blocks int) {
 	panic("quant: tq2BlocksAVX512 has no kernel on this architecture")
 }
+
+func q4BlocksAVX512(dst *float32, src *byte, blocks int) {
+	panic("quant: q4BlocksAVX512 has no kernel on this architecture")
+}
+
+func q6kBlockAVX512(out *float32, blk *byte, scales *[16]float32) {
+	panic("quant: q6kBlockAVX512 has no kernel on this architecture")
+}

@@ -226,6 +226,14 @@ var formatQ6_K = Format{
 			blk := (*[210]byte)(src[210*b:])
 			out := (*[256]float32)(dst[256*b:])
 			d := halfAt(blk[208:210])
+			if hasDecodeAVX512 {
+				var scales [16]float32
+				for i, s := range blk[192:208] {
+					scales[i] = d * float32(int8(s))
+				}
+				q6kBlockAVX512(&out[0], &blk[0], &scales)
+				continue
+			}
 			for h := range 2 {
 				ql := (*[64]byte)(blk[64*h:])
 				qh := (*[32]byte)(blk[128+32*h:])

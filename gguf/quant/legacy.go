@@ -72,6 +72,10 @@ var formatQ4_0 = Format{
 	Type: gguf.Q4_0, BlockSize: 32, BlockBytes: 18,
 	Dequantize: func(dst []float32, src []byte) {
 		nb := blocks(gguf.Q4_0, len(dst), 32, len(src), 18)
+		if hasDecodeAVX512 && nb > 0 {
+			q4BlocksAVX512(&dst[0], &src[0], nb)
+			return
+		}
 		for b := range nb {
 			blk := (*[18]byte)(src[18*b:])
 			out := (*[32]float32)(dst[32*b:])
