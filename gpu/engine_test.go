@@ -542,7 +542,7 @@ func TestMasksAreNotNonFinite(t *testing.T) {
 }
 
 // A pattern that matches nothing says why: a point of other families, or
-// the name it is nearest to.
+// the name it is nearest to, in full (never the pattern itself).
 func TestCaptureErrorsSayWhy(t *testing.T) {
 	gpt2 := genModel(t, "tiny-gpt2", gguf.F32, 1)
 	moe := genModel(t, "tiny-qwen3moe", gguf.F32, 1)
@@ -553,7 +553,11 @@ func TestCaptureErrorsSayWhy(t *testing.T) {
 	}{
 		{gpt2, "blocks.*.attn.hook_rot_q", "it has learned positions, not RoPE"},
 		{gpt2, "blocks.1.mlp.hook_pre_linear", "its MLP has no gate"},
-		{gpt2, "blocks.*.attn.hook_patern", "did you mean attn.hook_pattern?"},
+		{gpt2, "blocks.*.attn.hook_patern", "did you mean blocks.*.attn.hook_pattern?"},
+		{gpt2, "blocks.*.hook_patern", "did you mean blocks.*.attn.hook_pattern?"},
+		{gpt2, "blocks.1.hook_resid_pots", "did you mean blocks.1.hook_resid_post?"},
+		{gpt2, "hook_resid_post", "did you mean blocks.*.hook_resid_post?"},
+		{gpt2, "hook_embd", "did you mean hook_embed?"},
 		{gpt2, "blocks.0.mlp.hook_expert_ids", "it has no experts"},
 		{moe, "blocks.*.mlp.hook_post", "its MLP is a mixture of experts, with points mlp.hook_router_logits"},
 		{moe, "hook_pos_embed", "it has no learned positions"},

@@ -237,14 +237,28 @@ func pointHint(m *model.Config, pattern string) string {
 	case local == "hook_pos_embed" && m.Pos != model.PosLearned:
 		return ": it has no learned positions"
 	}
-	best, bestD := "", 4 // suggest only near misses: a typo, not another point
+	// Suggest only near misses (a typo, not another point), compared with
+	// and without the point's attn. or mlp. part, and named in full: a
+	// layer's point with the pattern's own blocks.N. or blocks.*. prefix.
+	prefix := "blocks.*."
+	if strings.HasPrefix(pattern, "blocks.") && strings.HasSuffix(pattern, local) {
+		prefix = strings.TrimSuffix(pattern, local)
+	}
+	best, bestD := "", 4
 	for _, p := range Points(m) {
-		_, q := SplitPoint(p)
-		if d := editDistance(local, q); d < bestD {
+		l, q := SplitPoint(p)
+		d := editDistance(local, q)
+		if _, last, ok := strings.Cut(q, "."); ok {
+			d = min(d, editDistance(local, last))
+		}
+		if d < bestD {
 			best, bestD = q, d
+			if l >= 0 {
+				best = prefix + q
+			}
 		}
 	}
-	if best != "" {
+	if best != "" && best != pattern {
 		return fmt.Sprintf(": did you mean %s?", best)
 	}
 	return ""

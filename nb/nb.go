@@ -253,7 +253,8 @@ func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
 }
 
 // Prefill runs the prompt (text or token ids) through every layer and
-// returns what was captured; it panics with the error, as notebook cells want.
+// returns what was captured, with tr.Predicted the most likely next token
+// at each position; it panics with the error, as notebook cells want.
 func (m *Model) Prefill(prompt any, opts ...Option) *trace.Trace {
 	tr, err := m.Try(prompt, opts...)
 	if err != nil {

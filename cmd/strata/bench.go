@@ -176,7 +176,8 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	// The backend's name can be long (a Vulkan device's, or tiers'): its column fits it.
 	name := e.BackendName()
 	bw := max(28, len(name))
-	fmt.Fprintf(out, "%-14s %-11s %-*s %6s %-7s %-9s %10s %10s\n", "model", "type", bw, "backend", "T", "capture", "precision", "median ms", "tok/s")
+	mw := max(14, len(modelName))
+	fmt.Fprintf(out, "%-*s %-11s %-*s %6s %-7s %-9s %10s %10s\n", mw, "model", "type", bw, "backend", "T", "capture", "precision", "median ms", "tok/s")
 	for _, prec := range precs {
 		for _, capture := range strings.Split(*captures, ",") {
 			o := gpu.Options{Budget: int64(*budget * (1 << 30)), Precision: prec}
@@ -190,7 +191,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 				}
 				ms, err := timePrefill(ctx, s, tokens, o, *iters)
 				if errors.Is(err, gpu.ErrOverBudget) {
-					fmt.Fprintf(out, "%-14s %-11s %-*s %6d %-7s %-9s %10s %10s  %v\n", modelName, typ, bw, name, t, capture, prec, "-", "-", err)
+					fmt.Fprintf(out, "%-*s %-11s %-*s %6d %-7s %-9s %10s %10s  %v\n", mw, modelName, typ, bw, name, t, capture, prec, "-", "-", err)
 					continue
 				}
 				if err != nil {
@@ -208,7 +209,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 					readback = fmt.Sprintf("read-back %.1f GB/s  ", row.ReadbackGBs)
 				}
 				rows = append(rows, row)
-				line := fmt.Sprintf("%-14s %-11s %-*s %6d %-7s %-9s %10.2f %10.1f  %s%s", row.Model, row.Type, bw, row.Backend, row.T, row.Capture, row.Precision, row.MedianMS, row.TokS, readback, stageSummary(row.Stages))
+				line := fmt.Sprintf("%-*s %-11s %-*s %6d %-7s %-9s %10.2f %10.1f  %s%s", mw, row.Model, row.Type, bw, row.Backend, row.T, row.Capture, row.Precision, row.MedianMS, row.TokS, readback, stageSummary(row.Stages))
 				fmt.Fprintln(out, strings.TrimRight(line, " "))
 			}
 		}

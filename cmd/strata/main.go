@@ -41,7 +41,7 @@ var stderr io.Writer = os.Stderr
 
 func init() {
 	commands = []command{
-		{"info", "MODEL.gguf [-n N] [--devices [--backend B] [--placement P]]", "architecture, shapes, parameters, tensor types, tokenizer and prefill memory; with --devices, the devices and the model's placement over them", cmdInfo},
+		{"info", "[MODEL.gguf] [-n N] [--points] [--devices [--backend B] [--placement P]]", "architecture, shapes, parameters, tensor types, tokenizer and prefill memory; with --devices, the devices and the model's placement over them", cmdInfo},
 		{"tokenize", "[--model M] TEXT", "print the token ids of TEXT, space separated", cmdTokenize},
 		{"run", "[--model M] --prompt P [-n 30] [--placement P]", "greedy continuation of a prompt", cmdRun},
 		{"trace", "[--model M] (--prompt P | --tokens 1,2,...) [--capture GLOBS] [--out DIR] [--placement P]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures", cmdTrace},
@@ -182,15 +182,19 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return errors.New("info needs one MODEL.gguf")
+	if len(pos) > 1 {
+		return fmt.Errorf("info takes one MODEL.gguf (or none, for the default model), not %d", len(pos))
 	}
 	for _, f := range []string{"backend", "placement", "capture"} {
 		if isSet(fs, f) && !*devices {
 			return fmt.Errorf("--%s plans the model over devices: add --devices", f)
 		}
 	}
-	m, err := model.Open(pos[0])
+	path, shown := "", "the default model, "+model.DefaultName+".gguf (embedded)"
+	if len(pos) == 1 {
+		path, shown = pos[0], pos[0]
+	}
+	m, err := openModel(path)
 	if err != nil {
 		return err
 	}
@@ -202,7 +206,7 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	if *n < 1 || *n > c.Context {
 		return fmt.Errorf("-n %d: the prompt length must be from 1 to the model's context of %d tokens", *n, c.Context)
 	}
-	fmt.Fprintf(out, "file          %s (GGUF v%d)\n", pos[0], m.File.Version)
+	fmt.Fprintf(out, "file          %s (GGUF v%d)\n", shown, m.File.Version)
 	fmt.Fprintf(out, "name          %s\n", c.Name)
 	fmt.Fprintf(out, "architecture  %s\n", c.Arch)
 	fmt.Fprintf(out, "layers        %d\n", c.Layers)

@@ -117,3 +117,14 @@ func TestGenAndInfoOfALlama3Shape(t *testing.T) {
 	require.Contains(t, out, "positions     RoPE adjacent, 64 dims, theta 500000, scaling none, frequency factors 1 to 8 (rope_freqs.weight, Llama 3 style)")
 	require.Contains(t, out, "tokenizer     gpt2, 512 tokens, BOS none, EOS 256")
 }
+
+// info without a file describes the default model, as the other commands
+// use it without --model.
+func TestInfoDefaultsToTheDefaultModel(t *testing.T) {
+	out, err := strata(t, "info")
+	require.NoError(t, err)
+	require.Contains(t, out, "the default model, gostd-qwen3-4m.gguf (embedded)")
+	require.Contains(t, out, "architecture  qwen3")
+	_, err = strata(t, "info", "a.gguf", "b.gguf")
+	require.ErrorContains(t, err, "info takes one MODEL.gguf (or none, for the default model), not 2")
+}
