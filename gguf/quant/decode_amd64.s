@@ -248,52 +248,38 @@ q4loop:
 	VZEROUPPER
 	RET
 
+// Q6OUT finishes 16 weights from their low 4 bits (Z4) and top 2 bits
+// (Z5): (low | top<<4) - 32, times the scale at sc(R8), stored at out(DI).
+#define Q6OUT(sc, out) \
+	VPANDD       Z30, Z5, Z5 \
+	VPSLLD       $4, Z5, Z5 \
+	VPORD        Z5, Z4, Z4 \
+	VPSUBD       Z29, Z4, Z4 \
+	VCVTDQ2PS    Z4, Z4 \
+	VBROADCASTSS sc(R8), Z6 \
+	VMULPS       Z6, Z4, Z4 \
+	VMOVUPS      Z4, out(DI)
+
 // Q6QUARTER decodes weights 128h + 16k + l (l < 16) and the three runs 32,
 // 64 and 96 after them, of a Q6_K block at SI with scales at R8, to DI:
 // ql at qlo(SI) and qlo+32(SI), qh at qho(SI), scales s, s+2, s+4, s+6 at
 // 4*s(R8), outputs from out(DI). Z31 holds 15, Z30 3, Z29 32.
 #define Q6QUARTER(qlo, qho, s, out) \
-	VPMOVZXBD    qlo(SI), Z1 \
-	VPMOVZXBD    qlo+32(SI), Z2 \
-	VPMOVZXBD    qho(SI), Z3 \
-	VPANDD       Z31, Z1, Z4 \
-	VPANDD       Z30, Z3, Z5 \
-	VPSLLD       $4, Z5, Z5 \
-	VPORD        Z5, Z4, Z4 \
-	VPSUBD       Z29, Z4, Z4 \
-	VCVTDQ2PS    Z4, Z4 \
-	VBROADCASTSS 4*s(R8), Z6 \
-	VMULPS       Z6, Z4, Z4 \
-	VMOVUPS      Z4, out(DI) \
-	VPANDD       Z31, Z2, Z4 \
-	VPSRLD       $2, Z3, Z5 \
-	VPANDD       Z30, Z5, Z5 \
-	VPSLLD       $4, Z5, Z5 \
-	VPORD        Z5, Z4, Z4 \
-	VPSUBD       Z29, Z4, Z4 \
-	VCVTDQ2PS    Z4, Z4 \
-	VBROADCASTSS 4*s+8(R8), Z6 \
-	VMULPS       Z6, Z4, Z4 \
-	VMOVUPS      Z4, out+128(DI) \
-	VPSRLD       $4, Z1, Z4 \
-	VPSRLD       $4, Z3, Z5 \
-	VPANDD       Z30, Z5, Z5 \
-	VPSLLD       $4, Z5, Z5 \
-	VPORD        Z5, Z4, Z4 \
-	VPSUBD       Z29, Z4, Z4 \
-	VCVTDQ2PS    Z4, Z4 \
-	VBROADCASTSS 4*s+16(R8), Z6 \
-	VMULPS       Z6, Z4, Z4 \
-	VMOVUPS      Z4, out+256(DI) \
-	VPSRLD       $4, Z2, Z4 \
-	VPSRLD       $6, Z3, Z5 \
-	VPSLLD       $4, Z5, Z5 \
-	VPORD        Z5, Z4, Z4 \
-	VPSUBD       Z29, Z4, Z4 \
-	VCVTDQ2PS    Z4, Z4 \
-	VBROADCASTSS 4*s+24(R8), Z6 \
-	VMULPS       Z6, Z4, Z4 \
-	VMOVUPS      Z4, out+384(DI)
+	VPMOVZXBD qlo(SI), Z1 \
+	VPMOVZXBD qlo+32(SI), Z2 \
+	VPMOVZXBD qho(SI), Z3 \
+	VPANDD    Z31, Z1, Z4 \
+	VMOVDQA32 Z3, Z5 \
+	Q6OUT(4*s, out) \
+	VPANDD    Z31, Z2, Z4 \
+	VPSRLD    $2, Z3, Z5 \
+	Q6OUT(4*s+8, out+128) \
+	VPSRLD    $4, Z1, Z4 \
+	VPSRLD    $4, Z3, Z5 \
+	Q6OUT(4*s+16, out+256) \
+	VPSRLD    $4, Z2, Z4 \
+	VPSRLD    $6, Z3, Z5 \
+	Q6OUT(4*s+24, out+384)
 
 // func q6kBlockAVX512(out *float32, blk *byte, scales *[16]float32)
 //

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"math"
-	"sync/atomic"
 
 	"github.com/stratalab/strata/gpu"
 )
@@ -72,11 +71,9 @@ func (s *stream) eachAttnBlock(a *gpu.Attention, fn func(sc *attnScratch, b attn
 	if len(s.attn) < s.b.threads {
 		s.attn = make([]attnScratch, s.b.threads)
 	}
-	var worker atomic.Int32
-	s.parallel(len(bs), func(lo, hi int) {
-		sc := &s.attn[worker.Add(1)-1]
+	s.workers(len(bs), func(worker, lo, hi int) {
 		for _, b := range bs[lo:hi] {
-			fn(sc, b)
+			fn(&s.attn[worker], b)
 		}
 	})
 }

@@ -164,14 +164,20 @@ func (s *stream) fail(err error) {
 
 // parallel runs fn over [0, n) split into contiguous chunks, one per thread.
 func (s *stream) parallel(n int, fn func(lo, hi int)) {
-	threads := min(s.b.threads, n)
+	s.workers(n, func(_, lo, hi int) { fn(lo, hi) })
+}
+
+// workers is parallel that also tells each chunk's thread its index, below
+// the backend's thread count, for per-thread scratch.
+func (s *stream) workers(n int, fn func(worker, lo, hi int)) {
+	threads := max(min(s.b.threads, n), 1)
 	var wg sync.WaitGroup
-	for i := range max(threads, 1) {
-		lo, hi := n*i/max(threads, 1), n*(i+1)/max(threads, 1)
+	for i := range threads {
+		lo, hi := n*i/threads, n*(i+1)/threads
 		wg.Go(func() {
 			defer s.recoverFault()
 			debug.SetPanicOnFault(true)
-			fn(lo, hi)
+			fn(i, lo, hi)
 		})
 	}
 	wg.Wait()

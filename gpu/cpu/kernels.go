@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
 
 	"gonum.org/v1/gonum/blas/blas32"
 
@@ -145,11 +144,9 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		if len(s.gemm) < s.b.threads {
 			s.gemm = make([]gemmScratch, s.b.threads)
 		}
-		var worker atomic.Int32
-		s.parallel(len(groups), func(lo, hi int) {
-			sc := &s.gemm[worker.Add(1)-1]
+		s.workers(len(groups), func(worker, lo, hi int) {
 			for _, g := range groups[lo:hi] {
-				g.run(sc, s.xpack, rows, cols)
+				g.run(&s.gemm[worker], s.xpack, rows, cols)
 			}
 		})
 		return

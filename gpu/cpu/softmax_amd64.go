@@ -2,8 +2,9 @@ package cpu
 
 import "golang.org/x/sys/cpu"
 
-// hasVectorSoftmax says the AVX-512 softmax below can run here.
-var hasVectorSoftmax = cpu.X86.HasAVX512F
+// hasVectorSoftmax says the AVX-512 kernels below (softmax, SwiGLU; their
+// tail masks use BMI2) can run here.
+var hasVectorSoftmax = cpu.X86.HasAVX512F && cpu.X86.HasBMI2
 
 // maxf32 writes to out the lane-wise maxima of x[:n] (n >= 1), lane i%16.
 //

@@ -4,6 +4,16 @@
 // last partial vector under a mask, so every element is treated alike
 // wherever it falls.
 
+// TAILMASK sets K1 to the lanes of the next vector: all 16, or the CX
+// left when fewer (BZHI clears the bits of -1 from min(CX, 16) up).
+#define TAILMASK \
+	MOVQ    $16, BX \
+	CMPQ    CX, BX \
+	CMOVQLT CX, BX \
+	MOVQ    $-1, AX \
+	BZHIQ   BX, AX, AX \
+	KMOVW   AX, K1
+
 // EXPCONSTS loads Cephes expf's constants, by register: Z30 log2(e); Z29, Z28 ln 2 in a high part
 // (0.693359375) and a low one (-2.12194440e-4); Z27-Z22 Cephes' P
 // (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
@@ -63,15 +73,7 @@ TEXT ·maxf32(SB), NOSPLIT, $0-24
 	VMOVAPS Z1, Z2
 
 maxloop:
-	MOVQ $0xFFFF, AX
-	CMPQ CX, $16
-	JGE  maxfull
-	MOVQ $1, AX
-	SHLQ CX, AX
-	DECQ AX
-
-maxfull:
-	KMOVW   AX, K1
+	TAILMASK
 	VMOVAPS Z2, Z0
 	VMOVUPS (SI), K1, Z0
 	VMAXPS  Z0, Z1, Z1
@@ -98,15 +100,7 @@ TEXT ·expShifted(SB), NOSPLIT, $0-40
 	VPXORD Z19, Z19, Z19
 
 exploop:
-	MOVQ $0xFFFF, AX
-	CMPQ CX, $16
-	JGE  expfull
-	MOVQ $1, AX
-	SHLQ CX, AX
-	DECQ AX
-
-expfull:
-	KMOVW       AX, K1
+	TAILMASK
 	VMOVUPS.Z   (SI), K1, Z0
 	VSUBPS      Z31, Z0, Z0
 	VCMPPS      $13, Z20, Z0, K1, K2 // x >= -87.3 (false for NaN too)
@@ -134,15 +128,7 @@ TEXT ·scalef32(SB), NOSPLIT, $0-20
 	VBROADCASTSS s+16(FP), Z1
 
 scaleloop:
-	MOVQ $0xFFFF, AX
-	CMPQ CX, $16
-	JGE  scalefull
-	MOVQ $1, AX
-	SHLQ CX, AX
-	DECQ AX
-
-scalefull:
-	KMOVW     AX, K1
+	TAILMASK
 	VMOVUPS.Z (DI), K1, Z0
 	VMULPS    Z1, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
@@ -166,15 +152,7 @@ TEXT ·swiglu(SB), NOSPLIT, $0-32
 	VPBROADCASTD AX, Z18 // the sign bit
 
 gluloop:
-	MOVQ $0xFFFF, AX
-	CMPQ CX, $16
-	JGE  glufull
-	MOVQ $1, AX
-	SHLQ CX, AX
-	DECQ AX
-
-glufull:
-	KMOVW     AX, K1
+	TAILMASK
 	VMOVUPS.Z (SI), K1, Z4
 	VPXORD    Z18, Z4, Z0 // -g
 	EXP
