@@ -105,7 +105,7 @@ func AttentionGrid(tr *trace.Trace) (*Figure, error) {
 			tiles[i] = append(tiles[i], maxPool(headMatrix(p, h), px))
 		}
 	}
-	title := fmt.Sprintf("Attention patterns: %d layers × %d heads (rows: queries, columns: keys)", len(layers), heads)
+	title := fmt.Sprintf("Attention patterns: %s × %s (rows: queries, columns: keys)", counted(len(layers), "layer"), counted(heads, "head"))
 	width := left + vg.Length(heads)*(tile+gap) + barWidth + 16
 	height := titleH + top + vg.Length(len(layers))*(tile+gap) + 12
 	return newFigure(title, width, height, func(c draw.Canvas) {
@@ -214,4 +214,12 @@ func maxPool(z [][]float64, n int) [][]float64 {
 		}
 	}
 	return out
+}
+
+// counted is "1 layer", "2 layers": a count and its noun.
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

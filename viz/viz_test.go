@@ -310,3 +310,14 @@ func TestMaxPoolKeepsEachBlocksLargest(t *testing.T) {
 	require.Equal(t, [][]float64{{1, 0.5}, {0, 0.75}}, maxPool(z, 2))
 	require.Equal(t, z, maxPool(z, 5), "small enough already")
 }
+
+// The grid's title counts in words: one captured layer is "1 layer".
+func TestAttentionGridTitleCounts(t *testing.T) {
+	m := synthModel(t)
+	fig, err := AttentionGrid(prefill(t, m, synthTokens, gpu.CaptureOf("blocks.0.attn.hook_pattern")))
+	require.NoError(t, err)
+	require.Equal(t, "Attention patterns: 1 layer × 8 heads (rows: queries, columns: keys)", fig.Title)
+	fig, err = AttentionGrid(prefill(t, m, synthTokens, gpu.CaptureAll()))
+	require.NoError(t, err)
+	require.Equal(t, "Attention patterns: 4 layers × 8 heads (rows: queries, columns: keys)", fig.Title)
+}
