@@ -70,7 +70,6 @@ var formatQ1_0 = Format{
 	},
 }
 
-// flipSign returns v negated when the low bit of neg is set, without a branch.
 // q1SignMasks[b][i] is the sign bit that Q1_0_g128's sign byte b puts on
 // its weight i: set (negative) where the bit is clear.
 var q1SignMasks = func() (t [256][8]uint32) {
@@ -84,6 +83,7 @@ var q1SignMasks = func() (t [256][8]uint32) {
 	return t
 }()
 
+// flipSign returns v negated when the low bit of neg is set, without a branch.
 func flipSign(v float32, neg byte) float32 {
 	return math.Float32frombits(math.Float32bits(v) ^ uint32(neg&1)<<31)
 }

@@ -1,5 +1,12 @@
 #include "textflag.h"
 
+// SCALE broadcasts the block scale, the binary16 at off(SI), to Z0.
+#define SCALE(off) \
+	MOVWLZX      off(SI), AX \
+	VMOVD        AX, X0 \
+	VCVTPH2PS    X0, X0 \
+	VBROADCASTSS X0, Z0
+
 // func halvesAVX512(dst *float32, src *byte, n int)
 //
 // dst[i] = the binary16 at src[2i:] for i < n (n >= 1), 16 at a time, the
@@ -38,10 +45,7 @@ TEXT ·q8BlocksAVX512(SB), NOSPLIT, $0-24
 	MOVQ blocks+16(FP), CX
 
 q8loop:
-	MOVWLZX      (SI), AX
-	VMOVD        AX, X0
-	VCVTPH2PS    X0, X0
-	VBROADCASTSS X0, Z0
+	SCALE(0)
 	VPMOVSXBD    2(SI), Z1
 	VPMOVSXBD    18(SI), Z2
 	VCVTDQ2PS    Z1, Z1
@@ -122,10 +126,7 @@ TEXT ·q1BlocksAVX512(SB), NOSPLIT, $0-24
 	VPBROADCASTD AX, Z30
 
 q1loop:
-	MOVWLZX      (SI), AX
-	VMOVD        AX, X0
-	VCVTPH2PS    X0, X0
-	VBROADCASTSS X0, Z0
+	SCALE(0)
 	VPXORD       Z30, Z0, Z1
 	SIGNS16(2, 0)
 	SIGNS16(4, 64)
@@ -193,10 +194,7 @@ TEXT ·tq2BlocksAVX512(SB), NOSPLIT, $0-24
 	VMOVUPS tq2Table<>(SB), X27
 
 tq2loop:
-	MOVWLZX      32(SI), AX
-	VMOVD        AX, X0
-	VCVTPH2PS    X0, X0
-	VBROADCASTSS X0, Z0
+	SCALE(32)
 	CODES16(0, 0)
 	CODES16(4, 64)
 	CODES16(8, 128)
@@ -226,10 +224,7 @@ TEXT ·q4BlocksAVX512(SB), NOSPLIT, $0-24
 	VPBROADCASTD AX, Z30
 
 q4loop:
-	MOVWLZX      (SI), AX
-	VMOVD        AX, X0
-	VCVTPH2PS    X0, X0
-	VBROADCASTSS X0, Z0
+	SCALE(0)
 	VPMOVZXBD    2(SI), Z1
 	VPSRLD       $4, Z1, Z2
 	VPANDD       Z31, Z1, Z1

@@ -46,6 +46,14 @@ type attnBlock struct {
 
 func (b attnBlock) span() int { return b.hi - b.lo }
 
+// rowsFor readies sc.w for n rows of span: whole 12-row chunks, as blockMix
+// reads them, zero past row n.
+func (sc *attnScratch) rowsFor(n, span int) []float32 {
+	sc.w = grow(sc.w, (n+kernelRows-1)/kernelRows*kernelRows*span)
+	clear(sc.w[n*span:])
+	return sc.w
+}
+
 // attnBlocks lists every head's query blocks.
 func attnBlocks(a *gpu.Attention) []attnBlock {
 	var bs []attnBlock
@@ -132,10 +140,10 @@ func blockScores(a *gpu.Attention, sc *attnScratch, b attnBlock, dst []float32, 
 // pat[r*ldp] (r < b.rows, span each, readable up to whole 12-row chunks).
 func blockMix(a *gpu.Attention, sc *attnScratch, b attnBlock, pat []float32, ldp int, vp []float32) {
 	z := data(a.Z)
-	hd, span, keys := a.HeadDim, b.span(), a.Keys()
+	hd, span, keys, pd := a.HeadDim, b.span(), a.Keys(), packedDims(a.HeadDim)
 	kvh := b.h / (a.Heads / a.KVHeads)
 	xBlocks(hd, func(d0, width int) {
-		x := &vp[(kvh*packedDims(hd)+d0)*keys+b.lo*width]
+		x := &vp[(kvh*pd+d0)*keys+b.lo*width]
 		for q0 := 0; q0 < b.rows; q0 += kernelRows {
 			tile := sc.kernel(width, x, &pat[q0*ldp], ldp, span)
 			for i := range min(kernelRows, b.rows-q0) {
@@ -181,16 +189,14 @@ func (s *stream) packValues(a *gpu.Attention) []float32 {
 func (s *stream) flashTiled(a *gpu.Attention) {
 	vp := s.packValues(a)
 	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
-		// Rows up to whole 12-row chunks, as blockMix reads them.
-		span, chunkRows := b.span(), (b.bw+kernelRows-1)/kernelRows*kernelRows
-		sc.w = grow(sc.w, chunkRows*span)
-		clear(sc.w[b.rows*span:])
-		blockScores(a, sc, b, sc.w, span)
+		span := b.span()
+		w := sc.rowsFor(b.rows, span)
+		blockScores(a, sc, b, w, span)
 		for r := range b.rows {
-			row := sc.w[r*span : (r+1)*span]
+			row := w[r*span : (r+1)*span]
 			softmax(row, row)
 		}
-		blockMix(a, sc, b, sc.w, span, vp)
+		blockMix(a, sc, b, w, span, vp)
 	})
 }
 
@@ -217,18 +223,16 @@ func (s *stream) mixTiled(a *gpu.Attention) {
 	p, keys := data(a.Pattern), a.Keys()
 	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
 		first := (b.h*a.T + b.r0) * keys
-		chunkRows := (b.rows + kernelRows - 1) / kernelRows * kernelRows
-		if first+chunkRows*keys <= len(p) {
+		if first+(b.rows+kernelRows-1)/kernelRows*kernelRows*keys <= len(p) {
 			blockMix(a, sc, b, p[first+b.lo:], keys, vp)
 			return
 		}
 		// The kernel would read past the pattern: copy the block's rows.
 		span := b.span()
-		sc.w = grow(sc.w, chunkRows*span)
-		clear(sc.w[b.rows*span:])
+		w := sc.rowsFor(b.rows, span)
 		for r := range b.rows {
-			copy(sc.w[r*span:(r+1)*span], p[first+r*keys+b.lo:])
+			copy(w[r*span:(r+1)*span], p[first+r*keys+b.lo:])
 		}
-		blockMix(a, sc, b, sc.w, span, vp)
+		blockMix(a, sc, b, w, span, vp)
 	})
 }
