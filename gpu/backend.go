@@ -155,10 +155,22 @@ type DeviceMemory interface {
 }
 
 // HostTensors is implemented by streams whose tensors are Go memory (the
-// CPU's): a finished prefill's capture arenas become its trace as they are,
-// not copied, and the session makes new ones for its next prefill.
+// CPU's): kernels write captured points straight into views of their
+// arenas, a finished prefill's arenas become its trace as they are, not
+// copied, and the session makes new ones for its next prefill.
 type HostTensors interface {
 	HostData(t Tensor) []float32
+	// View is elements [off, off+n) of t as a tensor of its own.
+	View(t Tensor, off, n int) Tensor
+}
+
+// AttentionCapture is implemented by streams whose flash attention can also
+// write the scores and pattern it computes (the CPU's): capturing them then
+// costs their writes, where AttnScores, Softmax and AttnMix pass over each.
+type AttentionCapture interface {
+	// FlashAttentionCapture writes Z, a.Scores and a.Pattern as AttnScores,
+	// Softmax and AttnMix do, bit for bit.
+	FlashAttentionCapture(a *Attention)
 }
 
 // ErrBackendClosed is wrapped by the errors of a backend used after Close.

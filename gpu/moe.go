@@ -32,10 +32,10 @@ func (m *moeBuffers) needs(c *model.Config, t int) []need {
 // token goes to its top experts, and their outputs, weighted, are the MLP's.
 // Only chosen experts run, each on its tokens alone: the routing is read
 // back to the host once per layer (a sync) to gather them.
-func (r *Run) mixture(w *layerWeights, at func(string, Tensor, int) bool) bool {
+func (r *Run) mixture(w *layerWeights, h, out Tensor, at func(string, Tensor, int) bool) bool {
 	c, st, m := &r.s.e.Model.Config, r.st, &r.moe
 	t, d, k := r.l.t, c.DModel, c.ExpertsUsed
-	st.MatMul(r.h, t, Proj{W: w.router, Dst: m.logits})
+	st.MatMul(h, t, Proj{W: w.router, Dst: m.logits})
 	if !at("mlp.hook_router_logits", m.logits, 0) {
 		return false
 	}
@@ -75,7 +75,7 @@ func (r *Run) mixture(w *layerWeights, at func(string, Tensor, int) bool) bool {
 			continue
 		}
 		x := w.experts[e]
-		st.GatherRows(m.x, r.h, rows, d)
+		st.GatherRows(m.x, h, rows, d)
 		st.MatMul(m.x, n, Proj{W: x[0], Dst: m.gate}, Proj{W: x[1], Dst: m.up})
 		st.SwiGLU(m.gate, m.gate, m.up, n*c.ExpertFFN)
 		st.MatMul(m.gate, n, Proj{W: x[2], Dst: m.y})
@@ -84,6 +84,6 @@ func (r *Run) mixture(w *layerWeights, at func(string, Tensor, int) bool) bool {
 	if !at("mlp.hook_expert_out", m.out, 0) {
 		return false
 	}
-	st.WeightedSum(r.mlpOut, m.out, m.weights, t, k, d)
+	st.WeightedSum(out, m.out, m.weights, t, k, d)
 	return true
 }

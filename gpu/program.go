@@ -17,11 +17,12 @@ func (r *Run) program(yield func(string) bool) {
 		return
 	}
 	if c.Pos == model.PosLearned {
-		st.Embed(r.attnOut, e.posEmbed, r.l.positions())
-		if !r.at("hook_pos_embed", r.attnOut, 0, yield) {
+		pe := r.into("hook_pos_embed", r.attnOut)
+		st.Embed(pe, e.posEmbed, r.l.positions())
+		if !r.at("hook_pos_embed", pe, 0, yield) {
 			return
 		}
-		st.Add(r.x, r.attnOut, t*d)
+		st.Add(r.x, pe, t*d)
 	}
 	for layer := range c.Layers {
 		// A run that can be cancelled hands the device each layer as it is
@@ -40,6 +41,7 @@ func (r *Run) program(yield func(string) bool) {
 		st = r.st
 		w := &e.layers[layer]
 		at := func(p string, x Tensor, off int) bool { return r.at(LayerPoint(layer, p), x, off, yield) }
+		into := func(p string, scratch Tensor) Tensor { return r.into(LayerPoint(layer, p), scratch) }
 		kvd := c.KVDim()
 		cacheK, cacheV := r.s.cacheK[layer], r.s.cacheV[layer]
 
@@ -47,101 +49,119 @@ func (r *Run) program(yield func(string) bool) {
 		if !at("hook_resid_pre", r.x, 0) {
 			return
 		}
-		if !r.normAt(layer, "ln1", r.h, r.x, w.attnNorm, w.attnNormBias, t, at) {
+		h, ok := r.normAt(layer, "ln1", r.h, r.x, w.attnNorm, w.attnNormBias, t, at)
+		if !ok {
 			return
 		}
-		st.MatMul(r.h, t, Proj{w.q, r.q, w.qBias}, Proj{w.k, r.k, w.kBias}, Proj{w.v, r.v, w.vBias})
+		q, k, v := into("attn.hook_q", r.q), into("attn.hook_k", r.k), into("attn.hook_v", r.v)
+		st.MatMul(h, t, Proj{w.q, q, w.qBias}, Proj{w.k, k, w.kBias}, Proj{w.v, v, w.vBias})
 		if c.QKNorm {
-			st.RMSNorm(r.q, r.q, w.qNorm, nil, t*c.Heads, c.HeadDim, c.NormEps)
-			st.RMSNorm(r.k, r.k, w.kNorm, nil, t*c.KVHeads, c.HeadDim, c.NormEps)
+			st.RMSNorm(q, q, w.qNorm, nil, t*c.Heads, c.HeadDim, c.NormEps)
+			st.RMSNorm(k, k, w.kNorm, nil, t*c.KVHeads, c.HeadDim, c.NormEps)
 		}
-		if !at("attn.hook_q", r.q, 0) || !at("attn.hook_k", r.k, 0) || !at("attn.hook_v", r.v, 0) {
+		if !at("attn.hook_q", q, 0) || !at("attn.hook_k", k, 0) || !at("attn.hook_v", v, 0) {
 			return
 		}
 		if c.Pos == model.PosRope {
-			st.Rope(r.q, t, c.Heads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
-			st.Rope(r.k, t, c.KVHeads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
-			if !at("attn.hook_rot_q", r.q, 0) || !at("attn.hook_rot_k", r.k, 0) {
+			q = r.carry(LayerPoint(layer, "attn.hook_rot_q"), r.q, q, t*c.QDim())
+			k = r.carry(LayerPoint(layer, "attn.hook_rot_k"), r.k, k, t*kvd)
+			st.Rope(q, t, c.Heads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
+			st.Rope(k, t, c.KVHeads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
+			if !at("attn.hook_rot_q", q, 0) || !at("attn.hook_rot_k", k, 0) {
 				return
 			}
 		}
-		st.Copy(cacheK, r.l.pos0*kvd, r.k, 0, t*kvd)
-		st.Copy(cacheV, r.l.pos0*kvd, r.v, 0, t*kvd)
+		st.Copy(cacheK, r.l.pos0*kvd, k, 0, t*kvd)
+		st.Copy(cacheV, r.l.pos0*kvd, v, 0, t*kvd)
 		if !at("attn.cache_k", cacheK, 0) || !at("attn.cache_v", cacheV, 0) {
 			return
 		}
-		a := &Attention{Q: r.q, K: cacheK, V: cacheV, Z: r.z, T: t, Pos0: r.l.pos0,
+		a := &Attention{Q: q, K: cacheK, V: cacheV, Z: into("attn.hook_z", r.z), T: t, Pos0: r.l.pos0,
 			Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: attnScale(c),
 			Window: c.Window(layer), Softcap: c.AttnSoftcap}
 		if r.l.materialize[layer] {
-			a.Scores = r.captureOr(LayerPoint(layer, "attn.hook_attn_scores"), r.scores)
-			a.Pattern = r.captureOr(LayerPoint(layer, "attn.hook_pattern"), r.pattern)
-			st.AttnScores(a)
-			if !at("attn.hook_attn_scores", a.Scores, 0) {
-				return
+			a.Scores = into("attn.hook_attn_scores", r.scores)
+			a.Pattern = into("attn.hook_pattern", r.pattern)
+			// A hook on the scores or the pattern changes what follows it,
+			// so it needs them one after the other.
+			fc, fused := st.(AttentionCapture)
+			if fused && !hooked(r.o.Hooks, LayerPoint(layer, "attn.hook_attn_scores")) && !hooked(r.o.Hooks, LayerPoint(layer, "attn.hook_pattern")) {
+				fc.FlashAttentionCapture(a)
+				if !at("attn.hook_attn_scores", a.Scores, 0) || !at("attn.hook_pattern", a.Pattern, 0) {
+					return
+				}
+			} else {
+				st.AttnScores(a)
+				if !at("attn.hook_attn_scores", a.Scores, 0) {
+					return
+				}
+				st.Softmax(a.Pattern, a.Scores, c.Heads*t, a.Keys())
+				if !at("attn.hook_pattern", a.Pattern, 0) {
+					return
+				}
+				st.AttnMix(a)
 			}
-			st.Softmax(a.Pattern, a.Scores, c.Heads*t, a.Keys())
-			if !at("attn.hook_pattern", a.Pattern, 0) {
-				return
-			}
-			st.AttnMix(a)
 		} else {
 			st.FlashAttention(a)
 		}
-		if !at("attn.hook_z", r.z, 0) {
+		if !at("attn.hook_z", a.Z, 0) {
 			return
 		}
-		st.MatMul(r.z, t, Proj{W: w.o, Dst: r.attnOut, Bias: w.oBias})
+		attnOut := into("hook_attn_out", r.attnOut)
+		st.MatMul(a.Z, t, Proj{W: w.o, Dst: attnOut, Bias: w.oBias})
 		if c.PostNorms {
-			r.norm(r.attnOut, r.attnOut, w.attnPostNorm, nil, t)
+			r.norm(attnOut, attnOut, w.attnPostNorm, nil, t)
 		}
-		if !at("hook_attn_out", r.attnOut, 0) {
+		if !at("hook_attn_out", attnOut, 0) {
 			return
 		}
-		st.Add(r.x, r.attnOut, t*d)
+		st.Add(r.x, attnOut, t*d)
 		if !at("hook_resid_mid", r.x, 0) {
 			return
 		}
 
 		// MLP block.
-		if !r.normAt(layer, "ln2", r.h, r.x, w.ffnNorm, w.ffnNormBias, t, at) {
+		if h, ok = r.normAt(layer, "ln2", r.h, r.x, w.ffnNorm, w.ffnNormBias, t, at); !ok {
 			return
 		}
+		mlpOut := into("hook_mlp_out", r.mlpOut)
+		pre, post := into("mlp.hook_pre", r.gate), into("mlp.hook_post", r.gate)
 		switch {
 		case c.MoE():
-			if !r.mixture(w, at) {
+			if !r.mixture(w, h, mlpOut, at) {
 				return
 			}
 		case c.MLP == model.MLPSwiGLU || c.MLP == model.MLPGeGLU:
-			st.MatMul(r.h, t, Proj{W: w.gate, Dst: r.gate}, Proj{W: w.up, Dst: r.up})
-			if !at("mlp.hook_pre", r.gate, 0) || !at("mlp.hook_pre_linear", r.up, 0) {
+			up := into("mlp.hook_pre_linear", r.up)
+			st.MatMul(h, t, Proj{W: w.gate, Dst: pre}, Proj{W: w.up, Dst: up})
+			if !at("mlp.hook_pre", pre, 0) || !at("mlp.hook_pre_linear", up, 0) {
 				return
 			}
 			if c.MLP == model.MLPSwiGLU {
-				st.SwiGLU(r.gate, r.gate, r.up, t*c.FFN)
+				st.SwiGLU(post, pre, up, t*c.FFN)
 			} else {
-				st.GeGLU(r.gate, r.gate, r.up, t*c.FFN)
+				st.GeGLU(post, pre, up, t*c.FFN)
 			}
 		case c.MLP == model.MLPGELU:
-			st.MatMul(r.h, t, Proj{W: w.up, Dst: r.gate, Bias: w.upBias})
-			if !at("mlp.hook_pre", r.gate, 0) {
+			st.MatMul(h, t, Proj{W: w.up, Dst: pre, Bias: w.upBias})
+			if !at("mlp.hook_pre", pre, 0) {
 				return
 			}
-			st.GELU(r.gate, r.gate, t*c.FFN)
+			st.GELU(post, pre, t*c.FFN)
 		}
 		if !c.MoE() {
-			if !at("mlp.hook_post", r.gate, 0) {
+			if !at("mlp.hook_post", post, 0) {
 				return
 			}
-			st.MatMul(r.gate, t, Proj{W: w.down, Dst: r.mlpOut, Bias: w.downBias})
+			st.MatMul(post, t, Proj{W: w.down, Dst: mlpOut, Bias: w.downBias})
 		}
 		if c.PostNorms {
-			r.norm(r.mlpOut, r.mlpOut, w.ffnPostNorm, nil, t)
+			r.norm(mlpOut, mlpOut, w.ffnPostNorm, nil, t)
 		}
-		if !at("hook_mlp_out", r.mlpOut, 0) {
+		if !at("hook_mlp_out", mlpOut, 0) {
 			return
 		}
-		st.Add(r.x, r.mlpOut, t*d)
+		st.Add(r.x, mlpOut, t*d)
 		if !at("hook_resid_post", r.x, 0) {
 			return
 		}
@@ -155,40 +175,46 @@ func (r *Run) program(yield func(string) bool) {
 	st = r.st
 	st.Copy(r.attnOut, 0, r.x, (t-rows)*d, rows*d)
 	tail := func(p string, x Tensor, off int) bool { return r.at(p, x, off, yield) }
-	if !r.normAt(-1, "ln_final", r.h, r.attnOut, e.outNorm, e.outBias, rows, tail) {
+	h, ok := r.normAt(-1, "ln_final", r.h, r.attnOut, e.outNorm, e.outBias, rows, tail)
+	if !ok {
 		return
 	}
-	st.MatMul(r.h, rows, Proj{W: e.output, Dst: r.logits})
+	logits := r.into("logits", r.logits)
+	st.MatMul(h, rows, Proj{W: e.output, Dst: logits})
 	if c.FinalSoftcap != 0 {
-		st.Softcap(r.logits, rows*c.Vocab, c.FinalSoftcap)
+		st.Softcap(logits, rows*c.Vocab, c.FinalSoftcap)
 	}
-	if !r.at("logits", r.logits, 0, yield) {
+	if !r.at("logits", logits, 0, yield) {
 		return
 	}
 	if r.o.Predict {
-		st.Argmax(r.argmax, r.logits, rows, c.Vocab)
+		st.Argmax(r.argmax, logits, rows, c.Vocab)
 	}
 }
 
 // normAt is the norm before attention, the MLP or the LM head (ln is
 // "ln1", "ln2" or "ln_final") as TransformerLens hooks it: the scale each
-// row is divided by (hook_scale), then the normalised rows. A hook on the
-// scale changes what the rows are divided by (freezing a norm, say); dst
-// must not be src, which that reads again.
-func (r *Run) normAt(layer int, ln string, dst, src, gain, bias Tensor, rows int, at func(string, Tensor, int) bool) bool {
+// row is divided by (hook_scale), then the normalised rows, which it
+// returns (written to dst, or in place in the trace). A hook on the scale
+// changes what the rows are divided by (freezing a norm, say); dst must
+// not be src, which that reads again.
+func (r *Run) normAt(layer int, ln string, dst, src, gain, bias Tensor, rows int, at func(string, Tensor, int) bool) (Tensor, bool) {
 	c := &r.s.e.Model.Config
-	normRows(r.st, c, dst, src, gain, bias, r.scale, rows)
-	if !at(ln+".hook_scale", r.scale, 0) {
-		return false
+	full := func(p string) string {
+		if layer >= 0 {
+			return LayerPoint(layer, p)
+		}
+		return p
 	}
-	full := ln + ".hook_scale"
-	if layer >= 0 {
-		full = LayerPoint(layer, full)
+	dst, scale := r.into(full(ln+".hook_normalized"), dst), r.into(full(ln+".hook_scale"), r.scale)
+	normRows(r.st, c, dst, src, gain, bias, scale, rows)
+	if !at(ln+".hook_scale", scale, 0) {
+		return nil, false
 	}
-	if hooked(r.o.Hooks, full) {
-		r.st.NormApply(dst, src, r.scale, gain, bias, rows, c.DModel, c.Norm == model.NormLayer)
+	if hooked(r.o.Hooks, full(ln+".hook_scale")) {
+		r.st.NormApply(dst, src, scale, gain, bias, rows, c.DModel, c.Norm == model.NormLayer)
 	}
-	return at(ln+".hook_normalized", dst, 0)
+	return dst, at(ln+".hook_normalized", dst, 0)
 }
 
 // norm normalises rows of the residual stream with the model's norm: Gemma's

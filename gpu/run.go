@@ -29,9 +29,10 @@ type Run struct {
 	l       *layout
 	tokens  []int32
 
-	arenas      []Tensor   // the captures, laid out by the layout's slots, each on its points' tier
-	device      bool       // the arenas are the run's own, and become the trace
-	owned       [][]Tensor // each tier's intervention sources, freed with the run
+	arenas      []Tensor          // the captures, laid out by the layout's slots, each on its points' tier
+	views       map[string]Tensor // where kernels write captured points in place (see into)
+	device      bool              // the arenas are the run's own, and become the trace
+	owned       [][]Tensor        // each tier's intervention sources, freed with the run
 	next        func() (string, bool)
 	stop        func()
 	point       string // the last point reached
@@ -165,6 +166,7 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 				l.t, HumanBytes(4*int64(l.captureElements)), len(l.order), HumanBytes(s.e.traceBytes.Load()), err)
 		}
 	}
+	r.makeViews()
 	s.run = r
 	r.next, r.stop = iter.Pull(r.program)
 	return r, nil
@@ -178,13 +180,41 @@ var (
 	errRunOver    = errors.New("engine: the run is over and its buffers are back with the session: take the trace before Finish or Close")
 )
 
-// captureOr is where a kernel writes a point: its capture arena when the
-// point is captured at the start of one (no copy follows), scratch otherwise.
-func (r *Run) captureOr(name string, scratch Tensor) Tensor {
-	if s, ok := r.l.slots[name]; ok && s.off == 0 {
-		return r.arenas[s.arena]
+// makeViews finds, for each captured point, a tensor its kernel can write
+// in place of scratch, so that no copy follows: a view of its place in its
+// arena where the tier's tensors are Go memory, else the arena itself where
+// the point fills it alone (attention scores and patterns: copying them was
+// most of what capturing cost on the GPU).
+func (r *Run) makeViews() {
+	r.views = map[string]Tensor{}
+	for name, s := range r.l.slots {
+		n := elements(s.shape)
+		if h, ok := r.s.tiers[r.arenaTier(s.arena)].st.(HostTensors); ok {
+			r.views[name] = h.View(r.arenas[s.arena], s.off, n)
+		} else if s.off == 0 && r.l.arenas[s.arena] == n {
+			r.views[name] = r.arenas[s.arena]
+		}
+	}
+}
+
+// into is where a kernel writes the named point: its place in the trace
+// when it has a view there, scratch otherwise. What the program computes
+// next reads it from there.
+func (r *Run) into(name string, scratch Tensor) Tensor {
+	if v, ok := r.views[name]; ok {
+		return v
 	}
 	return scratch
+}
+
+// carry is into for a point computed in place from src (RoPE of q): src is
+// copied to where the point goes, unless that is src.
+func (r *Run) carry(name string, scratch, src Tensor, n int) Tensor {
+	dst := r.into(name, scratch)
+	if dst != src {
+		r.st.Copy(dst, 0, src, 0, n)
+	}
+	return dst
 }
 
 // at is a named point: apply hooks, capture, then let a stepping caller pause.
@@ -199,7 +229,7 @@ func (r *Run) at(name string, x Tensor, off int, yield func(string) bool) bool {
 			return false
 		}
 	}
-	if s, ok := r.l.slots[name]; ok {
+	if s, ok := r.l.slots[name]; ok && (off != 0 || x != r.views[name]) {
 		r.st.Copy(r.arenas[s.arena], s.off, x, off, elements(s.shape))
 	}
 	return yield(name)

@@ -186,18 +186,46 @@ func (s *stream) packValues(a *gpu.Attention) []float32 {
 	return vp
 }
 
-func (s *stream) flashTiled(a *gpu.Attention) {
+// flashTiled is attention one block of queries at a time, its scores and
+// pattern in cache; with capture, each row of them is also written out
+// whole, masked keys included, as scoresTiled and Softmax write them.
+func (s *stream) flashTiled(a *gpu.Attention, capture bool) {
 	vp := s.packValues(a)
+	keys := a.Keys()
+	var scores, pattern []float32
+	if capture {
+		scores, pattern = data(a.Scores), data(a.Pattern)
+	}
+	negInf := float32(math.Inf(-1))
 	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
 		span := b.span()
 		w := sc.rowsFor(b.rows, span)
 		blockScores(a, sc, b, w, span)
+		first := (b.h*a.T + b.r0) * keys
 		for r := range b.rows {
 			row := w[r*span : (r+1)*span]
+			if capture {
+				out := scores[first+r*keys : first+(r+1)*keys]
+				fill(out[:b.lo], negInf)
+				copy(out[b.lo:], row)
+				fill(out[b.hi:], negInf)
+			}
 			softmax(row, row)
+			if capture {
+				out := pattern[first+r*keys : first+(r+1)*keys]
+				clear(out[:b.lo])
+				copy(out[b.lo:], row)
+				clear(out[b.hi:])
+			}
 		}
 		blockMix(a, sc, b, w, span, vp)
 	})
+}
+
+func fill(x []float32, v float32) {
+	for i := range x {
+		x[i] = v
+	}
 }
 
 func (s *stream) scoresTiled(a *gpu.Attention) {

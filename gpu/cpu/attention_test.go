@@ -15,8 +15,9 @@ import (
 // around its blocks: queries around 16 and 32, head dims that pad (40) or
 // not (32), more keys than 256 (the kernel's sum blocks), grouped heads, a
 // cache already holding earlier positions, sliding windows and soft caps.
-// And three equalities, bit for bit: the fused path gives the materialising
-// path's Z; every query alone (as a one-token prefill over the same cache)
+// And four equalities, bit for bit: the fused path gives the materialising
+// path's Z, and so does the fused path that captures, with the same scores
+// and pattern, masked entries included (written over garbage); every query alone (as a one-token prefill over the same cache)
 // gives its row of a whole prefill; and its scores and pattern too.
 //
 // Tolerance: a score is a float32 dot of head_dim terms, a pattern entry an
@@ -78,6 +79,15 @@ func TestTiledAttentionIsAttentionWhateverTheBlock(t *testing.T) {
 			require.NoError(t, st.Sync())
 			z := data(fused.Z)
 			require.Equal(t, z, data(mat.Z), "fused and materialised Z")
+			captured := at(alloc(c.t*c.heads*c.hd), alloc(c.heads*c.t*keys), alloc(c.heads*c.t*keys))
+			for _, x := range []gpu.Tensor{captured.Scores, captured.Pattern} {
+				fill(data(x), float32(math.NaN()))
+			}
+			st.(gpu.AttentionCapture).FlashAttentionCapture(captured)
+			require.NoError(t, st.Sync())
+			require.Equal(t, z, data(captured.Z), "fused Z with and without capture")
+			require.Equal(t, data(mat.Scores), data(captured.Scores), "captured scores")
+			require.Equal(t, data(mat.Pattern), data(captured.Pattern), "captured pattern")
 
 			// float64, plainly.
 			want := make([]float64, len(z))

@@ -86,6 +86,8 @@ type stream struct {
 	// Attention's packed values and per-thread blocks (attention.go).
 	vpack []float32
 	attn  []attnScratch
+	// RoPE's cosines and sines by position, for each rope (see angles).
+	rope map[*model.Rope]*ropeTable
 }
 
 func data(t gpu.Tensor) []float32 { return t.(*tensor).data }
@@ -201,3 +203,7 @@ func (s *stream) recoverFault() {
 
 // HostData implements gpu.HostTensors: a tensor is its Go slice.
 func (s *stream) HostData(t gpu.Tensor) []float32 { return data(t) }
+
+func (s *stream) View(t gpu.Tensor, off, n int) gpu.Tensor {
+	return &tensor{data: data(t)[off : off+n : off+n]}
+}

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"gonum.org/v1/gonum/blas/blas32"
 
@@ -233,10 +234,10 @@ func dot(a, b []float32) float32 {
 func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rope) {
 	xs := data(x)
 	half := r.Dim / 2
+	cosines, sines := s.angles(r, pos0, rows)
 	s.parallel(rows, func(lo, hi int) {
-		cos, sin := make([]float32, half), make([]float32, half)
 		for t := lo; t < hi; t++ {
-			RopeAngles(r, pos0+t, cos, sin)
+			cos, sin := cosines[t*half:(t+1)*half], sines[t*half:(t+1)*half]
 			for h := 0; h < heads; h++ {
 				v := xs[(t*heads+h)*headDim : (t*heads+h+1)*headDim]
 				for i := 0; i < half; i++ {
@@ -251,6 +252,35 @@ func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rop
 			}
 		}
 	})
+}
+
+// ropeTable is a rope's cosines and sines, half of each per position from 0.
+type ropeTable struct{ cos, sin []float32 }
+
+// angles is RopeAngles of positions [pos0, pos0+rows), half per position,
+// each computed once and kept: RoPE turns q and k of every layer by the
+// same positions, and the cosines (pow, cos and sin per pair) were a tenth
+// of a short prefill.
+func (s *stream) angles(r *model.Rope, pos0, rows int) (cos, sin []float32) {
+	half := r.Dim / 2
+	if s.rope == nil {
+		s.rope = map[*model.Rope]*ropeTable{}
+	}
+	tb := s.rope[r]
+	if tb == nil {
+		tb = &ropeTable{}
+		s.rope[r] = tb
+	}
+	if have := len(tb.cos) / half; have < pos0+rows {
+		n := max(pos0+rows, 2*have) // decoding a token at a time grows it
+		tb.cos, tb.sin = slices.Grow(tb.cos, (n-have)*half)[:n*half], slices.Grow(tb.sin, (n-have)*half)[:n*half]
+		s.parallel(n-have, func(lo, hi int) {
+			for p := have + lo; p < have+hi; p++ {
+				RopeAngles(r, p, tb.cos[p*half:(p+1)*half], tb.sin[p*half:(p+1)*half])
+			}
+		})
+	}
+	return tb.cos[pos0*half : (pos0+rows)*half], tb.sin[pos0*half : (pos0+rows)*half]
 }
 
 // RopeAngles fills the cosines and sines of position pos for each rotated
@@ -404,9 +434,19 @@ func mix(out, w, v []float32, kvHeads, kvh, hd int) {
 	}
 }
 
+func (s *stream) FlashAttentionCapture(a *gpu.Attention) {
+	if !hasPanelGEMM {
+		s.AttnScores(a)
+		s.Softmax(a.Pattern, a.Scores, a.Heads*a.T, a.Keys())
+		s.AttnMix(a)
+		return
+	}
+	s.flashTiled(a, true)
+}
+
 func (s *stream) FlashAttention(a *gpu.Attention) {
 	if hasPanelGEMM {
-		s.flashTiled(a)
+		s.flashTiled(a, false)
 		return
 	}
 	q, k, v, z := data(a.Q), data(a.K), data(a.V), data(a.Z)
