@@ -87,8 +87,9 @@ type Stream interface {
 	// MatMul computes dst = x W^T (+ bias) for each projection, all reading
 	// the same rows of x; backends fuse them into one pass where they can.
 	MatMul(x Tensor, rows int, outs ...Proj)
-	// SetPrecision sets how the MatMuls recorded after it multiply. A
-	// backend without a faster way computes in float32 either way.
+	// SetPrecision sets how the MatMuls and flash attention recorded after
+	// it multiply. A backend without a faster way computes in float32
+	// either way.
 	SetPrecision(p Precision)
 	// Rope rotates rows [rows, heads, headDim] in place for positions pos0...
 	Rope(x Tensor, rows, heads, headDim, pos0 int, r *model.Rope)

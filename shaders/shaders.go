@@ -50,7 +50,7 @@ var Variants = func() []Variant {
 		Variant{Name: "normapply_layer", Source: "normapply.comp", Defines: []string{"CENTER"}},
 		Variant{Name: "gather_rows", Source: "rows.comp", Defines: []string{"GATHER"}},
 		Variant{Name: "scatter_rows", Source: "rows.comp"})
-	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "argmax", "rank", "rownorm", "tohalf"} {
+	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "flash_coop", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "argmax", "rank", "rownorm", "tohalf"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})
 	}
 	return vs

@@ -90,3 +90,11 @@ func SetCoopHalfX(on bool) bool {
 	coopHalfX = on
 	return old
 }
+
+// SetFlashCoopRows sets the rows of a flash_coop.comp workgroup (64 or
+// 128), returning the old value.
+func SetFlashCoopRows(n int) int {
+	old := flashCoopRows
+	flashCoopRows = n
+	return old
+}

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/x448/float16"
 
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/vulkan"
 )
 
 // TestFlashAttentionShapes checks flash.comp against causal attention in
@@ -118,7 +120,9 @@ func TestFlashAttentionRefusesWideHeads(t *testing.T) {
 // BenchmarkFlashAttention times one causal prefill's attention on the
 // device, at the head layouts of the bonsai models (1.7b: 16 heads over 8 kv
 // heads; 8b: 32 over 8) and a multi-head one, at a T lavapipe gets through;
-// then a continued prefill and a decoding step over a longer cache.
+// then a continued prefill and a decoding step over a longer cache; and the
+// bonsai layouts at T=2048, for the H200. Each at both precisions (fast runs
+// flash_coop.comp where the device has cooperative matrices).
 func BenchmarkFlashAttention(b *testing.B) {
 	v := benchBackend(b)
 	cases := []struct{ T, pos0, heads, kvHeads, hd int }{
@@ -127,48 +131,162 @@ func BenchmarkFlashAttention(b *testing.B) {
 		{T: 256, heads: 8, kvHeads: 8, hd: 64},
 		{T: 128, pos0: 384, heads: 16, kvHeads: 8, hd: 128},
 		{T: 1, pos0: 1023, heads: 16, kvHeads: 8, hd: 128},
+		{T: 2048, heads: 16, kvHeads: 8, hd: 128},
+		{T: 2048, heads: 32, kvHeads: 8, hd: 128},
 	}
 	for _, c := range cases {
-		b.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d", c.T, c.pos0, c.heads, c.kvHeads, c.hd), func(b *testing.B) {
-			s := v.NewStream()
-			rng := rand.New(rand.NewPCG(1, 2))
-			keys := c.pos0 + c.T
-			tensor := func(name string, n int) gpu.Tensor {
-				x, err := s.Alloc(name, n)
-				if err != nil {
-					b.Fatal(err)
+		for _, p := range []struct {
+			name string
+			gpu.Precision
+			coopRows int
+		}{{"exact", gpu.PrecisionExact, 64}, {"fast", gpu.PrecisionFast, 64}, {"fast-128rows", gpu.PrecisionFast, 128}} {
+			b.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d/%s", c.T, c.pos0, c.heads, c.kvHeads, c.hd, p.name), func(b *testing.B) {
+				defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(p.coopRows))
+				s := v.NewStream()
+				s.SetPrecision(p.Precision)
+				rng := rand.New(rand.NewPCG(1, 2))
+				keys := c.pos0 + c.T
+				tensor := func(name string, n int) gpu.Tensor {
+					x, err := s.Alloc(name, n)
+					if err != nil {
+						b.Fatal(err)
+					}
+					data := make([]float32, n)
+					for i := range data {
+						data[i] = float32(rng.NormFloat64())
+					}
+					s.Write(x, 0, data)
+					return x
 				}
-				data := make([]float32, n)
-				for i := range data {
-					data[i] = float32(rng.NormFloat64())
+				a := &gpu.Attention{
+					Q: tensor("q", c.T*c.heads*c.hd), K: tensor("k", keys*c.kvHeads*c.hd), V: tensor("v", keys*c.kvHeads*c.hd),
+					Z: tensor("z", c.T*c.heads*c.hd), T: c.T, Pos0: c.pos0, Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.hd,
+					Scale: float32(1 / math.Sqrt(float64(c.hd))),
 				}
-				s.Write(x, 0, data)
-				return x
-			}
-			a := &gpu.Attention{
-				Q: tensor("q", c.T*c.heads*c.hd), K: tensor("k", keys*c.kvHeads*c.hd), V: tensor("v", keys*c.kvHeads*c.hd),
-				Z: tensor("z", c.T*c.heads*c.hd), T: c.T, Pos0: c.pos0, Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.hd,
-				Scale: float32(1 / math.Sqrt(float64(c.hd))),
-			}
-			s.FlashAttention(a) // builds the pipeline outside the timing
-			if err := s.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			cpu0 := cpuTime(b)
-			b.ResetTimer()
-			for range b.N {
-				s.FlashAttention(a)
+				s.FlashAttention(a) // builds the pipeline outside the timing
 				if err := s.Sync(); err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.StopTimer()
-			// lavapipe runs on the host's cores, which other work may share:
-			// the process's CPU time per call is steadier than wall time.
-			b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
-			// Multiply-adds of Q K^T and P V over the causal triangle.
-			visible := float64(c.T) * (float64(c.pos0) + float64(c.T+1)/2)
-			b.ReportMetric(4*visible*float64(c.heads*c.hd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+				cpu0 := cpuTime(b)
+				b.ResetTimer()
+				for range b.N {
+					s.FlashAttention(a)
+					if err := s.Sync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				// lavapipe runs on the host's cores, which other work may share:
+				// the process's CPU time per call is steadier than wall time.
+				b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+				// Multiply-adds of Q K^T and P V over the causal triangle.
+				visible := float64(c.T) * (float64(c.pos0) + float64(c.T+1)/2)
+				b.ReportMetric(4*visible*float64(c.heads*c.hd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
+}
+
+// TestCoopFlashAttentionIsFloat16Attention holds flash_coop.comp (flash
+// attention at fast precision, on cooperative matrices) to causal attention
+// in float64 over its inputs rounded to float16, as the kernel takes them,
+// with workgroups of 64 and 128 rows, across the cases its tiling treats
+// apart: GQA groups sharing a workgroup (and 16 of them, a whole
+// workgroup's rows in 4 or 8 queries), query counts off its rows, continued prefills over several blocks of 32 keys, head dims
+// of 32, 64 and 128, sliding windows that skip and wholly mask blocks,
+// capped scores, and keys whose scores grow along the cache (ramp: each row's
+// maximum keeps jumping, so its output is rescaled block after block).
+//
+// Tolerance: with its inputs rounded alike, the kernel differs from the
+// reference by the float16 rounding of each probability before P V (a
+// relative 2^-11, so at most 2^-11 max|V| in an output, the probabilities
+// being normalised by the sum of the unrounded ones) and by float32 sums.
+// Twice 2^-11 max|V| covers that; an indexing error is of order max|V|.
+func TestCoopFlashAttentionIsFloat16Attention(t *testing.T) {
+	b := backend(t)
+	if !vulkan.Coop(b) {
+		t.Skip("this device has no cooperative matrices: fast precision runs flash.comp")
+	}
+	cases := []struct {
+		T, pos0, heads, kvHeads, hd, window int
+		softcap                             float32
+		ramp                                bool
+	}{
+		{T: 100, pos0: 0, heads: 4, kvHeads: 4, hd: 64},
+		{T: 300, pos0: 0, heads: 4, kvHeads: 2, hd: 128, ramp: true},
+		{T: 64, pos0: 200, heads: 8, kvHeads: 8, hd: 64, ramp: true},
+		{T: 70, pos0: 0, heads: 16, kvHeads: 8, hd: 128},
+		{T: 37, pos0: 50, heads: 8, kvHeads: 2, hd: 128},
+		{T: 20, pos0: 100, heads: 32, kvHeads: 2, hd: 128},
+		{T: 129, pos0: 0, heads: 8, kvHeads: 4, hd: 32},
+		{T: 1, pos0: 130, heads: 4, kvHeads: 2, hd: 64},
+		{T: 200, pos0: 0, heads: 4, kvHeads: 2, hd: 128, window: 64, softcap: 2},
+		{T: 40, pos0: 100, heads: 8, kvHeads: 1, hd: 64, window: 30},
+	}
+	for _, tc := range cases {
+		for _, rows := range []int{64, 128} {
+			t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g_ramp%v/rows%d", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, tc.ramp, rows), func(t *testing.T) {
+				defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(rows))
+				r := newRig(t, 12)
+				_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
+				q, k, v := make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
+				require.NoError(t, r.vs.Read(a.Q, 0, q))
+				require.NoError(t, r.vs.Read(a.K, 0, k))
+				require.NoError(t, r.vs.Read(a.V, 0, v))
+				if tc.ramp {
+					row := tc.kvHeads * tc.hd
+					for j := range len(k) / row {
+						for i := range row {
+							k[j*row+i] *= 1 + float32(j)/16
+						}
+					}
+					r.vs.Write(a.K, 0, k)
+				}
+				r.vs.Edit(z.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: z.v.Len(), Scalar: 7})
+				r.vs.SetPrecision(gpu.PrecisionFast)
+				r.vs.FlashAttention(a)
+				got := make([]float32, z.v.Len())
+				require.NoError(t, r.vs.Read(z.v, 0, got))
+				maxV := 0.0
+				for _, x := range [][]float32{q, k, v} {
+					for i, f := range x {
+						x[i] = float16.Fromfloat32(f).Float32()
+					}
+				}
+				for _, f := range v {
+					maxV = math.Max(maxV, math.Abs(float64(f)))
+				}
+				want := attention64(q, k, v, a)
+				worst := 0.0
+				for i := range want {
+					worst = math.Max(worst, math.Abs(float64(got[i])-float64(want[i])))
+				}
+				require.LessOrEqual(t, worst, 2*math.Ldexp(1, -11)*maxV, "largest error of an output (max |V| %.3g)", maxV)
+			})
+		}
+	}
+}
+
+// TestCoopFlashAttentionOutOfFloat16Range gives flash_coop.comp a value
+// float16 cannot hold (a V entry of 1e5, in every workgroup's first key
+// block): the workgroups compute their rows in float32 instead, so the
+// output is float32 attention (tolExp of the float64 reference, which takes
+// the inputs as they are), not infinities.
+func TestCoopFlashAttentionOutOfFloat16Range(t *testing.T) {
+	if !vulkan.Coop(backend(t)) {
+		t.Skip("this device has no cooperative matrices: fast precision runs flash.comp")
+	}
+	r := newRig(t, 13)
+	_, a, z, _, _ := attention(r, 90, 10, 4, 1, 64, 0, 0)
+	q, k, v := make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
+	require.NoError(t, r.vs.Read(a.Q, 0, q))
+	require.NoError(t, r.vs.Read(a.K, 0, k))
+	require.NoError(t, r.vs.Read(a.V, 0, v))
+	v[3] = 1e5
+	r.vs.Write(a.V, 0, v)
+	r.vs.SetPrecision(gpu.PrecisionFast)
+	r.vs.FlashAttention(a)
+	got := make([]float32, z.v.Len())
+	require.NoError(t, r.vs.Read(z.v, 0, got))
+	requireClose(t, got, attention64(q, k, v, a), tolExp, "z")
 }

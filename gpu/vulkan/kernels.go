@@ -459,17 +459,39 @@ func (s *stream) FlashAttention(a *gpu.Attention) {
 		s.fail(fmt.Errorf("vulkan: flash attention over %d-dim heads needs %d bytes of shared memory (the device has %d) and at most %d dims; capture the pattern to use the materialised path", a.HeadDim, shared, limit, maxHeadD))
 		return
 	}
-	// A workgroup takes flashRows rows of (query, head), its heads from one
-	// GQA group so that they share each K/V tile.
-	wgHeads := flashHeads(a.Heads / a.KVHeads)
-	s.dispatch("flash", []uint32{uint32(a.HeadDim), b2u(a.Window > 0), b2u(a.Softcap != 0)}, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
-		append(pushOf(a).words(true), uint32(wgHeads)), ceilDiv(a.T, flashRows/wgHeads), uint32(a.Heads/wgHeads), 1)
+	// A workgroup takes rows of (query, head), its heads from one GQA group
+	// so that they share each K/V tile.
+	kernel, rows, specs := "flash", flashRows, []uint32{uint32(a.HeadDim), b2u(a.Window > 0), b2u(a.Softcap != 0)}
+	if s.coopFlash(a.HeadDim) {
+		kernel, rows, specs = "flash_coop", flashCoopRows, append(specs, 2*uint32(flashCoopRows))
+	}
+	wgHeads := flashHeads(a.Heads/a.KVHeads, rows)
+	s.dispatch(kernel, specs, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
+		append(pushOf(a).words(true), uint32(wgHeads)), ceilDiv(a.T, rows/wgHeads), uint32(a.Heads/wgHeads), 1)
 }
 
-// flashHeads is how many heads of a GQA group of g share a flash workgroup:
-// the largest divisor of g that fits in its rows.
-func flashHeads(g int) int {
-	for n := min(g, flashRows); ; n-- {
+// flashCoopRows is the rows of a flash_coop.comp workgroup: 16 for each of
+// its subgroups (64 or 128).
+var flashCoopRows = 64
+
+// flashCoopShared is flash_coop.comp's shared memory: K and V of a block
+// of 32 keys and 128 dims in float16 (rows padded by 8), each subgroup's
+// 16 rows of scores (float32, padded by 4: they outsize its probabilities),
+// and a float per invocation.
+func flashCoopShared() int { return 2*32*136*2 + flashCoopRows*36*4 + 2*flashCoopRows*4 + 4 }
+
+// coopFlash reports whether flash attention runs on cooperative matrices:
+// at fast precision (its inputs are float16), on heads of whole 16-dim
+// tiles up to 128.
+func (s *stream) coopFlash(headDim int) bool {
+	return s.b.coop && s.precision == gpu.PrecisionFast && headDim%16 == 0 && headDim <= 128 && s.b.phys.subgroupArithmetic() &&
+		int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) >= flashCoopShared()
+}
+
+// flashHeads is how many heads of a GQA group of g share a flash workgroup
+// of rows: the largest divisor of g that fits.
+func flashHeads(g, rows int) int {
+	for n := min(g, rows); ; n-- {
 		if g%n == 0 {
 			return n
 		}
