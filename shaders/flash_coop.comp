@@ -6,9 +6,12 @@
 #extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
-// flash.comp on cooperative matrices, for PrecisionFast: Q, K, V and the
+// flash.comp on cooperative matrices. PrecisionFast: Q, K, V and the
 // probabilities in float16, scores and outputs summed in float32, the online
-// softmax in float32. A workgroup of SG subgroups takes R = 16 SG rows of
+// softmax in float32. EXACT (PrecisionExact): each of them split into
+// float16 hi + lo (see half.glsl), three products per step (hi hi, lo hi,
+// hi lo; lo lo is below float32's rounding), so the output keeps float32's
+// accuracy. A workgroup of SG subgroups takes R = 16 SG rows of
 // (query, head), the heads of one GQA group as flash.comp does, 16 rows a
 // subgroup. Per block of BC keys, staged in float16 by the workgroup, each
 // subgroup multiplies its Q rows (held as matrices all along) by K^T,
@@ -16,10 +19,13 @@
 // half the block), and adds the probabilities times V to its output, which
 // stays in accumulator matrices from block to block. A cooperative matrix
 // cannot be scaled row by row, so the shift of a row's exponentials is kept
-// until its maximum passes it by more than SLACK: the probabilities are
-// then at most e^SLACK (float16 holds them, with the same relative
-// precision), and the output takes the round trip through shared memory to
-// be rescaled only on such a jump, mostly in the first blocks. A workgroup
+// until its maximum passes it by more than SLACK, and only then does the
+// output take the round trip through shared memory to be rescaled (mostly
+// in the first blocks). The probabilities are then at most e^SLACK, and
+// they enter the products times PSCALE (at most 55,900, which float16
+// holds), so that only a probability under 2^-24 / PSCALE is lost, not one
+// under 2^-24 (a sum of thousands of those would show beside float32's
+// rounding); the output is divided by PSCALE at the end. A workgroup
 // that meets an input past float16's range computes its rows again in
 // float32 (slowly: it is rare), as matmul_coop.comp does its tiles.
 layout(local_size_x_id = 3) in;
@@ -27,6 +33,7 @@ layout(constant_id = 0) const uint HD = 128; // head dim: a multiple of 16, at m
 layout(constant_id = 1) const bool WINDOWED = false;
 layout(constant_id = 2) const bool CAPPED = false;
 layout(constant_id = 3) const uint WG = 128; // invocations: 32 per subgroup, 4 or 8 subgroups
+layout(constant_id = 4) const uint EXACT = 0;
 
 #define BC 32
 const uint SG = WG / 32, R = 16 * SG;
@@ -37,8 +44,9 @@ const uint PROW = (BC + 8) / 8; // uvec4s of a staged probability row
 const uint SROW = BC / 4 + 1;   // vec4s of a staged score row
 // A subgroup's share of SP: its scores, then (when read) its probabilities
 // and, at a rescale and at the end, its output tiles one at a time.
-const uint SPS = max(16 * SROW, 16 * PROW);
-const float SLACK = 8.0;
+const uint SPS = EXACT != 0 ? 2 * 16 * PROW : 16 * SROW; // the larger (BC = 32)
+const uint LO = 2 * BC * KROW; // where KV's lo halves start (K, then V), with EXACT
+const float SLACK = 4.0, PSCALE = 1024.0;
 
 layout(push_constant) uniform Push {
     uint T, keys, heads, kvHeads, hd, pos0;
@@ -57,12 +65,13 @@ layout(std430, binding = 2) readonly buffer V { float vc[]; };
 layout(std430, binding = 3) writeonly buffer Z4 { vec4 z4[]; };
 layout(std430, binding = 3) writeonly buffer Z { float z[]; };
 
-shared uvec4 KV[2 * BC * KROW]; // K then V of a block; Q's rows (64 at a time) at the start
+shared uvec4 KV[(1 + EXACT) * LO]; // K then V of a block (hi, then lo); Q's rows (64 at a time) at the start
 shared uvec4 SP[SG * SPS];      // float32 bits or float16 pairs, each subgroup's own
 shared float pair[WG];          // what the two lanes of a row tell each other
 shared uint outOfRange;
 
 #include "attend.glsl"
+#include "half.glsl"
 
 #define MAT16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
@@ -85,12 +94,22 @@ float partner(float v) {
     return v;
 }
 
-// inputs8 is half8 of 8 inputs, noting those past float16's range.
-uvec4 inputs8(vec4 a, vec4 b) {
+// split8 packs 8 floats as float16: rounded, or (EXACT) as hi and lo.
+void split8(vec4 a, vec4 b, out uvec4 hi, out uvec4 lo) {
+    lo = uvec4(0);
+    if (EXACT == 0) {
+        hi = half8(a, b);
+        return;
+    }
+    split(float[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w), hi, lo);
+}
+
+// inputs8 is split8 of 8 inputs, noting those past float16's range.
+void inputs8(vec4 a, vec4 b, out uvec4 hi, out uvec4 lo) {
     if (any(greaterThan(max(abs(a), abs(b)), vec4(65504.0)))) {
         outOfRange = 1;
     }
-    return half8(a, b);
+    split8(a, b, hi, lo);
 }
 
 // float32Row is the fallback: row's output computed in float32, by the
@@ -155,23 +174,32 @@ void main() {
     barrier();
     // Stage Q's rows in float16 (padding rows as zeros), 64 at a time
     // (what KV holds), and keep this subgroup's as matrices.
-    MAT16 q[8];
+    MAT16 q[8], ql[8];
     for (uint g = 0; g < R; g += 64) {
         if (g > 0) {
             barrier(); // the last group's rows are loaded
         }
         for (uint id = tid; id < 64 * C8; id += WG) {
             uint row = g + id / C8, c = id % C8, qi = row / hpw;
-            uvec4 h = uvec4(0);
+            uvec4 h = uvec4(0), lo = uvec4(0);
             if (qi < bq && q0 + qi < pc.T) {
                 uint at = (((q0 + qi) * pc.heads + h0 + row % hpw) * HD + 8 * c) / 4;
-                h = inputs8(q4[at], q4[at + 1]);
+                inputs8(q4[at], q4[at + 1], h, lo);
             }
             KV[(id / C8) * KROW + c] = h;
+            if (EXACT != 0) {
+                KV[LO + (id / C8) * KROW + c] = lo;
+            }
         }
         barrier();
         if (16 * sg >= g && 16 * sg < g + 64) {
-#define LOAD_Q(I) if (I < NT) { coopMatLoadNV(q[I], KV, (16 * sg - g) * KROW + 2 * I, KROW, false); }
+#define LOAD_Q(I) \
+    if (I < NT) { \
+        coopMatLoadNV(q[I], KV, (16 * sg - g) * KROW + 2 * I, KROW, false); \
+        if (EXACT != 0) { \
+            coopMatLoadNV(ql[I], KV, LO + (16 * sg - g) * KROW + 2 * I, KROW, false); \
+        } \
+    }
             EACH(LOAD_Q)
         }
     }
@@ -195,14 +223,18 @@ void main() {
         barrier(); // every subgroup is done with the last block (or with Q)
         for (uint id = tid; id < BC * C8; id += WG) {
             uint c = id / C8, d = id % C8, j = j0 + c;
-            uvec4 kh = uvec4(0), vh = uvec4(0);
+            uvec4 kh = uvec4(0), vh = uvec4(0), kl = uvec4(0), vl = uvec4(0);
             if (j < pc.keys) {
                 uint at = (j * kvStride + kvh * HD + 8 * d) / 4;
-                kh = inputs8(kc4[at], kc4[at + 1]);
-                vh = inputs8(vc4[at], vc4[at + 1]);
+                inputs8(kc4[at], kc4[at + 1], kh, kl);
+                inputs8(vc4[at], vc4[at + 1], vh, vl);
             }
             KV[c * KROW + d] = kh;
             KV[(BC + c) * KROW + d] = vh;
+            if (EXACT != 0) {
+                KV[LO + c * KROW + d] = kl;
+                KV[LO + (BC + c) * KROW + d] = vl;
+            }
         }
         barrier();
 
@@ -215,6 +247,14 @@ void main() {
         coopMatLoadNV(k1, KV, 16 * KROW + 2 * I, KROW, true); \
         s0 = coopMatMulAddNV(q[I], k0, s0); \
         s1 = coopMatMulAddNV(q[I], k1, s1); \
+        if (EXACT != 0) { \
+            s0 = coopMatMulAddNV(ql[I], k0, s0); \
+            s1 = coopMatMulAddNV(ql[I], k1, s1); \
+            coopMatLoadNV(k0, KV, LO + 2 * I, KROW, true); \
+            coopMatLoadNV(k1, KV, LO + 16 * KROW + 2 * I, KROW, true); \
+            s0 = coopMatMulAddNV(q[I], k0, s0); \
+            s1 = coopMatMulAddNV(q[I], k1, s1); \
+        } \
     }
         EACH(QK)
         coopMatStoreNV(s0, SP, sBase, SROW, false);
@@ -267,7 +307,12 @@ void main() {
                 e[i] = none ? 0.0 : exp(sv[c + i] - m);
                 sum += e[i];
             }
-            SP[pBase + r * PROW + 2 * half_ + c / 8] = half8(vec4(e[0], e[1], e[2], e[3]), vec4(e[4], e[5], e[6], e[7]));
+            uvec4 hi, lo;
+            split8(PSCALE * vec4(e[0], e[1], e[2], e[3]), PSCALE * vec4(e[4], e[5], e[6], e[7]), hi, lo);
+            SP[pBase + r * PROW + 2 * half_ + c / 8] = hi;
+            if (EXACT != 0) {
+                SP[pBase + 16 * PROW + r * PROW + 2 * half_ + c / 8] = lo;
+            }
         }
         l = l * alpha + sum;
         subgroupMemoryBarrierShared();
@@ -275,12 +320,21 @@ void main() {
 
         [[unroll]] for (uint kk = 0; kk < BC / 16; kk++) {
             MAT16 pa;
+            MAT16 pl;
             coopMatLoadNV(pa, SP, pBase + 2 * kk, PROW, false);
+            if (EXACT != 0) {
+                coopMatLoadNV(pl, SP, pBase + 16 * PROW + 2 * kk, PROW, false);
+            }
 #define PV(I) \
     if (I < NT) { \
         MAT16 vb; \
         coopMatLoadNV(vb, KV, (BC + 16 * kk) * KROW + 2 * I, KROW, false); \
         o[I] = coopMatMulAddNV(pa, vb, o[I]); \
+        if (EXACT != 0) { \
+            o[I] = coopMatMulAddNV(pl, vb, o[I]); \
+            coopMatLoadNV(vb, KV, LO + (BC + 16 * kk) * KROW + 2 * I, KROW, false); \
+            o[I] = coopMatMulAddNV(pa, vb, o[I]); \
+        } \
     }
             EACH(PV)
         }
@@ -293,7 +347,7 @@ void main() {
     }
     // Each lane writes its 8 columns of each tile of its row, divided by
     // the row's sum, through the staging area.
-    float total = l + partner(l);
+    float total = PSCALE * (l + partner(l));
     uint base = ((q0 + qi) * pc.heads + h0 + row % hpw) * HD;
 #define OUT(I) \
     if (I < NT) { \

@@ -142,3 +142,31 @@ func BenchmarkCaptureCost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCaptureMemory writes what a capture-all prefill of the default
+// model's shape writes at T=512 (112.7 MB), in rows of 2 KB as attention
+// writes its patterns, into memory written before ("reused") and into a new
+// slice each time ("new", as each prefill's trace is): the difference is
+// what new memory costs a capture, whatever the kernels do.
+func BenchmarkCaptureMemory(b *testing.B) {
+	const n, row = 112_700_000 / 4, 512
+	src := make([]float32, row)
+	var keep []float32
+	for _, fresh := range []bool{false, true} {
+		b.Run(map[bool]string{false: "reused", true: "new"}[fresh], func(b *testing.B) {
+			dst := make([]float32, n)
+			copy(dst, make([]float32, n)) // its pages are mapped before the timing
+			b.SetBytes(4 * n)
+			for b.Loop() {
+				if fresh {
+					dst = make([]float32, n)
+				}
+				for o := 0; o+row <= n; o += row {
+					copy(dst[o:o+row], src)
+				}
+				keep = dst
+			}
+		})
+	}
+	_ = keep
+}

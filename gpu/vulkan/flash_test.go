@@ -138,10 +138,14 @@ func BenchmarkFlashAttention(b *testing.B) {
 		for _, p := range []struct {
 			name string
 			gpu.Precision
-			coopRows int
-		}{{"exact", gpu.PrecisionExact, 64}, {"fast", gpu.PrecisionFast, 64}, {"fast-128rows", gpu.PrecisionFast, 128}} {
+			coopRows int // 0: flash.comp, cooperative matrices off
+		}{{"flash.comp", gpu.PrecisionExact, 0}, {"exact", gpu.PrecisionExact, 64}, {"fast", gpu.PrecisionFast, 64}, {"fast-128rows", gpu.PrecisionFast, 128}} {
 			b.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d/%s", c.T, c.pos0, c.heads, c.kvHeads, c.hd, p.name), func(b *testing.B) {
-				defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(p.coopRows))
+				if p.coopRows == 0 {
+					defer vulkan.SetCoop(v, vulkan.SetCoop(v, false))
+				} else {
+					defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(p.coopRows))
+				}
 				s := v.NewStream()
 				s.SetPrecision(p.Precision)
 				rng := rand.New(rand.NewPCG(1, 2))
@@ -187,22 +191,26 @@ func BenchmarkFlashAttention(b *testing.B) {
 	}
 }
 
-// TestCoopFlashAttentionIsFloat16Attention holds flash_coop.comp (flash
-// attention at fast precision, on cooperative matrices) to causal attention
-// in float64 over its inputs rounded to float16, as the kernel takes them,
-// with workgroups of 64 and 128 rows, across the cases its tiling treats
-// apart: GQA groups sharing a workgroup (and 16 of them, a whole
-// workgroup's rows in 4 or 8 queries), query counts off its rows, continued prefills over several blocks of 32 keys, head dims
+// TestCoopFlashAttention holds flash_coop.comp (flash attention on
+// cooperative matrices) to causal attention in float64: at fast precision
+// (workgroups of 64 and 128 rows) over its inputs rounded to float16, as the
+// kernel takes them, and at exact precision over the inputs as they are;
+// across the cases its tiling treats apart: GQA groups sharing a workgroup
+// (and 16 of them, a whole workgroup's rows in 4 or 8 queries), query counts
+// off its rows, continued prefills over several blocks of 32 keys, head dims
 // of 32, 64 and 128, sliding windows that skip and wholly mask blocks,
-// capped scores, and keys whose scores grow along the cache (ramp: each row's
-// maximum keeps jumping, so its output is rescaled block after block).
+// capped scores, and keys whose scores grow along the cache (ramp: each
+// row's maximum keeps jumping, so its output is rescaled block after block).
 //
-// Tolerance: with its inputs rounded alike, the kernel differs from the
-// reference by the float16 rounding of each probability before P V (a
+// Tolerance, fast: with its inputs rounded alike, the kernel differs from
+// the reference by the float16 rounding of each probability before P V (a
 // relative 2^-11, so at most 2^-11 max|V| in an output, the probabilities
 // being normalised by the sum of the unrounded ones) and by float32 sums.
 // Twice 2^-11 max|V| covers that; an indexing error is of order max|V|.
-func TestCoopFlashAttentionIsFloat16Attention(t *testing.T) {
+// Exact: each input is hi + lo halves and each product three (the lo lo one,
+// 2^-22 of the rest, left out), so the kernel is held to tolExp, as
+// flash.comp is.
+func TestCoopFlashAttention(t *testing.T) {
 	b := backend(t)
 	if !vulkan.Coop(b) {
 		t.Skip("this device has no cooperative matrices: fast precision runs flash.comp")
@@ -224,9 +232,12 @@ func TestCoopFlashAttentionIsFloat16Attention(t *testing.T) {
 		{T: 40, pos0: 100, heads: 8, kvHeads: 1, hd: 64, window: 30},
 	}
 	for _, tc := range cases {
-		for _, rows := range []int{64, 128} {
-			t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g_ramp%v/rows%d", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, tc.ramp, rows), func(t *testing.T) {
-				defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(rows))
+		for _, p := range []struct {
+			gpu.Precision
+			rows int
+		}{{gpu.PrecisionFast, 64}, {gpu.PrecisionFast, 128}, {gpu.PrecisionExact, 64}} {
+			t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g_ramp%v/%s_rows%d", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, tc.ramp, p.Precision, p.rows), func(t *testing.T) {
+				defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(p.rows))
 				r := newRig(t, 12)
 				_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
 				q, k, v := make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
@@ -243,10 +254,14 @@ func TestCoopFlashAttentionIsFloat16Attention(t *testing.T) {
 					r.vs.Write(a.K, 0, k)
 				}
 				r.vs.Edit(z.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: z.v.Len(), Scalar: 7})
-				r.vs.SetPrecision(gpu.PrecisionFast)
+				r.vs.SetPrecision(p.Precision)
 				r.vs.FlashAttention(a)
 				got := make([]float32, z.v.Len())
 				require.NoError(t, r.vs.Read(z.v, 0, got))
+				if p.Precision == gpu.PrecisionExact {
+					requireClose(t, got, attention64(q, k, v, a), tolExp, "z")
+					return
+				}
 				maxV := 0.0
 				for _, x := range [][]float32{q, k, v} {
 					for i, f := range x {
@@ -276,17 +291,19 @@ func TestCoopFlashAttentionOutOfFloat16Range(t *testing.T) {
 	if !vulkan.Coop(backend(t)) {
 		t.Skip("this device has no cooperative matrices: fast precision runs flash.comp")
 	}
-	r := newRig(t, 13)
-	_, a, z, _, _ := attention(r, 90, 10, 4, 1, 64, 0, 0)
-	q, k, v := make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
-	require.NoError(t, r.vs.Read(a.Q, 0, q))
-	require.NoError(t, r.vs.Read(a.K, 0, k))
-	require.NoError(t, r.vs.Read(a.V, 0, v))
-	v[3] = 1e5
-	r.vs.Write(a.V, 0, v)
-	r.vs.SetPrecision(gpu.PrecisionFast)
-	r.vs.FlashAttention(a)
-	got := make([]float32, z.v.Len())
-	require.NoError(t, r.vs.Read(z.v, 0, got))
-	requireClose(t, got, attention64(q, k, v, a), tolExp, "z")
+	for _, p := range []gpu.Precision{gpu.PrecisionFast, gpu.PrecisionExact} {
+		r := newRig(t, 13)
+		_, a, z, _, _ := attention(r, 90, 10, 4, 1, 64, 0, 0)
+		q, k, v := make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
+		require.NoError(t, r.vs.Read(a.Q, 0, q))
+		require.NoError(t, r.vs.Read(a.K, 0, k))
+		require.NoError(t, r.vs.Read(a.V, 0, v))
+		v[3] = 1e5
+		r.vs.Write(a.V, 0, v)
+		r.vs.SetPrecision(p)
+		r.vs.FlashAttention(a)
+		got := make([]float32, z.v.Len())
+		require.NoError(t, r.vs.Read(z.v, 0, got))
+		requireClose(t, got, attention64(q, k, v, a), tolExp, "z at "+p.String())
+	}
 }

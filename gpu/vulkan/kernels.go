@@ -463,7 +463,7 @@ func (s *stream) FlashAttention(a *gpu.Attention) {
 	// so that they share each K/V tile.
 	kernel, rows, specs := "flash", flashRows, []uint32{uint32(a.HeadDim), b2u(a.Window > 0), b2u(a.Softcap != 0)}
 	if s.coopFlash(a.HeadDim) {
-		kernel, rows, specs = "flash_coop", flashCoopRows, append(specs, 2*uint32(flashCoopRows))
+		kernel, rows, specs = "flash_coop", flashCoopRows, append(specs, 2*uint32(flashCoopRows), b2u(s.precision == gpu.PrecisionExact))
 	}
 	wgHeads := flashHeads(a.Heads/a.KVHeads, rows)
 	s.dispatch(kernel, specs, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
@@ -475,17 +475,24 @@ func (s *stream) FlashAttention(a *gpu.Attention) {
 var flashCoopRows = 64
 
 // flashCoopShared is flash_coop.comp's shared memory: K and V of a block
-// of 32 keys and 128 dims in float16 (rows padded by 8), each subgroup's
-// 16 rows of scores (float32, padded by 4: they outsize its probabilities),
-// and a float per invocation.
-func flashCoopShared() int { return 2*32*136*2 + flashCoopRows*36*4 + 2*flashCoopRows*4 + 4 }
+// of 32 keys and 128 dims in float16, hi and lo at exact precision (rows
+// padded by 8); each subgroup's 16 rows of scores (float32, padded by 4) or
+// of probabilities (float16, by 8; hi and lo), whichever is larger; and a
+// float per invocation.
+func flashCoopShared(exact bool) int {
+	halves := 1
+	if exact {
+		halves = 2
+	}
+	return halves*2*32*136*2 + flashCoopRows*max(36*4, halves*40*2) + 2*flashCoopRows*4 + 4
+}
 
 // coopFlash reports whether flash attention runs on cooperative matrices:
-// at fast precision (its inputs are float16), on heads of whole 16-dim
-// tiles up to 128.
+// on heads of whole 16-dim tiles up to 128, where its shared memory fits
+// (exact precision, which holds two halves of each input, with 64 rows).
 func (s *stream) coopFlash(headDim int) bool {
-	return s.b.coop && s.precision == gpu.PrecisionFast && headDim%16 == 0 && headDim <= 128 && s.b.phys.subgroupArithmetic() &&
-		int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) >= flashCoopShared()
+	return s.b.coop && headDim%16 == 0 && headDim <= 128 && s.b.phys.subgroupArithmetic() &&
+		int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) >= flashCoopShared(s.precision == gpu.PrecisionExact)
 }
 
 // flashHeads is how many heads of a GQA group of g share a flash workgroup
