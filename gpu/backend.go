@@ -166,11 +166,13 @@ type HostTensors interface {
 }
 
 // AttentionCapture is implemented by streams whose flash attention can also
-// write the scores and pattern it computes (the CPU's): capturing them then
-// costs their writes, where AttnScores, Softmax and AttnMix pass over each.
+// write the scores and pattern it computes (the CPU's; Vulkan's on
+// cooperative matrices): capturing them then costs little more than their
+// writes, where AttnScores, Softmax and AttnMix pass over each.
 type AttentionCapture interface {
 	// FlashAttentionCapture writes Z, a.Scores and a.Pattern as AttnScores,
-	// Softmax and AttnMix do, bit for bit.
+	// Softmax and AttnMix do: the CPU's bit for bit, a GPU's to their
+	// precision.
 	FlashAttentionCapture(a *Attention)
 }
 

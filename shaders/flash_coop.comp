@@ -28,6 +28,9 @@
 // rounding); the output is divided by PSCALE at the end. A workgroup
 // that meets an input past float16's range computes its rows again in
 // float32 (slowly: it is rare), as matmul_coop.comp does its tiles.
+// With CAPTURE it also writes the scores ([heads, T, keys], scaled, capped,
+// masked: what scores.comp writes) as it computes them, and -inf for the
+// keys its blocks skip; softmax.comp then makes the pattern of them.
 layout(local_size_x_id = 3) in;
 layout(constant_id = 0) const uint HD = 128; // head dim: a multiple of 16, at most 128
 layout(constant_id = 1) const bool WINDOWED = false;
@@ -64,6 +67,9 @@ layout(std430, binding = 2) readonly buffer V4 { vec4 vc4[]; };
 layout(std430, binding = 2) readonly buffer V { float vc[]; };
 layout(std430, binding = 3) writeonly buffer Z4 { vec4 z4[]; };
 layout(std430, binding = 3) writeonly buffer Z { float z[]; };
+#ifdef CAPTURE
+layout(std430, binding = 4) writeonly buffer Scores { float sc[]; };
+#endif
 
 shared uvec4 KV[(1 + EXACT) * LO]; // K then V of a block (hi, then lo); Q's rows (64 at a time) at the start
 shared uvec4 SP[SG * SPS];      // float32 bits or float16 pairs, each subgroup's own
@@ -141,6 +147,11 @@ void float32Row(uint row, uint part, uint q0, uint h0, uint kvh, uint hpw, uint 
             s = CAPPED ? capped(s, pc.softcap) : s;
             if (pass == 0) {
                 mx = max(mx, s);
+#ifdef CAPTURE
+                if (part == 0) {
+                    sc[((h0 + row % hpw) * pc.T + q0 + qi) * pc.keys + j] = s;
+                }
+#endif
                 continue;
             }
             float e = exp(s - mx);
@@ -209,6 +220,7 @@ void main() {
     uint r = lane / 2, half_ = lane % 2, row = 16 * sg + r, qi = row / hpw;
     bool rowLive = qi < bq && q0 + qi < pc.T;
     uint p = pc.pos0 + q0 + qi; // the query's position
+    uint scBase = ((h0 + row % hpw) * pc.T + q0 + qi) * pc.keys; // its row of scores (CAPTURE)
     float m = negInf, l = 0.0; // the row's shift and this lane's part of its sum
     ACC o[8];
 #define ZERO(I) if (I < NT) { o[I] = ACC(0.0); }
@@ -270,6 +282,11 @@ void main() {
             bool seen = rowLive && j < pc.keys && j <= p && (!WINDOWED || p - j < pc.window);
             sv[c] = seen ? (CAPPED ? capped(v, pc.softcap) : v) : negInf;
             mx = max(mx, sv[c]);
+#ifdef CAPTURE
+            if (rowLive && j < pc.keys) {
+                sc[scBase + j] = sv[c];
+            }
+#endif
         }
         mx = max(mx, partner(mx)); // its barriers also end the reads of the scores
         // A row whose output is still 0 (no key seen yet) takes the block's
@@ -340,6 +357,17 @@ void main() {
         }
     }
 
+#ifdef CAPTURE
+    // The keys no block took: before the first, and past the last.
+    uint jEnd = min(pc.keys, jStart + (kEnd - jStart + BC - 1) / BC * BC);
+    for (uint j = half_; rowLive && j < jStart; j += 2) {
+        sc[scBase + j] = negInf;
+    }
+    for (uint j = jEnd + half_; rowLive && j < pc.keys; j += 2) {
+        sc[scBase + j] = negInf;
+    }
+    memoryBarrierBuffer(); // the fallback's scores land after these
+#endif
     barrier();
     if (outOfRange != 0) {
         float32Row(tid / 2, tid % 2, q0, h0, kvh, hpw, jStart);

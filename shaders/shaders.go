@@ -49,7 +49,8 @@ var Variants = func() []Variant {
 	vs = append(vs, Variant{Name: "normapply_rms", Source: "normapply.comp"},
 		Variant{Name: "normapply_layer", Source: "normapply.comp", Defines: []string{"CENTER"}},
 		Variant{Name: "gather_rows", Source: "rows.comp", Defines: []string{"GATHER"}},
-		Variant{Name: "scatter_rows", Source: "rows.comp"})
+		Variant{Name: "scatter_rows", Source: "rows.comp"},
+		Variant{Name: "flash_coop_capture", Source: "flash_coop.comp", Defines: []string{"CAPTURE"}})
 	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "flash_coop", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "argmax", "rank", "rownorm", "tohalf"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})
 	}

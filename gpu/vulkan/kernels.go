@@ -447,8 +447,31 @@ func (s *stream) AttnMix(a *gpu.Attention) {
 		pushOf(a).words(false), ceilDiv(a.HeadDim, tile), ceilDiv(a.T, tile), uint32(a.Heads))
 }
 
-func (s *stream) FlashAttention(a *gpu.Attention) {
-	t := s.attention("flash attention", a, map[string]gpu.Tensor{"Q": a.Q, "K": a.K, "V": a.V, "Z": a.Z})
+func (s *stream) FlashAttention(a *gpu.Attention) { s.flash(a, false) }
+
+// FlashAttentionCapture is attention that also writes the scores and the
+// pattern: on cooperative matrices, flash_coop.comp writes the scores as it
+// computes Z and softmax.comp makes the pattern of them; elsewhere the
+// materialising kernels run.
+func (s *stream) FlashAttentionCapture(a *gpu.Attention) {
+	if !s.coopFlash(a.HeadDim) {
+		s.AttnScores(a)
+		s.Softmax(a.Pattern, a.Scores, a.Heads*a.T, a.Keys())
+		s.AttnMix(a)
+		return
+	}
+	s.flash(a, true)
+	s.Softmax(a.Pattern, a.Scores, a.Heads*a.T, a.Keys())
+}
+
+// flash dispatches flash attention, writing the scores too with capture
+// (flash_coop.comp only).
+func (s *stream) flash(a *gpu.Attention, capture bool) {
+	ts := map[string]gpu.Tensor{"Q": a.Q, "K": a.K, "V": a.V, "Z": a.Z}
+	if capture {
+		ts["Scores"] = a.Scores
+	}
+	t := s.attention("flash attention", a, ts)
 	if t == nil {
 		return
 	}
@@ -462,12 +485,15 @@ func (s *stream) FlashAttention(a *gpu.Attention) {
 	// A workgroup takes rows of (query, head), its heads from one GQA group
 	// so that they share each K/V tile.
 	kernel, rows, specs := "flash", flashRows, []uint32{uint32(a.HeadDim), b2u(a.Window > 0), b2u(a.Softcap != 0)}
+	uses := []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}}
 	if s.coopFlash(a.HeadDim) {
 		kernel, rows, specs = "flash_coop", flashCoopRows, append(specs, 2*uint32(flashCoopRows), b2u(s.precision == gpu.PrecisionExact))
+		if capture {
+			kernel, uses = "flash_coop_capture", append(uses, use{buf: t["Scores"].buf, write: true})
+		}
 	}
 	wgHeads := flashHeads(a.Heads/a.KVHeads, rows)
-	s.dispatch(kernel, specs, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
-		append(pushOf(a).words(true), uint32(wgHeads)), ceilDiv(a.T, rows/wgHeads), uint32(a.Heads/wgHeads), 1)
+	s.dispatch(kernel, specs, uses, append(pushOf(a).words(true), uint32(wgHeads)), ceilDiv(a.T, rows/wgHeads), uint32(a.Heads/wgHeads), 1)
 }
 
 // flashCoopRows is the rows of a flash_coop.comp workgroup: 16 for each of

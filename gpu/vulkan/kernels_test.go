@@ -181,6 +181,8 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 		{T: 150, pos0: 0, heads: 4, kvHeads: 2, hd: 64, window: 20, softcap: 0.5},
 		{T: 70, pos0: 40, heads: 2, kvHeads: 1, hd: 128, window: 70},
 		{T: 33, pos0: 0, heads: 4, kvHeads: 4, hd: 32, window: 1},
+		{T: 1, pos0: 0, heads: 2, kvHeads: 1, hd: 64},     // a single key
+		{T: 300, pos0: 0, heads: 16, kvHeads: 8, hd: 128}, // bonsai's heads, many key blocks
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap), func(t *testing.T) {
@@ -205,6 +207,20 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 			r.vs.FlashAttention(av)
 			_, zf := r.read(z)
 			requireClose(t, zf, zc, tolExp, "z from flash attention")
+
+			// The capturing flash attention (flash_coop.comp where the
+			// device has cooperative matrices) writes every entry.
+			for _, x := range []twin{z, scores, pattern} {
+				r.vs.Edit(x.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: x.v.Len(), Scalar: 7})
+			}
+			r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av)
+			sc, sv := r.read(scores)
+			requireClose(t, sv, sc, tolSum, "scores from the capturing flash attention")
+			pc, pv := r.read(pattern)
+			requireClose(t, pv, pc, tolExp, "pattern from the capturing flash attention")
+			require.Equal(t, slices.Index(pc, 0), slices.Index(pv, 0), "masked entries are exactly 0")
+			_, zf = r.read(z)
+			requireClose(t, zf, zc, tolExp, "z from the capturing flash attention")
 		})
 	}
 }

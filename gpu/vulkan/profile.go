@@ -28,7 +28,7 @@ func stageOf(name string) string {
 	switch {
 	case strings.HasPrefix(name, "matmul_"), strings.HasPrefix(name, "matvec_"):
 		return "gemm"
-	case name == "scores", name == "softmax", name == "mix", name == "flash", name == "flash_coop":
+	case name == "scores", name == "softmax", name == "mix", name == "flash", name == "flash_coop", name == "flash_coop_capture":
 		return "attention"
 	case name == "rmsnorm", name == "layernorm":
 		return "norm"
