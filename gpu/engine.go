@@ -436,7 +436,9 @@ func (s *Session) Rewind(pos int) error {
 	return nil
 }
 
-// Prefill runs tokens through every layer in one go.
+// Prefill runs tokens through every layer in one go, at the session's
+// position: after an earlier prefill it continues that prompt (its keys and
+// values are in the cache). Reset first to start a new one.
 func (s *Session) Prefill(ctx context.Context, tokens []int32, o Options) (*trace.Trace, error) {
 	if err := s.lock(); err != nil {
 		return nil, err

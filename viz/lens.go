@@ -19,7 +19,7 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	}
 	lens := tr.Lens
 	if lens == nil {
-		return nil, missing(name, "the logit lens", "compute it with the engine's logit lens (gpu.Engine.LogitLens) before drawing")
+		return nil, missing(name, "the logit lens", "capture blocks.*.hook_resid_post (strata trace then computes it; in Go, nb's Model.Lens or gpu.Engine.LogitLens) before drawing")
 	}
 	t := len(tr.Tokens)
 	if len(lens.Prob) == 0 || len(lens.Piece) != len(lens.Prob) {

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 
 	"gonum.org/v1/gonum/blas/blas32"
@@ -254,8 +255,12 @@ func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rop
 	})
 }
 
-// ropeTable is a rope's cosines and sines, half of each per position from 0.
-type ropeTable struct{ cos, sin []float32 }
+// ropeTable is a rope's cosines and sines, half of each per position from 0,
+// and the parameters they were computed from.
+type ropeTable struct {
+	of       model.Rope
+	cos, sin []float32
+}
 
 // angles is RopeAngles of positions [pos0, pos0+rows), half per position,
 // each computed once and kept: RoPE turns q and k of every layer by the
@@ -267,8 +272,10 @@ func (s *stream) angles(r *model.Rope, pos0, rows int) (cos, sin []float32) {
 		s.rope = map[*model.Rope]*ropeTable{}
 	}
 	tb := s.rope[r]
-	if tb == nil {
-		tb = &ropeTable{}
+	// A caller may change a model's rope between prefills: start over then.
+	if tb == nil || !reflect.DeepEqual(tb.of, *r) {
+		tb = &ropeTable{of: *r}
+		tb.of.FreqFactors = slices.Clone(r.FreqFactors)
 		s.rope[r] = tb
 	}
 	if have := len(tb.cos) / half; have < pos0+rows {

@@ -45,3 +45,42 @@ func TestYarnAngles(t *testing.T) {
 	require.Equal(t, c2, c1, "linear scaling divides positions by the factor")
 	require.Equal(t, s2, s1)
 }
+
+// A stream keeps each rope's angles by position. Whatever it kept, RoPE
+// must turn rows as the angles of that moment say: positions past those
+// kept (decoding a token at a time), and a rope changed between calls.
+func TestRopeKeepsItsAnglesAndFollowsTheRope(t *testing.T) {
+	const heads, hd = 2, 16
+	r := &model.Rope{Mode: model.RopeNeoX, Dim: hd, Theta: 10000}
+	st := cpu.New(1).NewStream()
+	x, err := st.Alloc("x", heads*hd)
+	require.NoError(t, err)
+	ones := make([]float32, heads*hd)
+	for i := range ones {
+		ones[i] = 1
+	}
+	turned := func(pos int) []float32 {
+		st.Write(x, 0, ones)
+		st.Rope(x, 1, heads, hd, pos, r)
+		out := make([]float32, heads*hd)
+		require.NoError(t, st.Read(x, 0, out))
+		return out
+	}
+	want := func(pos int) []float32 {
+		cos, sin := make([]float32, hd/2), make([]float32, hd/2)
+		cpu.RopeAngles(r, pos, cos, sin)
+		out := make([]float32, heads*hd)
+		for h := range heads {
+			for i := range hd / 2 {
+				out[h*hd+i] = cos[i] - sin[i]
+				out[h*hd+i+hd/2] = sin[i] + cos[i]
+			}
+		}
+		return out
+	}
+	for _, pos := range []int{0, 5, 6, 40, 3} {
+		require.Equal(t, want(pos), turned(pos), "position %d", pos)
+	}
+	r.Theta = 500
+	require.Equal(t, want(5), turned(5), "after the rope changed")
+}

@@ -133,8 +133,16 @@ func headName(name string) string {
 // layer-local point or its short form: "z", "q", "k", "v", "rot_q", "rot_k"
 // give [T, head_dim]; "pattern" and "attn_scores" give [T, keys]; "cache_k"
 // and "cache_v" give [keys, head_dim]. For k, v and the caches head is a KV
-// head (grouped-query models have fewer of them).
+// head (grouped-query models have fewer of them). A full name of that layer's
+// point ("blocks.1.attn.hook_z") is taken too.
 func (t *Trace) Head(name string, layer, head int) (*Matrix, error) {
+	if rest, ok := strings.CutPrefix(name, "blocks."); ok {
+		n, local, _ := strings.Cut(rest, ".")
+		if n != strconv.Itoa(layer) || local == "" {
+			return nil, fmt.Errorf("trace: Head(%q, %d, %d): the name is of another layer's point; give the layer's point alone (\"z\", \"attn.hook_z\") with its layer", name, layer, head)
+		}
+		name = local
+	}
 	full := point(layer, headName(name))
 	shape := t.Shape(full)
 	if shape == nil {

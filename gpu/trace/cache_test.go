@@ -43,7 +43,7 @@ func smallTrace(seed uint64) *Trace {
 
 func TestHeadSlicesMatchAt(t *testing.T) {
 	tr := smallTrace(1)
-	for _, name := range []string{"z", "hook_z", "attn.hook_z"} {
+	for _, name := range []string{"z", "hook_z", "attn.hook_z", "blocks.1.attn.hook_z"} {
 		z, err := tr.Head(name, 1, 1)
 		require.NoError(t, err)
 		require.Equal(t, 3, z.Rows)
@@ -75,6 +75,8 @@ func TestHeadSlicesMatchAt(t *testing.T) {
 	require.ErrorContains(t, err, "has 1 heads")
 	_, err = tr.Head("q", 0, 0)
 	require.ErrorContains(t, err, `nb.Capture("blocks.*.attn.hook_q")`)
+	_, err = tr.Head("blocks.1.attn.hook_z", 0, 1)
+	require.ErrorContains(t, err, "another layer's point")
 }
 
 func TestResidReadsWhicheverEqualPointWasCaptured(t *testing.T) {
