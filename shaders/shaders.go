@@ -51,7 +51,7 @@ var Variants = func() []Variant {
 		Variant{Name: "gather_rows", Source: "rows.comp", Defines: []string{"GATHER"}},
 		Variant{Name: "scatter_rows", Source: "rows.comp"},
 		Variant{Name: "flash_coop_capture", Source: "flash_coop.comp", Defines: []string{"CAPTURE"}})
-	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "flash_coop", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "argmax", "rank", "rownorm", "tohalf"} {
+	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "flash_coop", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "copy", "argmax", "rank", "rownorm", "tohalf"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})
 	}
 	return vs

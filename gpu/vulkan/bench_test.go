@@ -200,3 +200,39 @@ func BenchmarkResidNorms(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCopy moves a point's worth of floats between device tensors, as
+// a capture does, with the copy command and with copy.comp (GB/s counts
+// bytes read and written).
+func BenchmarkCopy(b *testing.B) {
+	v := benchBackend(b)
+	for _, n := range []int{4 << 20, 64 << 20} {
+		for _, shader := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dMB/%s", 4*n>>20, map[bool]string{false: "command", true: "copy.comp"}[shader]), func(b *testing.B) {
+				defer vulkan.SetCopyShader(vulkan.SetCopyShader(shader))
+				s := v.NewStream()
+				src, err := s.Alloc("src", n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				dst, err := s.Alloc("dst", n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Copy(dst, 0, src, 0, n) // builds the pipeline outside the timing
+				if err := s.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				for b.Loop() {
+					for range 10 {
+						s.Copy(dst, 0, src, 0, n)
+					}
+					if err := s.Sync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(2*4*float64(n)*10*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}

@@ -98,3 +98,11 @@ func SetFlashCoopRows(n int) int {
 	flashCoopRows = n
 	return old
 }
+
+// SetCopyShader chooses copy.comp (true) or the copy command for copies
+// between device tensors, returning the old choice.
+func SetCopyShader(on bool) bool {
+	old := copyShader
+	copyShader = on
+	return old
+}

@@ -592,7 +592,40 @@ func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int)
 	if d == x && dstOff == srcOff {
 		return
 	}
+	if copyShader && d.buf.mapped == nil && x.buf.mapped == nil && n > 0 {
+		s.copyOnCores(d.buf, dstOff, x.buf, srcOff, n)
+		return
+	}
 	s.copyBuffer(d.buf, 4*uint64(dstOff), x.buf, 4*uint64(srcOff), 4*uint64(n))
+}
+
+// copyShader says device-local copies run copy.comp rather than the copy
+// command (a benchmark compares the two).
+var copyShader = true
+
+// copyOnCores copies n floats between device-local buffers with copy.comp,
+// binding only the ranges it touches (from an aligned offset), so that no
+// binding passes the device's largest.
+func (s *stream) copyOnCores(dst *buffer, dstOff int, src *buffer, srcOff, n int) {
+	align := max(uint64(s.b.phys.props.Limits.MinStorageBufferOffsetAlignment), 16)
+	span := func(buf *buffer, off int, write bool) (use, uint32) {
+		lo, hi := 4*uint64(off), 4*uint64(off+n)
+		bind := lo / align * align
+		return use{buf: buf, write: write, lo: lo, hi: hi, bind: bind, bindSize: hi - bind}, uint32((lo - bind) / 4)
+	}
+	du, d := span(dst, dstOff, true)
+	su, sr := span(src, srcOff, false)
+	if limit := uint64(s.b.phys.props.Limits.MaxStorageBufferRange); du.bindSize > limit || su.bindSize > limit {
+		s.copyBuffer(dst, 4*uint64(dstOff), src, 4*uint64(srcOff), 4*uint64(n))
+		return
+	}
+	vec4s := n%4 == 0 && d%4 == 0 && sr%4 == 0
+	per := 1
+	if vec4s {
+		per = 4
+	}
+	gx, gy, gz := grid1((n+per-1)/per, 256)
+	s.dispatch("copy", nil, []use{du, su}, []uint32{uint32(n), d, sr, b2u(vec4s)}, gx, gy, gz)
 }
 
 func (s *stream) Edit(t gpu.Tensor, e gpu.Edit) {

@@ -547,3 +547,25 @@ func TestMatMulFastPrecisionIsFloat16Inputs(t *testing.T) {
 		vulkan.SetCoop(backend(t), old)
 	}
 }
+
+// Copies between device tensors run copy.comp: 16 bytes at a time where
+// the length and both offsets allow, else a float at a time; each must move
+// exactly its range, within one tensor too.
+func TestCopyMovesExactlyItsRange(t *testing.T) {
+	r := newRig(t, 21)
+	src := r.random("src", 50_003, 1)
+	for _, c := range []struct{ dstOff, srcOff, n int }{
+		{0, 0, 50_000}, {4, 8, 40_000}, {3, 5, 1_001}, {1, 4, 4_096}, {7, 0, 1}, {0, 49_999, 4},
+	} {
+		dst := r.random("dst", 50_011, 1)
+		r.cs.Copy(dst.c, c.dstOff, src.c, c.srcOff, c.n)
+		r.vs.Copy(dst.v, c.dstOff, src.v, c.srcOff, c.n)
+		want, got := r.read(dst)
+		require.Equal(t, want, got, "copy of %d from %d to %d", c.n, c.srcOff, c.dstOff)
+	}
+	// Within one tensor, the ranges apart.
+	r.cs.Copy(src.c, 30_000, src.c, 2, 12_345)
+	r.vs.Copy(src.v, 30_000, src.v, 2, 12_345)
+	want, got := r.read(src)
+	require.Equal(t, want, got, "a copy within a tensor")
+}
