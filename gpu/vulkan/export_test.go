@@ -77,32 +77,23 @@ func MaxStorageBuffer(b *Backend) uint64 { return uint64(b.phys.props.Limits.Max
 
 // SetReadChunk changes the size of the buffers reads pass through and
 // returns the previous size.
-func SetReadChunk(n uint64) uint64 {
-	old := readChunk
-	readChunk = n
-	return old
-}
+func SetReadChunk(n uint64) uint64 { return swap(&readChunk, n) }
 
 // SetCoopHalfX turns the one-pass float16 conversion of a cooperative
 // GEMM's x on or off and returns the previous setting.
-func SetCoopHalfX(on bool) bool {
-	old := coopHalfX
-	coopHalfX = on
-	return old
-}
+func SetCoopHalfX(on bool) bool { return swap(&coopHalfX, on) }
 
 // SetFlashCoopRows sets the rows of a flash_coop.comp workgroup (64 or
 // 128), returning the old value.
-func SetFlashCoopRows(n int) int {
-	old := flashCoopRows
-	flashCoopRows = n
-	return old
-}
+func SetFlashCoopRows(n int) int { return swap(&flashCoopRows, n) }
 
 // SetCopyShader chooses copy.comp (true) or the copy command for copies
 // between device tensors, returning the old choice.
-func SetCopyShader(on bool) bool {
-	old := copyShader
-	copyShader = on
+func SetCopyShader(on bool) bool { return swap(&copyShader, on) }
+
+// swap sets *p to v and returns what it was.
+func swap[T any](p *T, v T) T {
+	old := *p
+	*p = v
 	return old
 }

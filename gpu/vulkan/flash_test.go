@@ -41,10 +41,7 @@ func TestFlashAttentionShapes(t *testing.T) {
 		t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap), func(t *testing.T) {
 			r := newRig(t, 11)
 			_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
-			q, k, v := make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
-			require.NoError(t, r.vs.Read(a.Q, 0, q))
-			require.NoError(t, r.vs.Read(a.K, 0, k))
-			require.NoError(t, r.vs.Read(a.V, 0, v))
+			q, k, v := readQKV(t, r, a)
 			r.vs.Edit(z.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: z.v.Len(), Scalar: 7})
 			r.vs.FlashAttention(a)
 			got := make([]float32, z.v.Len())
@@ -240,10 +237,7 @@ func TestCoopFlashAttention(t *testing.T) {
 				defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(p.rows))
 				r := newRig(t, 12)
 				_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
-				q, k, v := make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
-				require.NoError(t, r.vs.Read(a.Q, 0, q))
-				require.NoError(t, r.vs.Read(a.K, 0, k))
-				require.NoError(t, r.vs.Read(a.V, 0, v))
+				q, k, v := readQKV(t, r, a)
 				if tc.ramp {
 					row := tc.kvHeads * tc.hd
 					for j := range len(k) / row {
@@ -294,10 +288,7 @@ func TestCoopFlashAttentionOutOfFloat16Range(t *testing.T) {
 	for _, p := range []gpu.Precision{gpu.PrecisionFast, gpu.PrecisionExact} {
 		r := newRig(t, 13)
 		_, a, z, _, _ := attention(r, 90, 10, 4, 1, 64, 0, 0)
-		q, k, v := make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
-		require.NoError(t, r.vs.Read(a.Q, 0, q))
-		require.NoError(t, r.vs.Read(a.K, 0, k))
-		require.NoError(t, r.vs.Read(a.V, 0, v))
+		q, k, v := readQKV(t, r, a)
 		v[3] = 1e5
 		r.vs.Write(a.V, 0, v)
 		r.vs.SetPrecision(p)
@@ -306,4 +297,14 @@ func TestCoopFlashAttentionOutOfFloat16Range(t *testing.T) {
 		require.NoError(t, r.vs.Read(z.v, 0, got))
 		requireClose(t, got, attention64(q, k, v, a), tolExp, "z at "+p.String())
 	}
+}
+
+// readQKV reads an attention's Q, K and V back from the device.
+func readQKV(t *testing.T, r *rig, a *gpu.Attention) (q, k, v []float32) {
+	t.Helper()
+	q, k, v = make([]float32, a.Q.Len()), make([]float32, a.K.Len()), make([]float32, a.V.Len())
+	require.NoError(t, r.vs.Read(a.Q, 0, q))
+	require.NoError(t, r.vs.Read(a.K, 0, k))
+	require.NoError(t, r.vs.Read(a.V, 0, v))
+	return q, k, v
 }
