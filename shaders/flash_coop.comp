@@ -10,8 +10,8 @@
 // probabilities in float16, scores and outputs summed in float32, the online
 // softmax in float32. EXACT (PrecisionExact): each of them split into
 // float16 hi + lo (see half.glsl), three products per step (hi hi, lo hi,
-// hi lo; lo lo is below float32's rounding), so the output keeps float32's
-// accuracy. A workgroup of SG subgroups takes R = 16 SG rows of
+// hi lo; lo lo, 2^-22 of the rest, is left out), so the output keeps
+// float32's accuracy to a few roundings. A workgroup of SG subgroups takes R = 16 SG rows of
 // (query, head), the heads of one GQA group as flash.comp does, 16 rows a
 // subgroup. Per block of BC keys, staged in float16 by the workgroup, each
 // subgroup multiplies its Q rows (held as matrices all along) by K^T,
