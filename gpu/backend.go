@@ -171,9 +171,10 @@ type HostTensors interface {
 // writes, where AttnScores, Softmax and AttnMix pass over each.
 type AttentionCapture interface {
 	// FlashAttentionCapture writes Z, a.Scores and a.Pattern as AttnScores,
-	// Softmax and AttnMix do: the CPU's bit for bit, a GPU's to their
-	// precision.
-	FlashAttentionCapture(a *Attention)
+	// Softmax and AttnMix do (the CPU's bit for bit, a GPU's to their
+	// precision) and returns true, or returns false, having recorded
+	// nothing, where it has no such kernel for a.
+	FlashAttentionCapture(a *Attention) bool
 }
 
 // ErrBackendClosed is wrapped by the errors of a backend used after Close.

@@ -236,12 +236,8 @@ func (s *stream) scoresTiled(a *gpu.Attention) {
 		blockScores(a, sc, b, out[first+b.lo:], keys)
 		for r := range b.rows {
 			row := out[first+r*keys : first+(r+1)*keys]
-			for j := range b.lo {
-				row[j] = negInf
-			}
-			for j := b.hi; j < keys; j++ {
-				row[j] = negInf
-			}
+			fill(row[:b.lo], negInf)
+			fill(row[b.hi:], negInf)
 		}
 	})
 }

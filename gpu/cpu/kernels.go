@@ -441,14 +441,12 @@ func mix(out, w, v []float32, kvHeads, kvh, hd int) {
 	}
 }
 
-func (s *stream) FlashAttentionCapture(a *gpu.Attention) {
+func (s *stream) FlashAttentionCapture(a *gpu.Attention) bool {
 	if !hasPanelGEMM {
-		s.AttnScores(a)
-		s.Softmax(a.Pattern, a.Scores, a.Heads*a.T, a.Keys())
-		s.AttnMix(a)
-		return
+		return false
 	}
 	s.flashTiled(a, true)
+	return true
 }
 
 func (s *stream) FlashAttention(a *gpu.Attention) {

@@ -450,18 +450,15 @@ func (s *stream) AttnMix(a *gpu.Attention) {
 func (s *stream) FlashAttention(a *gpu.Attention) { s.flash(a, false) }
 
 // FlashAttentionCapture is attention that also writes the scores and the
-// pattern: on cooperative matrices, flash_coop.comp writes the scores as it
-// computes Z and softmax.comp makes the pattern of them; elsewhere the
-// materialising kernels run.
-func (s *stream) FlashAttentionCapture(a *gpu.Attention) {
+// pattern, on cooperative matrices: flash_coop.comp writes the scores as it
+// computes Z and softmax.comp makes the pattern of them.
+func (s *stream) FlashAttentionCapture(a *gpu.Attention) bool {
 	if !s.coopFlash(a.HeadDim) {
-		s.AttnScores(a)
-		s.Softmax(a.Pattern, a.Scores, a.Heads*a.T, a.Keys())
-		s.AttnMix(a)
-		return
+		return false
 	}
 	s.flash(a, true)
 	s.Softmax(a.Pattern, a.Scores, a.Heads*a.T, a.Keys())
+	return true
 }
 
 // flash dispatches flash attention, writing the scores too with capture

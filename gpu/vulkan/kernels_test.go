@@ -208,12 +208,15 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 			_, zf := r.read(z)
 			requireClose(t, zf, zc, tolExp, "z from flash attention")
 
-			// The capturing flash attention (flash_coop.comp where the
+			// The capturing flash attention (flash_coop.comp, where the
 			// device has cooperative matrices) writes every entry.
 			for _, x := range []twin{z, scores, pattern} {
 				r.vs.Edit(x.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: x.v.Len(), Scalar: 7})
 			}
-			r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av)
+			if !r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av) {
+				require.False(t, vulkan.Coop(backend(t)) && tc.hd%16 == 0 && tc.hd <= 128, "cooperative matrices and whole 16-dim tiles, yet no capturing kernel")
+				return
+			}
 			sc, sv := r.read(scores)
 			requireClose(t, sv, sc, tolSum, "scores from the capturing flash attention")
 			pc, pv := r.read(pattern)
