@@ -14,15 +14,21 @@
 //
 // Accuracy (EXACT, PrecisionExact): X is split into float16 hi + lo
 // (x - hi), two products per step, so the result keeps float32's accuracy
-// rather than float16's. That is taken only for weights exact in float16
-// (1-bit, ternary, F16): splitting W too ran slower than matmul.comp on the
-// H200. PrecisionFast rounds X and W to float16, one product per step, for
-// any weight format. A tile whose inputs exceed float16's range is
-// recomputed in float32.
+// rather than float16's, for weights exact in float16 (1-bit, ternary,
+// F16); other weights take B16 with WLO below. PrecisionFast rounds X and
+// W to float16, one product per step, for any weight format. A tile whose
+// inputs exceed float16's range is recomputed in float32.
+//
+// B16: the weights come decoded to float16 by weights16.comp, once per
+// product instead of once per tile of rows of x in every tile; the grid
+// then runs along x's rows first, so the workgroups in flight share their
+// weight tiles in L2. With WLO (exact precision, weights not exact in
+// float16) W comes as hi + lo too, and a third product adds x_hi w_lo:
+// what is left out, x_lo w_lo, is 2^-22 of x w.
 layout(local_size_x = 256) in;
 
 // The tile shape, chosen per GEMM by the host: each subgroup holds TM x TN
-// accumulators (TM <= 2, TN <= 4), and the 8 subgroups stand WGM along M
+// accumulators (TM <= 4, TN <= 4), and the 8 subgroups stand WGM along M
 // by 8 / WGM along N.
 // BN must be at least 128 (the result staging below uses 8 KiB of Bhi).
 layout(constant_id = 0) const uint TM = 1;
@@ -32,6 +38,8 @@ layout(constant_id = 3) const uint BK = 32; // k per step: 32 or 64
 layout(constant_id = 4) const uint EXACT = 1; // 0: PrecisionFast
 // A16: x comes converted to float16 by tohalf.comp, in binding 4.
 layout(constant_id = 5) const uint A16 = 0;
+layout(constant_id = 6) const uint B16 = 0; // with A16
+layout(constant_id = 7) const uint WLO = 0; // with B16 and EXACT
 const uint BM = 16 * TM * WGM, BN = 16 * TN * (8 / WGM);
 
 
@@ -40,6 +48,7 @@ layout(push_constant) uniform Push {
     uint scaleBase; // first word of the block scales
     uint hasBias;
     uint loBase, bigBase; // tohalf.comp's remainders and range flags, with A16
+    uint whBase, wLoBase, wBigBase; // weights16.comp's halves, remainders (WLO) and range flags
 } pc;
 
 #define W_BINDING 1
@@ -54,6 +63,8 @@ layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 4) readonly buffer XH { uvec4 xh[]; };
 layout(std430, binding = 4) readonly buffer XHW { uint xhw[]; };
+layout(std430, binding = 5) readonly buffer WH { uvec4 wh[]; };
+layout(std430, binding = 5) readonly buffer WHW { uint whw[]; };
 
 const uint CH = BK / 8; // chunks of 8 halves per tile row
 const uint AH = (BM * CH + 255) / 256, BH = BN * CH / 256; // chunks per thread
@@ -62,7 +73,7 @@ const uint AH = (BM * CH + 255) / 256, BH = BN * CH / 256; // chunks per thread
 const uint SROW = (BK + 8) / 8;
 
 shared uvec4 Ahi[BM * SROW], Alo[BM * SROW * EXACT + 1];
-shared uvec4 Bhi[BN * SROW];
+shared uvec4 Bhi[BN * SROW], Blo[BN * SROW * WLO + 1];
 shared uint outOfRange;
 
 
@@ -89,6 +100,18 @@ void halvesA(uint m, uint k, out uvec4 hi, out uvec4 lo) {
         hi = xh[i];
         if (EXACT != 0) {
             lo = xh[pc.loBase + i];
+        }
+    }
+}
+
+// halvesB reads W[n][k..k+8) as weights16.comp left it (B16; K % 8 == 0).
+void halvesB(uint n, uint k, out uvec4 hi, out uvec4 lo) {
+    hi = lo = uvec4(0);
+    if (n < pc.N && k < pc.K) {
+        uint i = (n * pc.K + k) / 8;
+        hi = wh[pc.whBase + i];
+        if (WLO != 0) {
+            lo = wh[pc.wLoBase + i];
         }
     }
 }
@@ -122,7 +145,8 @@ void writeStaged(uint m, uint n) {
 #define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
 void main() {
-    uint n0 = gl_WorkGroupID.x * BN, m0 = gl_WorkGroupID.y * BM;
+    uvec2 tile = B16 != 0 ? gl_WorkGroupID.yx : gl_WorkGroupID.xy;
+    uint n0 = tile.x * BN, m0 = tile.y * BM;
     uint tid = gl_LocalInvocationIndex, sg = gl_SubgroupID;
     uint wm = 16 * TM * (sg / (8 / WGM)), wn = 16 * TN * (sg % (8 / WGM));
     if (tid == 0) {
@@ -131,8 +155,9 @@ void main() {
     // Matrices are indexed by constants only: the macros unroll by hand.
     // Indexed in loops of two or more rows of accumulators, the driver ran
     // 4x slower (kept them in memory, presumably).
-    ACC acc[8]; // TM x TN, at 4 * i + j
-#define EACH(F) F(0, 0) F(0, 1) F(0, 2) F(0, 3) F(1, 0) F(1, 1) F(1, 2) F(1, 3)
+    ACC acc[16]; // TM x TN, at 4 * i + j
+#define EACH(F) F(0, 0) F(0, 1) F(0, 2) F(0, 3) F(1, 0) F(1, 1) F(1, 2) F(1, 3) \
+    F(2, 0) F(2, 1) F(2, 2) F(2, 3) F(3, 0) F(3, 1) F(3, 2) F(3, 3)
 #define ZERO(I, J) if (I < TM && J < TN) { acc[4 * I + J] = ACC(0.0); }
     EACH(ZERO)
     bool ok = true;
@@ -140,10 +165,15 @@ void main() {
     // in registers (A's BM rows, then B's BN rows), so their loads are in
     // flight while this step's products run.
     float ra[AH][8], rb[BH][8];
-    uvec4 rah[AH], ral[AH]; // with A16
+    uvec4 rah[AH], ral[AH], rbh[BH], rbl[BH]; // with A16, B16
     if (A16 != 0) {
         for (uint r = tid; r < BM; r += 256) {
             ok = ok && (m0 + r >= pc.M || xhw[pc.bigBase + m0 + r] == 0);
+        }
+    }
+    if (B16 != 0) {
+        for (uint r = tid; r < BN; r += 256) {
+            ok = ok && (n0 + r >= pc.N || whw[pc.wBigBase + n0 + r] == 0);
         }
     }
     [[unroll]] for (uint h = 0; h < AH; h++) {
@@ -156,7 +186,11 @@ void main() {
     }
     [[unroll]] for (uint h = 0; h < BH; h++) {
         uint id = tid + 256 * h;
-        elemsB(n0 + id / CH, 8 * (id % CH), rb[h]);
+        if (B16 != 0) {
+            halvesB(n0 + id / CH, 8 * (id % CH), rbh[h], rbl[h]);
+        } else {
+            elemsB(n0 + id / CH, 8 * (id % CH), rb[h]);
+        }
     }
     for (uint k0 = 0; k0 < pc.K; k0 += BK) {
         [[unroll]] for (uint h = 0; h < AH; h++) {
@@ -177,7 +211,12 @@ void main() {
         }
         [[unroll]] for (uint h = 0; h < BH; h++) {
             uint id = tid + 256 * h, r = id / CH, c = id % CH;
-            if (EXACT != 0) {
+            if (B16 != 0) {
+                Bhi[r * SROW + c] = rbh[h];
+                if (WLO != 0) {
+                    Blo[r * SROW + c] = rbl[h];
+                }
+            } else if (EXACT != 0) {
                 uvec4 hi, lo; // lo is 0: the weights are exact in float16
                 split(rb[h], hi, lo);
                 Bhi[r * SROW + c] = hi;
@@ -198,10 +237,14 @@ void main() {
         }
         [[unroll]] for (uint h = 0; h < BH; h++) {
             uint id = tid + 256 * h;
-            elemsB(n0 + id / CH, k0 + BK + 8 * (id % CH), rb[h]);
+            if (B16 != 0) {
+                halvesB(n0 + id / CH, k0 + BK + 8 * (id % CH), rbh[h], rbl[h]);
+            } else {
+                elemsB(n0 + id / CH, k0 + BK + 8 * (id % CH), rb[h]);
+            }
         }
         [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
-            MAT16 ah[2], al[2], bh[4];
+            MAT16 ah[4], al[4], bh[4], bl[4];
 #define LOAD_A(I) \
     if (I < TM) { \
         coopMatLoadNV(ah[I], Ahi, (wm + 16 * I) * SROW + kk / 8, SROW, false); \
@@ -209,11 +252,14 @@ void main() {
             coopMatLoadNV(al[I], Alo, (wm + 16 * I) * SROW + kk / 8, SROW, false); \
         } \
     }
-            LOAD_A(0) LOAD_A(1)
+            LOAD_A(0) LOAD_A(1) LOAD_A(2) LOAD_A(3)
             // B = W^T is K x N; W's rows are its columns, so column-major.
 #define LOAD_B(J) \
     if (J < TN) { \
         coopMatLoadNV(bh[J], Bhi, (wn + 16 * J) * SROW + kk / 8, SROW, true); \
+        if (WLO != 0) { \
+            coopMatLoadNV(bl[J], Blo, (wn + 16 * J) * SROW + kk / 8, SROW, true); \
+        } \
     }
             LOAD_B(0) LOAD_B(1) LOAD_B(2) LOAD_B(3)
 #define MMA(I, J) \
@@ -221,6 +267,9 @@ void main() {
         acc[4 * I + J] = coopMatMulAddNV(ah[I], bh[J], acc[4 * I + J]); \
         if (EXACT != 0) { \
             acc[4 * I + J] = coopMatMulAddNV(al[I], bh[J], acc[4 * I + J]); \
+        } \
+        if (WLO != 0) { \
+            acc[4 * I + J] = coopMatMulAddNV(ah[I], bl[J], acc[4 * I + J]); \
         } \
     }
             EACH(MMA)

@@ -29,7 +29,7 @@ var errClosed = fmt.Errorf("vulkan: %w", gpu.ErrBackendClosed)
 const pushBytes = 128
 
 // maxBindings is the most storage buffers a kernel binds.
-const maxBindings = 5
+const maxBindings = 6
 
 // Backend is one Vulkan device with resident weights. It is safe for
 // concurrent use; each stream is used by one goroutine at a time.
@@ -391,7 +391,7 @@ type pipeline struct {
 }
 
 // maxSpec is the most specialization constants a kernel takes.
-const maxSpec = 6
+const maxSpec = 8
 
 type pipelineKey struct {
 	name string

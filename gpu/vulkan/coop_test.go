@@ -1,9 +1,13 @@
 package vulkan_test
 
 import (
+	"encoding/binary"
 	"fmt"
+
+	"github.com/x448/float16"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,73 +21,87 @@ import (
 // rows; at fast precision each product is of float16-rounded inputs. Every
 // tile shape is held to a float64 reference, on ragged edges, on x
 // converted once by tohalf.comp (K % 8 == 0) and in each tile, there in
-// 16-byte pieces (K % 4 == 0) or not, and rows past float16's range must
-// fall back to float32.
+// 16-byte pieces (K % 4 == 0) or not, with weights decoded to float16 by
+// weights16.comp first or in each tile, and rows of x or of W past
+// float16's range must fall back to float32.
 func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 	b := backend(t)
 	if !vulkan.Coop(b) {
 		t.Skip("the device has no cooperative-matrix GEMMs (VK_NV_cooperative_matrix with float16)")
 	}
-	defer vulkan.ForceCoopTile(b, -1, true)
+	defer vulkan.ForceCoopTile(b, -1, true, false)
 	cases := []struct {
-		typ  gguf.Type
-		cols int
-	}{{gguf.Q1_0_G128, 4096}, {gguf.TQ2_0_G128, 1024}, {gguf.F16, 1004}, {gguf.F16, 998}, {gguf.Q4_K, 512}}
+		typ         gguf.Type
+		cols        int
+		exactInHalf bool // decoded in each tile, never first
+	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.Q4_K, 512, false}, {gguf.F32, 512, false}}
+	defer vulkan.SetCoopHalfWRows(vulkan.SetCoopHalfWRows(0))
 	for ti, tile := range vulkan.CoopTiles() {
 		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
 			for _, c := range cases {
-				if prec == gpu.PrecisionExact && c.typ == gguf.Q4_K {
-					continue // exact Q4_K products take the portable kernel
-				}
-				for _, big := range []float32{0, 1e5} {
-					t.Run(fmt.Sprintf("%s/%v/%v/K=%d/big=%g", tile, prec, c.typ, c.cols, big), func(t *testing.T) {
-						if !vulkan.ForceCoopTile(b, ti, prec == gpu.PrecisionExact) {
-							t.Skip("the tile needs more shared memory than the device has")
-						}
-						r := newRig(t, 7)
-						// 130 rows and 300 outputs: full tiles and ragged ones.
-						rows, cols, n := 130, c.cols, 300
-						xs := r.values(rows*cols, 1)
-						if big != 0 {
-							// Row 70 leaves float16's range: its tile must be recomputed.
-							xs[70*cols+5], xs[70*cols+cols-3] = big, -big
-						}
-						x := r.tensor("x", xs)
-						w := quantized(t, r, "w", n, cols, c.typ)
-						wv, err := b.Upload(w)
-						require.NoError(t, err)
-						ws := make([]float32, n*cols)
-						w.Format.Dequantize(ws, w.Data)
-						bias := r.values(n, 1)
-						bv := r.tensor("bias", bias)
-						y := r.zeros("y", rows*n)
-						r.vs.SetPrecision(prec)
-						r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v, Bias: bv.v})
-						got := make([]float32, rows*n)
-						require.NoError(t, r.vs.Read(y.v, 0, got))
-						var worst float64
-						for m := range rows {
-							for j := range n {
-								want, mag := float64(bias[j]), math.Abs(float64(bias[j]))
-								for k := range cols {
-									p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
-									want += p
-									mag += math.Abs(p)
-								}
-								worst = max(worst, math.Abs(float64(got[m*n+j])-want)/mag)
+				for _, halfW := range []bool{false, true} {
+					if halfW && c.exactInHalf {
+						continue // weights16.comp is not used for these
+					}
+					if !halfW && !c.exactInHalf && prec == gpu.PrecisionExact {
+						continue // exact products of these decoded in the tiles take the portable kernel
+					}
+					splitW := halfW && prec == gpu.PrecisionExact
+					for _, big := range []float32{0, 1e5} {
+						t.Run(fmt.Sprintf("%s/%v/%v/K=%d/halfW=%v/big=%g", tile, prec, c.typ, c.cols, halfW, big), func(t *testing.T) {
+							if !vulkan.ForceCoopTile(b, ti, prec == gpu.PrecisionExact, splitW) {
+								t.Skip("the tile needs more shared memory than the device has")
 							}
-						}
-						// Exact: float32 sums of up to 4096 terms, while tensor
-						// cores truncate each of the K/16 accumulations rather than
-						// round (Fasi et al. 2021, "Numerical behavior of NVIDIA
-						// tensor cores"): 1e-5 of sum |x w| covers both. Fast: both
-						// inputs rounded to float16 (2^-11 each), so 2^-9.
-						bound := 1e-5
-						if prec == gpu.PrecisionFast {
-							bound = math.Pow(2, -9) // the tile recomputed in float32 is well within it
-						}
-						require.LessOrEqual(t, worst, bound, "largest error relative to sum |x w|")
-					})
+							vulkan.SetCoopHalfWRows(map[bool]int{false: math.MaxInt, true: 0}[halfW])
+							r := newRig(t, 7)
+							// 130 rows and 300 outputs: full tiles and ragged ones.
+							rows, cols, n := 130, c.cols, 300
+							xs := r.values(rows*cols, 1)
+							if big != 0 {
+								// Row 70 leaves float16's range: its tile must be recomputed.
+								xs[70*cols+5], xs[70*cols+cols-3] = big, -big
+							}
+							x := r.tensor("x", xs)
+							w := quantized(t, r, "w", n, cols, c.typ)
+							if big != 0 && c.typ == gguf.F32 {
+								// So does W's row 17 (fast precision rounds W too).
+								binary.LittleEndian.PutUint32(w.Data[4*(17*cols+9):], math.Float32bits(-big))
+							}
+							wv, err := b.Upload(w)
+							require.NoError(t, err)
+							ws := make([]float32, n*cols)
+							w.Format.Dequantize(ws, w.Data)
+							bias := r.values(n, 1)
+							bv := r.tensor("bias", bias)
+							y := r.zeros("y", rows*n)
+							r.vs.SetPrecision(prec)
+							r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v, Bias: bv.v})
+							got := make([]float32, rows*n)
+							require.NoError(t, r.vs.Read(y.v, 0, got))
+							var worst float64
+							for m := range rows {
+								for j := range n {
+									want, mag := float64(bias[j]), math.Abs(float64(bias[j]))
+									for k := range cols {
+										p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
+										want += p
+										mag += math.Abs(p)
+									}
+									worst = max(worst, math.Abs(float64(got[m*n+j])-want)/mag)
+								}
+							}
+							// Exact: float32 sums of up to 4096 terms, while tensor
+							// cores truncate each of the K/16 accumulations rather than
+							// round (Fasi et al. 2021, "Numerical behavior of NVIDIA
+							// tensor cores"): 1e-5 of sum |x w| covers both. Fast: both
+							// inputs rounded to float16 (2^-11 each), so 2^-9.
+							bound := 1e-5
+							if prec == gpu.PrecisionFast {
+								bound = math.Pow(2, -9) // the tile recomputed in float32 is well within it
+							}
+							require.LessOrEqual(t, worst, bound, "largest error relative to sum |x w|")
+						})
+					}
 				}
 			}
 		}
@@ -91,33 +109,45 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 }
 
 // BenchmarkCoopTiles times the cooperative GEMM of BenchmarkMatMul's shape
-// with every tile shape, for choosing coopTileFor's.
+// with every tile shape, its weights decoded in each tile or once to
+// float16 first (halfW, the decoding timed with the product), for choosing
+// coopTileFor's tile and coopHalfWRows.
 func BenchmarkCoopTiles(b *testing.B) {
 	r := newRig(b, 3)
 	v := benchBackend(b)
 	if !vulkan.Coop(v) {
 		b.Skip("no cooperative-matrix GEMMs")
 	}
-	defer vulkan.ForceCoopTile(v, -1, true)
+	defer vulkan.ForceCoopTile(v, -1, true, false)
+	defer vulkan.SetCoopHalfWRows(vulkan.SetCoopHalfWRows(0))
 	const k = 4096
 	for _, n := range []int{12288, 1024} { // bonsai-8b's FFN and K/V widths
-		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K} {
+		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K, gguf.Q6_K, gguf.Q8_0} {
 			w, err := v.Upload(quantized(b, r, "w", n, k, typ))
 			if err != nil {
 				b.Fatal(err)
 			}
+			exactInHalf := typ == gguf.Q1_0_G128 // weights16.comp is not used for it
 			for _, rows := range []int{128, 512, 2048} {
 				for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
-					if typ == gguf.Q4_K && prec == gpu.PrecisionExact {
-						continue
-					}
 					for ti, tile := range vulkan.CoopTiles() {
-						b.Run(fmt.Sprintf("n=%d/%v/T=%d/%v/%s", n, typ, rows, prec, tile), func(b *testing.B) {
-							if !vulkan.ForceCoopTile(v, ti, prec == gpu.PrecisionExact) {
-								b.Skip("too much shared memory")
+						for _, halfW := range []bool{false, true} {
+							portable := !halfW && !exactInHalf && prec == gpu.PrecisionExact
+							if halfW && exactInHalf || portable && ti > 0 {
+								continue
 							}
-							timeMatMul(b, r, v, w, rows, n, k, prec)
-						})
+							name := tile
+							if portable {
+								name = "portable"
+							}
+							b.Run(fmt.Sprintf("n=%d/%v/T=%d/%v/%s/halfW=%v", n, typ, rows, prec, name, halfW), func(b *testing.B) {
+								if !vulkan.ForceCoopTile(v, ti, prec == gpu.PrecisionExact, halfW && prec == gpu.PrecisionExact) {
+									b.Skip("too much shared memory")
+								}
+								vulkan.SetCoopHalfWRows(map[bool]int{false: math.MaxInt, true: 0}[halfW])
+								timeMatMul(b, r, v, w, rows, n, k, prec)
+							})
+						}
 					}
 				}
 			}
@@ -128,8 +158,9 @@ func BenchmarkCoopTiles(b *testing.B) {
 // BenchmarkMatMul times one GEMM of bonsai-8b's FFN shape (x of T rows by
 // 4096, W of 12288 rows) on the tiled kernels: cooperative-matrix where the
 // device has them, at each precision, and the portable one. Exact products
-// of weights not exact in float16 (Q4_K) take the portable kernel whatever
-// is asked. It opens its own backend: the shared one validates every call.
+// of weights not exact in float16 (Q4_K) take the cooperative kernel only
+// with x and W in float16 first ("coop", not "coop-tile-x"). It opens its
+// own backend: the shared one validates every call.
 func BenchmarkMatMul(b *testing.B) {
 	r := newRig(b, 3)
 	v := benchBackend(b)
@@ -175,6 +206,14 @@ func timeMatMul(b *testing.B, r *rig, v *vulkan.Backend, w gpu.Matrix, rows, n, 
 	if err := s.Sync(); err != nil {
 		b.Fatal(err)
 	}
+	// A tenth of a second of the product first, so that the device's clocks
+	// have risen before the timing starts.
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+		s.MatMul(x, rows, gpu.Proj{W: w, Dst: y})
+		if err := s.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.ResetTimer()
 	for range b.N {
 		s.MatMul(x, rows, gpu.Proj{W: w, Dst: y})
@@ -183,4 +222,51 @@ func timeMatMul(b *testing.B, r *rig, v *vulkan.Backend, w gpu.Matrix, rows, n, 
 		}
 	}
 	b.ReportMetric(2*float64(rows)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+}
+
+// weights16.comp gives the cooperative GEMM every format's weights in
+// float16 as it would round them itself, and flags the rows it cannot hold.
+// It runs wherever there is Vulkan (lavapipe too), though only devices with
+// cooperative matrices use it.
+func TestWeightsToHalfEveryFormat(t *testing.T) {
+	types := []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, gguf.Q4_0, gguf.Q1_0_G128, gguf.TQ2_0_G128, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K}
+	for _, typ := range types {
+		t.Run(typ.String(), func(t *testing.T) {
+			r := newRig(t, 11)
+			const rows, cols = 37, 512
+			w := quantized(t, r, "w", rows, cols, typ)
+			if typ == gguf.F32 {
+				binary.LittleEndian.PutUint32(w.Data[4*(5*cols+100):], math.Float32bits(7e4)) // row 5 leaves float16's range
+			}
+			want := make([]float32, rows*cols)
+			w.Format.Dequantize(want, w.Data)
+			wv, err := backend(t).Upload(w)
+			require.NoError(t, err)
+			out := r.zeros("halves", rows*cols/2+rows)
+			vulkan.WeightsToHalf(r.vs, wv, out.v)
+			got := make([]float32, rows*cols/2+rows)
+			require.NoError(t, r.vs.Read(out.v, 0, got))
+			for i, v := range want {
+				word := math.Float32bits(got[i/2])
+				h := float16.Frombits(uint16(word >> (16 * (i % 2)))).Float32()
+				if math.Abs(float64(v)) > 65504 {
+					continue // its row is flagged
+				}
+				// Round to nearest: within half a unit in the last of float16's
+				// 11 significant bits, or of its smallest subnormal step.
+				tol := max(math.Abs(float64(v))*math.Pow(2, -11), math.Pow(2, -25))
+				require.InDelta(t, v, h, tol, "weight %d of row %d", i%cols, i/cols)
+				if typ == gguf.F16 || typ == gguf.Q1_0_G128 || typ == gguf.TQ2_0_G128 {
+					require.Equal(t, v, h, "weight %d of row %d: exact in float16", i%cols, i/cols)
+				}
+			}
+			for row := range rows {
+				want := uint32(0)
+				if typ == gguf.F32 && row == 5 {
+					want = 1
+				}
+				require.Equal(t, want, math.Float32bits(got[rows*cols/2+row]), "range flag of row %d", row)
+			}
+		})
+	}
 }

@@ -1,6 +1,9 @@
 package vulkan
 
-import "github.com/stratalab/strata/gpu/vulkan/vk"
+import (
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/vulkan/vk"
+)
 
 // SetSubgroups turns the subgroup kernel variants off or back on (where the
 // device has them), so tests run the portable ones too; it returns the
@@ -55,14 +58,15 @@ func CoopTiles() []string {
 
 // ForceCoopTile makes every cooperative GEMM of the device use coopTiles[i]
 // (-1: the usual choice). It reports false where the tile needs more shared
-// memory than the device has.
-func ForceCoopTile(b *Backend, i int, exact bool) bool {
+// memory than the device has, at exact precision or not, with weights split
+// in hi + lo halves or not.
+func ForceCoopTile(b *Backend, i int, exact, splitW bool) bool {
 	if i < 0 {
 		forcedCoopTile = nil
 		return true
 	}
 	t := coopTiles[i]
-	if t.shared(exact) > int(b.phys.props.Limits.MaxComputeSharedMemorySize) {
+	if t.shared(exact, splitW) > int(b.phys.props.Limits.MaxComputeSharedMemorySize) {
 		return false
 	}
 	forcedCoopTile = &t
@@ -82,6 +86,18 @@ func SetReadChunk(n uint64) uint64 { return swap(&readChunk, n) }
 // SetCoopHalfX turns the one-pass float16 conversion of a cooperative
 // GEMM's x on or off and returns the previous setting.
 func SetCoopHalfX(on bool) bool { return swap(&coopHalfX, on) }
+
+// SetCoopHalfWRows sets the fewest rows of x for which a cooperative GEMM's
+// weights are decoded to float16 first, returning the old value.
+func SetCoopHalfWRows(n int) int { return swap(&coopHalfWRows, n) }
+
+// WeightsToHalf records weights16.comp for w into dst (a tensor of at least
+// Rows*Cols/2 + Rows elements): the float16 weights, then a range flag per row.
+func WeightsToHalf(s gpu.Stream, w gpu.Matrix, dst gpu.Tensor) {
+	st, m := s.(*stream), w.(*matrix)
+	halves := 2 * uint64(m.w.Rows) * uint64(m.w.Cols)
+	st.weightsToHalf(m, st.tensorOf(dst).buf, halfRange{bigBase: uint32(halves / 4), hi: halves + 4*uint64(m.w.Rows)})
+}
 
 // SetFlashCoopRows sets the rows of a flash_coop.comp workgroup (64 or
 // 128), returning the old value.

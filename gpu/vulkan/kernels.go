@@ -34,14 +34,18 @@ func (c coopTile) spec() []uint32 {
 	return []uint32{uint32(c.tm), uint32(c.tn), uint32(c.wgm), uint32(c.bk)}
 }
 
-// shared is the tile's shared memory in bytes (matmul_coop.comp's Ahi, Alo
-// and Bhi: rows of bk + 8 halves).
-func (c coopTile) shared(exact bool) int {
-	a := 1
+// shared is the tile's shared memory in bytes (matmul_coop.comp's Ahi, Alo,
+// Bhi and Blo: rows of bk + 8 halves), Alo at exact precision, Blo with
+// split weights.
+func (c coopTile) shared(exact, splitW bool) int {
+	a, b := 1, 1
 	if exact {
 		a = 2
 	}
-	return (a*c.bm() + c.bn()) * (c.bk + 8) * 2
+	if splitW {
+		b = 2
+	}
+	return (a*c.bm() + b*c.bn()) * (c.bk + 8) * 2
 }
 
 func (c coopTile) String() string {
@@ -58,28 +62,48 @@ var coopTiles = []coopTile{
 	{tm: 2, tn: 4, wgm: 4, bk: 32}, // 128 x 128
 	{tm: 2, tn: 4, wgm: 4, bk: 64}, // (fast precision only: shared memory)
 	{tm: 2, tn: 4, wgm: 2, bk: 32}, // 64 x 256
+	{tm: 4, tn: 2, wgm: 2, bk: 32}, // 128 x 128, 4 x 2 per subgroup
+	{tm: 4, tn: 4, wgm: 2, bk: 32}, // 128 x 256
+	{tm: 4, tn: 4, wgm: 4, bk: 32}, // 256 x 128 (fast precision only: shared memory)
 }
 
 // forcedCoopTile, when set (by tests), replaces coopTileFor's choice.
 var forcedCoopTile *coopTile
 
-// coopTileFor picks the tile for a GEMM at the given precision, weights
-// decoded from whole K-quant blocks or not. On the H200 (BenchmarkCoopTiles,
-// 12288 x 4096 weights, T = 128, 512, 2048), 64 x 128 tiles of 2 x 2
-// accumulators per subgroup ran fastest or level with the best for 1-bit
-// weights at both precisions; K-quants, whose decoding costs more per
-// weight, ran fastest on 128 x 128 tiles with k steps of 64, which decode
-// each weight once for twice the rows of x. On 1024-wide weights (K and V)
-// no tile did well: too few workgroups to fill the device.
-func (s *stream) coopTileFor(whole, exact bool) coopTile {
+// coopTileFor picks the tile for a GEMM at the given precision, its
+// weights decoded to float16 first (halfW) or in the tiles. On the H200
+// (BenchmarkCoopTiles with a warm-up, 12288 x 4096 weights, T = 128, 512,
+// 2048), 128 x 128 tiles ran fastest or level with the best: at fast
+// precision with k steps of 64 (1-bit weights 70 / 96 / 125 TFLOP/s
+// against 60 / 99 / 103 for the 64 x 128 tile; Q4_K and Q6_K decoded first
+// 98-134 at T >= 512); at exact precision, 4 x 2 accumulators per subgroup
+// for 1-bit weights (48 / 82 / 88 against 49 / 78 / 84) and 2 x 4 for
+// weights in hi + lo halves (36 / 63 / 73, where the portable kernel gave
+// 13 / 18 / 19). On 1024-wide weights (K and V) no tile did well: too few
+// workgroups to fill the device.
+func (s *stream) coopTileFor(exact, halfW bool) coopTile {
 	if forcedCoopTile != nil {
 		return *forcedCoopTile
 	}
-	t := coopTile{tm: 2, tn: 2, wgm: 2, bk: 32}
-	if tall := (coopTile{tm: 2, tn: 4, wgm: 4, bk: 64}); whole && !exact && tall.shared(exact) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
-		return tall
+	tiles := []coopTile{{tm: 2, tn: 4, wgm: 4, bk: 64}} // fast
+	switch {
+	case exact && halfW:
+		tiles = []coopTile{{tm: 2, tn: 4, wgm: 4, bk: 32}}
+	case exact:
+		tiles = []coopTile{{tm: 4, tn: 2, wgm: 2, bk: 32}}
 	}
-	return t
+	for _, t := range tiles {
+		if t.shared(exact, halfW && exact) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
+			return t
+		}
+	}
+	return coopTile{tm: 2, tn: 2, wgm: 2, bk: 32} // 20 KiB at exact precision, 30 with weights in hi + lo
+}
+
+// splitWFits reports whether the usual tile fits in shared memory with
+// weights in hi + lo halves.
+func (s *stream) splitWFits() bool {
+	return coopTile{tm: 2, tn: 2, wgm: 2, bk: 32}.shared(true, true) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize)
 }
 
 func ceilDiv(a, b int) uint32 { return uint32((a + b - 1) / b) }
@@ -248,9 +272,10 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 	fast := s.precision == gpu.PrecisionFast
 	var half *buffer // x in float16, made for the first cooperative product
 	var loBase, bigBase uint32
+	halfW := s.halfWeights(rows, cols, outs) // each projection's weights in float16, or nil
 	// The projections read the same x and write different outputs, so they
 	// are recorded back to back with no barrier between them.
-	for _, p := range outs {
+	for i, p := range outs {
 		m, dst := s.matrixOf(p.W), s.tensorOf(p.Dst)
 		if m == nil {
 			return
@@ -272,9 +297,14 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		}
 		uses := []use{{buf: xs.buf}, {buf: m.buf, bind: m.off, bindSize: m.size}, {buf: dst.buf, write: true}, {buf: bias.buf}}
 		push := []uint32{uint32(rows), uint32(m.w.Rows), uint32(cols), m.scaleBase, hasBias}
-		// Exact products use cooperative matrices only for weights exact in
-		// float16 (X is split in two halves instead); fast ones for any.
-		if rows > vecRows && s.b.coop && (fast || m.f.exactInHalf()) {
+		var hw halfRange
+		if halfW != nil {
+			hw = halfW[i]
+		}
+		// Exact products use cooperative matrices for weights exact in
+		// float16 (X is split in two halves) or decoded first in hi + lo
+		// halves; fast ones for any.
+		if rows > vecRows && s.b.coop && (fast || m.f.exactInHalf() || hw.ok) {
 			if half == nil && cols%8 == 0 && coopHalfX {
 				if half, loBase, bigBase = s.toHalf(xs, rows, cols, !fast); half == nil {
 					return
@@ -284,9 +314,15 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			if half != nil {
 				a16, xh = 1, half
 			}
-			t := s.coopTileFor(m.f.whole, !fast)
-			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16), append(uses, use{buf: xh}),
-				append(push, loBase, bigBase), ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm()), 1)
+			t := s.coopTileFor(!fast, hw.ok)
+			wh := use{buf: xs.buf}
+			gx, gy := ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm())
+			if hw.ok {
+				wh = use{buf: s.halfW, lo: hw.lo, hi: hw.hi}
+				gx, gy = gy, gx // matmul_coop.comp's B16 runs along x's rows first
+			}
+			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16, b2u(hw.ok), b2u(hw.split)),
+				append(uses, use{buf: xh}, wh), append(push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase), gx, gy, 1)
 			continue
 		}
 		if rows > vecRows {
@@ -300,6 +336,79 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		gx, gy, gz := gridRows(m.w.Rows)
 		s.dispatch(kernel, nil, uses, push, gx, gy, gz)
 	}
+}
+
+// coopHalfWRows is the fewest rows of x for which the weights of a format
+// not exact in float16 are decoded to float16 once (weights16.comp) before
+// a cooperative product, rather than in each of its tiles of rows; at exact
+// precision they are split in hi + lo, which lets such weights use the
+// cooperative GEMM at all. Tests set it to time and check both.
+var coopHalfWRows = 128
+
+// coopHalfWBytes caps the float16 weights of one MatMul: past it (an LM
+// head of a large vocabulary) the tiles decode the weights themselves.
+const coopHalfWBytes = 512 << 20
+
+// halfRange is where weights16.comp left one projection's weights in the
+// stream's halfW buffer: uvec4s from base (and the remainders from loBase,
+// when split), a word per row from bigBase; bytes [lo, hi). ok is false for
+// a projection whose tiles decode their own weights.
+type halfRange struct {
+	ok                    bool
+	split                 bool
+	base, loBase, bigBase uint32
+	lo, hi                uint64
+}
+
+// halfWeights decodes to float16, in the stream's halfW buffer, the weights
+// of each projection of a MatMul that are not exact in float16, when x goes
+// to the cooperative GEMM in float16 and rows is enough to repay it.
+func (s *stream) halfWeights(rows, cols int, outs []gpu.Proj) []halfRange {
+	if rows < coopHalfWRows || rows <= vecRows || !s.b.coop || !coopHalfX || cols%8 != 0 {
+		return nil
+	}
+	split := s.precision == gpu.PrecisionExact
+	if split && !s.splitWFits() {
+		return nil
+	}
+	ranges := make([]halfRange, len(outs))
+	var end uint64 // bytes
+	for i, p := range outs {
+		m, ok := p.W.(*matrix)
+		if !ok || m.w.Cols != cols || m.f.exactInHalf() {
+			continue
+		}
+		halves := 2 * uint64(m.w.Rows) * uint64(cols)
+		r := halfRange{ok: true, split: split, base: uint32(end / 16), loBase: uint32(end / 16), lo: end}
+		end += halves
+		if split {
+			r.loBase, end = uint32(end/16), end+halves
+		}
+		r.bigBase = uint32(end / 4)
+		end += (4*uint64(m.w.Rows) + 15) &^ 15 // keeps the next range 16-byte aligned
+		r.hi = end
+		ranges[i] = r
+	}
+	if end == 0 || end > coopHalfWBytes {
+		return nil
+	}
+	if s.halfW = s.helper(s.halfW, end); s.halfW == nil {
+		return nil
+	}
+	for i, p := range outs {
+		if ranges[i].ok {
+			s.weightsToHalf(p.W.(*matrix), s.halfW, ranges[i])
+		}
+	}
+	return ranges
+}
+
+// weightsToHalf records weights16.comp: m in float16 into r of dst.
+func (s *stream) weightsToHalf(m *matrix, dst *buffer, r halfRange) {
+	gx, gy, gz := gridRows(m.w.Rows)
+	s.dispatch("weights16_"+m.f.suffix, nil,
+		[]use{{buf: m.buf, bind: m.off, bindSize: m.size}, {buf: dst, write: true, lo: r.lo, hi: r.hi}},
+		[]uint32{uint32(m.w.Rows), uint32(m.w.Cols), m.scaleBase, r.base, r.loBase, r.bigBase, b2u(r.split)}, gx, gy, gz)
 }
 
 // coopHalfX converts x to float16 once per product (tohalf.comp) rather

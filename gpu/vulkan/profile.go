@@ -26,7 +26,8 @@ type StageTime struct {
 // stageOf groups commands into the stages a benchmark reports.
 func stageOf(name string) string {
 	switch {
-	case strings.HasPrefix(name, "matmul_"), strings.HasPrefix(name, "matvec_"):
+	case strings.HasPrefix(name, "matmul_"), strings.HasPrefix(name, "matvec_"),
+		name == "tohalf", strings.HasPrefix(name, "weights16_"): // the cooperative GEMM's inputs in float16
 		return "gemm"
 	case name == "scores", name == "softmax", name == "mix", name == "flash", name == "flash_coop", name == "flash_coop_capture":
 		return "attention"

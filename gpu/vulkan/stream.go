@@ -142,6 +142,7 @@ type stream struct {
 	rowIdx        *buffer // row lists for GatherRows and ScatterRows
 	rope          *buffer // cos/sin table for Rope
 	half          *buffer // x in float16 for the cooperative GEMM (tohalf.comp)
+	halfW         *buffer // its weights in float16 (weights16.comp)
 	ropeKey       ropeKey
 	prof          profile
 }
