@@ -49,6 +49,10 @@ layout(push_constant) uniform Push {
     uint hasBias;
     uint loBase, bigBase; // tohalf.comp's remainders and range flags, with A16
     uint whBase, wLoBase, wBigBase; // weights16.comp's halves, remainders (WLO) and range flags
+    // Split K: workgroup z sums k in [z kChunk, (z + 1) kChunk) (kChunk a
+    // multiple of BK) into y[yBase + z M N ...], with no bias; splitk.comp
+    // adds the parts. 0: the whole of K into y, no offset.
+    uint kChunk, yBase;
 } pc;
 
 #define W_BINDING 1
@@ -127,15 +131,15 @@ void elemsB(uint n, uint k, out float v[8]) {
 }
 
 // writeStaged writes the subgroup's 16x16 result staged at Bhi[64 * sg],
-// from y[m][n] on, clipping edges and adding the bias.
-void writeStaged(uint m, uint n) {
+// from y[yOff + m N + n] on, clipping edges and adding the bias.
+void writeStaged(uint yOff, uint m, uint n) {
     uint base = 64 * gl_SubgroupID;
     subgroupMemoryBarrierShared();
     subgroupBarrier();
     for (uint e = gl_SubgroupInvocationID; e < 256; e += 32) {
         uint r = m + e / 16, c = n + e % 16;
         if (r < pc.M && c < pc.N) {
-            y[r * pc.N + c] = uintBitsToFloat(Bhi[base + e / 4][e % 4]) + (pc.hasBias != 0 ? bias[c] : 0.0);
+            y[yOff + r * pc.N + c] = uintBitsToFloat(Bhi[base + e / 4][e % 4]) + (pc.hasBias != 0 ? bias[c] : 0.0);
         }
     }
     subgroupBarrier();
@@ -149,6 +153,8 @@ void main() {
     uint n0 = tile.x * BN, m0 = tile.y * BM;
     uint tid = gl_LocalInvocationIndex, sg = gl_SubgroupID;
     uint wm = 16 * TM * (sg / (8 / WGM)), wn = 16 * TN * (sg % (8 / WGM));
+    uint kBegin = gl_WorkGroupID.z * pc.kChunk, kEnd = pc.kChunk != 0 ? min(pc.K, kBegin + pc.kChunk) : pc.K;
+    uint yOff = pc.yBase + gl_WorkGroupID.z * pc.M * pc.N;
     if (tid == 0) {
         outOfRange = 0;
     }
@@ -179,20 +185,20 @@ void main() {
     [[unroll]] for (uint h = 0; h < AH; h++) {
         uint id = tid + 256 * h;
         if (A16 != 0) {
-            halvesA(id < BM * CH ? m0 + id / CH : pc.M, 8 * (id % CH), rah[h], ral[h]);
+            halvesA(id < BM * CH ? m0 + id / CH : pc.M, kBegin + 8 * (id % CH), rah[h], ral[h]);
         } else {
-            elemsA(id < BM * CH ? m0 + id / CH : pc.M, 8 * (id % CH), ra[h]);
+            elemsA(id < BM * CH ? m0 + id / CH : pc.M, kBegin + 8 * (id % CH), ra[h]);
         }
     }
     [[unroll]] for (uint h = 0; h < BH; h++) {
         uint id = tid + 256 * h;
         if (B16 != 0) {
-            halvesB(n0 + id / CH, 8 * (id % CH), rbh[h], rbl[h]);
+            halvesB(n0 + id / CH, kBegin + 8 * (id % CH), rbh[h], rbl[h]);
         } else {
-            elemsB(n0 + id / CH, 8 * (id % CH), rb[h]);
+            elemsB(n0 + id / CH, kBegin + 8 * (id % CH), rb[h]);
         }
     }
-    for (uint k0 = 0; k0 < pc.K; k0 += BK) {
+    for (uint k0 = kBegin; k0 < kEnd; k0 += BK) {
         [[unroll]] for (uint h = 0; h < AH; h++) {
             uint id = tid + 256 * h, r = id / CH, c = id % CH;
             if (id < BM * CH && A16 != 0) {
@@ -288,14 +294,14 @@ void main() {
                 continue;
             }
             float sum = 0.0;
-            for (uint k = 0; k < pc.K; k += 8) {
+            for (uint k = kBegin; k < kEnd; k += 8) {
                 float v[8];
                 elemsB(n, k, v);
                 for (uint i = 0; i < 8; i++) {
                     sum += elemA(m, k + i) * v[i];
                 }
             }
-            y[m * pc.N + n] = sum + (pc.hasBias != 0 ? bias[n] : 0.0);
+            y[yOff + m * pc.N + n] = sum + (pc.hasBias != 0 ? bias[n] : 0.0);
         }
         return;
     }
@@ -303,7 +309,7 @@ void main() {
 #define STORE(I, J) \
     if (I < TM && J < TN) { \
         coopMatStoreNV(acc[4 * I + J], Bhi, 64 * sg, 4, false); \
-        writeStaged(m0 + wm + 16 * I, n0 + wn + 16 * J); \
+        writeStaged(yOff, m0 + wm + 16 * I, n0 + wn + 16 * J); \
     }
     EACH(STORE)
 }

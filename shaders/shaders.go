@@ -24,8 +24,10 @@ type Variant struct {
 }
 
 // formats names each weight format's define and variant suffix.
-// exactHalf says every weight it decodes is exact in float16: only those
-// take the cooperative-matrix GEMM (matmul_coop.comp) at exact precision.
+// exactHalf says every weight it decodes is exact in float16: the
+// cooperative-matrix GEMM (matmul_coop.comp) decodes those in its tiles at
+// exact precision; others are decoded first (weights16.comp) in hi + lo
+// halves.
 var formats = []struct {
 	suffix, define string
 	exactHalf      bool
@@ -52,7 +54,7 @@ var Variants = func() []Variant {
 		Variant{Name: "gather_rows", Source: "rows.comp", Defines: []string{"GATHER"}},
 		Variant{Name: "scatter_rows", Source: "rows.comp"},
 		Variant{Name: "flash_coop_capture", Source: "flash_coop.comp", Defines: []string{"CAPTURE"}})
-	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "flash_coop", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "copy", "argmax", "rank", "rownorm", "tohalf"} {
+	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "flash_coop", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "copy", "argmax", "rank", "rownorm", "tohalf", "splitk"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})
 	}
 	return vs

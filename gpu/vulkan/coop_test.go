@@ -22,8 +22,8 @@ import (
 // tile shape is held to a float64 reference, on ragged edges, on x
 // converted once by tohalf.comp (K % 8 == 0) and in each tile, there in
 // 16-byte pieces (K % 4 == 0) or not, with weights decoded to float16 by
-// weights16.comp first or in each tile, and rows of x or of W past
-// float16's range must fall back to float32.
+// weights16.comp first or in each tile, split along K or not, and rows of
+// x or of W past float16's range must fall back to float32.
 func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 	b := backend(t)
 	if !vulkan.Coop(b) {
@@ -34,8 +34,9 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 		typ         gguf.Type
 		cols        int
 		exactInHalf bool // decoded in each tile, never first
-	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.Q4_K, 512, false}, {gguf.F32, 512, false}}
+	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.Q4_K, 1024, false}, {gguf.F32, 512, false}}
 	defer vulkan.SetCoopHalfWRows(vulkan.SetCoopHalfWRows(0))
+	defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(true))
 	for ti, tile := range vulkan.CoopTiles() {
 		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
 			for _, c := range cases {
@@ -47,60 +48,68 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 						continue // exact products of these decoded in the tiles take the portable kernel
 					}
 					splitW := halfW && prec == gpu.PrecisionExact
-					for _, big := range []float32{0, 1e5} {
-						t.Run(fmt.Sprintf("%s/%v/%v/K=%d/halfW=%v/big=%g", tile, prec, c.typ, c.cols, halfW, big), func(t *testing.T) {
-							if !vulkan.ForceCoopTile(b, ti, prec == gpu.PrecisionExact, splitW) {
-								t.Skip("the tile needs more shared memory than the device has")
-							}
-							vulkan.SetCoopHalfWRows(map[bool]int{false: math.MaxInt, true: 0}[halfW])
-							r := newRig(t, 7)
-							// 130 rows and 300 outputs: full tiles and ragged ones.
-							rows, cols, n := 130, c.cols, 300
-							xs := r.values(rows*cols, 1)
-							if big != 0 {
-								// Row 70 leaves float16's range: its tile must be recomputed.
-								xs[70*cols+5], xs[70*cols+cols-3] = big, -big
-							}
-							x := r.tensor("x", xs)
-							w := quantized(t, r, "w", n, cols, c.typ)
-							if big != 0 && c.typ == gguf.F32 {
-								// So does W's row 17 (fast precision rounds W too).
-								binary.LittleEndian.PutUint32(w.Data[4*(17*cols+9):], math.Float32bits(-big))
-							}
-							wv, err := b.Upload(w)
-							require.NoError(t, err)
-							ws := make([]float32, n*cols)
-							w.Format.Dequantize(ws, w.Data)
-							bias := r.values(n, 1)
-							bv := r.tensor("bias", bias)
-							y := r.zeros("y", rows*n)
-							r.vs.SetPrecision(prec)
-							r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v, Bias: bv.v})
-							got := make([]float32, rows*n)
-							require.NoError(t, r.vs.Read(y.v, 0, got))
-							var worst float64
-							for m := range rows {
-								for j := range n {
-									want, mag := float64(bias[j]), math.Abs(float64(bias[j]))
-									for k := range cols {
-										p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
-										want += p
-										mag += math.Abs(p)
-									}
-									worst = max(worst, math.Abs(float64(got[m*n+j])-want)/mag)
+					for _, split := range []bool{false, true} {
+						if split && c.cols < 1024 {
+							continue // too short to split
+						}
+						for _, big := range []float32{0, 1e5} {
+							t.Run(fmt.Sprintf("%s/%v/%v/K=%d/halfW=%v/split=%v/big=%g", tile, prec, c.typ, c.cols, halfW, split, big), func(t *testing.T) {
+								if !vulkan.ForceCoopTile(b, ti, prec == gpu.PrecisionExact, splitW) {
+									t.Skip("the tile needs more shared memory than the device has")
 								}
-							}
-							// Exact: float32 sums of up to 4096 terms, while tensor
-							// cores truncate each of the K/16 accumulations rather than
-							// round (Fasi et al. 2021, "Numerical behavior of NVIDIA
-							// tensor cores"): 1e-5 of sum |x w| covers both. Fast: both
-							// inputs rounded to float16 (2^-11 each), so 2^-9.
-							bound := 1e-5
-							if prec == gpu.PrecisionFast {
-								bound = math.Pow(2, -9) // the tile recomputed in float32 is well within it
-							}
-							require.LessOrEqual(t, worst, bound, "largest error relative to sum |x w|")
-						})
+								vulkan.SetCoopHalfWRows(map[bool]int{false: math.MaxInt, true: 0}[halfW])
+								vulkan.SetCoopSplitK(split)
+								r := newRig(t, 7)
+								// 130 rows and 300 outputs: full tiles and ragged ones.
+								rows, cols, n := 130, c.cols, 300
+								xs := r.values(rows*cols, 1)
+								if big != 0 {
+									// Row 70 leaves float16's range: its tile must be recomputed.
+									xs[70*cols+5], xs[70*cols+cols-3] = big, -big
+								}
+								x := r.tensor("x", xs)
+								w := quantized(t, r, "w", n, cols, c.typ)
+								if big != 0 && c.typ == gguf.F32 {
+									// So does W's row 17 (fast precision rounds W too).
+									binary.LittleEndian.PutUint32(w.Data[4*(17*cols+9):], math.Float32bits(-big))
+								}
+								wv, err := b.Upload(w)
+								require.NoError(t, err)
+								r.vs.SetPrecision(prec)
+								require.Equal(t, split, vulkan.SplitParts(r.vs, rows, wv) > 1, "split along K")
+								ws := make([]float32, n*cols)
+								w.Format.Dequantize(ws, w.Data)
+								bias := r.values(n, 1)
+								bv := r.tensor("bias", bias)
+								y := r.zeros("y", rows*n)
+								r.vs.SetPrecision(prec)
+								r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v, Bias: bv.v})
+								got := make([]float32, rows*n)
+								require.NoError(t, r.vs.Read(y.v, 0, got))
+								var worst float64
+								for m := range rows {
+									for j := range n {
+										want, mag := float64(bias[j]), math.Abs(float64(bias[j]))
+										for k := range cols {
+											p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
+											want += p
+											mag += math.Abs(p)
+										}
+										worst = max(worst, math.Abs(float64(got[m*n+j])-want)/mag)
+									}
+								}
+								// Exact: float32 sums of up to 4096 terms, while tensor
+								// cores truncate each of the K/16 accumulations rather than
+								// round (Fasi et al. 2021, "Numerical behavior of NVIDIA
+								// tensor cores"): 1e-5 of sum |x w| covers both. Fast: both
+								// inputs rounded to float16 (2^-11 each), so 2^-9.
+								bound := 1e-5
+								if prec == gpu.PrecisionFast {
+									bound = math.Pow(2, -9) // the tile recomputed in float32 is well within it
+								}
+								require.LessOrEqual(t, worst, bound, "largest error relative to sum |x w|")
+							})
+						}
 					}
 				}
 			}
@@ -171,7 +180,7 @@ func BenchmarkMatMul(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, rows := range []int{128, 512, 2048} {
-			for _, kernel := range []string{"coop", "coop-tile-x", "portable"} {
+			for _, kernel := range []string{"coop", "coop-whole-k", "coop-tile-x", "portable"} {
 				coop := kernel != "portable"
 				if coop && !vulkan.Coop(v) {
 					continue
@@ -182,8 +191,40 @@ func BenchmarkMatMul(b *testing.B) {
 						defer vulkan.SetCoop(v, old)
 						// coop-tile-x converts x to float16 in each tile, as before tohalf.comp.
 						defer vulkan.SetCoopHalfX(vulkan.SetCoopHalfX(kernel != "coop-tile-x"))
+						// coop-whole-k does not split products along K.
+						defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(kernel == "coop"))
 						timeMatMul(b, r, v, w, rows, n, k, prec)
 					})
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkSplitK times the narrower GEMMs of bonsai-8b (the attention's
+// 4096 x 4096 and its K and V, 1024 x 4096) at small T, where they have too
+// few tiles to fill the device, split along K and not.
+func BenchmarkSplitK(b *testing.B) {
+	r := newRig(b, 3)
+	v := benchBackend(b)
+	if !vulkan.Coop(v) {
+		b.Skip("no cooperative-matrix GEMMs")
+	}
+	const k = 4096
+	for _, n := range []int{4096, 1024} {
+		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K} {
+			w, err := v.Upload(quantized(b, r, "w", n, k, typ))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, rows := range []int{128, 512} {
+				for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
+					for _, split := range []bool{false, true} {
+						b.Run(fmt.Sprintf("n=%d/%v/T=%d/%v/split=%v", n, typ, rows, prec, split), func(b *testing.B) {
+							defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(split))
+							timeMatMul(b, r, v, w, rows, n, k, prec)
+						})
+					}
 				}
 			}
 		}
@@ -268,5 +309,35 @@ func TestWeightsToHalfEveryFormat(t *testing.T) {
 				require.Equal(t, want, math.Float32bits(got[rows*cols/2+row]), "range flag of row %d", row)
 			}
 		})
+	}
+}
+
+// splitk.comp adds up the parts of a product split along K, in order, and
+// the bias once. Run wherever there is Vulkan (lavapipe too).
+func TestSumPartsAddsEachPartAndTheBiasOnce(t *testing.T) {
+	r := newRig(t, 5)
+	const rows, cols, parts = 7, 33, 3
+	ps := r.values(parts*rows*cols, 1)
+	bias := r.values(cols, 1)
+	part, b := r.tensor("parts", ps), r.tensor("bias", bias)
+	for _, withBias := range []bool{false, true} {
+		dst := r.zeros("y", rows*cols)
+		var bv gpu.Tensor
+		if withBias {
+			bv = b.v
+		}
+		vulkan.SumParts(r.vs, part.v, dst.v, bv, rows, cols, parts)
+		got := make([]float32, rows*cols)
+		require.NoError(t, r.vs.Read(dst.v, 0, got))
+		for i := range got {
+			want := float32(0)
+			for z := range parts {
+				want += ps[z*rows*cols+i] // float32 sums in the shader's order: the same bits
+			}
+			if withBias {
+				want += bias[i%cols]
+			}
+			require.Equal(t, want, got[i], "element %d, bias %v", i, withBias)
+		}
 	}
 }

@@ -99,6 +99,32 @@ func WeightsToHalf(s gpu.Stream, w gpu.Matrix, dst gpu.Tensor) {
 	st.weightsToHalf(m, st.tensorOf(dst).buf, halfRange{bigBase: uint32(halves / 4), hi: halves + 4*uint64(m.w.Rows)})
 }
 
+// SetCoopSplitK turns splitting cooperative products along K on or off,
+// returning the old setting.
+func SetCoopSplitK(on bool) bool { return swap(&coopSplitK, on) }
+
+// SumParts records splitk.comp: dst (rows x cols) is the sum of the parts
+// products in part, plus bias (when not nil).
+func SumParts(s gpu.Stream, part, dst, bias gpu.Tensor, rows, cols, parts int) {
+	st := s.(*stream)
+	b, has := st.tensorOf(dst), uint32(0)
+	if bias != nil {
+		b, has = st.tensorOf(bias), 1
+	}
+	st.sumParts(use{buf: st.tensorOf(part).buf}, st.tensorOf(dst), b, has, rows, cols, parts)
+}
+
+// SplitParts is how many parts along K the stream would split a product of
+// rows of x by w into (1: not split).
+func SplitParts(s gpu.Stream, rows int, w gpu.Matrix) int {
+	st := s.(*stream)
+	plans := st.splitPlans(rows, w.Cols(), []gpu.Proj{{W: w}}, st.halfWeights(rows, w.Cols(), []gpu.Proj{{W: w}}))
+	if plans == nil {
+		return 1
+	}
+	return max(1, plans[0].parts)
+}
+
 // SetFlashCoopRows sets the rows of a flash_coop.comp workgroup (64 or
 // 128), returning the old value.
 func SetFlashCoopRows(n int) int { return swap(&flashCoopRows, n) }

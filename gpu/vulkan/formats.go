@@ -28,7 +28,8 @@ type weightFormat struct {
 }
 
 // exactInHalf says every weight of the format is exact in float16, so that
-// exact-precision products may take the cooperative-matrix GEMM.
+// the cooperative-matrix GEMM decodes it in its tiles at either precision;
+// other formats are decoded to float16 once per product first.
 func (f *weightFormat) exactInHalf() bool { return shaders.ExactInHalf(f.suffix) }
 
 var weightFormats = []weightFormat{

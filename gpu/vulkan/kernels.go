@@ -273,6 +273,8 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 	var half *buffer // x in float16, made for the first cooperative product
 	var loBase, bigBase uint32
 	halfW := s.halfWeights(rows, cols, outs) // each projection's weights in float16, or nil
+	splits := s.splitPlans(rows, cols, outs, halfW)
+	var sums []func() // of the products split along K, after all of them
 	// The projections read the same x and write different outputs, so they
 	// are recorded back to back with no barrier between them.
 	for i, p := range outs {
@@ -301,10 +303,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		if halfW != nil {
 			hw = halfW[i]
 		}
-		// Exact products use cooperative matrices for weights exact in
-		// float16 (X is split in two halves) or decoded first in hi + lo
-		// halves; fast ones for any.
-		if rows > vecRows && s.b.coop && (fast || m.f.exactInHalf() || hw.ok) {
+		if s.takesCoop(rows, m, hw) {
 			if half == nil && cols%8 == 0 && coopHalfX {
 				if half, loBase, bigBase = s.toHalf(xs, rows, cols, !fast); half == nil {
 					return
@@ -321,8 +320,17 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 				wh = use{buf: s.halfW, lo: hw.lo, hi: hw.hi}
 				gx, gy = gy, gx // matmul_coop.comp's B16 runs along x's rows first
 			}
-			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16, b2u(hw.ok), b2u(hw.split)),
-				append(uses, use{buf: xh}, wh), append(push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase), gx, gy, 1)
+			gz, kChunk, yBase := uint32(1), uint32(0), uint32(0)
+			if splits != nil && splits[i].parts > 1 {
+				sp := splits[i]
+				uses[2] = use{buf: s.parts, write: true, lo: sp.lo, hi: sp.hi}
+				push[4] = 0 // splitk.comp adds the bias
+				gz, kChunk, yBase = uint32(sp.parts), uint32(sp.chunk), uint32(sp.lo/4)
+				rows, cols := rows, m.w.Rows
+				sums = append(sums, func() { s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, cols, sp.parts) })
+			}
+			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16, b2u(hw.ok), b2u(hw.split)), append(uses, use{buf: xh}, wh),
+				append(push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase), gx, gy, gz)
 			continue
 		}
 		if rows > vecRows {
@@ -336,6 +344,85 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		gx, gy, gz := gridRows(m.w.Rows)
 		s.dispatch(kernel, nil, uses, push, gx, gy, gz)
 	}
+	for _, sum := range sums {
+		sum()
+	}
+}
+
+// sumParts records splitk.comp: dst (rows x cols) is the sum of parts
+// products from part's range on, plus the bias with hasBias.
+func (s *stream) sumParts(part use, dst, bias *tensor, hasBias uint32, rows, cols, parts int) {
+	n := rows * cols
+	gx, gy, gz := grid1(n, 256)
+	s.dispatch("splitk", nil, []use{part, {buf: dst.buf, write: true}, {buf: bias.buf}},
+		[]uint32{uint32(n), uint32(cols), uint32(parts), uint32(part.lo / 4), hasBias}, gx, gy, gz)
+}
+
+// takesCoop reports whether a product of rows of x by m runs on the
+// cooperative GEMM: at exact precision, for weights exact in float16 (x is
+// split in two halves) or decoded first in hi + lo halves (hw); at fast
+// precision, for any.
+func (s *stream) takesCoop(rows int, m *matrix, hw halfRange) bool {
+	return rows > vecRows && s.b.coop && (s.precision == gpu.PrecisionFast || m.f.exactInHalf() || hw.ok)
+}
+
+// coopSplitK splits cooperative products with too few tiles to fill the
+// device along K (tests turn it off to check and time both). A product of
+// fewer than coopSplitGroups workgroups (the H200 runs about two per SM on
+// its 132) is cut into at most coopSplitMax parts of at least
+// coopSplitChunk columns of K, each a workgroup of its own, and
+// splitk.comp adds the parts.
+var coopSplitK = true
+
+const (
+	coopSplitGroups = 256
+	coopSplitMax    = 8
+	coopSplitChunk  = 512
+)
+
+// splitPlan is how one cooperative product is split along K: parts of
+// chunk columns, written to bytes [lo, hi) of the stream's parts buffer.
+type splitPlan struct {
+	parts, chunk int
+	lo, hi       uint64
+}
+
+// splitPlans plans the split of each product of a MatMul (nil: none).
+func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) []splitPlan {
+	if !coopSplitK || cols < 2*coopSplitChunk {
+		return nil
+	}
+	plans := make([]splitPlan, len(outs))
+	var end uint64
+	for i, p := range outs {
+		var hw halfRange
+		if halfW != nil {
+			hw = halfW[i]
+		}
+		m, ok := p.W.(*matrix)
+		if !ok || !s.takesCoop(rows, m, hw) {
+			continue
+		}
+		t := s.coopTileFor(s.precision == gpu.PrecisionExact, hw.ok)
+		groups := int(ceilDiv(m.w.Rows, t.bn()) * ceilDiv(rows, t.bm()))
+		parts := min(coopSplitMax, (coopSplitGroups+groups-1)/groups, cols/coopSplitChunk)
+		if parts < 2 {
+			continue
+		}
+		chunk := (cols + parts - 1) / parts
+		chunk = (chunk + t.bk - 1) / t.bk * t.bk // matmul_coop.comp steps through whole tiles of k
+		parts = (cols + chunk - 1) / chunk
+		size := 4 * uint64(parts) * uint64(rows) * uint64(m.w.Rows)
+		plans[i] = splitPlan{parts: parts, chunk: chunk, lo: end, hi: end + size}
+		end += size
+	}
+	if end == 0 {
+		return nil
+	}
+	if s.parts = s.helper(s.parts, end); s.parts == nil {
+		return nil
+	}
+	return plans
 }
 
 // coopHalfWRows is the fewest rows of x for which the weights of a format

@@ -143,6 +143,7 @@ type stream struct {
 	rope          *buffer // cos/sin table for Rope
 	half          *buffer // x in float16 for the cooperative GEMM (tohalf.comp)
 	halfW         *buffer // its weights in float16 (weights16.comp)
+	parts         *buffer // its products split along K, before splitk.comp adds them
 	ropeKey       ropeKey
 	prof          profile
 }
