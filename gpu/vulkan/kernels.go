@@ -368,13 +368,17 @@ func (s *stream) takesCoop(rows int, m *matrix, hw halfRange) bool {
 
 // coopSplitK splits cooperative products with too few tiles to fill the
 // device along K (tests turn it off to check and time both). A product of
-// fewer than coopSplitGroups workgroups (the H200 runs about two per SM on
-// its 132) is cut into at most coopSplitMax parts of at least
-// coopSplitChunk columns of K, each a workgroup of its own, and
-// splitk.comp adds the parts.
+// fewer than coopSplitBelow workgroups is cut into enough parts for about
+// coopSplitGroups (the H200 runs about two per SM on its 132), at most
+// coopSplitMax of at least coopSplitChunk columns of K each, and
+// splitk.comp adds the parts. On the H200 (BenchmarkSplitK, 4096 columns
+// of K) that ran 1.7-3x faster for 8-32 workgroups (4096 x 4096 and
+// 1024 x 4096 weights at T=128, 1024 x 4096 at T=512), and slower for 96
+// and 128 (12288 x 4096 at T=128, 4096 x 4096 at T=512).
 var coopSplitK = true
 
 const (
+	coopSplitBelow  = 64
 	coopSplitGroups = 256
 	coopSplitMax    = 8
 	coopSplitChunk  = 512
@@ -405,6 +409,9 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 		}
 		t := s.coopTileFor(s.precision == gpu.PrecisionExact, hw.ok)
 		groups := int(ceilDiv(m.w.Rows, t.bn()) * ceilDiv(rows, t.bm()))
+		if groups >= coopSplitBelow {
+			continue
+		}
 		parts := min(coopSplitMax, (coopSplitGroups+groups-1)/groups, cols/coopSplitChunk)
 		if parts < 2 {
 			continue
