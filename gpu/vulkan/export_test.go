@@ -118,7 +118,9 @@ func SumParts(s gpu.Stream, part, dst, bias gpu.Tensor, rows, cols, parts int) {
 // rows of x by w into (1: not split).
 func SplitParts(s gpu.Stream, rows int, w gpu.Matrix) int {
 	st := s.(*stream)
-	plans := st.splitPlans(rows, w.Cols(), []gpu.Proj{{W: w}}, st.halfWeights(rows, w.Cols(), []gpu.Proj{{W: w}}))
+	outs := []gpu.Proj{{W: w}}
+	halfW, _ := st.planHalfWeights(rows, w.Cols(), outs)
+	plans := st.splitPlans(rows, w.Cols(), outs, halfW)
 	if plans == nil {
 		return 1
 	}

@@ -97,13 +97,17 @@ func (s *stream) coopTileFor(exact, halfW bool) coopTile {
 			return t
 		}
 	}
-	return coopTile{tm: 2, tn: 2, wgm: 2, bk: 32} // 20 KiB at exact precision, 30 with weights in hi + lo
+	return smallCoopTile
 }
 
-// splitWFits reports whether the usual tile fits in shared memory with
+// smallCoopTile is the tile for devices with too little shared memory for
+// the others: 20 KiB at exact precision, 30 with weights in hi + lo.
+var smallCoopTile = coopTile{tm: 2, tn: 2, wgm: 2, bk: 32}
+
+// splitWFits reports whether the small tile fits in shared memory with
 // weights in hi + lo halves.
 func (s *stream) splitWFits() bool {
-	return coopTile{tm: 2, tn: 2, wgm: 2, bk: 32}.shared(true, true) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize)
+	return smallCoopTile.shared(true, true) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize)
 }
 
 func ceilDiv(a, b int) uint32 { return uint32((a + b - 1) / b) }
@@ -326,8 +330,10 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 				uses[2] = use{buf: s.parts, write: true, lo: sp.lo, hi: sp.hi}
 				push[4] = 0 // splitk.comp adds the bias
 				gz, kChunk, yBase = uint32(sp.parts), uint32(sp.chunk), uint32(sp.lo/4)
-				rows, cols := rows, m.w.Rows
-				sums = append(sums, func() { s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, cols, sp.parts) })
+				outCols := m.w.Rows
+				sums = append(sums, func() {
+					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, outCols, sp.parts)
+				})
 			}
 			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16, b2u(hw.ok), b2u(hw.split)), append(uses, use{buf: xh}, wh),
 				append(push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase), gx, gy, gz)
@@ -458,15 +464,32 @@ type halfRange struct {
 // of each projection of a MatMul that are not exact in float16, when x goes
 // to the cooperative GEMM in float16 and rows is enough to repay it.
 func (s *stream) halfWeights(rows, cols int, outs []gpu.Proj) []halfRange {
-	if rows < coopHalfWRows || rows <= vecRows || !s.b.coop || !coopHalfX || cols%8 != 0 {
+	ranges, end := s.planHalfWeights(rows, cols, outs)
+	if ranges == nil {
 		return nil
+	}
+	if s.halfW = s.helper(s.halfW, end); s.halfW == nil {
+		return nil
+	}
+	for i, p := range outs {
+		if ranges[i].ok {
+			s.weightsToHalf(p.W.(*matrix), s.halfW, ranges[i])
+		}
+	}
+	return ranges
+}
+
+// planHalfWeights lays out halfWeights' buffer (end bytes), recording
+// nothing; nil where no projection is decoded first.
+func (s *stream) planHalfWeights(rows, cols int, outs []gpu.Proj) (ranges []halfRange, end uint64) {
+	if rows < coopHalfWRows || rows <= vecRows || !s.b.coop || !coopHalfX || cols%8 != 0 {
+		return nil, 0
 	}
 	split := s.precision == gpu.PrecisionExact
 	if split && !s.splitWFits() {
-		return nil
+		return nil, 0
 	}
-	ranges := make([]halfRange, len(outs))
-	var end uint64 // bytes
+	ranges = make([]halfRange, len(outs))
 	for i, p := range outs {
 		m, ok := p.W.(*matrix)
 		if !ok || m.w.Cols != cols || m.f.exactInHalf() {
@@ -484,17 +507,9 @@ func (s *stream) halfWeights(rows, cols int, outs []gpu.Proj) []halfRange {
 		ranges[i] = r
 	}
 	if end == 0 || end > coopHalfWBytes {
-		return nil
+		return nil, 0
 	}
-	if s.halfW = s.helper(s.halfW, end); s.halfW == nil {
-		return nil
-	}
-	for i, p := range outs {
-		if ranges[i].ok {
-			s.weightsToHalf(p.W.(*matrix), s.halfW, ranges[i])
-		}
-	}
-	return ranges
+	return ranges, end
 }
 
 // weightsToHalf records weights16.comp: m in float16 into r of dst.
