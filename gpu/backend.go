@@ -163,6 +163,9 @@ type HostTensors interface {
 	HostData(t Tensor) []float32
 	// View is elements [off, off+n) of t as a tensor of its own.
 	View(t Tensor, off, n int) Tensor
+	// AllocArena is Alloc for a capture arena, which a finished run writes
+	// whole: its elements may be a collected trace's, not zeros.
+	AllocArena(name string, n int) (Tensor, error)
 }
 
 // AttentionCapture is implemented by streams whose flash attention can also

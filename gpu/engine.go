@@ -574,6 +574,20 @@ func (l *layout) anyMaterialized() bool {
 	return false
 }
 
+// attnScratch reports whether a layer's scores or pattern go to scratch:
+// it materialises them (a hook on them) without capturing both, which
+// would be written in their arenas.
+func (l *layout) attnScratch() bool {
+	for layer, m := range l.materialize {
+		for _, local := range []string{"attn.hook_attn_scores", "attn.hook_pattern"} {
+			if _, captured := l.slots[LayerPoint(layer, local)]; m && !captured {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (l *layout) scratchElements(c *model.Config, o Options) int {
 	n := 0
 	for _, q := range (&scratch{}).needs(c, l, o, role{embed: true, layers: true, head: true}) {

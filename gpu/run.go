@@ -86,7 +86,7 @@ func (b *scratch) needs(c *model.Config, l *layout, o Options, ro role) []need {
 		default:
 			needs = append(needs, need{"mlp_gate", t * c.FFN, &b.gate})
 		}
-		if l.anyMaterialized() {
+		if l.attnScratch() {
 			needs = append(needs, need{"attn_scores", c.Heads * t * l.keys, &b.scores}, need{"attn_pattern", c.Heads * t * l.keys, &b.pattern})
 		}
 	}

@@ -1,6 +1,9 @@
 package gpu
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // workspace is a session's prefill buffers (scratch and capture arenas),
 // kept by name for the next prefill, so that repeated prefills of the same
@@ -41,8 +44,12 @@ func (w *workspace) fit(st Stream, needs []need) error {
 	for _, q := range needs {
 		x, ok := w.bufs[q.name]
 		if !ok {
+			alloc := st.Alloc
+			if h, ok := st.(HostTensors); ok && strings.HasPrefix(q.name, arenaPrefix) {
+				alloc = h.AllocArena
+			}
 			var err error
-			if x, err = st.Alloc(q.name, q.n); err != nil {
+			if x, err = alloc(q.name, q.n); err != nil {
 				w.free(st)
 				return err
 			}
@@ -57,7 +64,9 @@ func (w *workspace) fit(st Stream, needs []need) error {
 func (w *workspace) drop(name string) { delete(w.bufs, name) }
 
 // arenaName is a host capture arena's name in the workspace.
-func arenaName(a int) string { return fmt.Sprintf("capture arena %d", a) }
+func arenaName(a int) string { return fmt.Sprintf("%s%d", arenaPrefix, a) }
+
+const arenaPrefix = "capture arena "
 
 // free releases every buffer.
 func (w *workspace) free(st Stream) {

@@ -222,9 +222,16 @@ func (s *stream) flashTiled(a *gpu.Attention, capture bool) {
 	})
 }
 
+// fill sets every element of x to v, doubling what is set with copy, which
+// moves vectors where a loop stores one element at a time (capture-all's
+// masked scores were 5% of a prefill at T=512).
 func fill(x []float32, v float32) {
-	for i := range x {
-		x[i] = v
+	if len(x) == 0 {
+		return
+	}
+	x[0] = v
+	for n := 1; n < len(x); n *= 2 {
+		copy(x[n:], x[:n])
 	}
 }
 

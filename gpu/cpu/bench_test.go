@@ -99,7 +99,8 @@ func BenchmarkCaptureCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := gpu.NewEngine(m, cpu.New(0))
+	backend := cpu.New(0)
+	e, err := gpu.NewEngine(m, backend)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,6 +128,7 @@ func BenchmarkCaptureCost(b *testing.B) {
 			}
 			run(gpu.Options{Capture: gpu.CaptureAll()}) // warm-up
 			var none, all []time.Duration
+			reused := cpu.ArenasReused(backend)
 			for b.Loop() {
 				none = append(none, run(gpu.Options{}))
 				all = append(all, run(gpu.Options{Capture: gpu.CaptureAll()}))
@@ -139,6 +141,7 @@ func BenchmarkCaptureCost(b *testing.B) {
 			b.ReportMetric(n, "none-ms")
 			b.ReportMetric(a, "all-ms")
 			b.ReportMetric(a/n, "all/none")
+			b.ReportMetric(float64(cpu.ArenasReused(backend)-reused)/float64(len(all)), "reused-arenas/op")
 		})
 	}
 }

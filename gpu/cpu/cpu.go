@@ -19,6 +19,7 @@ import (
 // Backend runs kernels on the host's cores.
 type Backend struct {
 	threads int
+	arenas  *arenaPool
 }
 
 // New returns a CPU backend using threads goroutines per kernel (0: all cores).
@@ -26,7 +27,7 @@ func New(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &Backend{threads: threads}
+	return &Backend{threads: threads, arenas: newArenaPool()}
 }
 
 func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", b.threads) }
@@ -93,16 +94,23 @@ type stream struct {
 func data(t gpu.Tensor) []float32 { return t.(*tensor).data }
 
 func (s *stream) Alloc(name string, n int) (gpu.Tensor, error) {
+	if err := checkAlloc(name, n); err != nil {
+		return nil, err
+	}
+	return &tensor{data: make([]float32, n)}, nil
+}
+
+func checkAlloc(name string, n int) error {
 	if n < 0 {
-		return nil, fmt.Errorf("cpu: allocating %s: negative size %d", name, n)
+		return fmt.Errorf("cpu: allocating %s: negative size %d", name, n)
 	}
 	// Go cannot recover from failing to map a huge slice (the process
 	// dies), so a request no machine of this size could hold is an error.
 	if ram := physicalMemory(); ram > 0 && uint64(n) > ram/4 {
-		return nil, fmt.Errorf("cpu: allocating %s: %s is more than this machine's %s of memory",
+		return fmt.Errorf("cpu: allocating %s: %s is more than this machine's %s of memory",
 			name, gpu.HumanBytes(4*int64(min(n, math.MaxInt64/4))), gpu.HumanBytes(int64(min(ram, math.MaxInt64))))
 	}
-	return &tensor{data: make([]float32, n)}, nil
+	return nil
 }
 
 func (s *stream) Free(gpu.Tensor) {}

@@ -1,0 +1,161 @@
+package cpu_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
+)
+
+// collect runs the collector until the backend has had at least want
+// arenas back in all (finalizers run after a cycle, on their own goroutine).
+func collect(t *testing.T, b *cpu.Backend, want int64) {
+	t.Helper()
+	for range 200 {
+		if cpu.ArenasReturned(b) >= want {
+			return
+		}
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("the collector gave back %d capture arenas, want %d", cpu.ArenasReturned(b), want)
+}
+
+// A capture arena whose trace was collected is a later prefill's arena, its
+// memory not cleared (here filled with NaN): every element of a trace made
+// in it must be what the same prefill gives in new memory, bit for bit,
+// whatever points are captured, for architectures with windows, GQA and
+// experts, and with hooks. An element a run leaves unwritten shows as NaN.
+func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
+	cpu.PoisonReusedArenas(true)
+	defer cpu.PoisonReusedArenas(false)
+	hooks := []gpu.Hook{gpu.Scale("blocks.0.attn.hook_q", 0.5), gpu.Scale("blocks.1.attn.hook_pattern", 0.75)}
+	for _, shape := range []string{"tiny-qwen3", "tiny-gemma2", "tiny-qwen3moe", "tiny-gpt2"} {
+		m, err := model.Random(model.Shapes[shape], gguf.F32, 5)
+		require.NoError(t, err)
+		r := rand.New(rand.NewPCG(3, uint64(len(shape))))
+		tokens, other := make([]int32, 96), make([]int32, 96)
+		for i := range tokens {
+			tokens[i], other[i] = int32(r.IntN(m.Vocab)), int32(r.IntN(m.Vocab))
+		}
+		names := gpu.Points(&m.Config)
+		for trial := range 4 {
+			capture := gpu.CaptureAll()
+			if trial > 0 {
+				var subset []string
+				for _, n := range names {
+					if r.IntN(2) == 0 {
+						subset = append(subset, n)
+					}
+				}
+				capture = gpu.CaptureOf(subset...)
+			}
+			o := gpu.Options{Capture: capture, Hooks: hooks[:trial%2*2], Logits: gpu.LogitsAll}
+			t.Run(fmt.Sprintf("%s/%d", shape, trial), func(t *testing.T) {
+				b := cpu.New(0)
+				e, err := gpu.NewEngine(m, b)
+				require.NoError(t, err)
+				s, err := e.NewSession(len(tokens))
+				require.NoError(t, err)
+				defer s.Close()
+				run := func(tokens []int32) *trace.Trace {
+					s.Reset()
+					tr, err := s.Prefill(context.Background(), tokens, o)
+					require.NoError(t, err)
+					return tr
+				}
+				want := run(tokens) // new memory, kept
+				run(other)          // new memory, its trace dropped at once
+				collect(t, b, 1)
+				got := run(tokens)
+				require.Positive(t, cpu.ArenasReused(b), "no arena was reused")
+				require.Equal(t, want.Names, got.Names)
+				for _, n := range want.Names {
+					require.Equal(t, want.Tensor(n).Data, got.Tensor(n).Data, n)
+				}
+			})
+		}
+	}
+}
+
+// A slice of a trace that a caller keeps keeps its whole arena: the
+// collector never gives it back while the slice is alive, so later
+// prefills never write over it.
+func TestAKeptSliceOfATraceIsNeverReused(t *testing.T) {
+	m, err := model.Random(model.Shapes["tiny-qwen3"], gguf.F32, 5)
+	require.NoError(t, err)
+	b := cpu.New(0)
+	e, err := gpu.NewEngine(m, b)
+	require.NoError(t, err)
+	s, err := e.NewSession(128)
+	require.NoError(t, err)
+	defer s.Close()
+	prefill := func(seed int32) []float32 {
+		tokens := make([]int32, 128)
+		for i := range tokens {
+			tokens[i] = (seed + int32(i)*31) % int32(m.Vocab)
+		}
+		s.Reset()
+		tr, err := s.Prefill(context.Background(), tokens, gpu.Options{Capture: gpu.CaptureAll()})
+		require.NoError(t, err)
+		return tr.Tensor("blocks.1.attn.hook_pattern").Data[100:200]
+	}
+	kept := prefill(1)
+	want := slices.Clone(kept)
+	for seed := range int32(6) {
+		prefill(seed + 2)
+		collect(t, b, cpu.ArenasReturned(b)+1)
+	}
+	require.Positive(t, cpu.ArenasReused(b), "later prefills reused collected arenas")
+	require.Equal(t, want, kept, "the kept slice was written over")
+}
+
+// Arenas no prefill takes are let go within a few collector cycles, and a
+// backend nothing refers to any more is collected with its arenas.
+func TestUntakenArenasAreLetGo(t *testing.T) {
+	m, err := model.Random(model.Shapes["tiny-qwen3"], gguf.F32, 5)
+	require.NoError(t, err)
+	b := cpu.New(0)
+	e, err := gpu.NewEngine(m, b)
+	require.NoError(t, err)
+	s, err := e.NewSession(128)
+	require.NoError(t, err)
+	tokens := make([]int32, 128)
+	for range 3 {
+		s.Reset()
+		_, err := s.Prefill(context.Background(), tokens, gpu.Options{Capture: gpu.CaptureAll()})
+		require.NoError(t, err)
+	}
+	collect(t, b, cpu.ArenasReturned(b)+1)
+	require.Positive(t, cpu.ArenasWaiting(b))
+	for range 3 {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Zero(t, cpu.ArenasWaiting(b), "arenas still held after three cycles")
+
+	s.Close()
+	collected := make(chan struct{})
+	runtime.AddCleanup(b, func(ch chan struct{}) { close(ch) }, collected)
+	b, e, s = nil, nil, nil
+	for range 100 {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.Fatal("the backend was never collected")
+}
