@@ -20,9 +20,9 @@
 // inputs exceed float16's range is recomputed in float32.
 //
 // B16: the weights come decoded to float16 by weights16.comp, once per
-// product instead of once per tile of rows of x in every tile; the grid
-// then runs along x's rows first, so the workgroups in flight share their
-// weight tiles in L2. With WLO (exact precision, weights not exact in
+// product instead of once per tile of rows of x in every tile, or are F16
+// weights read as they are; the grid then runs along x's rows first, so
+// the workgroups in flight share their weight tiles in L2. With WLO (exact precision, weights not exact in
 // float16) W comes as hi + lo too, and a third product adds x_hi w_lo:
 // what is left out, x_lo w_lo, is 2^-22 of x w.
 layout(local_size_x = 256) in;
@@ -41,6 +41,7 @@ layout(constant_id = 5) const uint A16 = 0;
 layout(constant_id = 6) const uint B16 = 0; // with A16
 layout(constant_id = 7) const uint WLO = 0; // with B16 and EXACT
 const uint BM = 16 * TM * WGM, BN = 16 * TN * (8 / WGM);
+const uint NO_RANGE_FLAGS = 0xFFFFFFFFu; // noRangeFlags in gpu/vulkan
 
 
 layout(push_constant) uniform Push {
@@ -49,6 +50,7 @@ layout(push_constant) uniform Push {
     uint hasBias;
     uint loBase, bigBase; // tohalf.comp's remainders and range flags, with A16
     uint whBase, wLoBase, wBigBase; // weights16.comp's halves, remainders (WLO) and range flags
+    // (NO_RANGE_FLAGS: F16 weights, bound here as they are)
     // Split K: workgroup z sums k in [z kChunk, (z + 1) kChunk) (kChunk a
     // multiple of BK) into y[yBase + z M N ...], with no bias; splitk.comp
     // adds the parts. 0: the whole of K into y, no offset.
@@ -179,7 +181,7 @@ void main() {
     }
     if (B16 != 0) {
         for (uint r = tid; r < BN; r += 256) {
-            ok = ok && (n0 + r >= pc.N || whw[pc.wBigBase + n0 + r] == 0);
+            ok = ok && (n0 + r >= pc.N || pc.wBigBase == NO_RANGE_FLAGS || whw[pc.wBigBase + n0 + r] == 0);
         }
     }
     [[unroll]] for (uint h = 0; h < AH; h++) {

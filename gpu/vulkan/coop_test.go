@@ -33,8 +33,8 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 	cases := []struct {
 		typ         gguf.Type
 		cols        int
-		exactInHalf bool // decoded in each tile, never first
-	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.Q4_K, 1024, false}, {gguf.F32, 512, false}}
+		exactInHalf bool // never decoded first: in each tile, or read as float16 (F16, K % 8 == 0)
+	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.F16, 1024, true}, {gguf.Q4_K, 1024, false}, {gguf.F32, 512, false}}
 	defer vulkan.SetCoopHalfWRows(vulkan.SetCoopHalfWRows(0))
 	defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(true))
 	for ti, tile := range vulkan.CoopTiles() {

@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"fmt"
+	"github.com/stratalab/strata/gguf"
 	"math"
 	"unsafe"
 
@@ -71,7 +72,7 @@ var coopTiles = []coopTile{
 var forcedCoopTile *coopTile
 
 // coopTileFor picks the tile for a GEMM at the given precision, its
-// weights decoded to float16 first (halfW) or in the tiles. On the H200
+// weights in hi + lo float16 halves (splitW) or not. On the H200
 // (BenchmarkCoopTiles with a warm-up, 12288 x 4096 weights, T = 128, 512,
 // 2048), 128 x 128 tiles ran fastest or level with the best: at fast
 // precision with k steps of 64 (1-bit weights 70 / 96 / 125 TFLOP/s
@@ -81,19 +82,19 @@ var forcedCoopTile *coopTile
 // weights in hi + lo halves (36 / 63 / 73, where the portable kernel gave
 // 13 / 18 / 19). On 1024-wide weights (K and V) no tile did well: too few
 // workgroups to fill the device.
-func (s *stream) coopTileFor(exact, halfW bool) coopTile {
+func (s *stream) coopTileFor(exact, splitW bool) coopTile {
 	if forcedCoopTile != nil {
 		return *forcedCoopTile
 	}
 	tiles := []coopTile{{tm: 2, tn: 4, wgm: 4, bk: 64}} // fast
 	switch {
-	case exact && halfW:
+	case exact && splitW:
 		tiles = []coopTile{{tm: 2, tn: 4, wgm: 4, bk: 32}}
 	case exact:
 		tiles = []coopTile{{tm: 4, tn: 2, wgm: 2, bk: 32}}
 	}
 	for _, t := range tiles {
-		if t.shared(exact, halfW && exact) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
+		if t.shared(exact, splitW && exact) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
 			return t
 		}
 	}
@@ -317,11 +318,14 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			if half != nil {
 				a16, xh = 1, half
 			}
-			t := s.coopTileFor(!fast, hw.ok)
+			t := s.coopTileFor(!fast, hw.split)
 			wh := use{buf: xs.buf}
 			gx, gy := ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm())
 			if hw.ok {
 				wh = use{buf: s.halfW, lo: hw.lo, hi: hw.hi}
+				if hw.direct {
+					wh = uses[1]
+				}
 				gx, gy = gy, gx // matmul_coop.comp's B16 runs along x's rows first
 			}
 			gz, kChunk, yBase := uint32(1), uint32(0), uint32(0)
@@ -413,7 +417,7 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 		if !ok || !s.takesCoop(rows, m, hw) {
 			continue
 		}
-		t := s.coopTileFor(s.precision == gpu.PrecisionExact, hw.ok)
+		t := s.coopTileFor(s.precision == gpu.PrecisionExact, hw.split)
 		groups := int(ceilDiv(m.w.Rows, t.bn()) * ceilDiv(rows, t.bm()))
 		if groups >= coopSplitBelow {
 			continue
@@ -452,13 +456,16 @@ const coopHalfWBytes = 512 << 20
 // halfRange is where weights16.comp left one projection's weights in the
 // stream's halfW buffer: uvec4s from base (and the remainders from loBase,
 // when split), a word per row from bigBase; bytes [lo, hi). ok is false for
-// a projection whose tiles decode their own weights.
+// a projection whose tiles decode their own weights. direct: the weights
+// are float16 already (F16), read where they are, with no range flags.
 type halfRange struct {
-	ok                    bool
-	split                 bool
+	ok, split, direct     bool
 	base, loBase, bigBase uint32
 	lo, hi                uint64
 }
+
+// noRangeFlags is bigBase for weights that are float16 already.
+const noRangeFlags = ^uint32(0)
 
 // halfWeights decodes to float16, in the stream's halfW buffer, the weights
 // of each projection of a MatMul that are not exact in float16, when x goes
@@ -468,11 +475,13 @@ func (s *stream) halfWeights(rows, cols int, outs []gpu.Proj) []halfRange {
 	if ranges == nil {
 		return nil
 	}
-	if s.halfW = s.helper(s.halfW, end); s.halfW == nil {
-		return nil
+	if end > 0 {
+		if s.halfW = s.helper(s.halfW, end); s.halfW == nil {
+			return nil
+		}
 	}
 	for i, p := range outs {
-		if ranges[i].ok {
+		if ranges[i].ok && !ranges[i].direct {
 			s.weightsToHalf(p.W.(*matrix), s.halfW, ranges[i])
 		}
 	}
@@ -480,21 +489,30 @@ func (s *stream) halfWeights(rows, cols int, outs []gpu.Proj) []halfRange {
 }
 
 // planHalfWeights lays out halfWeights' buffer (end bytes), recording
-// nothing; nil where no projection is decoded first.
+// nothing; nil where no projection's tiles read float16 weights. F16
+// weights are read as they are, for any number of rows: decoded in the
+// tiles, two bytes at a time, they ran 1.7-5x slower than Q1_0_g128.
 func (s *stream) planHalfWeights(rows, cols int, outs []gpu.Proj) (ranges []halfRange, end uint64) {
-	if rows < coopHalfWRows || rows <= vecRows || !s.b.coop || !coopHalfX || cols%8 != 0 {
+	if rows <= vecRows || !s.b.coop || !coopHalfX || cols%8 != 0 {
 		return nil, 0
 	}
 	split := s.precision == gpu.PrecisionExact
-	if split && !s.splitWFits() {
-		return nil, 0
-	}
+	decode := rows >= coopHalfWRows && (!split || s.splitWFits())
 	ranges = make([]halfRange, len(outs))
+	any := false
 	for i, p := range outs {
 		m, ok := p.W.(*matrix)
-		if !ok || m.w.Cols != cols || m.f.exactInHalf() {
+		if !ok || m.w.Cols != cols {
 			continue
 		}
+		if m.f.typ == gguf.F16 {
+			ranges[i], any = halfRange{ok: true, direct: true, bigBase: noRangeFlags}, true
+			continue
+		}
+		if !decode || m.f.exactInHalf() {
+			continue
+		}
+		any = true
 		halves := 2 * uint64(m.w.Rows) * uint64(cols)
 		r := halfRange{ok: true, split: split, base: uint32(end / 16), loBase: uint32(end / 16), lo: end}
 		end += halves
@@ -506,7 +524,7 @@ func (s *stream) planHalfWeights(rows, cols int, outs []gpu.Proj) (ranges []half
 		r.hi = end
 		ranges[i] = r
 	}
-	if end == 0 || end > coopHalfWBytes {
+	if !any || end > coopHalfWBytes {
 		return nil, 0
 	}
 	return ranges, end
