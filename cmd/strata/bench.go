@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -100,6 +101,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	placement := placementFlag(fs)
 	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
+	warmup := fs.Duration("warmup", 500*time.Millisecond, "untimed prefills before each point's timed runs, for at least this long (and at least one): a GPU's clocks rise only under load")
 	budget := fs.Float64("budget", 16, "capture memory a prefill may use, in GiB (device memory on a GPU, host memory on the CPU); a point over it is reported as refused")
 	jsonOut := fs.String("json", "", "also write the rows as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the host's work to this file (go tool pprof)")
@@ -189,7 +191,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 				for i := range tokens {
 					tokens[i] = int32((i*7919 + 13) % m.Vocab)
 				}
-				ms, err := timePrefill(ctx, s, tokens, o, *iters)
+				ms, err := timePrefill(ctx, s, tokens, o, *warmup, *iters)
 				if errors.Is(err, gpu.ErrOverBudget) {
 					fmt.Fprintf(out, "%-*s %-11s %-*s %6d %-7s %-9s %10s %10s  %v\n", mw, modelName, typ, bw, name, t, capture, prec, "-", "-", err)
 					continue
@@ -285,21 +287,43 @@ func timeReadback(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Opt
 	return float64(bytes) / time.Since(start).Seconds() / 1e9, nil
 }
 
-// timePrefill runs one warm-up prefill, then iters timed ones from position 0,
-// and returns the median in milliseconds.
-func timePrefill(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options, iters int) (float64, error) {
-	var times []float64
-	for i := range iters + 1 {
+// timePrefill runs warm-up prefills for at least warmup (at least one), then
+// iters timed ones, each from position 0, and returns the median in
+// milliseconds. On the H200, the first point after generating a model, with
+// one warm-up prefill, measured 1.3-3.7x its later runs (the GPU's clocks
+// idle at 345 MHz).
+func timePrefill(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options, warmup time.Duration, iters int) (float64, error) {
+	// The garbage of what ran before (a generated model's making, a trace
+	// read back whole: gigabytes) is collected and handed back to the system
+	// now, not by the runtime in the background of the timed runs: on the
+	// H200 such runs took 1.7-3x their device time.
+	debug.FreeOSMemory()
+	run := func() (float64, error) {
 		s.Reset()
 		start := time.Now()
 		tr, err := s.Prefill(ctx, tokens, o)
 		if err != nil {
 			return 0, err
 		}
-		if i > 0 {
-			times = append(times, float64(time.Since(start).Microseconds())/1e3)
-		}
+		ms := float64(time.Since(start).Microseconds()) / 1e3
 		tr.Close() // a GPU trace stays on the device until read: give it back
+		return ms, nil
+	}
+	for start := time.Now(); ; {
+		if _, err := run(); err != nil {
+			return 0, err
+		}
+		if time.Since(start) >= warmup {
+			break
+		}
+	}
+	var times []float64
+	for range iters {
+		ms, err := run()
+		if err != nil {
+			return 0, err
+		}
+		times = append(times, ms)
 	}
 	slices.Sort(times)
 	return times[len(times)/2], nil
