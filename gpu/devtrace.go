@@ -250,7 +250,7 @@ func (r *Run) tryArenas(spare [][]Tensor) error {
 			}
 		}
 		st := r.s.tiers[tier].st
-		t, err := st.Alloc(fmt.Sprintf("capture arena %d", i), n)
+		t, err := st.Alloc(arenaName(i), n)
 		if err != nil {
 			r.freeArenas()
 			r.freeSpare(spare)

@@ -30,7 +30,9 @@ type need struct {
 //
 // Kept buffers hold the last prefill's data, not zeros: every element a
 // prefill reads from a scratch buffer it has written first, and a trace
-// reads only the captures the run has reached.
+// reads only the captures the run has reached. New host capture arenas may
+// hold a collected trace's data too (HostTensors.AllocArena): a finished
+// run writes all of them.
 func (w *workspace) fit(st Stream, needs []need) error {
 	keep := make(map[string]Tensor, len(needs))
 	for _, q := range needs {

@@ -17,21 +17,26 @@ import (
 // capture-all prefill at T=512, although a finished run writes every element
 // of it. So an arena the collector finds unreachable (nothing refers to its
 // trace or to any slice of it) comes back, through a finalizer on its first
-// element, to be a later prefill's arena of the same size. What no prefill
-// takes within two collector cycles is let go, as sync.Pool does (whose
+// element, to be a later prefill's arena of the same size. What comes back
+// is kept for one or two collector cycles, and only in sizes prefills asked
+// for in the last two, so that a workload of ever-changing sizes holds
+// no more than it did (sync.Pool ages its items alike, but its
 // per-processor caches hid what a finalizer put back from the prefill's
 // goroutine).
 type arenaPool struct {
 	mu sync.Mutex
-	// fresh came back since the last cycle, old in the one before.
-	fresh, old map[int][]*float32
+	// fresh came back since the last cycle, old in the one before; asked
+	// and askedBefore are the sizes get was called for in the same cycles.
+	fresh, old         map[int][]*float32
+	asked, askedBefore map[int]bool
 	// returned and reused count arenas back from the collector and given
 	// out again (tests).
 	returned, reused atomic.Int64
 }
 
-// minPooled is the smallest arena worth keeping: zeroing less costs little,
-// and a finalizer needs an object of its own (tiny ones share a block).
+// minPooled is the smallest arena kept (64 KiB): zeroing less costs little.
+// Its finalizer is set on &d[0], the start of an allocation of its own (a
+// large object), which runtime.SetFinalizer accepts.
 const minPooled = 16 << 10
 
 func newArenaPool() *arenaPool {
@@ -51,11 +56,18 @@ func newArenaPool() *arenaPool {
 	return p
 }
 
-// cycle lets go of what waited a whole cycle untaken.
+// cycle lets go of what waited a whole cycle untaken, and of what came
+// back in sizes no prefill asked for.
 func (p *arenaPool) cycle() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for n := range p.fresh {
+		if !p.asked[n] && !p.askedBefore[n] {
+			delete(p.fresh, n)
+		}
+	}
 	p.old, p.fresh = p.fresh, nil
+	p.askedBefore, p.asked = p.asked, nil
 }
 
 func (p *arenaPool) put(first *float32, n int) {
@@ -71,6 +83,10 @@ func (p *arenaPool) put(first *float32, n int) {
 func (p *arenaPool) take(n int) *float32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.asked == nil {
+		p.asked = map[int]bool{}
+	}
+	p.asked[n] = true
 	for _, m := range []map[int][]*float32{p.fresh, p.old} {
 		if k := len(m[n]); k > 0 {
 			first := m[n][k-1]
@@ -92,7 +108,7 @@ func (p *arenaPool) get(n int) []float32 {
 	if first := p.take(n); first != nil {
 		d = unsafe.Slice(first, n)
 		p.reused.Add(1)
-		if poisonReused {
+		if poisonReused.Load() {
 			for i := range d {
 				d[i] = float32(math.NaN())
 			}
@@ -106,7 +122,7 @@ func (p *arenaPool) get(n int) []float32 {
 
 // poisonReused fills reused arenas with NaN (tests: an element a run leaves
 // unwritten then shows in its trace).
-var poisonReused bool
+var poisonReused atomic.Bool
 
 // AllocArena implements gpu.HostTensors.
 func (s *stream) AllocArena(name string, n int) (gpu.Tensor, error) {

@@ -32,11 +32,26 @@ func collect(t *testing.T, b *cpu.Backend, want int64) {
 	t.Fatalf("the collector gave back %d capture arenas, want %d", cpu.ArenasReturned(b), want)
 }
 
+// tinySession is a session of 128 positions on a random tiny-qwen3, on a
+// CPU backend of its own.
+func tinySession(t *testing.T) (*cpu.Backend, *gpu.Session) {
+	m, err := model.Random(model.Shapes["tiny-qwen3"], gguf.F32, 5)
+	require.NoError(t, err)
+	b := cpu.New(0)
+	e, err := gpu.NewEngine(m, b)
+	require.NoError(t, err)
+	s, err := e.NewSession(128)
+	require.NoError(t, err)
+	return b, s
+}
+
 // A capture arena whose trace was collected is a later prefill's arena, its
 // memory not cleared (here filled with NaN): every element of a trace made
 // in it must be what the same prefill gives in new memory, bit for bit,
 // whatever points are captured, for architectures with windows, GQA and
-// experts, and with hooks. An element a run leaves unwritten shows as NaN.
+// experts, with hooks, and for a prefill that continues an earlier one
+// (its keys start past position 0). An element a run leaves unwritten
+// shows as NaN.
 func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
 	cpu.PoisonReusedArenas(true)
 	defer cpu.PoisonReusedArenas(false)
@@ -50,7 +65,7 @@ func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
 			tokens[i], other[i] = int32(r.IntN(m.Vocab)), int32(r.IntN(m.Vocab))
 		}
 		names := gpu.Points(&m.Config)
-		for trial := range 4 {
+		for trial := range 5 {
 			capture := gpu.CaptureAll()
 			if trial > 0 {
 				var subset []string
@@ -69,8 +84,14 @@ func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
 				s, err := e.NewSession(len(tokens))
 				require.NoError(t, err)
 				defer s.Close()
+				const first = 40 // trial 4 prefills the tokens after these
 				run := func(tokens []int32) *trace.Trace {
 					s.Reset()
+					if trial == 4 {
+						_, err := s.Prefill(context.Background(), tokens[:first], gpu.Options{})
+						require.NoError(t, err)
+						tokens = tokens[first:]
+					}
 					tr, err := s.Prefill(context.Background(), tokens, o)
 					require.NoError(t, err)
 					return tr
@@ -93,18 +114,12 @@ func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
 // collector never gives it back while the slice is alive, so later
 // prefills never write over it.
 func TestAKeptSliceOfATraceIsNeverReused(t *testing.T) {
-	m, err := model.Random(model.Shapes["tiny-qwen3"], gguf.F32, 5)
-	require.NoError(t, err)
-	b := cpu.New(0)
-	e, err := gpu.NewEngine(m, b)
-	require.NoError(t, err)
-	s, err := e.NewSession(128)
-	require.NoError(t, err)
+	b, s := tinySession(t)
 	defer s.Close()
 	prefill := func(seed int32) []float32 {
 		tokens := make([]int32, 128)
 		for i := range tokens {
-			tokens[i] = (seed + int32(i)*31) % int32(m.Vocab)
+			tokens[i] = (seed + int32(i)*31) % int32(model.Shapes["tiny-qwen3"].Vocab)
 		}
 		s.Reset()
 		tr, err := s.Prefill(context.Background(), tokens, gpu.Options{Capture: gpu.CaptureAll()})
@@ -124,13 +139,7 @@ func TestAKeptSliceOfATraceIsNeverReused(t *testing.T) {
 // Arenas no prefill takes are let go within a few collector cycles, and a
 // backend nothing refers to any more is collected with its arenas.
 func TestUntakenArenasAreLetGo(t *testing.T) {
-	m, err := model.Random(model.Shapes["tiny-qwen3"], gguf.F32, 5)
-	require.NoError(t, err)
-	b := cpu.New(0)
-	e, err := gpu.NewEngine(m, b)
-	require.NoError(t, err)
-	s, err := e.NewSession(128)
-	require.NoError(t, err)
+	b, s := tinySession(t)
 	tokens := make([]int32, 128)
 	for range 3 {
 		s.Reset()
@@ -148,7 +157,7 @@ func TestUntakenArenasAreLetGo(t *testing.T) {
 	s.Close()
 	collected := make(chan struct{})
 	runtime.AddCleanup(b, func(ch chan struct{}) { close(ch) }, collected)
-	b, e, s = nil, nil, nil
+	b, s = nil, nil
 	for range 100 {
 		runtime.GC()
 		select {

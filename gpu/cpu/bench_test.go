@@ -92,8 +92,9 @@ func BenchmarkPrefill(b *testing.B) {
 // capturing every point, alternately in one loop so that both see the same
 // machine, and reports each one's median and their ratio (issue #18: at
 // most 1.1). Capture-all writes 6.8 MB per prefill at T=64, 112.7 MB at
-// T=512 (67.1 MB of it attention scores and patterns), into new memory
-// each time: the trace owns it.
+// T=512 (67.1 MB of it attention scores and patterns), into arenas of
+// earlier, collected traces where the collector has given them back
+// (reused-arenas/op).
 func BenchmarkCaptureCost(b *testing.B) {
 	m, err := model.Random(model.Shapes["tiny-qwen3"], gguf.F32, 1)
 	if err != nil {

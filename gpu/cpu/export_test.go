@@ -1,7 +1,7 @@
 package cpu
 
 // PoisonReusedArenas makes reused capture arenas hold NaN until written.
-func PoisonReusedArenas(on bool) { poisonReused = on }
+func PoisonReusedArenas(on bool) { poisonReused.Store(on) }
 
 // ArenasReturned and ArenasReused count capture arenas the collector gave
 // back and those given out again.

@@ -2,10 +2,10 @@ package vulkan
 
 import (
 	"fmt"
-	"github.com/stratalab/strata/gguf"
 	"math"
 	"unsafe"
 
+	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
 	"github.com/stratalab/strata/model"
@@ -469,7 +469,8 @@ const noRangeFlags = ^uint32(0)
 
 // halfWeights decodes to float16, in the stream's halfW buffer, the weights
 // of each projection of a MatMul that are not exact in float16, when x goes
-// to the cooperative GEMM in float16 and rows is enough to repay it.
+// to the cooperative GEMM in float16 and rows is enough to repay it; F16
+// weights get a direct range, read where they are.
 func (s *stream) halfWeights(rows, cols int, outs []gpu.Proj) []halfRange {
 	ranges, end := s.planHalfWeights(rows, cols, outs)
 	if ranges == nil {
@@ -499,20 +500,20 @@ func (s *stream) planHalfWeights(rows, cols int, outs []gpu.Proj) (ranges []half
 	split := s.precision == gpu.PrecisionExact
 	decode := rows >= coopHalfWRows && (!split || s.splitWFits())
 	ranges = make([]halfRange, len(outs))
-	any := false
+	used := false
 	for i, p := range outs {
 		m, ok := p.W.(*matrix)
 		if !ok || m.w.Cols != cols {
 			continue
 		}
 		if m.f.typ == gguf.F16 {
-			ranges[i], any = halfRange{ok: true, direct: true, bigBase: noRangeFlags}, true
+			ranges[i], used = halfRange{ok: true, direct: true, bigBase: noRangeFlags}, true
 			continue
 		}
 		if !decode || m.f.exactInHalf() {
 			continue
 		}
-		any = true
+		used = true
 		halves := 2 * uint64(m.w.Rows) * uint64(cols)
 		r := halfRange{ok: true, split: split, base: uint32(end / 16), loBase: uint32(end / 16), lo: end}
 		end += halves
@@ -524,7 +525,7 @@ func (s *stream) planHalfWeights(rows, cols int, outs []gpu.Proj) (ranges []half
 		r.hi = end
 		ranges[i] = r
 	}
-	if !any || end > coopHalfWBytes {
+	if !used || end > coopHalfWBytes {
 		return nil, 0
 	}
 	return ranges, end
