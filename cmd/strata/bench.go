@@ -101,7 +101,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	placement := placementFlag(fs)
 	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
-	warmup := fs.Duration("warmup", 500*time.Millisecond, "untimed prefills before each point's timed runs, for at least this long (and at least one): a GPU's clocks rise only under load")
+	warmup := fs.Duration("warmup", 2*time.Second, "untimed prefills before each point's timed runs, for at least this long (and at least one): a GPU's clocks rise only under load")
 	budget := fs.Float64("budget", 16, "capture memory a prefill may use, in GiB (device memory on a GPU, host memory on the CPU); a point over it is reported as refused")
 	jsonOut := fs.String("json", "", "also write the rows as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the host's work to this file (go tool pprof)")
@@ -119,6 +119,9 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if *iters < 1 {
 		return fmt.Errorf("--iters %d: want at least 1 timed run", *iters)
+	}
+	if *warmup < 0 {
+		return fmt.Errorf("--warmup %v: want a duration of 0 or more (0: one warm-up run)", *warmup)
 	}
 	for _, capture := range strings.Split(*captures, ",") {
 		if capture != "none" && capture != "all" {
@@ -289,9 +292,10 @@ func timeReadback(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Opt
 
 // timePrefill runs warm-up prefills for at least warmup (at least one), then
 // iters timed ones, each from position 0, and returns the median in
-// milliseconds. On the H200, the first point after generating a model, with
-// one warm-up prefill, measured 1.3-3.7x its later runs (the GPU's clocks
-// idle at 345 MHz).
+// milliseconds. On the H200 the clocks idle at 345 MHz and fell from 1980 to
+// 810 MHz in the 1.8 s of a whole trace's read-back and the collection after
+// it; they took 0.6 s to climb back, and after 0.5 s of warm-up the next
+// point ran at 1.6x its device time.
 func timePrefill(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options, warmup time.Duration, iters int) (float64, error) {
 	// The garbage of what ran before (a generated model's making, a trace
 	// read back whole: gigabytes) is collected and handed back to the system
