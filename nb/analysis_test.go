@@ -342,8 +342,10 @@ func TestPatchResidIsAHostCopyOfTheCleanRow(t *testing.T) {
 	require.GreaterOrEqual(t, moved, m.Model.Layers, "patching the differing token moves the metric in every layer")
 }
 
-// nb.Fast reaches the engine: the CPU backend multiplies in float32 at
-// either precision, so its logits are the exact run's, bit for bit.
+// nb.Fast reaches the engine: the default model's weights are float16,
+// which the CPU backend multiplies in float32 at either precision (its
+// int8 products are for quantized weights), so its logits are the exact
+// run's, bit for bit.
 func TestFastIsExactOnTheCPU(t *testing.T) {
 	m := cpuModel(t)
 	exact := m.Prefill("func main() {\n\tfmt.Println(", nb.AllLogits())

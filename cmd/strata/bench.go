@@ -18,6 +18,7 @@ import (
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/backends"
+	"github.com/stratalab/strata/gpu/cpu"
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/gpu/vulkan"
 	"github.com/stratalab/strata/model"
@@ -97,7 +98,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model")
 	tokenList := fs.String("tokens", "128,512,2048", "prompt lengths")
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
-	precisions := fs.String("precision", "exact", "matrix products: exact (float32 accuracy), fast (float16 inputs), or both as exact,fast")
+	precisions := fs.String("precision", "exact", "matrix products: exact (float32 accuracy), fast (float16 inputs on a GPU, int8 x for quantized weights on a CPU with AVX-512 VNNI), or both as exact,fast")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	placement := placementFlag(fs)
 	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
@@ -159,7 +160,11 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	b := e.Backend
 	if slices.Contains(precs, gpu.PrecisionFast) && !onDevice(b) {
-		fmt.Fprintln(stderr, "strata: the CPU backend multiplies in float32 at either precision: its fast rows compute what its exact rows do")
+		if cpu.Int8Products() {
+			fmt.Fprintln(stderr, "strata: fast precision on this CPU multiplies quantized weights with x rounded to int8 (AVX-512 VNNI); float weights stay float32")
+		} else {
+			fmt.Fprintln(stderr, "strata: this CPU has no AVX-512 VNNI: its fast rows compute in float32, as its exact rows do")
+		}
 	}
 	s, err := e.NewSession(slices.Max(lengths))
 	if err != nil {

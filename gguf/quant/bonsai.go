@@ -10,6 +10,7 @@ import (
 // is +d when bit i%8 of signs[i/8] is set, else -d.
 var formatQ1_0 = Format{
 	Type: gguf.Q1_0_G128, BlockSize: 128, BlockBytes: 18,
+	Codes: q1Codes, CodeBlock: 128,
 	Dequantize: func(dst []float32, src []byte) {
 		nb := blocks(gguf.Q1_0_G128, len(dst), 128, len(src), 18)
 		if hasDecodeAVX512 && nb > 0 {
@@ -106,6 +107,7 @@ var tq2Values = func() (t [256][4]float32) {
 // i is d*tq2Value[code] with code = bits 2*(i%4)..+1 of codes[i/4].
 var formatTQ2_0 = Format{
 	Type: gguf.TQ2_0_G128, BlockSize: 128, BlockBytes: 34,
+	Codes: tq2Codes, CodeBlock: 128,
 	Dequantize: func(dst []float32, src []byte) {
 		nb := blocks(gguf.TQ2_0_G128, len(dst), 128, len(src), 34)
 		if hasDecodeAVX512 && nb > 0 {

@@ -47,3 +47,27 @@ func q4BlocksAVX512(dst *float32, src *byte, blocks int)
 //
 //go:noescape
 func q6kBlockAVX512(out *float32, blk *byte, scales *[16]float32)
+
+// hasVBMI says tq2CodesAVX512 (VPMULTISHIFTQB) can run here.
+var hasVBMI = hasDecodeAVX512 && cpu.X86.HasAVX512VBMI
+
+// The codes decoders write blocks (>= 1) blocks' codes, scales and offsets
+// as codes.go's Go loops do.
+//
+//go:noescape
+func q1CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int)
+
+//go:noescape
+func tq2CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int)
+
+//go:noescape
+func q8CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int)
+
+//go:noescape
+func q4CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int)
+
+// nibblesAVX512 splits runs (>= 1) 32-byte runs of Q4_K quants into 64
+// codes each, low nibbles first.
+//
+//go:noescape
+func nibblesAVX512(codes *byte, qs *byte, runs int)

@@ -296,3 +296,284 @@ TEXT ·q6kBlockAVX512(SB), NOSPLIT, $0-24
 	Q6QUARTER(80, 176, 9, 576)
 	VZEROUPPER
 	RET
+
+// Codes: the formats' integers (codes.go), unsigned bytes in the weights'
+// order, with the blocks' scales and offsets as the Go loops make them.
+
+// CODESCALE converts the block's binary16 d at off(SI) to X0.
+#define CODESCALE(off) \
+	MOVWLZX   off(SI), AX \
+	VMOVD     AX, X0 \
+	VCVTPH2PS X0, X0
+
+// func q1CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int)
+//
+// Q1_0_g128: code 1 where the sign bit is set, scale 2d, offset d.
+TEXT ·q1CodesAVX512(SB), NOSPLIT, $0-40
+	MOVQ codes+0(FP), DI
+	MOVQ scale+8(FP), R8
+	MOVQ offset+16(FP), R9
+	MOVQ src+24(FP), SI
+	MOVQ blocks+32(FP), CX
+
+q1cloop:
+	CODESCALE(0)
+	VADDSS    X0, X0, X1
+	VMOVSS    X1, (R8)
+	VMOVSS    X0, (R9)
+	KMOVQ     2(SI), K1
+	KMOVQ     10(SI), K2
+	VPMOVM2B  K1, Z1
+	VPMOVM2B  K2, Z2
+	VPABSB    Z1, Z1
+	VPABSB    Z2, Z2
+	VMOVDQU8  Z1, (DI)
+	VMOVDQU8  Z2, 64(DI)
+	ADDQ      $18, SI
+	ADDQ      $128, DI
+	ADDQ      $4, R8
+	ADDQ      $4, R9
+	DECQ      CX
+	JNZ       q1cloop
+	VZEROUPPER
+	RET
+
+// tq2Select gives byte m of qword k the 8 bits from bit 16(k%4) + 2m of
+// its source qword: weights 8k..8k+7 of 64 when qwords 0-3 hold the first
+// 32 weights' codes and 4-7 the next 32. tq2Code maps 2-bit codes 0-3 to
+// tq2Value+1 (3 is 0, as 1 is).
+DATA tq2Select<>+0(SB)/8, $0x0e0c0a0806040200
+DATA tq2Select<>+8(SB)/8, $0x1e1c1a1816141210
+DATA tq2Select<>+16(SB)/8, $0x2e2c2a2826242220
+DATA tq2Select<>+24(SB)/8, $0x3e3c3a3836343230
+DATA tq2Select<>+32(SB)/8, $0x0e0c0a0806040200
+DATA tq2Select<>+40(SB)/8, $0x1e1c1a1816141210
+DATA tq2Select<>+48(SB)/8, $0x2e2c2a2826242220
+DATA tq2Select<>+56(SB)/8, $0x3e3c3a3836343230
+GLOBL tq2Select<>(SB), RODATA|NOPTR, $64
+DATA tq2Spread<>+0(SB)/8, $0
+DATA tq2Spread<>+8(SB)/8, $0
+DATA tq2Spread<>+16(SB)/8, $0
+DATA tq2Spread<>+24(SB)/8, $0
+DATA tq2Spread<>+32(SB)/8, $1
+DATA tq2Spread<>+40(SB)/8, $1
+DATA tq2Spread<>+48(SB)/8, $1
+DATA tq2Spread<>+56(SB)/8, $1
+GLOBL tq2Spread<>(SB), RODATA|NOPTR, $64
+DATA tq2Code<>+0(SB)/8, $0x0000000001020100
+DATA tq2Code<>+8(SB)/8, $0
+GLOBL tq2Code<>(SB), RODATA|NOPTR, $16
+
+// TQ2CODES writes the 64 codes of the 16 code bytes at off(SI) to doff(DI).
+#define TQ2CODES(off, doff) \
+	VMOVDQU        off(SI), X1 \
+	VPERMQ         Z1, Z28, Z1 \
+	VPMULTISHIFTQB Z1, Z29, Z1 \
+	VPANDD         Z31, Z1, Z1 \
+	VPSHUFB        Z1, Z30, Z1 \
+	VMOVDQU8       Z1, doff(DI)
+
+// func tq2CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int)
+//
+// TQ2_0_g128: codes tq2Value+1, scale and offset d. Needs AVX-512 VBMI.
+TEXT ·tq2CodesAVX512(SB), NOSPLIT, $0-40
+	MOVQ codes+0(FP), DI
+	MOVQ scale+8(FP), R8
+	MOVQ offset+16(FP), R9
+	MOVQ src+24(FP), SI
+	MOVQ blocks+32(FP), CX
+	VMOVDQU64       tq2Spread<>(SB), Z28
+	VMOVDQU64       tq2Select<>(SB), Z29
+	VBROADCASTI32X4 tq2Code<>(SB), Z30
+	MOVL            $0x03030303, AX
+	VPBROADCASTD    AX, Z31
+
+tq2cloop:
+	CODESCALE(32)
+	VMOVSS X0, (R8)
+	VMOVSS X0, (R9)
+	TQ2CODES(0, 0)
+	TQ2CODES(16, 64)
+	ADDQ   $34, SI
+	ADDQ   $128, DI
+	ADDQ   $4, R8
+	ADDQ   $4, R9
+	DECQ   CX
+	JNZ    tq2cloop
+	VZEROUPPER
+	RET
+
+DATA blockIndex<>+0(SB)/4, $0
+DATA blockIndex<>+4(SB)/4, $1
+DATA blockIndex<>+8(SB)/4, $2
+DATA blockIndex<>+12(SB)/4, $3
+DATA blockIndex<>+16(SB)/4, $4
+DATA blockIndex<>+20(SB)/4, $5
+DATA blockIndex<>+24(SB)/4, $6
+DATA blockIndex<>+28(SB)/4, $7
+DATA blockIndex<>+32(SB)/4, $8
+DATA blockIndex<>+36(SB)/4, $9
+DATA blockIndex<>+40(SB)/4, $10
+DATA blockIndex<>+44(SB)/4, $11
+DATA blockIndex<>+48(SB)/4, $12
+DATA blockIndex<>+52(SB)/4, $13
+DATA blockIndex<>+56(SB)/4, $14
+DATA blockIndex<>+60(SB)/4, $15
+GLOBL blockIndex<>(SB), RODATA|NOPTR, $64
+
+DATA codes128<>+0(SB)/4, $128.0
+DATA codes8<>+0(SB)/4, $8.0
+GLOBL codes128<>(SB), RODATA|NOPTR, $4
+GLOBL codes8<>(SB), RODATA|NOPTR, $4
+
+// SCALES16 converts the binary16 scales of 16 blocks, at SI + Z29's
+// offsets, to float32: the scales to (R8), times X30 to the offsets at (R9).
+#define SCALES16 \
+	KXNORW     K1, K1, K1 \
+	VPGATHERDD (SI)(Z29*1), K1, Z1 \
+	VPMOVDW    Z1, Y1 \
+	VCVTPH2PS  Y1, Z1 \
+	VMULPS     Z30, Z1, Z2 \
+	VMOVUPS    Z1, (R8) \
+	VMOVUPS    Z2, (R9) \
+	ADDQ       $64, R8 \
+	ADDQ       $64, R9
+
+// func q8CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int)
+//
+// Q8_0: codes q+128, scale d, offset 128d; the scales of 16 blocks at a time.
+TEXT ·q8CodesAVX512(SB), NOSPLIT, $0-40
+	MOVQ codes+0(FP), DI
+	MOVQ scale+8(FP), R8
+	MOVQ offset+16(FP), R9
+	MOVQ src+24(FP), SI
+	MOVQ blocks+32(FP), CX
+	MOVL         $0x80808080, AX
+	VPBROADCASTD AX, Y31
+	VBROADCASTSS codes128<>(SB), Z30
+	MOVL         $34, AX
+	VPBROADCASTD AX, Z29
+	VPMULLD      blockIndex<>(SB), Z29, Z29
+
+q8c16:
+	CMPQ CX, $16
+	JLT  q8c1
+	SCALES16
+	MOVQ $16, DX
+
+q8c16codes:
+	VMOVDQU 2(SI), Y1
+	VPXORD  Y31, Y1, Y1
+	VMOVDQU Y1, (DI)
+	ADDQ    $34, SI
+	ADDQ    $32, DI
+	DECQ    DX
+	JNZ     q8c16codes
+	SUBQ    $16, CX
+	JMP     q8c16
+
+q8c1:
+	TESTQ CX, CX
+	JZ    q8cdone
+	CODESCALE(0)
+	VMULSS  X30, X0, X1
+	VMOVSS  X0, (R8)
+	VMOVSS  X1, (R9)
+	VMOVDQU 2(SI), Y1
+	VPXORD  Y31, Y1, Y1
+	VMOVDQU Y1, (DI)
+	ADDQ    $34, SI
+	ADDQ    $32, DI
+	ADDQ    $4, R8
+	ADDQ    $4, R9
+	DECQ    CX
+	JMP     q8c1
+
+q8cdone:
+	VZEROUPPER
+	RET
+
+// func q4CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int)
+//
+// Q4_0: codes the nibbles (low ones first), scale d, offset 8d; the scales
+// of 16 blocks at a time.
+TEXT ·q4CodesAVX512(SB), NOSPLIT, $0-40
+	MOVQ codes+0(FP), DI
+	MOVQ scale+8(FP), R8
+	MOVQ offset+16(FP), R9
+	MOVQ src+24(FP), SI
+	MOVQ blocks+32(FP), CX
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, X31
+	VBROADCASTSS codes8<>(SB), Z30
+	MOVL         $18, AX
+	VPBROADCASTD AX, Z29
+	VPMULLD      blockIndex<>(SB), Z29, Z29
+
+q4c16:
+	CMPQ CX, $16
+	JLT  q4c1
+	SCALES16
+	MOVQ $16, DX
+
+q4c16codes:
+	VMOVDQU 2(SI), X1
+	VPSRLW  $4, X1, X2
+	VPANDD  X31, X1, X1
+	VPANDD  X31, X2, X2
+	VMOVDQU X1, (DI)
+	VMOVDQU X2, 16(DI)
+	ADDQ    $18, SI
+	ADDQ    $32, DI
+	DECQ    DX
+	JNZ     q4c16codes
+	SUBQ    $16, CX
+	JMP     q4c16
+
+q4c1:
+	TESTQ CX, CX
+	JZ    q4cdone
+	CODESCALE(0)
+	VMULSS  X30, X0, X1
+	VMOVSS  X0, (R8)
+	VMOVSS  X1, (R9)
+	VMOVDQU 2(SI), X1
+	VPSRLW  $4, X1, X2
+	VPANDD  X31, X1, X1
+	VPANDD  X31, X2, X2
+	VMOVDQU X1, (DI)
+	VMOVDQU X2, 16(DI)
+	ADDQ    $18, SI
+	ADDQ    $32, DI
+	ADDQ    $4, R8
+	ADDQ    $4, R9
+	DECQ    CX
+	JMP     q4c1
+
+q4cdone:
+	VZEROUPPER
+	RET
+
+// func nibblesAVX512(codes *byte, qs *byte, runs int)
+//
+// Q4_K's quants: each 32-byte run of qs to 64 codes, its low nibbles first.
+TEXT ·nibblesAVX512(SB), NOSPLIT, $0-24
+	MOVQ codes+0(FP), DI
+	MOVQ qs+8(FP), SI
+	MOVQ runs+16(FP), CX
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Y31
+
+nibloop:
+	VMOVDQU  (SI), Y1
+	VPSRLW   $4, Y1, Y2
+	VPANDD   Y31, Y1, Y1
+	VPANDD   Y31, Y2, Y2
+	VMOVDQU  Y1, (DI)
+	VMOVDQU  Y2, 32(DI)
+	ADDQ     $32, SI
+	ADDQ     $64, DI
+	DECQ     CX
+	JNZ      nibloop
+	VZEROUPPER
+	RET

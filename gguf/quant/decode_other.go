@@ -31,3 +31,25 @@ func q4BlocksAVX512(dst *float32, src *byte, blocks int) {
 func q6kBlockAVX512(out *float32, blk *byte, scales *[16]float32) {
 	panic("quant: q6kBlockAVX512 has no kernel on this architecture")
 }
+
+var hasVBMI = false
+
+func q1CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int) {
+	panic("quant: q1CodesAVX512 has no kernel on this architecture")
+}
+
+func tq2CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int) {
+	panic("quant: tq2CodesAVX512 has no kernel on this architecture")
+}
+
+func q8CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int) {
+	panic("quant: q8CodesAVX512 has no kernel on this architecture")
+}
+
+func q4CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int) {
+	panic("quant: q4CodesAVX512 has no kernel on this architecture")
+}
+
+func nibblesAVX512(codes *byte, qs *byte, runs int) {
+	panic("quant: nibblesAVX512 has no kernel on this architecture")
+}

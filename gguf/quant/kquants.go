@@ -46,6 +46,7 @@ func kScales(hdr *[16]byte) (scale, offset [8]float32) {
 
 var formatQ4_K = Format{
 	Type: gguf.Q4_K, BlockSize: 256, BlockBytes: 144,
+	Codes: q4kCodes, CodeBlock: 32,
 	// Layout: d, dmin (f16), scales[12], qs[128]. Each 32-byte run of qs
 	// covers 64 weights: low nibbles are sub-block 2c, high nibbles 2c+1.
 	Dequantize: func(dst []float32, src []byte) {
@@ -105,6 +106,7 @@ var formatQ4_K = Format{
 
 var formatQ5_K = Format{
 	Type: gguf.Q5_K, BlockSize: 256, BlockBytes: 176,
+	Codes: q5kCodes, CodeBlock: 32,
 	// Layout: d, dmin (f16), scales[12], qh[32], qs[128]. qs is packed as in
 	// Q4_K; the fifth bit of weight 64c+l is bit 2c of qh[l], of weight
 	// 64c+32+l bit 2c+1.
@@ -216,6 +218,7 @@ func quantizeKMin(blk []byte, xs *[256]float32, nmax int) *[256]uint8 {
 
 var formatQ6_K = Format{
 	Type: gguf.Q6_K, BlockSize: 256, BlockBytes: 210,
+	Codes: q6kCodes, CodeBlock: 16,
 	// Layout: ql[128], qh[64], int8 scales[16], f16 d. Each 128-weight half h
 	// uses ql[64h:64h+64] and qh[32h:32h+32]: weight 128h+32k+l (k = 0..3,
 	// l = 0..31) has its low 4 bits in ql[64h+32(k&1)+l] (low nibble for

@@ -9,6 +9,7 @@ import (
 // Q8_0: 32 weights per 34-byte block {f16 d; int8 qs[32]}, weight = qs[j]*d.
 var formatQ8_0 = Format{
 	Type: gguf.Q8_0, BlockSize: 32, BlockBytes: 34,
+	Codes: q8Codes, CodeBlock: 32,
 	Dequantize: func(dst []float32, src []byte) {
 		nb := blocks(gguf.Q8_0, len(dst), 32, len(src), 34)
 		if hasDecodeAVX512 && nb > 0 {
@@ -70,6 +71,7 @@ var formatQ8_0 = Format{
 // j in its low nibble and weight j+16 in its high nibble; weight = (q-8)*d.
 var formatQ4_0 = Format{
 	Type: gguf.Q4_0, BlockSize: 32, BlockBytes: 18,
+	Codes: q4Codes, CodeBlock: 32,
 	Dequantize: func(dst []float32, src []byte) {
 		nb := blocks(gguf.Q4_0, len(dst), 32, len(src), 18)
 		if hasDecodeAVX512 && nb > 0 {

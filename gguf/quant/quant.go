@@ -28,6 +28,12 @@ type Format struct {
 	Dot func(w []byte, x []float32) float32
 	// Quantize encodes src (a multiple of BlockSize) into dst (Type.RowBytes long).
 	Quantize func(dst []byte, src []float32)
+	// Codes, for the integer formats (nil for float types), decodes
+	// len(codes) elements (a multiple of BlockSize) to 8-bit unsigned codes
+	// and a scale and offset per CodeBlock elements: element i is
+	// scale[i/CodeBlock]*codes[i] - offset[i/CodeBlock], as Dequantize gives it.
+	Codes     func(codes []byte, scale, offset []float32, src []byte)
+	CodeBlock int
 }
 
 // formats lists every supported format in type-id order.

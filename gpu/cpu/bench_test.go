@@ -22,32 +22,47 @@ func BenchmarkMatMul(b *testing.B) {
 	const rows, cols = 2048, 2048
 	for _, T := range []int{1, 64} {
 		for _, typ := range benchTypes {
-			b.Run(fmt.Sprintf("T=%d/%s", T, typ), func(b *testing.B) {
-				f, err := quant.For(typ)
-				if err != nil {
-					b.Fatal(err)
+			for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
+				name := fmt.Sprintf("T=%d/%s", T, typ)
+				if prec == gpu.PrecisionFast {
+					if f, err := quant.For(typ); T <= 8 || err != nil || f.Codes == nil {
+						continue // fast precision changes nothing there
+					}
+					name += "/fast"
 				}
-				r := rand.New(rand.NewPCG(1, 2))
-				w := make([]float32, rows*cols)
-				for i := range w {
-					w[i] = r.Float32() - 0.5
-				}
-				packed := make([]byte, rows*cols/f.BlockSize*f.BlockBytes)
-				f.Quantize(packed, w)
-				be := cpu.New(0)
-				m, err := be.Upload(&model.Weight{Name: "w", Rows: rows, Cols: cols, Format: f, Data: packed})
-				if err != nil {
-					b.Fatal(err)
-				}
-				st := be.NewStream()
-				x, _ := st.Alloc("x", T*cols)
-				y, _ := st.Alloc("y", T*rows)
-				b.ResetTimer()
-				for b.Loop() {
-					st.MatMul(x, T, gpu.Proj{W: m, Dst: y})
-				}
-				b.ReportMetric(2*float64(T*rows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
+				b.Run(name, func(b *testing.B) {
+					f, err := quant.For(typ)
+					if err != nil {
+						b.Fatal(err)
+					}
+					r := rand.New(rand.NewPCG(1, 2))
+					w := make([]float32, rows*cols)
+					for i := range w {
+						w[i] = r.Float32() - 0.5
+					}
+					packed := make([]byte, rows*cols/f.BlockSize*f.BlockBytes)
+					f.Quantize(packed, w)
+					be := cpu.New(0)
+					m, err := be.Upload(&model.Weight{Name: "w", Rows: rows, Cols: cols, Format: f, Data: packed})
+					if err != nil {
+						b.Fatal(err)
+					}
+					st := be.NewStream()
+					st.SetPrecision(prec)
+					x, _ := st.Alloc("x", T*cols)
+					xs := make([]float32, T*cols)
+					for i := range xs {
+						xs[i] = float32(r.NormFloat64())
+					}
+					st.Write(x, 0, xs)
+					y, _ := st.Alloc("y", T*rows)
+					b.ResetTimer()
+					for b.Loop() {
+						st.MatMul(x, T, gpu.Proj{W: m, Dst: y})
+					}
+					b.ReportMetric(2*float64(T*rows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
 		}
 	}
 }

@@ -84,6 +84,11 @@ type stream struct {
 	// call: made afresh, a prefill's garbage raised its peak memory by 60%.
 	xpack []float32
 	gemm  []gemmScratch
+	// Fast precision's int8 GEMM (gemm8.go): x quantized by code block
+	// length, per-thread scratch.
+	prec  gpu.Precision
+	int8x map[int]*int8X
+	int8  []int8Scratch
 	// Attention's packed values and per-thread blocks (attention.go).
 	vpack []float32
 	attn  []attnScratch

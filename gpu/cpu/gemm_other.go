@@ -11,3 +11,17 @@ func gemm32x12(xt, w *float32, ldw, k int, tile *[384]float32) {
 func gemm16x12(xt, w *float32, ldw, k int, tile *[192]float32) {
 	panic("cpu: gemm16x12 has no kernel on this architecture")
 }
+
+var hasInt8GEMM = false
+
+func gemmI8x32x6(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32) {
+	panic("cpu: gemmI8x32x6 has no kernel on this architecture")
+}
+
+func interleave16(dst, src *byte, ld, stride int) {
+	panic("cpu: interleave16 has no kernel on this architecture")
+}
+
+func quantizeRow(x *float32, q *int8, sc *float32, scStride, blocks, block int) {
+	panic("cpu: quantizeRow has no kernel on this architecture")
+}

@@ -117,8 +117,10 @@ func (s *stream) LayerNorm(dst, src, gain, bias, scale gpu.Tensor, rows, dim int
 	})
 }
 
-// SetPrecision does nothing: the CPU multiplies in float32 at either precision.
-func (s *stream) SetPrecision(gpu.Precision) {}
+// SetPrecision chooses the int8 GEMM for fast precision where it can run
+// (quantized weights, more than 8 rows, AVX-512 VNNI); every other product
+// multiplies in float32.
+func (s *stream) SetPrecision(p gpu.Precision) { s.prec = p }
 
 func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 	xs := data(x)
@@ -137,10 +139,14 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			return
 		}
 	}
+	if rows == 0 || cols == 0 {
+		return
+	}
+	if s.prec == gpu.PrecisionFast && rows > 8 && hasInt8GEMM && int8Weights(outs) {
+		s.matMulInt8(xs, rows, cols, outs)
+		return
+	}
 	if hasPanelGEMM {
-		if rows == 0 || cols == 0 {
-			return
-		}
 		s.xpack = packX(s.xpack, xs, rows, cols)
 		groups := gemmGroups(outs)
 		if len(s.gemm) < s.b.threads {

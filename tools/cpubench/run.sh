@@ -2,8 +2,9 @@
 # Issue #18's side by side on this machine's cores, in one command: PyTorch
 # float32 on OpenBLAS (../shared/bench/torch_cpu_anchor.py, OpenBLAS as it
 # detects the processor, as the issue prescribes) before and after Strata's
-# CPU prefills of the same shapes; NumPy's sgemm beside Strata's GEMM; and
-# what capturing every point costs. Needs Go, python3-torch and
+# CPU prefills of the same shapes (quantized types at both precisions: fast
+# is int8 x where the CPU has AVX-512 VNNI); NumPy's sgemm beside Strata's
+# GEMM; and what capturing every point costs. Needs Go, python3-torch and
 # libopenblas0-pthread (Debian). From the repository root:
 #
 #   tools/cpubench/run.sh [OUT]      # results in OUT (default /tmp/cpubench)
@@ -25,7 +26,7 @@ go test -c -o "$out/cpu.test" ./gpu/cpu || exit 1
 failed=0
 step() { "$@" || { echo "cpubench: failed: $*"; failed=1; }; }
 torch() { step env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$python" "$anchor" "$@"; }
-bench() { step env GOMAXPROCS="$threads" "$out/strata" bench --backend cpu --iters "$iters" --json "$out/strata-$1-$2-$3.json" --shape "$1" --type "$2" --tokens "$3"; }
+bench() { step env GOMAXPROCS="$threads" "$out/strata" bench --backend cpu --iters "$iters" --json "$out/strata-$1-$2-$3-${4:-exact}.json" --shape "$1" --type "$2" --tokens "$3" --precision "${4:-exact}"; }
 {
 echo "# $(date -u) on $(nproc) cores, $threads threads; $(git describe --always --dirty)"
 echo "## default model's shape (tiny-qwen3): PyTorch, Strata F32 and F16, PyTorch again"
@@ -37,7 +38,7 @@ echo "## bonsai-1.7b: PyTorch, Strata by type, PyTorch again"
 torch bonsai-1.7b "$threads" 64,256
 bench bonsai-1.7b F32 64,256
 bench bonsai-1.7b F16 64,256
-for ty in Q8_0 Q4_0 Q4_K Q1_0_g128 TQ2_0_g128; do bench bonsai-1.7b $ty 64; done
+for ty in Q8_0 Q4_0 Q4_K Q1_0_g128 TQ2_0_g128; do bench bonsai-1.7b $ty 64 exact,fast; done
 torch bonsai-1.7b "$threads" 64
 echo "## GEMM, x[64, 2048] times a 2048 x 2048 weight: NumPy (OpenBLAS as detected), Strata, NumPy again"
 gemm() { step env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS="$threads" OMP_WAIT_POLICY=PASSIVE "$python" -c '
