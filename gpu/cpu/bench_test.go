@@ -20,7 +20,7 @@ var benchTypes = []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, gguf.Q4_0
 // BenchmarkMatMul times x[T,2048] W^T for W [2048 x 2048] in each format.
 func BenchmarkMatMul(b *testing.B) {
 	const rows, cols = 2048, 2048
-	for _, T := range []int{1, 64} {
+	for _, T := range []int{1, 64, 256} {
 		for _, typ := range benchTypes {
 			for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
 				name := fmt.Sprintf("T=%d/%s", T, typ)

@@ -77,8 +77,55 @@ func gemmGroups(outs []gpu.Proj) []gemmGroup {
 // gemmScratch is a thread's decoded weights and kernel tiles.
 type gemmScratch struct {
 	dec    []float32
+	wt     []float32 // gemv's weights, k-major
 	tile32 [384]float32
 	tile16 [192]float32
+	out64  [64]float32
+}
+
+// gemvRows is the most rows of x the matrix-vector path takes: below it,
+// most lanes of the 16-row kernel would multiply zero rows.
+const gemvRows = 4
+
+// gemv computes outputs c0..c1 (at most 64) of p for each of rows (at most
+// gemvRows) rows of x: 64 weight rows decoded and stored k-major once,
+// then each row of x through gemv64, summed as the 16- and 32-row kernels
+// sum it (a row gives the same bits however it is multiplied).
+func (sc *gemmScratch) gemv(p gpu.Proj, c0, c1 int, x []float32, rows, cols int) {
+	m := p.W.(*matrix)
+	n := c1 - c0
+	sc.dec = grow(sc.dec, 64*cols)
+	w := m.decode(sc.dec, c0, n)
+	if n < 64 {
+		copy(sc.dec, w)
+		clear(sc.dec[n*cols : 64*cols])
+		w = sc.dec[:64*cols]
+	}
+	sc.wt = grow(sc.wt, 64*cols)
+	whole := cols &^ 15
+	for rb := range 4 {
+		for k0 := 0; k0 < whole; k0 += 16 {
+			interleave16(asBytes(sc.wt[k0*64+rb*16:]), asBytes(w[rb*16*cols+k0:]), 4*cols, 256)
+		}
+	}
+	for k := whole; k < cols; k++ {
+		for i := range 64 {
+			sc.wt[k*64+i] = w[i*cols+k]
+		}
+	}
+	out, width := data(p.Dst), m.w.Rows
+	var bias []float32
+	if p.Bias != nil {
+		bias = data(p.Bias)[c0:c1]
+	}
+	for r := range rows {
+		gemv64(&sc.wt[0], &x[r*cols], cols, &sc.out64)
+		o := out[r*width+c0 : r*width+c1]
+		copy(o, sc.out64[:n])
+		for i := range bias {
+			o[i] += bias[i]
+		}
+	}
 }
 
 // run computes the group's outputs for every row of x (xt: x packed by packX).

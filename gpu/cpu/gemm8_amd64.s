@@ -121,7 +121,8 @@ step:
 
 // interleave16 transposes 16 rows of 16 dwords (row r at src + r*ld) into
 // 16 columns (column j at dst + j*stride): for 16 weight rows, 16 steps of
-// 4 k as gemmI8x32x6 loads them, or 16 blocks' scales.
+// 4 k as gemmI8x32x6 loads them, 16 blocks' scales, or 16 k of float
+// weights for gemv64.
 //
 // func interleave16(dst, src *byte, ld, stride int)
 TEXT ·interleave16(SB), NOSPLIT, $0-32

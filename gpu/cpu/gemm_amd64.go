@@ -18,3 +18,9 @@ func gemm32x12(xt, w *float32, ldw, k int, tile *[384]float32)
 //
 //go:noescape
 func gemm16x12(xt, w *float32, ldw, k int, tile *[192]float32)
+
+// gemv64 multiplies one row of x with 64 weight rows stored k-major
+// (wt[kk*64+i]), each output summed as gemm32x12 sums it.
+//
+//go:noescape
+func gemv64(wt, x *float32, k int, out *[64]float32)

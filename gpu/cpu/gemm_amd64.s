@@ -204,3 +204,52 @@ loop16:
 	JNZ   block16
 	VZEROUPPER
 	RET
+
+// func gemv64(wt, x *float32, k int, out *[64]float32)
+//
+// One row of x times 64 weight rows stored k-major (wt[kk*64+i]), lanes
+// along the weight rows: each output is summed exactly as gemm32x12 sums
+// it (k in order, blocks of 256 from zero, then added up from zero), so a
+// row multiplied alone gives what it gives in a batch.
+TEXT ·gemv64(SB), NOSPLIT, $0-32
+	MOVQ wt+0(FP), SI
+	MOVQ x+8(FP), AX
+	MOVQ k+16(FP), CX
+	MOVQ out+24(FP), DI
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+gvblock:
+	MOVQ    $256, DX
+	CMPQ    CX, DX
+	CMOVQLT CX, DX
+	SUBQ    DX, CX
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+	VPXORD  Z2, Z2, Z2
+	VPXORD  Z3, Z3, Z3
+
+gvloop:
+	VBROADCASTSS (AX), Z8
+	VFMADD231PS  (SI), Z8, Z0
+	VFMADD231PS  64(SI), Z8, Z1
+	VFMADD231PS  128(SI), Z8, Z2
+	VFMADD231PS  192(SI), Z8, Z3
+	ADDQ         $4, AX
+	ADDQ         $256, SI
+	DECQ         DX
+	JNZ          gvloop
+	VADDPS       Z0, Z4, Z4
+	VADDPS       Z1, Z5, Z5
+	VADDPS       Z2, Z6, Z6
+	VADDPS       Z3, Z7, Z7
+	TESTQ        CX, CX
+	JNZ          gvblock
+	VMOVUPS      Z4, (DI)
+	VMOVUPS      Z5, 64(DI)
+	VMOVUPS      Z6, 128(DI)
+	VMOVUPS      Z7, 192(DI)
+	VZEROUPPER
+	RET

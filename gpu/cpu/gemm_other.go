@@ -25,3 +25,7 @@ func interleave16(dst, src *byte, ld, stride int) {
 func quantizeRow(x *float32, q *int8, sc *float32, scStride, blocks, block int) {
 	panic("cpu: quantizeRow has no kernel on this architecture")
 }
+
+func gemv64(wt, x *float32, k int, out *[64]float32) {
+	panic("cpu: gemv64 has no kernel on this architecture")
+}

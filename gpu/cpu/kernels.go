@@ -146,6 +146,27 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		s.matMulInt8(xs, rows, cols, outs)
 		return
 	}
+	if hasPanelGEMM && rows <= gemvRows {
+		type group struct {
+			p      gpu.Proj
+			c0, c1 int
+		}
+		var groups []group
+		for _, p := range outs {
+			for c := 0; c < p.W.Rows(); c += 64 {
+				groups = append(groups, group{p, c, min(c+64, p.W.Rows())})
+			}
+		}
+		if len(s.gemm) < s.b.threads {
+			s.gemm = make([]gemmScratch, s.b.threads)
+		}
+		s.workers(len(groups), func(worker, lo, hi int) {
+			for _, g := range groups[lo:hi] {
+				s.gemm[worker].gemv(g.p, g.c0, g.c1, xs, rows, cols)
+			}
+		})
+		return
+	}
 	if hasPanelGEMM {
 		s.xpack = packX(s.xpack, xs, rows, cols)
 		groups := gemmGroups(outs)
