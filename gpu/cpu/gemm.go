@@ -29,22 +29,31 @@ func xBlocks(rows int, fn func(r0, width int)) {
 }
 
 // packX packs x's rows k-major in blocks (xt[r0*cols + k*width + r] =
-// x[r0+r][k], zero past the last row) into p, grown as needed.
+// x[r0+r][k], zero past the last row) into p, grown as needed: 16 x 16
+// transposes where 16 rows and 16 k are whole, element by element at the
+// edges.
 func packX(p, x []float32, rows, cols int) []float32 {
 	n := 0
 	xBlocks(rows, func(r0, width int) { n = (r0 + width) * cols })
 	p = grow(p, n)
 	xBlocks(rows, func(r0, width int) {
 		blk := p[r0*cols : (r0+width)*cols]
-		for r := range width {
-			if r0+r >= rows {
-				for k := range cols {
-					blk[k*width+r] = 0
+		for rh := 0; rh < width; rh += 16 {
+			whole := 0
+			if r0+rh+16 <= rows {
+				whole = cols &^ 15
+				for k0 := 0; k0 < whole; k0 += 16 {
+					interleave16(asBytes(blk[k0*width+rh:]), asBytes(x[(r0+rh)*cols+k0:]), 4*cols, 4*width)
 				}
-				continue
 			}
-			for k, v := range x[(r0+r)*cols : (r0+r+1)*cols] {
-				blk[k*width+r] = v
+			for r := rh; r < rh+16; r++ {
+				for k := whole; k < cols; k++ {
+					v := float32(0)
+					if r0+r < rows {
+						v = x[(r0+r)*cols+k]
+					}
+					blk[k*width+r] = v
+				}
 			}
 		}
 	})
@@ -76,11 +85,10 @@ func gemmGroups(outs []gpu.Proj) []gemmGroup {
 
 // gemmScratch is a thread's decoded weights and kernel tiles.
 type gemmScratch struct {
-	dec    []float32
-	wt     []float32 // gemv's weights, k-major
-	tile32 [384]float32
-	tile16 [192]float32
-	out64  [64]float32
+	dec   []float32
+	wt    []float32 // gemv's weights, k-major
+	tiles []float32 // a group's kernel tiles for one block of x
+	out64 [64]float32
 }
 
 // gemvRows is the most rows of x the matrix-vector path takes: below it,
@@ -152,27 +160,37 @@ func (g gemmGroup) run(sc *gemmScratch, xt []float32, rows, cols int) {
 	if g.p.Bias != nil {
 		bias = data(g.p.Bias)
 	}
+	sc.tiles = grow(sc.tiles, chunks*kernelRows*32)
 	xBlocks(rows, func(r0, bw int) {
 		xb := &xt[r0*cols]
 		valid := min(bw, rows-r0)
+		// The chunks' tiles one after the other: [group rows][bw].
 		for q := range chunks {
-			var tile []float32
+			tile := sc.tiles[q*kernelRows*bw:]
 			if bw == 32 {
-				gemm32x12(xb, &w[q*kernelRows*cols], cols, cols, &sc.tile32)
-				tile = sc.tile32[:]
+				gemm32x12(xb, &w[q*kernelRows*cols], cols, cols, (*[384]float32)(tile))
 			} else {
-				gemm16x12(xb, &w[q*kernelRows*cols], cols, cols, &sc.tile16)
-				tile = sc.tile16[:]
+				gemm16x12(xb, &w[q*kernelRows*cols], cols, cols, (*[192]float32)(tile))
 			}
-			for i := range min(kernelRows, n-q*kernelRows) {
-				c := g.c0 + q*kernelRows + i
-				b := float32(0)
-				if bias != nil {
-					b = bias[c]
+		}
+		if bias != nil {
+			for i, b := range bias[g.c0:g.c1] {
+				for r := range valid {
+					sc.tiles[i*bw+r] += b
 				}
-				col := tile[i*bw : i*bw+valid]
-				for r, v := range col {
-					out[(r0+r)*width+c] = v + b
+			}
+		}
+		// Transposed into out's rows, 16 x 16 where whole.
+		for i0 := 0; i0 < n; i0 += 16 {
+			for j0 := 0; j0 < valid; j0 += 16 {
+				if i0+16 <= n && j0+16 <= valid {
+					interleave16(asBytes(out[(r0+j0)*width+g.c0+i0:]), asBytes(sc.tiles[i0*bw+j0:]), 4*bw, 4*width)
+					continue
+				}
+				for i := i0; i < min(i0+16, n); i++ {
+					for j := j0; j < min(j0+16, valid); j++ {
+						out[(r0+j)*width+g.c0+i] = sc.tiles[i*bw+j]
+					}
 				}
 			}
 		}
