@@ -141,6 +141,10 @@ func q5kCodes(codes []byte, scale, offset []float32, src []byte) {
 		sc, off := kScales((*[16]byte)(blk[:16]))
 		copy(scale[8*b:], sc[:])
 		copy(offset[8*b:], off[:])
+		if hasDecodeAVX512 {
+			q5kCodesAVX512(&codes[256*b], &blk[16], &blk[48])
+			continue
+		}
 		qh := (*[32]byte)(blk[16:])
 		for c := range 4 {
 			lo, hi := codes[256*b+64*c:][:32], codes[256*b+64*c+32:][:32]
@@ -163,6 +167,10 @@ func q6kCodes(codes []byte, scale, offset []float32, src []byte) {
 		for i, s := range blk[192:208] {
 			scale[16*b+i] = d * float32(int8(s))
 			offset[16*b+i] = 32 * scale[16*b+i]
+		}
+		if hasDecodeAVX512 {
+			q6kCodesAVX512(&codes[256*b], &blk[0])
+			continue
 		}
 		for h := range 2 {
 			ql := (*[64]byte)(blk[64*h:])

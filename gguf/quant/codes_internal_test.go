@@ -19,7 +19,7 @@ func TestVectorCodesAreTheLoops(t *testing.T) {
 	for _, c := range []struct {
 		f      Format
 		halves []int // byte offsets of float16 scales in a block
-	}{{formatQ8_0, []int{0}}, {formatQ4_0, []int{0}}, {formatQ4_K, []int{0, 2}}, {formatQ1_0, []int{0}}, {formatTQ2_0, []int{32}}} {
+	}{{formatQ8_0, []int{0}}, {formatQ4_0, []int{0}}, {formatQ4_K, []int{0, 2}}, {formatQ1_0, []int{0}}, {formatTQ2_0, []int{32}}, {formatQ5_K, []int{0, 2}}, {formatQ6_K, []int{208}}} {
 		t.Run(c.f.Type.String(), func(t *testing.T) {
 			nb := 300 / c.f.BlockSize * 8
 			src := make([]byte, c.f.BlockBytes*nb)

@@ -71,3 +71,13 @@ func q4CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int)
 //
 //go:noescape
 func nibblesAVX512(codes *byte, qs *byte, runs int)
+
+// q6kCodesAVX512 writes one Q6_K block's 256 codes (its unsigned quants).
+//
+//go:noescape
+func q6kCodesAVX512(codes *byte, blk *byte)
+
+// q5kCodesAVX512 writes one Q5_K block's 256 codes from its qh and qs.
+//
+//go:noescape
+func q5kCodesAVX512(codes *byte, qh, qs *byte)

@@ -53,3 +53,11 @@ func q4CodesAVX512(codes *byte, scale, offset *float32, src *byte, blocks int) {
 func nibblesAVX512(codes *byte, qs *byte, runs int) {
 	panic("quant: nibblesAVX512 has no kernel on this architecture")
 }
+
+func q6kCodesAVX512(codes *byte, blk *byte) {
+	panic("quant: q6kCodesAVX512 has no kernel on this architecture")
+}
+
+func q5kCodesAVX512(codes *byte, qh, qs *byte) {
+	panic("quant: q5kCodesAVX512 has no kernel on this architecture")
+}
