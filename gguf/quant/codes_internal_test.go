@@ -22,22 +22,7 @@ func TestVectorCodesAreTheLoops(t *testing.T) {
 	}{{formatQ8_0, []int{0}}, {formatQ4_0, []int{0}}, {formatQ4_K, []int{0, 2}}, {formatQ1_0, []int{0}}, {formatTQ2_0, []int{32}}, {formatQ5_K, []int{0, 2}}, {formatQ6_K, []int{208}}} {
 		t.Run(c.f.Type.String(), func(t *testing.T) {
 			nb := 300 / c.f.BlockSize * 8
-			src := make([]byte, c.f.BlockBytes*nb)
-			for i := range src {
-				src[i] = byte(r.Uint32())
-			}
-			specials := []uint16{0x0001, 0x7c00, 0x7bff, 0x3c00, 0x8400}
-			for b := range nb {
-				for _, off := range c.halves {
-					at := b*c.f.BlockBytes + off
-					if b < len(specials) {
-						src[at], src[at+1] = byte(specials[b]), byte(specials[b]>>8)
-					}
-					if d := uint16(src[at]) | uint16(src[at+1])<<8; d&0x7c00 == 0x7c00 && d&0x3ff != 0 {
-						src[at+1] &^= 0x40 // a NaN's payload may differ: make it finite
-					}
-				}
-			}
+			src := randomBlocks(r, &c.f, nb, c.halves)
 			n, ns := nb*c.f.BlockSize, nb*c.f.BlockSize/c.f.CodeBlock
 			decode := func(vector bool) ([]byte, []float32, []float32) {
 				defer func(d, v bool) { hasDecodeAVX512, hasVBMI = d, v }(hasDecodeAVX512, hasVBMI)

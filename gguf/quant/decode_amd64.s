@@ -578,60 +578,45 @@ nibloop:
 	VZEROUPPER
 	RET
 
+// Q6HALF writes the 128 codes of the half whose low bits are at ql(SI),
+// ql+32(SI) and top bits at qh(SI), to out(DI): each quarter k of 32 is
+// the nibbles (low ones for k < 2) with bits 2k..2k+1 of qh shifted to 4-5.
+#define Q6HALF(ql, qh, out) \
+	VMOVDQU    ql(SI), Y0 \
+	VMOVDQU    ql+32(SI), Y1 \
+	VMOVDQU    qh(SI), Y2 \
+	VPANDD     Y31, Y0, Y3 \
+	VPSLLW     $4, Y2, Y4 \
+	VPTERNLOGD $0xF8, Y30, Y4, Y3 \
+	VMOVDQU    Y3, out(DI) \
+	VPANDD     Y31, Y1, Y3 \
+	VPSLLW     $2, Y2, Y4 \
+	VPTERNLOGD $0xF8, Y30, Y4, Y3 \
+	VMOVDQU    Y3, out+32(DI) \
+	VPSRLW     $4, Y0, Y3 \
+	VPANDD     Y31, Y3, Y3 \
+	VPTERNLOGD $0xF8, Y30, Y2, Y3 \
+	VMOVDQU    Y3, out+64(DI) \
+	VPSRLW     $4, Y1, Y3 \
+	VPANDD     Y31, Y3, Y3 \
+	VPSRLW     $2, Y2, Y4 \
+	VPTERNLOGD $0xF8, Y30, Y4, Y3 \
+	VMOVDQU    Y3, out+96(DI)
+
 // func q6kCodesAVX512(codes *byte, blk *byte)
 //
 // One Q6_K block's 256 unsigned 6-bit quants: weight 128h+32k+l has its low
 // 4 bits in ql[64h+32(k&1)+l] (the high nibble for k >= 2) and its top 2
-// at bits 2k of qh[32h+l].
+// at bits 2k of qh[32h+l]. (VPTERNLOGD $0xF8 is A | B&C.)
 TEXT ·q6kCodesAVX512(SB), NOSPLIT, $0-16
-	MOVQ codes+0(FP), DI
-	MOVQ blk+8(FP), SI
+	MOVQ         codes+0(FP), DI
+	MOVQ         blk+8(FP), SI
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Y31
 	MOVL         $0x30303030, AX
 	VPBROADCASTD AX, Y30
-	VMOVDQU 0(SI), Y0
-	VMOVDQU 32(SI), Y1
-	VMOVDQU 128(SI), Y2
-	VPANDD Y31, Y0, Y3
-	VPSLLW $4, Y2, Y4
-	VPTERNLOGD $0xF8, Y30, Y4, Y3
-	VMOVDQU Y3, 0(DI)
-	VPANDD Y31, Y1, Y3
-	VPSLLW $2, Y2, Y4
-	VPTERNLOGD $0xF8, Y30, Y4, Y3
-	VMOVDQU Y3, 32(DI)
-	VPSRLW $4, Y0, Y3
-	VPANDD Y31, Y3, Y3
-	VMOVDQU Y2, Y4
-	VPTERNLOGD $0xF8, Y30, Y4, Y3
-	VMOVDQU Y3, 64(DI)
-	VPSRLW $4, Y1, Y3
-	VPANDD Y31, Y3, Y3
-	VPSRLW $2, Y2, Y4
-	VPTERNLOGD $0xF8, Y30, Y4, Y3
-	VMOVDQU Y3, 96(DI)
-	VMOVDQU 64(SI), Y0
-	VMOVDQU 96(SI), Y1
-	VMOVDQU 160(SI), Y2
-	VPANDD Y31, Y0, Y3
-	VPSLLW $4, Y2, Y4
-	VPTERNLOGD $0xF8, Y30, Y4, Y3
-	VMOVDQU Y3, 128(DI)
-	VPANDD Y31, Y1, Y3
-	VPSLLW $2, Y2, Y4
-	VPTERNLOGD $0xF8, Y30, Y4, Y3
-	VMOVDQU Y3, 160(DI)
-	VPSRLW $4, Y0, Y3
-	VPANDD Y31, Y3, Y3
-	VMOVDQU Y2, Y4
-	VPTERNLOGD $0xF8, Y30, Y4, Y3
-	VMOVDQU Y3, 192(DI)
-	VPSRLW $4, Y1, Y3
-	VPANDD Y31, Y3, Y3
-	VPSRLW $2, Y2, Y4
-	VPTERNLOGD $0xF8, Y30, Y4, Y3
-	VMOVDQU Y3, 224(DI)
+	Q6HALF(0, 128, 0)
+	Q6HALF(64, 160, 128)
 	VZEROUPPER
 	RET
 

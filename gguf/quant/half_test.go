@@ -120,6 +120,29 @@ func TestHalvesAVX512IsHalfToFloat(t *testing.T) {
 	}
 }
 
+// randomBlocks is nb blocks of f of random bytes whose float16 scales (at
+// the byte offsets halves of each block) are of every kind but NaN:
+// subnormal, infinite, the largest, one, a negative normal, then random.
+func randomBlocks(r *rand.Rand, f *Format, nb int, halves []int) []byte {
+	src := make([]byte, f.BlockBytes*nb)
+	for i := range src {
+		src[i] = byte(r.Uint32())
+	}
+	specials := []uint16{0x0001, 0x7c00, 0x7bff, 0x3c00, 0x8400}
+	for b := range nb {
+		for _, off := range halves {
+			at := b*f.BlockBytes + off
+			if b < len(specials) {
+				src[at], src[at+1] = byte(specials[b]), byte(specials[b]>>8)
+			}
+			if d := uint16(src[at]) | uint16(src[at+1])<<8; d&0x7c00 == 0x7c00 && d&0x3ff != 0 {
+				src[at+1] &^= 0x40 // a NaN's payload may differ: make it finite
+			}
+		}
+	}
+	return src
+}
+
 // The AVX-512 decoders give the Go loops' bits, block after block, on
 // random blocks whose float16 scales are of every kind but NaN (subnormal,
 // infinite, the largest): F16 (whose every value TestHalvesAVX512IsHalfToFloat
@@ -135,22 +158,7 @@ func TestVectorDecodersAreTheLoops(t *testing.T) {
 	}{{formatF16, []int{0}}, {formatQ8_0, []int{0}}, {formatQ4_K, []int{0, 2}}, {formatQ1_0, []int{0}}, {formatTQ2_0, []int{32}}, {formatQ4_0, []int{0}}, {formatQ6_K, []int{208}}} {
 		t.Run(c.f.Type.String(), func(t *testing.T) {
 			nb := 300 / c.f.BlockSize * 8
-			src := make([]byte, c.f.BlockBytes*nb)
-			for i := range src {
-				src[i] = byte(r.Uint32())
-			}
-			specials := []uint16{0x0001, 0x7c00, 0x7bff, 0x3c00, 0x8400}
-			for b := range nb {
-				for _, off := range c.halves {
-					at := b*c.f.BlockBytes + off
-					if b < len(specials) {
-						src[at], src[at+1] = byte(specials[b]), byte(specials[b]>>8)
-					}
-					if d := uint16(src[at]) | uint16(src[at+1])<<8; d&0x7c00 == 0x7c00 && d&0x3ff != 0 {
-						src[at+1] &^= 0x40 // a NaN's payload may differ: make it finite
-					}
-				}
-			}
+			src := randomBlocks(r, &c.f, nb, c.halves)
 			n := nb * c.f.BlockSize
 			want, got := make([]float32, n), make([]float32, n+1)
 			defer func(old bool) { hasDecodeAVX512 = old }(hasDecodeAVX512)

@@ -12,6 +12,7 @@ import (
 	"github.com/stratalab/strata/gguf/quant"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
@@ -39,18 +40,8 @@ func TestFastPrecisionPrefillStaysNearExact(t *testing.T) {
 			for i := range tokens {
 				tokens[i] = int32(r.IntN(m.Vocab))
 			}
-			e, err := gpu.NewEngine(m, cpu.New(0))
-			require.NoError(t, err)
-			s, err := e.NewSession(len(tokens))
-			require.NoError(t, err)
-			defer s.Close()
 			o := gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post", "blocks.*.attn.hook_pattern", "blocks.*.mlp.hook_post"), Logits: gpu.LogitsAll}
-			want, err := s.Prefill(context.Background(), tokens, o)
-			require.NoError(t, err)
-			s.Reset()
-			o.Precision = gpu.PrecisionFast
-			got, err := s.Prefill(context.Background(), tokens, o)
-			require.NoError(t, err)
+			want, got := exactAndFast(t, m, tokens, o)
 			f, err := quant.For(typ)
 			require.NoError(t, err)
 			worst := 0.0
@@ -60,12 +51,7 @@ func TestFastPrecisionPrefillStaysNearExact(t *testing.T) {
 					require.Equal(t, w, g, "%s: float weights multiply in float32 at either precision", name)
 					continue
 				}
-				var diff, largest float64
-				for i := range w {
-					diff = max(diff, math.Abs(float64(g[i])-float64(w[i])))
-					largest = max(largest, math.Abs(float64(w[i])))
-				}
-				rel := diff / largest
+				rel := relErr(w, g)
 				require.LessOrEqual(t, rel, fastTol, name)
 				worst = max(worst, rel)
 			}
@@ -116,25 +102,10 @@ func TestFastPrecisionPredictsAsExactOnStories260K(t *testing.T) {
 	bos := true
 	tokens, err := m.Tok.Encode(text, tokenizer.Options{AddBOS: &bos})
 	require.NoError(t, err)
-	e, err := gpu.NewEngine(m, cpu.New(0))
-	require.NoError(t, err)
-	s, err := e.NewSession(len(tokens))
-	require.NoError(t, err)
-	defer s.Close()
-	o := gpu.Options{Logits: gpu.LogitsAll}
-	want, err := s.Prefill(context.Background(), tokens, o)
-	require.NoError(t, err)
-	s.Reset()
-	o.Precision = gpu.PrecisionFast
-	got, err := s.Prefill(context.Background(), tokens, o)
-	require.NoError(t, err)
+	want, got := exactAndFast(t, m, tokens, gpu.Options{Logits: gpu.LogitsAll})
 	w, g := want.Tensor("logits").Data, got.Tensor("logits").Data
-	var diff, largest float64
-	for i := range w {
-		diff = max(diff, math.Abs(float64(g[i])-float64(w[i])))
-		largest = max(largest, math.Abs(float64(w[i])))
-	}
-	t.Logf("%d tokens: largest logit error %.3g, %.2g of the largest logit", len(tokens), diff, diff/largest)
+	rel := relErr(w, g)
+	t.Logf("%d tokens: largest logit error %.2g of the largest logit", len(tokens), rel)
 	argmax := func(row []float32) int {
 		best := 0
 		for i, v := range row {
@@ -147,5 +118,32 @@ func TestFastPrecisionPredictsAsExactOnStories260K(t *testing.T) {
 	for p := range tokens {
 		require.Equal(t, argmax(w[p*m.Vocab:(p+1)*m.Vocab]), argmax(g[p*m.Vocab:(p+1)*m.Vocab]), "prediction at position %d", p)
 	}
-	require.Less(t, diff/largest, 0.02)
+	require.Less(t, rel, 0.02)
+}
+
+// exactAndFast prefills tokens on the CPU with o at exact, then at fast precision.
+func exactAndFast(t *testing.T, m *model.Model, tokens []int32, o gpu.Options) (exact, fast *trace.Trace) {
+	t.Helper()
+	e, err := gpu.NewEngine(m, cpu.New(0))
+	require.NoError(t, err)
+	s, err := e.NewSession(len(tokens))
+	require.NoError(t, err)
+	defer s.Close()
+	exact, err = s.Prefill(context.Background(), tokens, o)
+	require.NoError(t, err)
+	s.Reset()
+	o.Precision = gpu.PrecisionFast
+	fast, err = s.Prefill(context.Background(), tokens, o)
+	require.NoError(t, err)
+	return exact, fast
+}
+
+// relErr is the largest difference of got from want, relative to want's largest magnitude.
+func relErr(want, got []float32) float64 {
+	var diff, largest float64
+	for i := range want {
+		diff = max(diff, math.Abs(float64(got[i])-float64(want[i])))
+		largest = max(largest, math.Abs(float64(want[i])))
+	}
+	return diff / largest
 }
