@@ -8,9 +8,9 @@ import (
 
 // The integer view of the block formats, for products in int8: element i of
 // a row is scale[i/CodeBlock]*codes[i] - offset[i/CodeBlock]. Every code
-// fits in 8 bits unsigned, and each product and difference is exact in
-// float32 (a half-precision scale times at most 8 bits of code), so the
-// view gives Dequantize's values bit for bit.
+// fits in 8 bits unsigned; each product is exact in float32 and the
+// difference is rounded once, as Dequantize rounds its own expression, so
+// the view gives Dequantize's values bit for bit.
 
 // codesArgs checks the Codes contract and returns the number of blocks.
 func codesArgs(t gguf.Type, codes []byte, scale, offset []float32, src []byte, blockSize, blockBytes, codeBlock int) int {

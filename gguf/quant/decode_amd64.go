@@ -4,7 +4,7 @@ import "golang.org/x/sys/cpu"
 
 // hasDecodeAVX512 says the AVX-512 decoders below can run here (VMOVDQU16
 // is AVX-512 BW).
-var hasDecodeAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+var hasDecodeAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL
 
 // halvesAVX512 converts n (>= 1) little-endian binary16 values at src to
 // float32 at dst with VCVTPH2PS: exact, as every binary16 is a float32.

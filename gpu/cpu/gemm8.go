@@ -11,8 +11,9 @@ import (
 // exact), x as int8, rounded per row and code block to max|x|/127 steps, as
 // llama.cpp's q8 products do. Each block's integer sum is scaled into a
 // float32 accumulator in k order, so an output does not depend on the other
-// rows it is multiplied with: an incremental prefill still gives the
-// one-pass logits bit for bit.
+// rows it is multiplied with. Products of 8 rows or fewer, and fused ones
+// mixing float weights, take float32: an incremental fast prefill gives
+// the one-pass logits bit for bit only when every chunk is longer than 8.
 const (
 	i8Rows  = 32 // weight rows per kernel call
 	i8XRows = 6  // rows of x per kernel call
@@ -35,10 +36,11 @@ type int8Scratch struct {
 	tile          [i8XRows * i8Rows]float32
 }
 
-// int8Weights says whether every projection's format has integer codes.
+// int8Weights says whether every projection's format has integer codes in
+// blocks the kernels take.
 func int8Weights(outs []gpu.Proj) bool {
 	for _, p := range outs {
-		if p.W.(*matrix).w.Format.Codes == nil {
+		if f := p.W.(*matrix).w.Format; f.Codes == nil || f.CodeBlock%16 != 0 { // quantizeRow takes 16 at a time
 			return false
 		}
 	}

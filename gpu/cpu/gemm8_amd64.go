@@ -3,7 +3,7 @@ package cpu
 import "golang.org/x/sys/cpu"
 
 // hasInt8GEMM says gemmI8x32x6 can run here.
-var hasInt8GEMM = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VNNI
+var hasInt8GEMM = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VNNI
 
 //go:noescape
 func gemmI8x32x6(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32)

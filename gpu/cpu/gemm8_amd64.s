@@ -266,6 +266,8 @@ DATA q8abs<>+0(SB)/4, $0x7fffffff
 DATA q8max<>+0(SB)/4, $127.0
 GLOBL q8abs<>(SB), RODATA|NOPTR, $4
 GLOBL q8max<>(SB), RODATA|NOPTR, $4
+DATA q8nan<>+0(SB)/4, $0x7fc00000
+GLOBL q8nan<>(SB), RODATA|NOPTR, $4
 
 // quantizeRow rounds a row of x to int8 in blocks of block elements (a
 // multiple of 16): each block in steps of max|x|/127, to nearest (even on
@@ -289,9 +291,12 @@ qblock:
 	MOVQ   SI, AX
 	MOVQ   R11, CX
 	VXORPS Z1, Z1, Z1
+	KXORW  K3, K3, K3
 
 qmax:
 	VPANDD (AX), Z31, Z0
+	VCMPPS $3, Z0, Z0, K2
+	KORW   K2, K3, K3
 	VMAXPS Z0, Z1, Z1
 	ADDQ   $64, AX
 	DECQ   CX
@@ -307,6 +312,11 @@ qmax:
 
 	// step = amax/127, inv = 127/amax (0 for a block of zeros).
 	VDIVSS  X30, X1, X3
+	KORTESTW K3, K3
+	JZ      qnumbers
+	VMOVSS  q8nan<>(SB), X3 // a NaN in the block: its products are NaN, as in float32
+
+qnumbers:
 	VXORPS  X4, X4, X4
 	VUCOMISS X4, X1
 	JE      qzero

@@ -158,3 +158,41 @@ func BenchmarkInt8Kernel(b *testing.B) {
 		})
 	}
 }
+
+// A NaN anywhere in a block of x makes that row's int8 products NaN, as
+// in float32, not a large finite number; the other rows stay finite.
+func TestInt8GEMMKeepsNaN(t *testing.T) {
+	if !hasInt8GEMM {
+		t.Skip("this CPU has no AVX-512 VNNI (or is not amd64): the int8 GEMM is not used")
+	}
+	f, err := quant.For(gguf.Q8_0)
+	require.NoError(t, err)
+	const rows, cols, n = 9, 64, 32
+	w := make([]float32, n*cols)
+	for i := range w {
+		w[i] = float32(i%7) - 3
+	}
+	raw := make([]byte, n*cols/32*34)
+	f.Quantize(raw, w)
+	b := New(2)
+	m, err := b.Upload(&model.Weight{Name: "w", Rows: n, Cols: cols, Format: f, Data: raw})
+	require.NoError(t, err)
+	st := b.NewStream()
+	st.SetPrecision(gpu.PrecisionFast)
+	for _, at := range []int{0, 31} { // the first and the last 16 of a block
+		xs := make([]float32, rows*cols)
+		for i := range xs {
+			xs[i] = 1
+		}
+		xs[at] = float32(math.NaN())
+		y, err := st.Alloc("y", rows*n)
+		require.NoError(t, err)
+		st.MatMul(sliceOf(t, st, xs), rows, gpu.Proj{W: m, Dst: y})
+		got := make([]float32, rows*n)
+		require.NoError(t, st.Read(y, 0, got))
+		for j, v := range got {
+			require.Equal(t, j < n, math.IsNaN(float64(v)), "NaN at %d: output %d is %g", at, j, v)
+		}
+	}
+	require.NoError(t, st.Sync())
+}
