@@ -105,7 +105,9 @@ func (sc *gemmScratch) gemv(p gpu.Proj, c0, c1 int, x []float32, rows, cols int)
 	sc.dec = grow(sc.dec, 64*cols)
 	w := m.decode(sc.dec, c0, n)
 	if n < 64 {
-		copy(sc.dec, w)
+		if m.f32 != nil { // decoded rows are already in sc.dec
+			copy(sc.dec, w)
+		}
 		clear(sc.dec[n*cols : 64*cols])
 		w = sc.dec[:64*cols]
 	}
