@@ -166,6 +166,9 @@ type HostTensors interface {
 	// AllocArena is Alloc for a capture arena, which a finished run writes
 	// whole: its elements may be a collected trace's, not zeros.
 	AllocArena(name string, n int) (Tensor, error)
+	// RecycleArena takes back an arena of a closed trace that nothing
+	// refers to any more, for a later AllocArena.
+	RecycleArena(t Tensor)
 }
 
 // AttentionCapture is implemented by streams whose flash attention can also

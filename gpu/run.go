@@ -399,11 +399,16 @@ func (r *Run) handOver() *trace.Trace {
 		hosts[i] = h
 	}
 	tr := r.newTrace()
+	arenas := make([]*trace.Arena, len(r.arenas))
+	for a, t := range r.arenas {
+		h := hosts[r.arenaTier(a)]
+		arenas[a] = &trace.Arena{Recycle: func() { h.RecycleArena(t) }}
+	}
 	for _, name := range r.l.order {
 		s := r.l.slots[name]
 		n := elements(s.shape)
 		data := hosts[r.arenaTier(s.arena)].HostData(r.arenas[s.arena])
-		tr.Put(name, &trace.Tensor{Shape: s.shape, Data: data[s.off : s.off+n : s.off+n]})
+		tr.PutView(name, &trace.Tensor{Shape: s.shape, Data: data[s.off : s.off+n : s.off+n]}, arenas[s.arena])
 	}
 	for a := range r.arenas {
 		r.s.tiers[r.arenaTier(a)].ws.drop(arenaName(a))

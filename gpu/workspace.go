@@ -32,10 +32,16 @@ type need struct {
 // prefill reads from a scratch buffer it has written first, and a trace
 // reads only the captures the run has reached. New host capture arenas may
 // hold a collected trace's data too (HostTensors.AllocArena): a finished
-// run writes all of them.
+// run writes all of them. Host arenas of a run that did not finish are not
+// kept: what the backend knows of an arena's contents holds from
+// AllocArena to the end of one run.
 func (w *workspace) fit(st Stream, needs []need) error {
 	keep := make(map[string]Tensor, len(needs))
+	_, host := st.(HostTensors)
 	for _, q := range needs {
+		if host && strings.HasPrefix(q.name, arenaPrefix) {
+			continue
+		}
 		if x, ok := w.bufs[q.name]; ok && q.n <= x.Len() && x.Len() <= 2*q.n {
 			keep[q.name] = x
 			delete(w.bufs, q.name)

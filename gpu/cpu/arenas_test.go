@@ -168,3 +168,82 @@ func TestUntakenArenasAreLetGo(t *testing.T) {
 	}
 	t.Fatal("the backend was never collected")
 }
+
+// A closed trace's memory, never handed out, is the next prefill's at
+// once, and its masked attention entries are not written again where they
+// hold what that prefill puts there: the trace made in it must be what new
+// memory gives, bit for bit, after a prefill of another layout of the same
+// size (48 queries of 192 keys against 96 of 96), after one whose hooks
+// wrote over the scores and patterns, and after a plain one, whose masked
+// entries are then kept (for a sliding window too, tiny-gemma2).
+func TestClosedTracesMemoryGivesTheTraceNewMemoryGives(t *testing.T) {
+	garbage := gpu.Hook{Point: "blocks.[01].attn.hook_[ap]*", Host: func(_ string, _ []int, x []float32) error {
+		for i := range x {
+			x[i] = 7
+		}
+		return nil
+	}}
+	for _, shape := range []string{"tiny-qwen3", "tiny-gemma2"} {
+		t.Run(shape, func(t *testing.T) {
+			m, err := model.Random(model.Shapes[shape], gguf.F32, 5)
+			require.NoError(t, err)
+			r := rand.New(rand.NewPCG(4, uint64(len(shape))))
+			tokens := make([]int32, 192)
+			for i := range tokens {
+				tokens[i] = int32(r.IntN(m.Vocab))
+			}
+			session := func(b *cpu.Backend) *gpu.Session {
+				e, err := gpu.NewEngine(m, b)
+				require.NoError(t, err)
+				s, err := e.NewSession(len(tokens))
+				require.NoError(t, err)
+				return s
+			}
+			all := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
+			prefill := func(s *gpu.Session, skip, n int, o gpu.Options) *trace.Trace {
+				s.Reset()
+				if skip > 0 {
+					_, err := s.Prefill(context.Background(), tokens[:skip], gpu.Options{})
+					require.NoError(t, err)
+				}
+				tr, err := s.Prefill(context.Background(), tokens[skip:skip+n], o)
+				require.NoError(t, err)
+				return tr
+			}
+			fresh := session(cpu.New(0))
+			defer fresh.Close()
+			want := prefill(fresh, 0, 96, all)
+
+			b := cpu.New(0)
+			s := session(b)
+			defer s.Close()
+			hooked := all
+			hooked.Hooks = []gpu.Hook{garbage}
+			for _, before := range []struct {
+				name      string
+				skip, n   int
+				o         gpu.Options
+				keepsMask bool
+			}{
+				{"another layout", 144, 48, all, false},
+				{"hooks", 0, 96, hooked, false},
+				{"plain", 0, 96, all, true},
+			} {
+				require.NoError(t, prefill(s, before.skip, before.n, before.o).Close())
+				recycled, kept := cpu.ArenasRecycled(b), cpu.MasksKept(b)
+				got := prefill(s, 0, 96, all)
+				require.Equal(t, want.Names, got.Names)
+				for _, n := range want.Names {
+					require.Equal(t, want.Tensor(n).Data, got.Tensor(n).Data, "%s, after %s", n, before.name)
+				}
+				require.Positive(t, recycled, before.name)
+				if before.keepsMask {
+					require.Greater(t, cpu.MasksKept(b), kept, "no masked entries were kept after %s", before.name)
+				} else if before.name == "another layout" {
+					require.Equal(t, kept, cpu.MasksKept(b), "masked entries of another layout were kept")
+				}
+				require.NoError(t, got.Close())
+			}
+		})
+	}
+}

@@ -188,13 +188,22 @@ func (s *stream) packValues(a *gpu.Attention) []float32 {
 
 // flashTiled is attention one block of queries at a time, its scores and
 // pattern in cache; with capture, each row of them is also written out
-// whole, masked keys included, as scoresTiled and Softmax write them.
+// whole, masked keys included, as scoresTiled and Softmax write them
+// (the keys outside the block's span only where the arena does not hold
+// them already).
 func (s *stream) flashTiled(a *gpu.Attention, capture bool) {
 	vp := s.packValues(a)
 	keys := a.Keys()
 	var scores, pattern []float32
+	var fillScores, fillPattern bool
 	if capture {
 		scores, pattern = data(a.Scores), data(a.Pattern)
+		sl := maskLayout{heads: a.Heads, t: a.T, pos0: a.Pos0, keys: keys, window: a.Window}
+		pl := sl
+		pl.pattern = true
+		fillScores, fillPattern = !s.masksHeld(a.Scores, sl), !s.masksHeld(a.Pattern, pl)
+		defer s.masksWritten(a.Scores, sl)
+		defer s.masksWritten(a.Pattern, pl)
 	}
 	negInf := float32(math.Inf(-1))
 	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
@@ -206,20 +215,46 @@ func (s *stream) flashTiled(a *gpu.Attention, capture bool) {
 			row := w[r*span : (r+1)*span]
 			if capture {
 				out := scores[first+r*keys : first+(r+1)*keys]
-				fill(out[:b.lo], negInf)
 				copy(out[b.lo:], row)
-				fill(out[b.hi:], negInf)
+				if fillScores {
+					fill(out[:b.lo], negInf)
+					fill(out[b.hi:], negInf)
+				}
 			}
 			softmax(row, row)
 			if capture {
 				out := pattern[first+r*keys : first+(r+1)*keys]
-				clear(out[:b.lo])
 				copy(out[b.lo:], row)
-				clear(out[b.hi:])
+				if fillPattern {
+					clear(out[:b.lo])
+					clear(out[b.hi:])
+				}
 			}
 		}
 		blockMix(a, sc, b, w, span, vp)
 	})
+}
+
+// masksHeld reports whether t is a whole capture arena whose masked
+// entries hold what l puts there: a recycled one, written last by
+// flashTiled with the same layout, in a run whose trace was closed before
+// anyone was handed a slice of it.
+func (s *stream) masksHeld(t gpu.Tensor, l maskLayout) bool {
+	m := masks(t)
+	if m != nil && m.had == l {
+		s.b.arenas.masksKept.Add(1)
+		return true
+	}
+	return false
+}
+
+// masksWritten records that t's masked entries now hold what l puts there.
+// Nothing else writes an arena of scores or patterns after flashTiled: a
+// hook on either takes the path through AttnScores and Softmax instead.
+func (s *stream) masksWritten(t gpu.Tensor, l maskLayout) {
+	if m := masks(t); m != nil {
+		m.wrote = l
+	}
 }
 
 // fill sets every element of x to v, doubling what is set with copy, which

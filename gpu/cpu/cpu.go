@@ -35,7 +35,37 @@ func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", b.threa
 func (b *Backend) Close() error { return nil }
 
 // tensor is host memory.
-type tensor struct{ data []float32 }
+type tensor struct {
+	data []float32
+	// arena is set on a capture arena and the views of it (nil elsewhere).
+	arena *arenaMasks
+}
+
+// arenaMasks is what a capture arena's masked attention entries held when
+// it was handed out (had), and what a run then wrote there (wrote), when
+// known: a recycled arena whose masked entries already hold what this run
+// would write there is not written there again, half of what the capture
+// of scores and patterns writes.
+type arenaMasks struct {
+	whole      []float32
+	had, wrote maskLayout
+}
+
+// maskLayout says which entries of an attention scores (or pattern)
+// capture are masked, holding -Inf (or 0); the zero value, nothing known.
+type maskLayout struct {
+	pattern                      bool
+	heads, t, pos0, keys, window int
+}
+
+// masks is the arena record of t when t is the whole of a capture arena.
+func masks(t gpu.Tensor) *arenaMasks {
+	x := t.(*tensor)
+	if x.arena == nil || len(x.data) == 0 || len(x.data) != len(x.arena.whole) || &x.data[0] != &x.arena.whole[0] {
+		return nil
+	}
+	return x.arena
+}
 
 func (t *tensor) Len() int { return len(t.data) }
 
@@ -218,5 +248,5 @@ func (s *stream) recoverFault() {
 func (s *stream) HostData(t gpu.Tensor) []float32 { return data(t) }
 
 func (s *stream) View(t gpu.Tensor, off, n int) gpu.Tensor {
-	return &tensor{data: data(t)[off : off+n : off+n]}
+	return &tensor{data: data(t)[off : off+n : off+n], arena: t.(*tensor).arena}
 }

@@ -555,8 +555,22 @@ func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int)
 		s.fail(fmt.Errorf("cpu: copy of %d elements from %d/%d to %d/%d out of range", n, srcOff, len(x), dstOff, len(d)))
 		return
 	}
-	copy(d[dstOff:dstOff+n], x[srcOff:srcOff+n])
+	d, x = d[dstOff:dstOff+n], x[srcOff:srcOff+n]
+	if n < parallelCopy {
+		copy(d, x)
+		return
+	}
+	s.parallel(n/parallelCopy, func(lo, hi int) {
+		hi = n * hi / (n / parallelCopy)
+		lo = n * lo / (n / parallelCopy)
+		copy(d[lo:hi], x[lo:hi])
+	})
 }
+
+// parallelCopy is the smallest copy (in elements, 256 KiB) split over the
+// threads: captures copy the residual stream and the KV cache, 2 MiB
+// each per layer at T=512 on the default model's shape.
+const parallelCopy = 1 << 16
 
 func (s *stream) Edit(t gpu.Tensor, e gpu.Edit) {
 	d := data(t)

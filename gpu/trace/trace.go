@@ -56,7 +56,9 @@ type Model struct {
 // keeps it, Rows reads a slice and Load several captures in one go; only
 // what is read takes host memory. Close frees the device memory (so does
 // closing the session or engine); a capture read before stays readable. A
-// trace may be read from several goroutines.
+// trace made on the CPU is Go memory from the start; its Close hands what
+// Get never handed out back to the backend, for the next prefill to write
+// while it is still in cache. A trace may be read from several goroutines.
 type Trace struct {
 	Model   Model
 	Backend string
@@ -73,6 +75,16 @@ type Trace struct {
 	tensors map[string]*Tensor // read so far (every capture, for a host trace)
 	shapes  map[string][]int   // every capture's shape
 	src     Source             // where the unread captures are; nil when all are read
+	arenas  map[string]*Arena  // a host trace's memory each capture is a view of
+}
+
+// Arena is Go memory that captures of a host trace are views of (PutView).
+// Close calls Recycle unless Get handed out one of those views, which the
+// caller may keep: what Rows, Elements, RowNorms, Save and the analyses
+// read is copied or used under the trace's lock, never handed out.
+type Arena struct {
+	Recycle   func()
+	handedOut bool
 }
 
 // Source holds a trace's unread captures, in a GPU's memory.
@@ -104,9 +116,9 @@ type Request struct {
 var ErrNotCaptured = errors.New("not captured")
 
 // ErrClosed is wrapped by the error of a read of a capture whose device
-// memory was freed (Trace.Close, or the session or engine closed) before it
-// was read.
-var ErrClosed = errors.New("trace: its device memory was freed (the trace, its session or its engine was closed) before this capture was read")
+// memory was freed (Trace.Close, or the session or engine closed), or whose
+// host memory Close handed back, before it was read.
+var ErrClosed = errors.New("trace: its memory was freed (the trace, its session or its engine was closed) before this capture was read")
 
 // Lens is the logit lens: the final norm and unembedding applied to each
 // layer's resid_post. Prob[l][t] is the top token's probability at layer l
@@ -126,6 +138,18 @@ func (t *Trace) Put(name string, x *Tensor) {
 	defer t.mu.Unlock()
 	t.add(name, x.Shape)
 	t.tensors[name] = x
+	delete(t.arenas, name)
+}
+
+// PutView stores a capture that is a view of a, which Close may hand back.
+func (t *Trace) PutView(name string, x *Tensor, a *Arena) {
+	t.Put(name, x)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.arenas == nil {
+		t.arenas = map[string]*Arena{}
+	}
+	t.arenas[name] = a
 }
 
 // PutUnread names a capture that src holds until it is read.
@@ -134,6 +158,7 @@ func (t *Trace) PutUnread(name string, shape []int, src Source) {
 	defer t.mu.Unlock()
 	t.add(name, shape)
 	delete(t.tensors, name)
+	delete(t.arenas, name)
 	t.src = src
 }
 
@@ -150,6 +175,9 @@ func (t *Trace) Get(name string) (*Tensor, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if x, ok := t.tensors[name]; ok {
+		if a := t.arenas[name]; a != nil {
+			a.handedOut = true
+		}
 		return x, nil
 	}
 	if _, ok := t.shapes[name]; !ok {
@@ -380,15 +408,18 @@ func (t *Trace) RowNorms(name string) ([]float64, error) {
 	case len(shape) == 0:
 		err = fmt.Errorf("trace: %s is a scalar; it has no rows", name)
 	}
+	var out []float64
+	if err == nil && kept { // under the lock: Close may hand x's memory back
+		out = make([]float64, shape[0])
+		hostNorms(out, x.Data, elements(shape[1:]))
+	}
 	t.mu.Unlock()
-	if err != nil {
-		return nil, err
+	if err != nil || kept {
+		return out, err
 	}
 	rows, width := shape[0], elements(shape[1:])
-	out := make([]float64, rows)
+	out = make([]float64, rows)
 	switch {
-	case kept:
-		hostNorms(out, x.Data, width)
 	case reduces:
 		n := make([]float32, rows)
 		if err := ns.RowNorms(name, n); err != nil {
@@ -454,16 +485,52 @@ func (t *Trace) each(fn func(name string, x *Tensor) error) error {
 }
 
 // Close frees the device memory of the captures not read yet; those read
-// stay. A host trace has nothing to free.
+// stay. A host trace hands back the memory of the captures Get never
+// handed out, which then read as ErrClosed; those Get handed out (and
+// the others in their memory) stay.
 func (t *Trace) Close() error {
 	t.mu.Lock()
 	src := t.src
+	if src == nil && len(t.arenas) > 0 {
+		src = closedSource{}
+		t.src = src
+	}
+	handedOut := map[*Arena]bool{}
+	for _, a := range t.arenas {
+		if a.handedOut {
+			handedOut[a] = true
+		}
+	}
+	var recycle []func()
+	for _, name := range t.Names {
+		a := t.arenas[name]
+		if a == nil || handedOut[a] {
+			continue
+		}
+		delete(t.tensors, name)
+		delete(t.arenas, name)
+		if a.Recycle != nil {
+			recycle, a.Recycle = append(recycle, a.Recycle), nil
+		}
+	}
 	t.mu.Unlock()
+	// Last first: a backend that hands back the last arena it took back
+	// first gives the next prefill of this layout each arena in the place
+	// it had here.
+	for _, r := range slices.Backward(recycle) {
+		r()
+	}
 	if src != nil {
 		src.Free()
 	}
 	return nil
 }
+
+// closedSource is a closed host trace's: what Close handed back is gone.
+type closedSource struct{}
+
+func (closedSource) Read([]Request) error { return ErrClosed }
+func (closedSource) Free()                {}
 
 func elements(shape []int) int {
 	n := 1
@@ -504,6 +571,12 @@ func (n NonFinite) String() string {
 // window) is not counted: it is how the attention works, not a fault; nor
 // is a -Inf router logit, which is how an expert is ablated.
 func (t *Trace) NonFiniteIn(name string) NonFinite {
+	t.mu.Lock()
+	if x, ok := t.tensors[name]; ok { // under the lock: not handed out
+		defer t.mu.Unlock()
+		return t.Model.nonFinite(name, x)
+	}
+	t.mu.Unlock()
 	x, err := t.Get(name)
 	if err != nil {
 		return NonFinite{}

@@ -95,3 +95,34 @@ print(p.dtype, p.shape, p[1, 2, 3], z["logits"].shape, json.loads(z["manifest.js
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "float32 (2, 3, 4) 23.0 (5,) strata-trace/1\n", string(out))
 }
+
+// Close hands back a host trace's memory that Get never handed out (once,
+// however often it is called); what it handed out, and the rest of its
+// memory, stays readable, the rest reads as ErrClosed.
+func TestClosingAHostTraceHandsBackWhatGetDidNot(t *testing.T) {
+	tr := New()
+	var recycled []string
+	a := &Arena{Recycle: func() { recycled = append(recycled, "a") }}
+	b := &Arena{Recycle: func() { recycled = append(recycled, "b") }}
+	tr.PutView("x", &Tensor{Shape: []int{2}, Data: []float32{1, 2}}, a)
+	tr.PutView("y", &Tensor{Shape: []int{2}, Data: []float32{3, 4}}, a)
+	tr.PutView("z", &Tensor{Shape: []int{1, 1}, Data: []float32{5}}, b)
+	x, err := tr.Get("x")
+	require.NoError(t, err)
+	norms, err := tr.RowNorms("z")
+	require.NoError(t, err)
+	require.Equal(t, []float64{5}, norms)
+	require.Equal(t, NonFinite{}, tr.NonFiniteIn("z"))
+	require.NoError(t, tr.Close())
+	require.NoError(t, tr.Close())
+	require.Equal(t, []string{"b"}, recycled)
+	require.Equal(t, []float32{1, 2}, x.Data)
+	y, err := tr.Get("y")
+	require.NoError(t, err)
+	require.Equal(t, []float32{3, 4}, y.Data)
+	_, err = tr.Get("z")
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = tr.Rows("z", 0, 1)
+	require.ErrorIs(t, err, ErrClosed)
+	require.True(t, tr.Has("z"), "a closed capture is still named")
+}
