@@ -80,8 +80,9 @@ type Trace struct {
 
 // Arena is Go memory that captures of a host trace are views of (PutView).
 // Close calls Recycle unless Get handed out one of those views, which the
-// caller may keep: what Rows, Elements, RowNorms, Save and the analyses
-// read is copied or used under the trace's lock, never handed out.
+// caller may keep (so do the analyses that read through Get): what Rows,
+// Elements, RowNorms, NonFiniteIn and Save read is copied or used under the
+// trace's lock, never handed out.
 type Arena struct {
 	Recycle   func()
 	handedOut bool
