@@ -138,7 +138,7 @@ func (p *arenaPool) get(n int) *tensor {
 // that no slice given out refers to. The next prefill then writes memory
 // still in cache, and none is made and zeroed for it: the collector gives
 // arenas back cycles later, cold, and a new one is made whenever none has
-// come back yet (2 to 4 of 17 per capture-all prefill of the default model's
+// come back yet (2 to 5 of 17 per capture-all prefill of the default model's
 // shape in a loop, 8 MiB each at T=512).
 func (p *arenaPool) recycle(t *tensor) {
 	d := t.data
