@@ -67,17 +67,18 @@ func grow(b []float32, n int) []float32 {
 	return b[:n]
 }
 
-// gemmGroup is up to groupRows outputs of one projection.
+// gemmGroup is outputs c0..c1 of one projection: what a thread takes at a time.
 type gemmGroup struct {
 	p      gpu.Proj
 	c0, c1 int
 }
 
-func gemmGroups(outs []gpu.Proj) []gemmGroup {
+// gemmGroups splits the projections' outputs into groups of size.
+func gemmGroups(outs []gpu.Proj, size int) []gemmGroup {
 	var gs []gemmGroup
 	for _, p := range outs {
-		for c := 0; c < p.W.Rows(); c += groupRows {
-			gs = append(gs, gemmGroup{p: p, c0: c, c1: min(c+groupRows, p.W.Rows())})
+		for c := 0; c < p.W.Rows(); c += size {
+			gs = append(gs, gemmGroup{p: p, c0: c, c1: min(c+size, p.W.Rows())})
 		}
 	}
 	return gs

@@ -91,16 +91,7 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []gpu.Proj) {
 		s.quantizeX(q, xs, rows, cols)
 		xq[block] = q
 	}
-	type group struct {
-		p      gpu.Proj
-		c0, c1 int
-	}
-	var groups []group
-	for _, p := range outs {
-		for c := 0; c < p.W.Rows(); c += i8Rows {
-			groups = append(groups, group{p, c, min(c+i8Rows, p.W.Rows())})
-		}
-	}
+	groups := gemmGroups(outs, i8Rows)
 	if len(s.int8) < s.b.threads {
 		s.int8 = make([]int8Scratch, s.b.threads)
 	}

@@ -147,16 +147,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		return
 	}
 	if hasPanelGEMM && rows <= gemvRows {
-		type group struct {
-			p      gpu.Proj
-			c0, c1 int
-		}
-		var groups []group
-		for _, p := range outs {
-			for c := 0; c < p.W.Rows(); c += 64 {
-				groups = append(groups, group{p, c, min(c+64, p.W.Rows())})
-			}
-		}
+		groups := gemmGroups(outs, 64)
 		if len(s.gemm) < s.b.threads {
 			s.gemm = make([]gemmScratch, s.b.threads)
 		}
@@ -169,7 +160,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 	}
 	if hasPanelGEMM {
 		s.xpack = packX(s.xpack, xs, rows, cols)
-		groups := gemmGroups(outs)
+		groups := gemmGroups(outs, groupRows)
 		if len(s.gemm) < s.b.threads {
 			s.gemm = make([]gemmScratch, s.b.threads)
 		}
