@@ -146,11 +146,11 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 		s.matMulInt8(xs, rows, cols, outs)
 		return
 	}
+	if hasPanelGEMM && len(s.gemm) < s.b.threads {
+		s.gemm = make([]gemmScratch, s.b.threads)
+	}
 	if hasPanelGEMM && rows <= gemvRows {
 		groups := gemmGroups(outs, 64)
-		if len(s.gemm) < s.b.threads {
-			s.gemm = make([]gemmScratch, s.b.threads)
-		}
 		s.workers(len(groups), func(worker, lo, hi int) {
 			for _, g := range groups[lo:hi] {
 				s.gemm[worker].gemv(g.p, g.c0, g.c1, xs, rows, cols)
@@ -161,9 +161,6 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 	if hasPanelGEMM {
 		s.xpack = packX(s.xpack, xs, rows, cols)
 		groups := gemmGroups(outs, groupRows)
-		if len(s.gemm) < s.b.threads {
-			s.gemm = make([]gemmScratch, s.b.threads)
-		}
 		s.workers(len(groups), func(worker, lo, hi int) {
 			for _, g := range groups[lo:hi] {
 				g.run(&s.gemm[worker], s.xpack, rows, cols)
@@ -551,10 +548,9 @@ func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int)
 		copy(d, x)
 		return
 	}
-	s.parallel(n/parallelCopy, func(lo, hi int) {
-		hi = n * hi / (n / parallelCopy)
-		lo = n * lo / (n / parallelCopy)
-		copy(d[lo:hi], x[lo:hi])
+	chunks := n / parallelCopy
+	s.parallel(chunks, func(lo, hi int) {
+		copy(d[n*lo/chunks:n*hi/chunks], x[n*lo/chunks:n*hi/chunks])
 	})
 }
 

@@ -135,22 +135,23 @@ func New() *Trace { return &Trace{tensors: map[string]*Tensor{}, shapes: map[str
 
 // Put stores a tensor under name, keeping capture order.
 func (t *Trace) Put(name string, x *Tensor) {
+	t.PutView(name, x, nil)
+}
+
+// PutView stores a capture that is a view of a, which Close may hand back
+// (Put when a is nil).
+func (t *Trace) PutView(name string, x *Tensor, a *Arena) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.add(name, x.Shape)
 	t.tensors[name] = x
 	delete(t.arenas, name)
-}
-
-// PutView stores a capture that is a view of a, which Close may hand back.
-func (t *Trace) PutView(name string, x *Tensor, a *Arena) {
-	t.Put(name, x)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.arenas == nil {
-		t.arenas = map[string]*Arena{}
+	if a != nil {
+		if t.arenas == nil {
+			t.arenas = map[string]*Arena{}
+		}
+		t.arenas[name] = a
 	}
-	t.arenas[name] = a
 }
 
 // PutUnread names a capture that src holds until it is read.
@@ -496,16 +497,10 @@ func (t *Trace) Close() error {
 		src = closedSource{}
 		t.src = src
 	}
-	handedOut := map[*Arena]bool{}
-	for _, a := range t.arenas {
-		if a.handedOut {
-			handedOut[a] = true
-		}
-	}
 	var recycle []func()
 	for _, name := range t.Names {
 		a := t.arenas[name]
-		if a == nil || handedOut[a] {
+		if a == nil || a.handedOut {
 			continue
 		}
 		delete(t.tensors, name)
