@@ -91,8 +91,9 @@ type Stream interface {
 	// it multiply. A backend without a faster way computes in float32
 	// either way.
 	SetPrecision(p Precision)
-	// Rope rotates rows [rows, heads, headDim] in place for positions pos0...
-	Rope(x Tensor, rows, heads, headDim, pos0 int, r *model.Rope)
+	// Rope writes to dst the rows [rows, heads, headDim] of src rotated for
+	// positions pos0...; dst may be src.
+	Rope(dst, src Tensor, rows, heads, headDim, pos0 int, r *model.Rope)
 	// AttnScores writes scaled, causally masked scores [Heads, T, Pos0+T].
 	AttnScores(a *Attention)
 	// Softmax normalises rows of n elements: dst = softmax(src).
@@ -101,8 +102,8 @@ type Stream interface {
 	AttnMix(a *Attention)
 	// FlashAttention computes Z directly, without materialising scores.
 	FlashAttention(a *Attention)
-	// Add computes dst[i] += src[i] for i < n.
-	Add(dst, src Tensor, n int)
+	// Add computes dst[i] = a[i] + b[i] for i < n; dst may be a.
+	Add(dst, a, b Tensor, n int)
 	// SwiGLU computes dst = silu(gate) * up over n elements.
 	SwiGLU(dst, gate, up Tensor, n int)
 	// GELU computes dst = gelu(src) over n elements with GPT-2's tanh

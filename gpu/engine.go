@@ -498,9 +498,34 @@ type layout struct {
 const arenaCap = 1 << 25
 
 // slot is a captured point: its shape, and where it lies in which arena.
+// An alias shares the slot of an earlier point that holds the same values
+// (see sameAs), so that it is never copied.
 type slot struct {
 	shape      []int
 	arena, off int
+	alias      bool
+}
+
+// sameAs is the earlier point whose values the named point has when no
+// hook sits at it, or "": the residual stream entering a layer is the one
+// leaving the layer before (or the embedding), and the KV cache of a
+// prefill from position 0 is its keys and values. TransformerLens's cache
+// shares their storage too.
+func sameAs(c *model.Config, name string, pos0 int) string {
+	layer, local := SplitPoint(name)
+	switch {
+	case local == "hook_resid_pre" && layer > 0:
+		return LayerPoint(layer-1, "hook_resid_post")
+	case local == "hook_resid_pre" && c.Pos != model.PosLearned:
+		return "hook_embed"
+	case local == "attn.cache_k" && pos0 == 0 && c.Pos == model.PosRope:
+		return LayerPoint(layer, "attn.hook_rot_k")
+	case local == "attn.cache_k" && pos0 == 0:
+		return LayerPoint(layer, "attn.hook_k")
+	case local == "attn.cache_v" && pos0 == 0:
+		return LayerPoint(layer, "attn.hook_v")
+	}
+	return ""
 }
 
 func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
@@ -529,6 +554,11 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		shape := shapeOf(c, name, t, pos0, l.logitRows)
 		n := elements(shape)
 		if n == 0 {
+			continue
+		}
+		if s, ok := l.slots[sameAs(c, name, pos0)]; ok && !hooked(o.Hooks, name) {
+			l.slots[name] = slot{shape: shape, arena: s.arena, off: s.off, alias: true}
+			l.order = append(l.order, name)
 			continue
 		}
 		// The points before the first layer (-1) and after the last are in

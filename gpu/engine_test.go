@@ -242,6 +242,9 @@ func TestInterventions(t *testing.T) {
 				require.Equal(t, want, got[pos*d+i])
 			}
 		}
+		// Unhooked, the two share their storage; hooked, the edit is the
+		// next layer's alone.
+		require.Equal(t, base.Tensor("blocks.0.hook_resid_post").Data, tr.Tensor("blocks.0.hook_resid_post").Data)
 	})
 
 	t.Run("patch from another run", func(t *testing.T) {

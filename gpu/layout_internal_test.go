@@ -10,7 +10,8 @@ import (
 )
 
 // The captured points tile their arenas in program order, an arena never
-// spans two layers, and none passes arenaCap unless it holds one point.
+// spans two layers, and none passes arenaCap unless it holds one point;
+// aliases take no room of their own.
 func TestCapturesTileArenasByLayer(t *testing.T) {
 	bonsai8b := model.Config{Layers: 36, DModel: 4096, FFN: 12288, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936}
 	tiny := model.Config{Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512}
@@ -37,12 +38,18 @@ func TestCapturesTileArenasByLayer(t *testing.T) {
 		fill := make([]int, len(l.arenas))
 		points := make([]int, len(l.arenas))
 		layerOf := map[int]int{}
-		for i, name := range l.order {
+		prevArena := 0
+		for _, name := range l.order {
 			s := l.slots[name]
-			require.Equal(t, fill[s.arena], s.off, "%s: %s starts where the one before it ends", tc.what, name)
-			if i > 0 {
-				require.GreaterOrEqual(t, s.arena, l.slots[l.order[i-1]].arena, "%s: %s is in program order", tc.what, name)
+			if s.alias {
+				same := l.slots[sameAs(&tc.c, name, 0)]
+				require.Equal(t, [2]int{same.arena, same.off}, [2]int{s.arena, s.off}, "%s: %s shares its slot", tc.what, name)
+				require.Equal(t, elements(same.shape), elements(s.shape), "%s: %s", tc.what, name)
+				continue
 			}
+			require.Equal(t, fill[s.arena], s.off, "%s: %s starts where the one before it ends", tc.what, name)
+			require.GreaterOrEqual(t, s.arena, prevArena, "%s: %s is in program order", tc.what, name)
+			prevArena = s.arena
 			layer, _ := SplitPoint(name)
 			if prev, ok := layerOf[s.arena]; ok {
 				require.Equal(t, prev, layer, "%s: %s shares an arena with another layer", tc.what, name)
@@ -68,4 +75,51 @@ func TestCapturesTileArenasByLayer(t *testing.T) {
 			require.Greater(t, slices.Max(l.arenas), arenaCap, "%s: a point larger than an arena gets one of its own", tc.what)
 		}
 	}
+}
+
+// A point shares the slot of an earlier one with the same values only
+// where nothing can make them differ: no hook at it, and a KV cache that
+// holds only this prefill's keys and values.
+func TestAliasesOnlyWhereTheValuesAreTheSame(t *testing.T) {
+	c := model.Config{Layers: 2, DModel: 64, FFN: 128, Heads: 4, KVHeads: 2, HeadDim: 16, Vocab: 64}
+	all := Options{Capture: CaptureAll()}
+	aliasOf := func(c model.Config, pos0 int, o Options) map[string]string {
+		l := newLayout(&c, 8, pos0, o)
+		out := map[string]string{}
+		for _, name := range l.order {
+			if s := l.slots[name]; s.alias {
+				for _, other := range l.order {
+					if o := l.slots[other]; !o.alias && o.arena == s.arena && o.off == s.off {
+						out[name] = other
+					}
+				}
+			}
+		}
+		return out
+	}
+	require.Equal(t, map[string]string{
+		"blocks.0.hook_resid_pre": "hook_embed",
+		"blocks.1.hook_resid_pre": "blocks.0.hook_resid_post",
+		"blocks.0.attn.cache_k":   "blocks.0.attn.hook_rot_k",
+		"blocks.0.attn.cache_v":   "blocks.0.attn.hook_v",
+		"blocks.1.attn.cache_k":   "blocks.1.attn.hook_rot_k",
+		"blocks.1.attn.cache_v":   "blocks.1.attn.hook_v",
+	}, aliasOf(c, 0, all))
+	require.Equal(t, map[string]string{
+		"blocks.0.hook_resid_pre": "hook_embed",
+		"blocks.1.hook_resid_pre": "blocks.0.hook_resid_post",
+	}, aliasOf(c, 5, all), "after position 0 the cache holds earlier keys too")
+	hooked := Options{Capture: CaptureAll(), Hooks: []Hook{Scale("blocks.1.hook_resid_pre", 2), Scale("blocks.*.attn.cache_?", 1)}}
+	require.Equal(t, map[string]string{"blocks.0.hook_resid_pre": "hook_embed"}, aliasOf(c, 0, hooked))
+	require.Equal(t, map[string]string{}, aliasOf(c, 0, Options{Capture: CaptureOf("blocks.*.hook_resid_pre", "blocks.*.attn.cache_*")}),
+		"nothing to share with")
+	learned := c
+	learned.Pos = model.PosLearned
+	require.Equal(t, map[string]string{
+		"blocks.1.hook_resid_pre": "blocks.0.hook_resid_post",
+		"blocks.0.attn.cache_k":   "blocks.0.attn.hook_k",
+		"blocks.0.attn.cache_v":   "blocks.0.attn.hook_v",
+		"blocks.1.attn.cache_k":   "blocks.1.attn.hook_k",
+		"blocks.1.attn.cache_v":   "blocks.1.attn.hook_v",
+	}, aliasOf(learned, 0, all), "learned positions are added after hook_embed; keys are not rotated")
 }

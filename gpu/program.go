@@ -9,11 +9,14 @@ import "github.com/stratalab/strata/model"
 func (r *Run) program(yield func(string) bool) {
 	c, e, st := &r.s.e.Model.Config, r.s.e, r.st
 	t, d := r.l.t, c.DModel
-	st.Embed(r.x, e.embed, r.tokens)
+	// x is where the residual stream is: a captured point's place in the
+	// trace where it has one, so that sums write there and nothing is copied.
+	x := r.into("hook_embed", r.x)
+	st.Embed(x, e.embed, r.tokens)
 	if c.EmbedScale != 0 {
-		st.Edit(r.x, Edit{Op: EditScale, Rows: 1, Cols: t * d, Scalar: c.EmbedScale})
+		st.Edit(x, Edit{Op: EditScale, Rows: 1, Cols: t * d, Scalar: c.EmbedScale})
 	}
-	if !r.at("hook_embed", r.x, 0, yield) {
+	if !r.at("hook_embed", x, 0, yield) {
 		return
 	}
 	if c.Pos == model.PosLearned {
@@ -22,7 +25,8 @@ func (r *Run) program(yield func(string) bool) {
 		if !r.at("hook_pos_embed", pe, 0, yield) {
 			return
 		}
-		st.Add(r.x, pe, t*d)
+		st.Add(r.x, x, pe, t*d)
+		x = r.x
 	}
 	for layer := range c.Layers {
 		// A run that can be cancelled hands the device each layer as it is
@@ -35,7 +39,8 @@ func (r *Run) program(yield func(string) bool) {
 			r.fail(err)
 			return
 		}
-		if !r.moveTo(e.place.Layers[layer]) {
+		var ok bool
+		if x, ok = r.moveTo(e.place.Layers[layer], x); !ok {
 			return
 		}
 		st = r.st
@@ -46,10 +51,11 @@ func (r *Run) program(yield func(string) bool) {
 		cacheK, cacheV := r.s.cacheK[layer], r.s.cacheV[layer]
 
 		// Attention block.
-		if !at("hook_resid_pre", r.x, 0) {
+		x = r.own(LayerPoint(layer, "hook_resid_pre"), x)
+		if !at("hook_resid_pre", x, 0) {
 			return
 		}
-		h, ok := r.normAt(layer, "ln1", r.h, r.x, w.attnNorm, w.attnNormBias, t, at)
+		h, ok := r.normAt(layer, "ln1", r.h, x, w.attnNorm, w.attnNormBias, t, at)
 		if !ok {
 			return
 		}
@@ -63,10 +69,10 @@ func (r *Run) program(yield func(string) bool) {
 			return
 		}
 		if c.Pos == model.PosRope {
-			q = r.carry(LayerPoint(layer, "attn.hook_rot_q"), r.q, q, t*c.QDim())
-			k = r.carry(LayerPoint(layer, "attn.hook_rot_k"), r.k, k, t*kvd)
-			st.Rope(q, t, c.Heads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
-			st.Rope(k, t, c.KVHeads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
+			rq, rk := into("attn.hook_rot_q", r.q), into("attn.hook_rot_k", r.k)
+			st.Rope(rq, q, t, c.Heads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
+			st.Rope(rk, k, t, c.KVHeads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
+			q, k = rq, rk
 			if !at("attn.hook_rot_q", q, 0) || !at("attn.hook_rot_k", k, 0) {
 				return
 			}
@@ -115,13 +121,13 @@ func (r *Run) program(yield func(string) bool) {
 		if !at("hook_attn_out", attnOut, 0) {
 			return
 		}
-		st.Add(r.x, attnOut, t*d)
-		if !at("hook_resid_mid", r.x, 0) {
+		x = r.add(LayerPoint(layer, "hook_resid_mid"), x, attnOut)
+		if !at("hook_resid_mid", x, 0) {
 			return
 		}
 
 		// MLP block.
-		if h, ok = r.normAt(layer, "ln2", r.h, r.x, w.ffnNorm, w.ffnNormBias, t, at); !ok {
+		if h, ok = r.normAt(layer, "ln2", r.h, x, w.ffnNorm, w.ffnNormBias, t, at); !ok {
 			return
 		}
 		mlpOut := into("hook_mlp_out", r.mlpOut)
@@ -161,19 +167,23 @@ func (r *Run) program(yield func(string) bool) {
 		if !at("hook_mlp_out", mlpOut, 0) {
 			return
 		}
-		st.Add(r.x, mlpOut, t*d)
-		if !at("hook_resid_post", r.x, 0) {
+		x = r.add(LayerPoint(layer, "hook_resid_post"), x, mlpOut)
+		if !at("hook_resid_post", x, 0) {
 			return
 		}
 	}
 
 	// Tail: final norm and LM head for the last logitRows positions.
 	rows := r.l.logitRows
-	if rows == 0 || !r.moveTo(e.place.Head) {
+	if rows == 0 {
+		return
+	}
+	x, ok := r.moveTo(e.place.Head, x)
+	if !ok {
 		return
 	}
 	st = r.st
-	st.Copy(r.attnOut, 0, r.x, (t-rows)*d, rows*d)
+	st.Copy(r.attnOut, 0, x, (t-rows)*d, rows*d)
 	tail := func(p string, x Tensor, off int) bool { return r.at(p, x, off, yield) }
 	h, ok := r.normAt(-1, "ln_final", r.h, r.attnOut, e.outNorm, e.outBias, rows, tail)
 	if !ok {

@@ -207,13 +207,23 @@ func (r *Run) into(name string, scratch Tensor) Tensor {
 	return scratch
 }
 
-// carry is into for a point computed in place from src (RoPE of q): src is
-// copied to where the point goes, unless that is src.
-func (r *Run) carry(name string, scratch, src Tensor, n int) Tensor {
-	dst := r.into(name, scratch)
-	if dst != src {
-		r.st.Copy(dst, 0, src, 0, n)
+// own makes the residual stream x the named point's own before a hook
+// there changes it in place: x may be where an earlier point was captured.
+func (r *Run) own(name string, x Tensor) Tensor {
+	dst := r.into(name, r.x)
+	if x == dst || !hooked(r.o.Hooks, name) {
+		return x
 	}
+	r.st.Copy(dst, 0, x, 0, r.l.t*r.s.e.Model.DModel)
+	return dst
+}
+
+// add writes the residual stream x plus a block's output y to where the
+// named point goes (the residual buffer when it is not captured), and
+// returns that.
+func (r *Run) add(name string, x, y Tensor) Tensor {
+	dst := r.into(name, r.x)
+	r.st.Add(dst, x, y, r.l.t*r.s.e.Model.DModel)
 	return dst
 }
 
@@ -229,7 +239,7 @@ func (r *Run) at(name string, x Tensor, off int, yield func(string) bool) bool {
 			return false
 		}
 	}
-	if s, ok := r.l.slots[name]; ok && (off != 0 || x != r.views[name]) {
+	if s, ok := r.l.slots[name]; ok && !s.alias && (off != 0 || x != r.views[name]) {
 		r.st.Copy(r.arenas[s.arena], s.off, x, off, elements(s.shape))
 	}
 	return yield(name)
@@ -348,7 +358,7 @@ func (r *Run) trace() (*trace.Trace, error) {
 	arenas := 0
 	for _, name := range r.l.order {
 		if r.reached(name) {
-			arenas = r.l.slots[name].arena + 1
+			arenas = max(arenas, r.l.slots[name].arena+1)
 		}
 	}
 	down := make([][]Tensor, len(r.bufs))

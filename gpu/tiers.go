@@ -112,28 +112,29 @@ func (p Placement) role(tier int) role {
 	return role{embed: p.Embed == tier, layers: slices.Contains(p.Layers, tier), head: p.Head == tier}
 }
 
-// moveTo makes tier the running one. Only the residual stream is live
-// across a layer boundary (each layer's KV cache stays on its home tier),
-// so it alone moves: read back to host memory from the tier running now,
-// then written to the next tier's residual buffer. The read syncs the tier
-// it leaves; that costs one round trip per boundary, t*d_model floats.
-func (r *Run) moveTo(tier int) bool {
+// moveTo makes tier the running one and returns where the residual stream
+// x is on it. Only the residual stream is live across a layer boundary
+// (each layer's KV cache stays on its home tier), so it alone moves: read
+// back to host memory from the tier running now, then written to the next
+// tier's residual buffer. The read syncs the tier it leaves; that costs one
+// round trip per boundary, t*d_model floats.
+func (r *Run) moveTo(tier int, x Tensor) (Tensor, bool) {
 	if r.err != nil {
-		return false
+		return nil, false
 	}
 	if tier == r.tier {
-		return true
+		return x, true
 	}
 	n := r.l.t * r.s.e.Model.DModel
 	if cap(r.hostScratch) < n {
 		r.hostScratch = make([]float32, n)
 	}
-	x := r.hostScratch[:n]
-	if err := r.st.Read(r.x, 0, x); err != nil {
+	host := r.hostScratch[:n]
+	if err := r.st.Read(x, 0, host); err != nil {
 		r.fail(fmt.Errorf("engine: handing the residual stream from tier %d to tier %d: %w", r.tier, tier, err))
-		return false
+		return nil, false
 	}
 	r.tier, r.st, r.scratch = tier, r.s.tiers[tier].st, r.bufs[tier]
-	r.st.Write(r.x, 0, x)
-	return true
+	r.st.Write(r.x, 0, host)
+	return r.x, true
 }

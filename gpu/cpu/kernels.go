@@ -247,8 +247,8 @@ func dot(a, b []float32) float32 {
 	return blas32.Dot(blas32.Vector{N: len(a), Inc: 1, Data: a}, blas32.Vector{N: len(a), Inc: 1, Data: b[:len(a)]})
 }
 
-func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rope) {
-	xs := data(x)
+func (s *stream) Rope(dst, src gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rope) {
+	ds, xs := data(dst), data(src)
 	half := r.Dim / 2
 	cosines, sines := s.angles(r, pos0, rows)
 	s.parallel(rows, func(lo, hi int) {
@@ -256,14 +256,16 @@ func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rop
 			cos, sin := cosines[t*half:(t+1)*half], sines[t*half:(t+1)*half]
 			for h := 0; h < heads; h++ {
 				v := xs[(t*heads+h)*headDim : (t*heads+h+1)*headDim]
+				d := ds[(t*heads+h)*headDim : (t*heads+h+1)*headDim]
+				copy(d[r.Dim:], v[r.Dim:]) // partial rotary: the rest passes
 				for i := 0; i < half; i++ {
 					a, b := 2*i, 2*i+1
 					if r.Mode == model.RopeNeoX {
 						a, b = i, i+half
 					}
 					x0, x1 := v[a], v[b]
-					v[a] = x0*cos[i] - x1*sin[i]
-					v[b] = x0*sin[i] + x1*cos[i]
+					d[a] = x0*cos[i] - x1*sin[i]
+					d[b] = x0*sin[i] + x1*cos[i]
 				}
 			}
 		}
@@ -491,10 +493,21 @@ func (s *stream) FlashAttention(a *gpu.Attention) {
 	})
 }
 
-func (s *stream) Add(dst, src gpu.Tensor, n int) {
-	d, x := data(dst), data(src)
-	for i := range d[:n] {
-		d[i] += x[i]
+func (s *stream) Add(dst, a, b gpu.Tensor, n int) {
+	d, x, y := data(dst)[:n], data(a)[:n], data(b)[:n]
+	if n < parallelCopy {
+		addTo(d, x, y)
+		return
+	}
+	chunks := n / parallelCopy
+	s.parallel(chunks, func(lo, hi int) {
+		addTo(d[n*lo/chunks:n*hi/chunks], x[n*lo/chunks:n*hi/chunks], y[n*lo/chunks:n*hi/chunks])
+	})
+}
+
+func addTo(d, a, b []float32) {
+	for i := range d {
+		d[i] = a[i] + b[i]
 	}
 }
 
@@ -554,9 +567,9 @@ func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int)
 	})
 }
 
-// parallelCopy is the smallest copy (in elements, 256 KiB) split over the
-// threads: captures copy the residual stream and the KV cache, 2 MiB
-// each per layer at T=512 on the default model's shape.
+// parallelCopy is the smallest copy or sum (in elements, 256 KiB) split
+// over the threads: the residual stream is 512 KiB per sum at T=512 on the
+// default model's shape.
 const parallelCopy = 1 << 16
 
 func (s *stream) Edit(t gpu.Tensor, e gpu.Edit) {

@@ -61,7 +61,7 @@ func TestRopeKeepsItsAnglesAndFollowsTheRope(t *testing.T) {
 	}
 	turned := func(pos int) []float32 {
 		st.Write(x, 0, ones)
-		st.Rope(x, 1, heads, hd, pos, r)
+		st.Rope(x, x, 1, heads, hd, pos, r)
 		out := make([]float32, heads*hd)
 		require.NoError(t, st.Read(x, 0, out))
 		return out

@@ -58,7 +58,11 @@ type Model struct {
 // closing the session or engine); a capture read before stays readable. A
 // trace made on the CPU is Go memory from the start; its Close hands what
 // Get never handed out back to the backend, for the next prefill to write
-// while it is still in cache. A trace may be read from several goroutines.
+// while it is still in cache. A capture whose values are an earlier one's
+// (the residual stream entering a layer and the one leaving the layer
+// before it; a KV cache filled from position 0 and its keys or values) may
+// share its memory, as in TransformerLens's cache: change a copy. A trace
+// may be read from several goroutines.
 type Trace struct {
 	Model   Model
 	Backend string

@@ -572,9 +572,9 @@ type ropeKey struct {
 	rope       *model.Rope // a model's, which does not change
 }
 
-func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rope) {
-	xs := s.tensorOf(x)
-	if !s.fits("rope", []*tensor{xs}, rows*heads*headDim) {
+func (s *stream) Rope(dst, src gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rope) {
+	ds, xs := s.tensorOf(dst), s.tensorOf(src)
+	if !s.fits("rope", []*tensor{ds, xs}, rows*heads*headDim, rows*heads*headDim) {
 		return
 	}
 	if r.Dim <= 0 || r.Dim%2 != 0 || r.Dim > headDim {
@@ -607,8 +607,8 @@ func (s *stream) Rope(x gpu.Tensor, rows, heads, headDim, pos0 int, r *model.Rop
 	if r.Mode == model.RopeNeoX {
 		neox = 1
 	}
-	gx, gy, gz := grid1(rows*heads*half, 256)
-	s.dispatch("rope", nil, []use{{buf: xs.buf, write: true}, {buf: s.rope}},
+	gx, gy, gz := grid1(rows*heads*(headDim-half), 256)
+	s.dispatch("rope", nil, []use{{buf: ds.buf, write: true}, {buf: xs.buf}, {buf: s.rope}},
 		[]uint32{uint32(rows), uint32(heads), uint32(headDim), uint32(half), neox}, gx, gy, gz)
 }
 
@@ -765,13 +765,13 @@ func flashHeads(g, rows int) int {
 	}
 }
 
-func (s *stream) Add(dst, src gpu.Tensor, n int) {
-	d, x := s.tensorOf(dst), s.tensorOf(src)
-	if !s.fits("add", []*tensor{d, x}, n, n) {
+func (s *stream) Add(dst, a, b gpu.Tensor, n int) {
+	d, x, y := s.tensorOf(dst), s.tensorOf(a), s.tensorOf(b)
+	if !s.fits("add", []*tensor{d, x, y}, n, n, n) {
 		return
 	}
 	gx, gy, gz := grid1(n, 256)
-	s.dispatch("add", nil, []use{{buf: d.buf, write: true}, {buf: x.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+	s.dispatch("add", nil, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: y.buf}}, []uint32{uint32(n)}, gx, gy, gz)
 }
 
 func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {

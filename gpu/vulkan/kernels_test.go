@@ -139,12 +139,20 @@ func TestRopeBothModesAndScalings(t *testing.T) {
 			r := newRig(t, 4)
 			rows, heads, hd := 21, 3, 64
 			x := r.random("x", rows*heads*hd, 1)
+			into := r.random("into", rows*heads*hd, 1)
 			pos0 := 7 * i
-			r.cs.Rope(x.c, rows, heads, hd, pos0, &rope)
-			r.vs.Rope(x.v, rows, heads, hd, pos0, &rope)
+			// Out of place first (dims past the rotary ones must be copied
+			// over what dst held), then in place.
+			r.cs.Rope(into.c, x.c, rows, heads, hd, pos0, &rope)
+			r.vs.Rope(into.v, x.v, rows, heads, hd, pos0, &rope)
+			r.cs.Rope(x.c, x.c, rows, heads, hd, pos0, &rope)
+			r.vs.Rope(x.v, x.v, rows, heads, hd, pos0, &rope)
 			c, v := r.read(x)
 			// Same host table; the GPU may fuse the multiply-add: ~1 ulp.
 			requireClose(t, v, c, 1e-6, "rotated")
+			ci, vi := r.read(into)
+			requireClose(t, vi, ci, 1e-6, "rotated into another tensor")
+			require.Equal(t, v, vi, "in place and out of place")
 		})
 	}
 }
@@ -318,10 +326,14 @@ func TestElementwise(t *testing.T) {
 	r := newRig(t, 7)
 	n := 3000
 	a, b, up := r.random("a", n, 1), r.random("b", n, 1), r.random("up", n, 1)
-	r.cs.Add(a.c, b.c, n-1)
-	r.vs.Add(a.v, b.v, n-1)
+	r.cs.Add(a.c, a.c, b.c, n-1)
+	r.vs.Add(a.v, a.v, b.v, n-1)
 	c, v := r.read(a)
 	require.Equal(t, c, v, "add is exact")
+	r.cs.Add(up.c, a.c, b.c, n)
+	r.vs.Add(up.v, a.v, b.v, n)
+	c, v = r.read(up)
+	require.Equal(t, c, v, "add into a third tensor")
 	r.cs.SwiGLU(b.c, b.c, up.c, n)
 	r.vs.SwiGLU(b.v, b.v, up.v, n)
 	c, v = r.read(b)
@@ -387,7 +399,7 @@ func TestStreamErrorsNameTheProblem(t *testing.T) {
 	s = b.NewStream()
 	x, err = s.Alloc("x", 10)
 	require.NoError(t, err)
-	s.Add(x, x, 11)
+	s.Add(x, x, x, 11)
 	require.ErrorContains(t, s.Sync(), "add needs 11 elements of x, which has 10")
 	require.NoError(t, s.Sync(), "Sync hands the error over once: it was the last request's")
 
@@ -396,7 +408,7 @@ func TestStreamErrorsNameTheProblem(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, s.Read(x, 8, make([]float32, 3)), "read of 3 elements at 8 from x of 10")
 	s.Free(x)
-	s.Add(x, x, 1)
+	s.Add(x, x, x, 1)
 	require.ErrorContains(t, s.Sync(), "tensor x is used after Free")
 
 	_, err = s.Alloc("huge", 1<<40)

@@ -98,8 +98,8 @@ func TestTensorOfAnotherDeviceIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	y, err := b.Alloc("y", 4)
 	require.NoError(t, err)
-	b.Add(y, x, 4)
+	b.Add(y, y, x, 4)
 	require.ErrorContains(t, b.Sync(), "vulkan: tensor x lives on another device")
-	b.Add(y, y, 4)
+	b.Add(y, y, y, 4)
 	require.NoError(t, b.Sync(), "the stream works again")
 }
