@@ -29,11 +29,11 @@ func TestGEMMIsTheProductsWhateverTheRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	b := New(2)
 	for _, typ := range []gguf.Type{gguf.F32, gguf.Q8_0} {
-		for _, cols := range []int{32, 44, 288, 800} {
+		for _, cols := range []int{32, 44, 288, 800, 1024} { // 1024: rows read at a padded stride
 			if typ != gguf.F32 && cols%32 != 0 {
 				continue // whole blocks only; F32 covers k not a multiple of 16
 			}
-			for _, rows := range []int{1, 3, 5, 16, 17, 32, 33, 50} {
+			for _, rows := range []int{1, 3, 5, 16, 17, 32, 33, 50, 130} { // 130: float32 weights copied to that stride
 				t.Run(fmt.Sprintf("%v/k=%d/rows=%d", typ, cols, rows), func(t *testing.T) {
 					f, err := quant.For(typ)
 					require.NoError(t, err)
@@ -55,7 +55,7 @@ func TestGEMMIsTheProductsWhateverTheRows(t *testing.T) {
 						f.Dequantize(src, raw)
 						m, err := b.Upload(&model.Weight{Name: fmt.Sprintf("w%d", pi), Rows: n, Cols: cols, Format: f, Data: raw})
 						require.NoError(t, err)
-						y, err := st.Alloc("y", 50*n)
+						y, err := st.Alloc("y", rows*n)
 						require.NoError(t, err)
 						p := gpu.Proj{W: m, Dst: y}
 						var bias []float32
