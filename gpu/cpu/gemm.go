@@ -70,7 +70,7 @@ func grow(b []float32, n int) []float32 {
 // paddedStride is the stride the kernels read decoded weight rows at: rows
 // a multiple of 4 KiB apart fall in one L1 set, which 12 of them and the
 // stream of x overflow (alone, the kernel ran 11% slower at k = 2048 than
-// at a stride 64 bytes longer; bonsai-1.7b prefills at T=256 ran 8-10%
+// at a stride 64 bytes longer; bonsai-1.7b prefills at T=256 ran 5-15%
 // faster padded).
 func paddedStride(cols int) int {
 	if cols%1024 == 0 {
