@@ -210,8 +210,11 @@ func (r *Run) into(name string, scratch Tensor) Tensor {
 // own makes the residual stream x the named point's own before a hook
 // there changes it in place: x may be where an earlier point was captured.
 func (r *Run) own(name string, x Tensor) Tensor {
+	if !hooked(r.o.Hooks, name) {
+		return x
+	}
 	dst := r.into(name, r.x)
-	if x == dst || !hooked(r.o.Hooks, name) {
+	if x == dst {
 		return x
 	}
 	r.st.Copy(dst, 0, x, 0, r.l.t*r.s.e.Model.DModel)

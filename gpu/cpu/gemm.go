@@ -169,13 +169,10 @@ func (g gemmGroup) run(sc *gemmScratch, xt []float32, rows, cols int) {
 		// Decoded (or copied) a row at a time at stride ldw, with zero rows
 		// up to whole chunks.
 		sc.dec = grow(sc.dec, chunks*kernelRows*ldw)
-		rowBytes := len(m.w.Data) / m.w.Rows
 		for i := range n {
 			dst := sc.dec[i*ldw : i*ldw+cols]
-			if m.f32 != nil {
-				copy(dst, m.f32[(g.c0+i)*cols:(g.c0+i+1)*cols])
-			} else {
-				m.w.Format.Dequantize(dst, m.w.Data[(g.c0+i)*rowBytes:(g.c0+i+1)*rowBytes])
+			if row := m.decode(dst, g.c0+i, 1); m.f32 != nil { // a view of the weights
+				copy(dst, row)
 			}
 		}
 		clear(sc.dec[n*ldw:])

@@ -495,20 +495,11 @@ func (s *stream) FlashAttention(a *gpu.Attention) {
 
 func (s *stream) Add(dst, a, b gpu.Tensor, n int) {
 	d, x, y := data(dst)[:n], data(a)[:n], data(b)[:n]
-	if n < parallelCopy {
-		addTo(d, x, y)
-		return
-	}
-	chunks := n / parallelCopy
-	s.parallel(chunks, func(lo, hi int) {
-		addTo(d[n*lo/chunks:n*hi/chunks], x[n*lo/chunks:n*hi/chunks], y[n*lo/chunks:n*hi/chunks])
+	s.spans(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			d[i] = x[i] + y[i]
+		}
 	})
-}
-
-func addTo(d, a, b []float32) {
-	for i := range d {
-		d[i] = a[i] + b[i]
-	}
 }
 
 func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
@@ -557,14 +548,18 @@ func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int)
 		return
 	}
 	d, x = d[dstOff:dstOff+n], x[srcOff:srcOff+n]
-	if n < parallelCopy {
-		copy(d, x)
+	s.spans(n, func(lo, hi int) { copy(d[lo:hi], x[lo:hi]) })
+}
+
+// spans calls fn over [0, n) in one span, or split over the threads in
+// spans of at least parallelCopy elements where n is that large.
+func (s *stream) spans(n int, fn func(lo, hi int)) {
+	chunks := n / parallelCopy
+	if chunks < 2 {
+		fn(0, n)
 		return
 	}
-	chunks := n / parallelCopy
-	s.parallel(chunks, func(lo, hi int) {
-		copy(d[n*lo/chunks:n*hi/chunks], x[n*lo/chunks:n*hi/chunks])
-	})
+	s.parallel(chunks, func(lo, hi int) { fn(n*lo/chunks, n*hi/chunks) })
 }
 
 // parallelCopy is the smallest copy or sum (in elements, 256 KiB) split
