@@ -48,7 +48,13 @@ type Backend interface {
 type Stream interface {
 	// Alloc returns a zeroed tensor of n float32s; name appears in errors.
 	Alloc(name string, n int) (Tensor, error)
+	// Free releases t; its views are not to be used after it.
 	Free(t Tensor)
+	// View is elements [off, off+n) of t as a tensor of its own, which
+	// kernels write in place: captured points go straight into their places
+	// in the trace's arenas. It is nil where the device cannot bind a range
+	// starting at off (at multiples of SlotAlign elements it always can).
+	View(t Tensor, off, n int) Tensor
 	// Write copies host data into dst at element offset off (ordered with kernels).
 	Write(dst Tensor, off int, src []float32)
 	// Read copies from src at off into dst; it syncs first.
@@ -156,14 +162,16 @@ type DeviceMemory interface {
 	DeviceMemory() bool
 }
 
+// SlotAlign is the alignment of each captured point in its arena, in
+// elements: 256 bytes, the largest minStorageBufferOffsetAlignment Vulkan
+// allows, so that any device can bind a point as a range of its arena.
+const SlotAlign = 64
+
 // HostTensors is implemented by streams whose tensors are Go memory (the
-// CPU's): kernels write captured points straight into views of their
-// arenas, a finished prefill's arenas become its trace as they are, not
+// CPU's): a finished prefill's arenas become its trace as they are, not
 // copied, and the session makes new ones for its next prefill.
 type HostTensors interface {
 	HostData(t Tensor) []float32
-	// View is elements [off, off+n) of t as a tensor of its own.
-	View(t Tensor, off, n int) Tensor
 	// AllocArena is Alloc for a capture arena, which a finished run writes
 	// whole: its elements may be a collected trace's, not zeros.
 	AllocArena(name string, n int) (Tensor, error)

@@ -566,9 +566,9 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		if layer < 0 && name != "hook_embed" && name != "hook_pos_embed" {
 			layer = c.Layers
 		}
-		// Attention scores and patterns get arenas of their own, which the
-		// kernels write in place of scratch: copying them was most of what
-		// capturing cost on the GPU.
+		// Attention scores and patterns get arenas of their own: the CPU
+		// keeps a recycled arena's masked entries rather than write them
+		// again, which it knows of whole arenas only.
 		alone := local == "attn.hook_attn_scores" || local == "attn.hook_pattern"
 		if last := len(l.arenas) - 1; last < 0 || layer != arenaLayer || l.arenas[last]+n > arenaCap || alone || lastAlone {
 			l.arenas = append(l.arenas, 0)
@@ -577,10 +577,11 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 		}
 		lastAlone = alone
 		last := len(l.arenas) - 1
-		l.slots[name] = slot{shape: shape, arena: last, off: l.arenas[last]}
-		l.arenas[last] += n
+		off := (l.arenas[last] + SlotAlign - 1) / SlotAlign * SlotAlign
+		l.slots[name] = slot{shape: shape, arena: last, off: off}
+		l.captureElements += off + n - l.arenas[last]
+		l.arenas[last] = off + n
 		l.order = append(l.order, name)
-		l.captureElements += n
 	}
 	return l
 }

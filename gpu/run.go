@@ -166,7 +166,12 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 				l.t, HumanBytes(4*int64(l.captureElements)), len(l.order), HumanBytes(s.e.traceBytes.Load()), err)
 		}
 	}
-	r.makeViews()
+	if err := r.makeViews(); err != nil {
+		if r.device {
+			r.freeArenas()
+		}
+		return nil, err
+	}
 	s.run = r
 	r.next, r.stop = iter.Pull(r.program)
 	return r, nil
@@ -182,19 +187,19 @@ var (
 
 // makeViews finds, for each captured point, a tensor its kernel can write
 // in place of scratch, so that no copy follows: a view of its place in its
-// arena where the tier's tensors are Go memory, else the arena itself where
-// the point fills it alone (attention scores and patterns: copying them was
-// most of what capturing cost on the GPU).
-func (r *Run) makeViews() {
+// arena (on a GPU, copies were a sixth of a capture-all prefill's time).
+// Captured attention scores and patterns have no scratch to fall back on.
+func (r *Run) makeViews() error {
 	r.views = map[string]Tensor{}
 	for name, s := range r.l.slots {
 		n := elements(s.shape)
-		if h, ok := r.s.tiers[r.arenaTier(s.arena)].st.(HostTensors); ok {
-			r.views[name] = h.View(r.arenas[s.arena], s.off, n)
-		} else if s.off == 0 && r.l.arenas[s.arena] == n {
-			r.views[name] = r.arenas[s.arena]
+		if t := r.s.tiers[r.arenaTier(s.arena)].st.View(r.arenas[s.arena], s.off, n); t != nil {
+			r.views[name] = t
+		} else if _, local := SplitPoint(name); local == "attn.hook_attn_scores" || local == "attn.hook_pattern" {
+			return fmt.Errorf("engine: prefill of %d tokens: %s (%s) cannot be bound on %s: capture fewer tokens", r.l.t, name, HumanBytes(4*int64(n)), r.s.e.tiers[r.arenaTier(s.arena)].Name())
 		}
 	}
+	return nil
 }
 
 // into is where a kernel writes the named point: its place in the trace

@@ -1,14 +1,17 @@
 package gpu_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/cpu"
 )
 
 // On the CPU, kernels write captured points straight into the trace and
@@ -51,4 +54,48 @@ func TestEveryCaptureSubsetRecordsWhatCaptureAllDoes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// noViews is a backend whose streams bind no ranges of a tensor, as a
+// device with a coarser alignment than SlotAlign would not.
+type noViews struct{ gpu.Backend }
+
+func (b noViews) NewStream() gpu.Stream { return noViewStream{b.Backend.NewStream()} }
+
+type noViewStream struct{ gpu.Stream }
+
+func (noViewStream) View(gpu.Tensor, int, int) gpu.Tensor { return nil }
+
+// Where a stream gives no view of a point's place, its kernel writes
+// scratch and the point is copied into the trace: the same values, bit for
+// bit. Attention scores and patterns have no scratch to write when
+// captured, so capturing them there is a named error, not a crash.
+func TestPointsWithoutViewsAreCopied(t *testing.T) {
+	m := genModel(t, "tiny-qwen3", gguf.F32, 12)
+	var rest []string
+	for _, n := range gpu.Points(&m.Config) {
+		if !strings.HasSuffix(n, "attn.hook_attn_scores") && !strings.HasSuffix(n, "attn.hook_pattern") {
+			rest = append(rest, n)
+		}
+	}
+	hooks := []gpu.Hook{gpu.Scale("blocks.0.attn.hook_q", 0.5), gpu.Scale("blocks.1.hook_resid_pre", 2)}
+	o := gpu.Options{Capture: gpu.CaptureOf(rest...), Hooks: hooks, Logits: gpu.LogitsAll}
+	want := prefill(t, newEngine(t, m), testTokens, o)
+	e, err := gpu.NewEngine(m, noViews{cpu.New(0)})
+	require.NoError(t, err)
+	got := prefill(t, e, testTokens, o)
+	require.Equal(t, want.Names, got.Names)
+	for _, n := range want.Names {
+		require.Equal(t, want.Tensor(n).Data, got.Tensor(n).Data, n)
+	}
+
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Capture: gpu.CaptureOf("blocks.1.attn.hook_pattern")})
+	require.ErrorContains(t, err, "blocks.1.attn.hook_pattern")
+	require.ErrorContains(t, err, "cannot be bound")
+	tr, err := s.Prefill(context.Background(), testTokens, o)
+	require.NoError(t, err, "the session works after the refusal")
+	require.Equal(t, want.Tensor("logits").Data, tr.Tensor("logits").Data)
 }

@@ -197,7 +197,7 @@ func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
 	}
 	s.writeBytes(s.ids, 0, unsafe.Slice((*byte)(unsafe.Pointer(&ids[0])), 4*len(ids)))
 	x, y, z := grid1(len(ids)*m.w.Cols, 256)
-	s.dispatch("embed_"+m.f.suffix, nil, []use{{buf: d.buf, write: true}, {buf: m.buf, bind: m.off, bindSize: m.size}, {buf: s.ids}},
+	s.dispatch("embed_"+m.f.suffix, nil, []use{d.writes(), {buf: m.buf, bind: m.off, bindSize: m.size}, {buf: s.ids}},
 		[]uint32{uint32(len(ids)), uint32(m.w.Cols), m.scaleBase}, x, y, z)
 }
 
@@ -211,7 +211,7 @@ func (s *stream) RMSNorm(dst, src, gain, scale gpu.Tensor, rows, dim int, eps fl
 		return
 	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("rmsnorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: g.buf}, {buf: sc.buf, write: true}},
+	s.dispatch("rmsnorm", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads(), g.reads(), sc.writes()},
 		[]uint32{uint32(rows), uint32(dim), f32(eps), write}, gx, gy, gz)
 }
 
@@ -238,7 +238,7 @@ func (s *stream) LayerNorm(dst, src, gain, bias, scale gpu.Tensor, rows, dim int
 		return
 	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("layernorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: g.buf}, {buf: b.buf}, {buf: sc.buf, write: true}},
+	s.dispatch("layernorm", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads(), g.reads(), b.reads(), sc.writes()},
 		[]uint32{uint32(rows), uint32(dim), f32(eps), write}, gx, gy, gz)
 }
 
@@ -247,13 +247,13 @@ func (s *stream) NormApply(dst, src, scale, gain, bias gpu.Tensor, rows, dim int
 	if !s.fits("normapply", []*tensor{d, x, sc, g}, rows*dim, rows*dim, rows, dim) {
 		return
 	}
-	uses, name := []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: sc.buf}, {buf: g.buf}}, "normapply_rms"
+	uses, name := []use{d.writes(), x.reads(), sc.reads(), g.reads()}, "normapply_rms"
 	if center {
 		b := s.tensorOf(bias)
 		if !s.fits("normapply", []*tensor{b}, dim) {
 			return
 		}
-		uses, name = append(uses, use{buf: b.buf}), "normapply_layer"
+		uses, name = append(uses, b.reads()), "normapply_layer"
 	}
 	gx, gy, gz := gridRows(rows)
 	s.dispatch(name, []uint32{s.b.reduceWG}, uses, []uint32{uint32(rows), uint32(dim)}, gx, gy, gz)
@@ -302,7 +302,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			}
 			hasBias = 1
 		}
-		uses := []use{{buf: xs.buf}, {buf: m.buf, bind: m.off, bindSize: m.size}, {buf: dst.buf, write: true}, {buf: bias.buf}}
+		uses := []use{xs.reads(), {buf: m.buf, bind: m.off, bindSize: m.size}, dst.writes(), bias.reads()}
 		push := []uint32{uint32(rows), uint32(m.w.Rows), uint32(cols), m.scaleBase, hasBias}
 		var hw halfRange
 		if halfW != nil {
@@ -314,12 +314,12 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 					return
 				}
 			}
-			a16, xh := uint32(0), xs.buf // an unused binding still needs a buffer
+			a16, xh := uint32(0), xs.reads() // an unused binding still needs a buffer
 			if half != nil {
-				a16, xh = 1, half
+				a16, xh = 1, use{buf: half}
 			}
 			t := s.coopTileFor(!fast, hw.split)
-			wh := use{buf: xs.buf}
+			wh := xs.reads()
 			gx, gy := ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm())
 			if hw.ok {
 				wh = use{buf: s.halfW, lo: hw.lo, hi: hw.hi}
@@ -339,7 +339,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, outCols, sp.parts)
 				})
 			}
-			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16, b2u(hw.ok), b2u(hw.split)), append(uses, use{buf: xh}, wh),
+			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16, b2u(hw.ok), b2u(hw.split)), append(uses, xh, wh),
 				append(push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase), gx, gy, gz)
 			continue
 		}
@@ -364,7 +364,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 func (s *stream) sumParts(part use, dst, bias *tensor, hasBias uint32, rows, cols, parts int) {
 	n := rows * cols
 	gx, gy, gz := grid1(n, 256)
-	s.dispatch("splitk", nil, []use{part, {buf: dst.buf, write: true}, {buf: bias.buf}},
+	s.dispatch("splitk", nil, []use{part, dst.writes(), bias.reads()},
 		[]uint32{uint32(n), uint32(cols), uint32(parts), uint32(part.lo / 4), hasBias}, gx, gy, gz)
 }
 
@@ -561,7 +561,7 @@ func (s *stream) toHalf(x *tensor, rows, cols int, exact bool) (buf *buffer, loB
 		return nil, 0, 0
 	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("tohalf", nil, []use{{buf: x.buf}, {buf: s.half, write: true}},
+	s.dispatch("tohalf", nil, []use{x.reads(), {buf: s.half, write: true}},
 		[]uint32{uint32(rows), uint32(cols), uint32(chunks), uint32(words), b2u(exact)}, gx, gy, gz)
 	return s.half, uint32(chunks), uint32(words)
 }
@@ -608,7 +608,7 @@ func (s *stream) Rope(dst, src gpu.Tensor, rows, heads, headDim, pos0 int, r *mo
 		neox = 1
 	}
 	gx, gy, gz := grid1(rows*heads*(headDim-half), 256)
-	s.dispatch("rope", nil, []use{{buf: ds.buf, write: true}, {buf: xs.buf}, {buf: s.rope}},
+	s.dispatch("rope", nil, []use{ds.writes(), xs.reads(), {buf: s.rope}},
 		[]uint32{uint32(rows), uint32(heads), uint32(headDim), uint32(half), neox}, gx, gy, gz)
 }
 
@@ -661,7 +661,7 @@ func (s *stream) AttnScores(a *gpu.Attention) {
 	if t == nil {
 		return
 	}
-	s.dispatch("scores", nil, []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["Scores"].buf, write: true}},
+	s.dispatch("scores", nil, []use{t["Q"].reads(), t["K"].reads(), t["Scores"].writes()},
 		pushOf(a).words(true), ceilDiv(a.Keys(), tile), ceilDiv(a.T, tile), uint32(a.Heads))
 }
 
@@ -671,7 +671,7 @@ func (s *stream) Softmax(dst, src gpu.Tensor, rows, n int) {
 		return
 	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("softmax", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
+	s.dispatch("softmax", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
 		[]uint32{uint32(rows), uint32(n)}, gx, gy, gz)
 }
 
@@ -680,7 +680,7 @@ func (s *stream) AttnMix(a *gpu.Attention) {
 	if t == nil {
 		return
 	}
-	s.dispatch("mix", nil, []use{{buf: t["Pattern"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}},
+	s.dispatch("mix", nil, []use{t["Pattern"].reads(), t["V"].reads(), t["Z"].writes()},
 		pushOf(a).words(false), ceilDiv(a.HeadDim, tile), ceilDiv(a.T, tile), uint32(a.Heads))
 }
 
@@ -719,11 +719,11 @@ func (s *stream) flash(a *gpu.Attention, capture bool) {
 	// A workgroup takes rows of (query, head), its heads from one GQA group
 	// so that they share each K/V tile.
 	kernel, rows, specs := "flash", flashRows, []uint32{uint32(a.HeadDim), b2u(a.Window > 0), b2u(a.Softcap != 0)}
-	uses := []use{{buf: t["Q"].buf}, {buf: t["K"].buf}, {buf: t["V"].buf}, {buf: t["Z"].buf, write: true}}
+	uses := []use{t["Q"].reads(), t["K"].reads(), t["V"].reads(), t["Z"].writes()}
 	if s.coopFlash(a.HeadDim) {
 		kernel, rows, specs = "flash_coop", flashCoopRows, append(specs, 2*uint32(flashCoopRows), b2u(s.precision == gpu.PrecisionExact))
 		if capture {
-			kernel, uses = "flash_coop_capture", append(uses, use{buf: t["Scores"].buf, write: true})
+			kernel, uses = "flash_coop_capture", append(uses, t["Scores"].writes())
 		}
 	}
 	wgHeads := flashHeads(a.Heads/a.KVHeads, rows)
@@ -771,7 +771,7 @@ func (s *stream) Add(dst, a, b gpu.Tensor, n int) {
 		return
 	}
 	gx, gy, gz := grid1(n, 256)
-	s.dispatch("add", nil, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: y.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+	s.dispatch("add", nil, []use{d.writes(), x.reads(), y.reads()}, []uint32{uint32(n)}, gx, gy, gz)
 }
 
 func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
@@ -780,7 +780,7 @@ func (s *stream) SwiGLU(dst, gate, up gpu.Tensor, n int) {
 		return
 	}
 	gx, gy, gz := grid1(n, 256)
-	s.dispatch("swiglu", nil, []use{{buf: d.buf, write: true}, {buf: g.buf}, {buf: u.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+	s.dispatch("swiglu", nil, []use{d.writes(), g.reads(), u.reads()}, []uint32{uint32(n)}, gx, gy, gz)
 }
 
 func (s *stream) GELU(dst, src gpu.Tensor, n int) {
@@ -789,7 +789,7 @@ func (s *stream) GELU(dst, src gpu.Tensor, n int) {
 		return
 	}
 	gx, gy, gz := grid1(n, 256)
-	s.dispatch("gelu", nil, []use{{buf: d.buf, write: true}, {buf: x.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+	s.dispatch("gelu", nil, []use{d.writes(), x.reads()}, []uint32{uint32(n)}, gx, gy, gz)
 }
 
 func (s *stream) GeGLU(dst, gate, up gpu.Tensor, n int) {
@@ -798,7 +798,7 @@ func (s *stream) GeGLU(dst, gate, up gpu.Tensor, n int) {
 		return
 	}
 	gx, gy, gz := grid1(n, 256)
-	s.dispatch("geglu", nil, []use{{buf: d.buf, write: true}, {buf: g.buf}, {buf: u.buf}}, []uint32{uint32(n)}, gx, gy, gz)
+	s.dispatch("geglu", nil, []use{d.writes(), g.reads(), u.reads()}, []uint32{uint32(n)}, gx, gy, gz)
 }
 
 func (s *stream) Softcap(x gpu.Tensor, n int, cap float32) {
@@ -807,7 +807,7 @@ func (s *stream) Softcap(x gpu.Tensor, n int, cap float32) {
 		return
 	}
 	gx, gy, gz := grid1(n, 256)
-	s.dispatch("softcap", nil, []use{{buf: d.buf, write: true}}, []uint32{uint32(n), f32(cap)}, gx, gy, gz)
+	s.dispatch("softcap", nil, []use{d.writes()}, []uint32{uint32(n), f32(cap)}, gx, gy, gz)
 }
 
 func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int) {
@@ -819,11 +819,12 @@ func (s *stream) Copy(dst gpu.Tensor, dstOff int, src gpu.Tensor, srcOff, n int)
 		s.fail(fmt.Errorf("vulkan: copy of %d elements from %s at %d (of %d) to %s at %d (of %d) is out of range", n, x.name, srcOff, x.n, d.name, dstOff, d.n))
 		return
 	}
-	if d == x && dstOff < srcOff+n && srcOff < dstOff+n && dstOff != srcOff {
+	dstOff, srcOff = d.first+dstOff, x.first+srcOff // views' places in their buffers
+	if d.buf == x.buf && dstOff < srcOff+n && srcOff < dstOff+n && dstOff != srcOff {
 		s.fail(fmt.Errorf("vulkan: copy within %s between overlapping ranges", d.name))
 		return
 	}
-	if d == x && dstOff == srcOff {
+	if d.buf == x.buf && dstOff == srcOff {
 		return
 	}
 	if copyShader && d.buf.mapped == nil && x.buf.mapped == nil && n > 0 {
@@ -875,7 +876,7 @@ func (s *stream) Edit(t gpu.Tensor, e gpu.Edit) {
 	}
 	if e.Op == gpu.EditMean {
 		gx, gy, gz := grid1(e.Cols, 64)
-		s.dispatch("edit_mean", nil, []use{{buf: x.buf, write: true}},
+		s.dispatch("edit_mean", nil, []use{x.writes()},
 			[]uint32{uint32(e.Off), uint32(e.Rows), uint32(e.Cols), uint32(e.Stride)}, gx, gy, gz)
 		return
 	}
@@ -891,7 +892,7 @@ func (s *stream) Edit(t gpu.Tensor, e gpu.Edit) {
 		e.Stride, e.SrcStride = 0, 0 // unused, and may be past 32 bits
 	}
 	gx, gy, gz := grid1(e.Rows*e.Cols, 256)
-	s.dispatch("edit", nil, []use{{buf: x.buf, write: true}, {buf: src.buf}},
+	s.dispatch("edit", nil, []use{x.writes(), src.reads()},
 		[]uint32{uint32(e.Op), uint32(e.Off), uint32(e.Rows), uint32(e.Cols), uint32(e.Stride), f32(e.Scalar), uint32(e.SrcOff), uint32(e.SrcStride)},
 		gx, gy, gz)
 }
@@ -902,7 +903,7 @@ func (s *stream) Argmax(dst, src gpu.Tensor, rows, n int) {
 		return
 	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("argmax", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
+	s.dispatch("argmax", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
 		[]uint32{uint32(rows), uint32(n)}, gx, gy, gz)
 }
 
@@ -916,7 +917,7 @@ func (s *stream) Rank(dst, src gpu.Tensor, rows, n, col int) {
 		return
 	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("rank", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
+	s.dispatch("rank", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
 		[]uint32{uint32(rows), uint32(n), uint32(col)}, gx, gy, gz)
 }
 
@@ -930,7 +931,7 @@ func (s *stream) RowNorms(dst, src gpu.Tensor, off, rows, n int) {
 		return
 	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("rownorm", []uint32{s.b.reduceWG}, []use{{buf: d.buf, write: true}, {buf: x.buf}},
+	s.dispatch("rownorm", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
 		[]uint32{uint32(rows), uint32(n), uint32(off)}, gx, gy, gz)
 }
 
@@ -944,7 +945,7 @@ func (s *stream) Route(ids, weights, logits gpu.Tensor, rows, experts, k int) {
 		return
 	}
 	gx, gy, gz := grid1(rows, 64)
-	s.dispatch("route", nil, []use{{buf: i.buf, write: true}, {buf: w.buf, write: true}, {buf: x.buf}},
+	s.dispatch("route", nil, []use{i.writes(), w.writes(), x.reads()},
 		[]uint32{uint32(rows), uint32(experts), uint32(k)}, gx, gy, gz)
 }
 
@@ -985,7 +986,7 @@ func (s *stream) moveRows(name string, dst, src gpu.Tensor, rows []int32, cols i
 	}
 	s.writeBytes(s.rowIdx, 0, unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), 4*len(rows)))
 	gx, gy, gz := grid1(len(rows)*cols, 256)
-	s.dispatch(name, nil, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: s.rowIdx}},
+	s.dispatch(name, nil, []use{d.writes(), x.reads(), {buf: s.rowIdx}},
 		[]uint32{uint32(len(rows)), uint32(cols)}, gx, gy, gz)
 }
 
@@ -995,6 +996,6 @@ func (s *stream) WeightedSum(dst, src, weights gpu.Tensor, rows, k, cols int) {
 		return
 	}
 	gx, gy, gz := grid1(rows*cols, 256)
-	s.dispatch("weighted_sum", nil, []use{{buf: d.buf, write: true}, {buf: x.buf}, {buf: w.buf}},
+	s.dispatch("weighted_sum", nil, []use{d.writes(), x.reads(), w.reads()},
 		[]uint32{uint32(rows), uint32(k), uint32(cols)}, gx, gy, gz)
 }

@@ -584,3 +584,49 @@ func TestCopyMovesExactlyItsRange(t *testing.T) {
 	want, got := r.read(src)
 	require.Equal(t, want, got, "a copy within a tensor")
 }
+
+// A view is a range of its tensor that kernels bind from element 0: what
+// kernels, copies and writes put in a view lands in that range and nowhere
+// else, and reads of a view see only it.
+func TestViewsAreRangesOfTheirTensor(t *testing.T) {
+	r := newRig(t, 22)
+	const n, width = 3 * gpu.SlotAlign * 50, 100
+	arena := r.random("arena", n, 1)
+	x, y := r.random("x", width*5, 1), r.random("y", width*5, 1)
+	view := func(tw twin, off, n int) twin {
+		c := r.cs.View(tw.c, off, n)
+		v := r.vs.View(tw.v, off, n)
+		require.NotNil(t, v, "a view at %d", off)
+		return twin{c: c, v: v}
+	}
+	a := view(arena, gpu.SlotAlign, width*5)
+	b := view(arena, 9*gpu.SlotAlign, width*5)
+	r.cs.Add(a.c, x.c, y.c, width*5)
+	r.vs.Add(a.v, x.v, y.v, width*5)
+	r.cs.GELU(b.c, a.c, width*5)
+	r.vs.GELU(b.v, a.v, width*5)
+	r.cs.Copy(a.c, 7, b.c, 3, 101)
+	r.vs.Copy(a.v, 7, b.v, 3, 101)
+	r.cs.Write(b.c, 5, []float32{1, 2, 3})
+	r.vs.Write(b.v, 5, []float32{1, 2, 3})
+	c, v := r.read(arena)
+	requireClose(t, v, c, 1e-6, "the arena after kernels wrote two of its ranges") // GELU's tanh: a few ulp
+	for i := range n {
+		if i < gpu.SlotAlign || i >= 9*gpu.SlotAlign+width*5 || (i >= gpu.SlotAlign+width*5 && i < 9*gpu.SlotAlign) {
+			require.Equal(t, c[i], v[i], "element %d, outside both views, is as written", i)
+		}
+	}
+	cv, vv := r.read(b)
+	require.Equal(t, v[9*gpu.SlotAlign:9*gpu.SlotAlign+width*5], vv, "a view reads its range")
+	require.Equal(t, cv[5:8], vv[5:8])
+	got := make([]float32, 10)
+	require.NoError(t, r.vs.ReadBatch([]gpu.ReadRequest{{Src: b.v, Off: 4, Dst: got}}))
+	require.Equal(t, v[9*gpu.SlotAlign+4:9*gpu.SlotAlign+14], got, "a batched read of a view")
+
+	// Where the device cannot bind a range, there is no view.
+	require.Nil(t, r.vs.View(arena.v, 1, 8), "an offset of 4 bytes is off every NVIDIA and lavapipe alignment")
+	require.Nil(t, r.vs.View(arena.v, n-4, 8), "past the end")
+	r.vs.Free(arena.v)
+	r.vs.Add(b.v, x.v, y.v, 4)
+	require.ErrorContains(t, r.vs.Sync(), "used after Free of arena")
+}

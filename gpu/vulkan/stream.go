@@ -3,6 +3,7 @@ package vulkan
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -658,19 +659,65 @@ func (s *stream) inFlight() bool {
 	return false
 }
 
-// tensor is a float32 buffer in device memory, with a host-visible mirror
-// made on first read and refreshed only when the tensor has been written since.
+// tensor is a float32 buffer in device memory, or a range of another
+// tensor's (a view), with a host-visible mirror made on first read and
+// refreshed only when the buffer has been written since.
 type tensor struct {
 	b             *Backend // the device it lives on
 	name          string
 	n             int
 	buf           *buffer
+	of            *tensor // the tensor a view is a range of
+	first         int     // where a view starts in buf, in elements
 	mirror        *buffer
 	mirrorVersion uint64
 	freed         bool
 }
 
 func (t *tensor) Len() int { return t.n }
+
+// bytes is where t lies in its buffer: all of it unless t is a view.
+func (t *tensor) bytes() (off, n uint64) {
+	if t.of == nil {
+		return 0, t.buf.size
+	}
+	return 4 * uint64(t.first), 4 * uint64(t.n)
+}
+
+// use is t as a kernel's binding: a view is bound as its range of the
+// buffer, so the kernel sees it from element 0.
+func (t *tensor) use(write bool) use {
+	if t.of == nil {
+		return use{buf: t.buf, write: write}
+	}
+	lo, n := t.bytes()
+	return use{buf: t.buf, write: write, lo: lo, hi: lo + n, bind: lo, bindSize: n}
+}
+
+func (t *tensor) reads() use  { return t.use(false) }
+func (t *tensor) writes() use { return t.use(true) }
+
+// View implements gpu.Views: elements [off, off+n) of t as a tensor of
+// its own, which kernels bind at an offset into t's buffer. It is nil where
+// the device cannot bind a range there (an offset off its alignment, or a
+// range longer than a binding may be): the caller then writes elsewhere and
+// copies.
+func (s *stream) View(t gpu.Tensor, off, n int) gpu.Tensor {
+	x := s.tensorOf(t)
+	if x == nil || off < 0 || n <= 0 || off > x.n || n > x.n-off {
+		return nil
+	}
+	lim := &s.b.phys.props.Limits
+	lo := 4 * uint64(x.first+off)
+	if align := max(uint64(lim.MinStorageBufferOffsetAlignment), 4); lo%align != 0 || 4*uint64(n) > uint64(lim.MaxStorageBufferRange) {
+		return nil
+	}
+	root := x
+	if x.of != nil {
+		root = x.of
+	}
+	return &tensor{b: s.b, name: fmt.Sprintf("%s[%d:%d]", x.name, off, off+n), n: n, buf: x.buf, of: root, first: x.first + off}
+}
 
 // tensorOf unwraps a gpu.Tensor of this backend; anything else fails the stream.
 func (s *stream) tensorOf(t gpu.Tensor) *tensor {
@@ -681,6 +728,9 @@ func (s *stream) tensorOf(t gpu.Tensor) *tensor {
 		return nil
 	case x.freed:
 		s.fail(fmt.Errorf("vulkan: tensor %s is used after Free", x.name))
+		return nil
+	case x.of != nil && x.of.freed:
+		s.fail(fmt.Errorf("vulkan: view %s is used after Free of %s", x.name, x.of.name))
 		return nil
 	case x.b != s.b: // its buffer means nothing to this device: the driver would fault
 		s.fail(fmt.Errorf("vulkan: tensor %s lives on another device (%s) than this stream's (%s): move data between devices with Read and Write", x.name, x.b.Name(), s.b.Name()))
@@ -719,7 +769,7 @@ func (s *stream) Free(x gpu.Tensor) {
 	t.freed = true
 	for _, buf := range []*buffer{t.buf, t.mirror} {
 		switch {
-		case buf == nil:
+		case buf == nil, buf == t.buf && t.of != nil: // a view's buffer is its tensor's
 		case s.recording || s.inFlight():
 			s.r.deferred = append(s.r.deferred, buf)
 		default:
@@ -740,7 +790,7 @@ func (s *stream) Write(dst gpu.Tensor, off int, src []float32) {
 	if len(src) == 0 {
 		return
 	}
-	s.writeBytes(t.buf, 4*uint64(off), unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
+	s.writeBytes(t.buf, 4*uint64(t.first+off), unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
 }
 
 // Download records copies of ts into their host-readable mirrors after the
@@ -755,19 +805,29 @@ func (s *stream) Download(ts ...gpu.Tensor) {
 		if t.mirror != nil && t.mirrorVersion == t.buf.version {
 			continue
 		}
-		if t.mirror == nil {
-			m, err := s.b.newBuffer(t.buf.size, readback)
-			if err != nil {
-				s.fail(fmt.Errorf("vulkan: reading %s: %w", t.name, err))
-				return
-			}
-			t.mirror = m
+		if err := s.mirror(t); err != nil {
+			s.fail(err)
+			return
 		}
-		if s.copyBuffer(t.mirror, 0, t.buf, 0, t.buf.size); s.err != nil {
-			return // not recorded: the mirror keeps its old version
-		}
-		t.mirrorVersion = t.buf.version
 	}
+}
+
+// mirror records a copy of t into its host-readable mirror, made on first
+// use.
+func (s *stream) mirror(t *tensor) error {
+	off, n := t.bytes()
+	if t.mirror == nil {
+		m, err := s.b.newBuffer(n, readback)
+		if err != nil {
+			return fmt.Errorf("vulkan: reading %s: %w", t.name, err)
+		}
+		t.mirror = m
+	}
+	if s.copyBuffer(t.mirror, 0, t.buf, off, n); s.err != nil {
+		return s.err // not recorded: the mirror keeps its old version
+	}
+	t.mirrorVersion = t.buf.version
+	return nil
 }
 
 func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
@@ -785,18 +845,13 @@ func (s *stream) Read(src gpu.Tensor, off int, dst []float32) error {
 		return nil
 	}
 	if t.mirror == nil || t.mirrorVersion != t.buf.version {
-		if t.mirror == nil {
-			m, err := s.b.newBuffer(t.buf.size, readback)
-			if err != nil {
-				return fmt.Errorf("vulkan: reading %s: %w", t.name, err)
-			}
-			t.mirror = m
-		}
-		s.copyBuffer(t.mirror, 0, t.buf, 0, t.buf.size)
-		if err := s.Sync(); err != nil {
+		if err := s.mirror(t); err != nil {
 			return err
 		}
-		t.mirrorVersion = t.buf.version
+		if err := s.Sync(); err != nil {
+			t.mirrorVersion = math.MaxUint64 // no version of the buffer: the copy may not have run
+			return err
+		}
 	}
 	copyParallel(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), t.mirror.bytes()[4*off:])
 	return nil
@@ -830,7 +885,7 @@ func (s *stream) ReadBatch(reqs []gpu.ReadRequest) error {
 			continue
 		}
 		dst := unsafe.Slice((*byte)(unsafe.Pointer(&q.Dst[0])), 4*len(q.Dst))
-		for off := 4 * uint64(q.Off); len(dst) > 0; {
+		for off := 4 * uint64(t.first+q.Off); len(dst) > 0; {
 			if len(chunks) == 0 || fill == readChunk {
 				chunks, fill = append(chunks, nil), 0
 			}
