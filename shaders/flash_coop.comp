@@ -220,7 +220,6 @@ void main() {
     uint r = lane / 2, half_ = lane % 2, row = 16 * sg + r, qi = row / hpw;
     bool rowLive = qi < bq && q0 + qi < pc.T;
     uint p = pc.pos0 + q0 + qi; // the query's position
-    uint scBase = ((h0 + row % hpw) * pc.T + q0 + qi) * pc.keys; // its row of scores (CAPTURE)
     float m = negInf, l = 0.0; // the row's shift and this lane's part of its sum
     ACC o[8];
 #define ZERO(I) if (I < NT) { o[I] = ACC(0.0); }
@@ -283,11 +282,22 @@ void main() {
             sv[c] = seen ? (CAPPED ? capped(v, pc.softcap) : v) : negInf;
             mx = max(mx, sv[c]);
 #ifdef CAPTURE
-            if (rowLive && j < pc.keys) {
-                sc[scBase + j] = sv[c];
-            }
+            SP[sBase + r * SROW + col / 4][col % 4] = floatBitsToUint(sv[c]);
 #endif
         }
+#ifdef CAPTURE
+        // The block's scores, back in SP, go out a row at a time: 32 lanes
+        // write 128 contiguous bytes, where a lane a row wrote 32 rows'
+        // scattered floats (a third of capture-all's attention time).
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        for (uint rr = 0; rr < 16; rr++) {
+            uint j = j0 + lane, rowR = 16 * sg + rr, qr = rowR / hpw;
+            if (qr < bq && q0 + qr < pc.T && j < pc.keys) {
+                sc[((h0 + rowR % hpw) * pc.T + q0 + qr) * pc.keys + j] = uintBitsToFloat(SP[sBase + rr * SROW + lane / 4][lane % 4]);
+            }
+        }
+#endif
         mx = max(mx, partner(mx)); // its barriers also end the reads of the scores
         // A row whose output is still 0 (no key seen yet) takes the block's
         // maximum as its shift, which stays -inf for a row that sees none
@@ -358,13 +368,21 @@ void main() {
     }
 
 #ifdef CAPTURE
-    // The keys no block took: before the first, and past the last.
+    // The keys no block took, before the first and past the last (half of
+    // a causal prefill's scores): the subgroup writes its rows one by one.
     uint jEnd = min(pc.keys, jStart + (kEnd - jStart + BC - 1) / BC * BC);
-    for (uint j = half_; rowLive && j < jStart; j += 2) {
-        sc[scBase + j] = negInf;
-    }
-    for (uint j = jEnd + half_; rowLive && j < pc.keys; j += 2) {
-        sc[scBase + j] = negInf;
+    for (uint rr = 0; rr < 16; rr++) {
+        uint rowR = 16 * sg + rr, qr = rowR / hpw;
+        if (qr >= bq || q0 + qr >= pc.T) {
+            continue;
+        }
+        uint at = ((h0 + rowR % hpw) * pc.T + q0 + qr) * pc.keys;
+        for (uint j = lane; j < jStart; j += 32) {
+            sc[at + j] = negInf;
+        }
+        for (uint j = jEnd + lane; j < pc.keys; j += 32) {
+            sc[at + j] = negInf;
+        }
     }
     memoryBarrierBuffer(); // the fallback's scores land after these
 #endif

@@ -1,6 +1,10 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// dst = softmax(src) per row of n; -inf entries get exactly 0.
+#extension GL_EXT_control_flow_attributes : require
+// dst = softmax(src) per row of n; -inf entries get exactly 0. A row of up
+// to HELD x the workgroup's size (every row of a capture up to 4,096 keys
+// with 256 invocations) is read once and held in registers: the pattern of
+// a captured attention is gigabytes, and its reads were most of this pass.
 layout(local_size_x_id = 0) in; // a power of two
 #include "common.glsl"
 
@@ -13,19 +17,27 @@ layout(std430, binding = 1) readonly buffer Src { float src[]; };
 
 shared float red[gl_WorkGroupSize.x];
 
+const uint HELD = 16;
+
 void main() {
-    uint row = groupIndex(), lid = gl_LocalInvocationID.x;
+    uint row = groupIndex(), lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     if (row >= pc.rows) {
         return;
     }
-    uint base = row * pc.n;
-    float m = uintBitsToFloat(0xff800000u);
-    for (uint i = lid; i < pc.n; i += gl_WorkGroupSize.x) {
+    uint base = row * pc.n, rest = lid + HELD * wg;
+    const float negInf = uintBitsToFloat(0xff800000u);
+    float m = negInf, held[HELD];
+    [[unroll]] for (uint k = 0; k < HELD; k++) {
+        uint i = lid + k * wg;
+        held[k] = i < pc.n ? src[base + i] : negInf;
+        m = max(m, held[k]);
+    }
+    for (uint i = rest; i < pc.n; i += wg) {
         m = max(m, src[base + i]);
     }
     red[lid] = m;
     barrier();
-    for (uint s = gl_WorkGroupSize.x / 2; s > 0; s /= 2) {
+    for (uint s = wg / 2; s > 0; s /= 2) {
         if (lid < s) {
             red[lid] = max(red[lid], red[lid + s]);
         }
@@ -34,19 +46,29 @@ void main() {
     m = red[0];
     barrier();
     float sum = 0.0;
-    for (uint i = lid; i < pc.n; i += gl_WorkGroupSize.x) {
+    [[unroll]] for (uint k = 0; k < HELD; k++) {
+        held[k] = exp(held[k] - m); // 0 past the row: exp(-inf)
+        sum += held[k];
+    }
+    for (uint i = rest; i < pc.n; i += wg) {
         sum += exp(src[base + i] - m);
     }
     red[lid] = sum;
     barrier();
-    for (uint s = gl_WorkGroupSize.x / 2; s > 0; s /= 2) {
+    for (uint s = wg / 2; s > 0; s /= 2) {
         if (lid < s) {
             red[lid] += red[lid + s];
         }
         barrier();
     }
     float inv = 1.0 / red[0];
-    for (uint i = lid; i < pc.n; i += gl_WorkGroupSize.x) {
+    [[unroll]] for (uint k = 0; k < HELD; k++) {
+        uint i = lid + k * wg;
+        if (i < pc.n) {
+            dst[base + i] = held[k] * inv;
+        }
+    }
+    for (uint i = rest; i < pc.n; i += wg) {
         dst[base + i] = exp(src[base + i] - m) * inv;
     }
 }

@@ -41,6 +41,9 @@ type benchRow struct {
 	// Stages is device time per kind of kernel in one more, profiled run
 	// (GPU timestamp queries), in milliseconds.
 	Stages map[string]float64 `json:"stages_ms,omitempty"`
+	// Kernels is the same run's device time per kernel (shader variant,
+	// "copy" or "fill").
+	Kernels map[string]float64 `json:"kernels_ms,omitempty"`
 }
 
 // profiler is a backend that times its kernels on the device.
@@ -51,12 +54,12 @@ type profiler interface {
 
 // stageTimes runs one profiled prefill and sums device time by stage over
 // every tier; nil for backends without timestamps.
-func stageTimes(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options) (map[string]float64, error) {
+func stageTimes(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options) (stages, kernels map[string]float64, err error) {
 	var ps []profiler
 	for _, b := range s.Engine().Tiers() {
 		p, ok := b.(profiler)
 		if !ok || p.SetProfiling(true) != nil {
-			return nil, nil
+			return nil, nil, nil
 		}
 		defer p.SetProfiling(false)
 		p.StageTimes()
@@ -65,19 +68,33 @@ func stageTimes(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Optio
 	// Profiling applies to streams made after it is turned on.
 	profiled, err := s.Engine().NewSession(s.Capacity())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer profiled.Close()
-	if _, err := profiled.Prefill(ctx, tokens, o); err != nil {
-		return nil, err
+	// The first prefill of a session makes its capture arenas (the device
+	// fills them with zeros: 10 ms of a bonsai-1.7b capture-all prefill at
+	// T=2048 on the H200); the timed ones reuse them. Profile the second.
+	tr, err := profiled.Prefill(ctx, tokens, o)
+	if err != nil {
+		return nil, nil, err
 	}
-	stages := map[string]float64{}
+	tr.Close()
+	for _, p := range ps {
+		p.StageTimes()
+	}
+	profiled.Reset()
+	if _, err := profiled.Prefill(ctx, tokens, o); err != nil {
+		return nil, nil, err
+	}
+	stages, kernels = map[string]float64{}, map[string]float64{}
 	for _, p := range ps {
 		for _, st := range p.StageTimes() {
-			stages[st.Stage] += float64(st.Time.Microseconds()) / 1e3
+			ms := float64(st.Time.Microseconds()) / 1e3
+			stages[st.Stage] += ms
+			kernels[st.Name] += ms
 		}
 	}
-	return stages, nil
+	return stages, kernels, nil
 }
 
 func stageSummary(stages map[string]float64) string {
@@ -208,7 +225,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 					return err
 				}
 				row := benchRow{Model: modelName, Type: typ, Backend: name, T: t, Capture: capture, Precision: prec.String(), MedianMS: ms, TokS: float64(t) / ms * 1e3, Runs: *iters}
-				if row.Stages, err = stageTimes(ctx, s, tokens, o); err != nil {
+				if row.Stages, row.Kernels, err = stageTimes(ctx, s, tokens, o); err != nil {
 					return err
 				}
 				readback := ""
