@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/gpu/vulkan"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
 )
@@ -127,4 +129,36 @@ func TestInfoDefaultsToTheDefaultModel(t *testing.T) {
 	require.Contains(t, out, "architecture  qwen3")
 	_, err = strata(t, "info", "a.gguf", "b.gguf")
 	require.ErrorContains(t, err, "info takes one MODEL.gguf (or none, for the default model), not 2")
+}
+
+// On a GPU, bench's per-kernel times are those of a prefill like the timed
+// ones: a session's second, which reuses its capture arenas. The first
+// makes them, and the device's zeroing of them ("fill") was counted as a
+// capture's copying (10 ms of a bonsai-1.7b capture-all prefill at T=2048).
+func TestBenchProfilesAPrefillLikeTheTimedOnes(t *testing.T) {
+	b, err := vulkan.Open(vulkan.Options{})
+	if errors.Is(err, vulkan.ErrNoDevice) {
+		t.Skipf("this machine has no Vulkan device: %v", err)
+	}
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	_, err = strata(t, "bench", "--backend", "vulkan", "--shape", "tiny-qwen3", "--tokens", "16", "--capture", "all",
+		"--iters", "1", "--warmup", "0s", "--json", jsonPath)
+	require.NoError(t, err)
+	raw, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rows []benchRow
+	require.NoError(t, json.Unmarshal(raw, &rows))
+	require.Len(t, rows, 1)
+	require.Contains(t, rows[0].Kernels, "matmul_q1_0", "per-kernel times")
+	require.NotContains(t, rows[0].Kernels, "fill", "no arena was made in the profiled prefill")
+	sum := 0.0
+	for _, ms := range rows[0].Stages {
+		sum += ms
+	}
+	for _, ms := range rows[0].Kernels {
+		sum -= ms
+	}
+	require.InDelta(t, 0, sum, 1e-9, "the stages are the kernels grouped")
 }
