@@ -69,6 +69,7 @@ layout(std430, binding = 3) writeonly buffer Z4 { vec4 z4[]; };
 layout(std430, binding = 3) writeonly buffer Z { float z[]; };
 #ifdef CAPTURE
 layout(std430, binding = 4) writeonly buffer Scores { float sc[]; };
+layout(std430, binding = 4) writeonly buffer Scores4 { vec4 sc4[]; };
 #endif
 
 shared uvec4 KV[(1 + EXACT) * LO]; // K then V of a block (hi, then lo); Q's rows (64 at a time) at the start
@@ -286,15 +287,25 @@ void main() {
 #endif
         }
 #ifdef CAPTURE
-        // The block's scores, back in SP, go out a row at a time: 32 lanes
-        // write 128 contiguous bytes, where a lane a row wrote 32 rows'
-        // scattered floats (a third of capture-all's attention time).
+        // The block's scores, back in SP, go out as whole rows: 32 lanes
+        // write four rows' 128 contiguous bytes each (one when keys is not a
+        // multiple of 4), where a lane a row wrote 16 rows' scattered
+        // floats.
         subgroupMemoryBarrierShared();
         subgroupBarrier();
-        for (uint rr = 0; rr < 16; rr++) {
-            uint j = j0 + lane, rowR = 16 * sg + rr, qr = rowR / hpw;
-            if (qr < bq && q0 + qr < pc.T && j < pc.keys) {
-                sc[((h0 + rowR % hpw) * pc.T + q0 + qr) * pc.keys + j] = uintBitsToFloat(SP[sBase + rr * SROW + lane / 4][lane % 4]);
+        if (pc.keys % 4 == 0) {
+            [[unroll]] for (uint i = 0; i < 4; i++) {
+                uint rr = 4 * i + lane / 8, c = lane % 8, rowR = 16 * sg + rr, qr = rowR / hpw;
+                if (qr < bq && q0 + qr < pc.T && j0 + 4 * c < pc.keys) {
+                    sc4[(((h0 + rowR % hpw) * pc.T + q0 + qr) * pc.keys + j0) / 4 + c] = uintBitsToFloat(SP[sBase + rr * SROW + c]);
+                }
+            }
+        } else {
+            for (uint rr = 0; rr < 16; rr++) {
+                uint j = j0 + lane, rowR = 16 * sg + rr, qr = rowR / hpw;
+                if (qr < bq && q0 + qr < pc.T && j < pc.keys) {
+                    sc[((h0 + rowR % hpw) * pc.T + q0 + qr) * pc.keys + j] = uintBitsToFloat(SP[sBase + rr * SROW + lane / 4][lane % 4]);
+                }
             }
         }
 #endif
@@ -377,6 +388,15 @@ void main() {
             continue;
         }
         uint at = ((h0 + rowR % hpw) * pc.T + q0 + qr) * pc.keys;
+        if (pc.keys % 4 == 0) { // jStart and jEnd are then multiples of 4 too
+            for (uint j = 4 * lane; j < jStart; j += 128) {
+                sc4[(at + j) / 4] = vec4(negInf);
+            }
+            for (uint j = jEnd + 4 * lane; j < pc.keys; j += 128) {
+                sc4[(at + j) / 4] = vec4(negInf);
+            }
+            continue;
+        }
         for (uint j = lane; j < jStart; j += 32) {
             sc[at + j] = negInf;
         }
