@@ -20,3 +20,23 @@ func TestCopyParallelCopiesEveryByte(t *testing.T) {
 		require.Equal(t, src, dst, "%d bytes", n)
 	}
 }
+
+// Many small reads, as a short prefill's trace is, land each in its own
+// place, the copies shared among the cores.
+func TestCopyAllCopiesEveryPiece(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var dsts, srcs [][]byte
+	for _, n := range []int{1 << 20, 0, 3, 2<<20 + 5, 1<<20 - 1, 5 << 20, 17} {
+		for range 3 {
+			src := make([]byte, n)
+			for i := range src {
+				src[i] = byte(r.Uint32())
+			}
+			srcs, dsts = append(srcs, src), append(dsts, make([]byte, n))
+		}
+	}
+	copyAll(dsts, srcs)
+	for i := range srcs {
+		require.Equal(t, srcs[i], dsts[i], "piece %d", i)
+	}
+}

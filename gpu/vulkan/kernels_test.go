@@ -190,8 +190,8 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 		{T: 70, pos0: 40, heads: 2, kvHeads: 1, hd: 128, window: 70},
 		{T: 33, pos0: 0, heads: 4, kvHeads: 4, hd: 32, window: 1},
 		{T: 128, pos0: 0, heads: 4, kvHeads: 2, hd: 64, window: 40}, // whole blocks skipped, keys a multiple of 4
-		{T: 1, pos0: 0, heads: 2, kvHeads: 1, hd: 64},     // a single key
-		{T: 300, pos0: 0, heads: 16, kvHeads: 8, hd: 128}, // bonsai's heads, many key blocks
+		{T: 1, pos0: 0, heads: 2, kvHeads: 1, hd: 64},               // a single key
+		{T: 300, pos0: 0, heads: 16, kvHeads: 8, hd: 128},           // bonsai's heads, many key blocks
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap), func(t *testing.T) {
