@@ -3,8 +3,8 @@
 #extension GL_EXT_control_flow_attributes : require
 // dst = softmax(src) per row of n; -inf entries get exactly 0. A row of up
 // to HELD x the workgroup's size (every row of a capture up to 4,096 keys
-// with 256 invocations) is read once and held in registers: the pattern of
-// a captured attention is gigabytes, and its reads were most of this pass.
+// with 256 invocations) is read once and held in registers, not three
+// times: a captured attention's scores are gigabytes.
 layout(local_size_x_id = 0) in; // a power of two
 #include "common.glsl"
 
