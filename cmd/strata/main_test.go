@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -151,7 +153,8 @@ func TestBenchProfilesAPrefillLikeTheTimedOnes(t *testing.T) {
 	var rows []benchRow
 	require.NoError(t, json.Unmarshal(raw, &rows))
 	require.Len(t, rows, 1)
-	require.Contains(t, rows[0].Kernels, "matmul_q1_0", "per-kernel times")
+	require.True(t, slices.ContainsFunc(slices.Collect(maps.Keys(rows[0].Kernels)), func(k string) bool { return strings.HasPrefix(k, "matmul") }),
+		"per-kernel times: %v", rows[0].Kernels)
 	require.NotContains(t, rows[0].Kernels, "fill", "no arena was made in the profiled prefill")
 	sum := 0.0
 	for _, ms := range rows[0].Stages {
