@@ -11,6 +11,7 @@ import (
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 	"github.com/stratalab/strata/gpu/cpu"
 )
 
@@ -47,9 +48,9 @@ func TestEveryCaptureSubsetRecordsWhatCaptureAllDoes(t *testing.T) {
 						if all.Tensor(n) == nil {
 							continue // a point of no elements
 						}
-						require.Equal(t, all.Tensor(n).Data, tr.Tensor(n).Data, n)
+						gputest.RequireBits(t, all.Tensor(n).Data, tr.Tensor(n).Data, n)
 					}
-					require.Equal(t, all.Tensor("logits").Data, tr.Tensor("logits").Data, "logits")
+					gputest.RequireBits(t, all.Tensor("logits").Data, tr.Tensor("logits").Data, "logits")
 				})
 			}
 		}
@@ -86,7 +87,7 @@ func TestPointsWithoutViewsAreCopied(t *testing.T) {
 	got := prefill(t, e, testTokens, o)
 	require.Equal(t, want.Names, got.Names)
 	for _, n := range want.Names {
-		require.Equal(t, want.Tensor(n).Data, got.Tensor(n).Data, n)
+		gputest.RequireBits(t, want.Tensor(n).Data, got.Tensor(n).Data, n)
 	}
 
 	s, err := e.NewSession(0)
@@ -97,5 +98,5 @@ func TestPointsWithoutViewsAreCopied(t *testing.T) {
 	require.ErrorContains(t, err, "cannot be bound")
 	tr, err := s.Prefill(context.Background(), testTokens, o)
 	require.NoError(t, err, "the session works after the refusal")
-	require.Equal(t, want.Tensor("logits").Data, tr.Tensor("logits").Data)
+	gputest.RequireBits(t, want.Tensor("logits").Data, tr.Tensor("logits").Data)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 	"github.com/stratalab/strata/gpu/cpu"
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
@@ -103,7 +104,7 @@ func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
 				require.Positive(t, cpu.ArenasReused(b), "no arena was reused")
 				require.Equal(t, want.Names, got.Names)
 				for _, n := range want.Names {
-					require.Equal(t, want.Tensor(n).Data, got.Tensor(n).Data, n)
+					gputest.RequireBits(t, want.Tensor(n).Data, got.Tensor(n).Data, n)
 				}
 			})
 		}
@@ -234,7 +235,7 @@ func TestClosedTracesMemoryGivesTheTraceNewMemoryGives(t *testing.T) {
 				got := prefill(s, 0, 96, all)
 				require.Equal(t, want.Names, got.Names)
 				for _, n := range want.Names {
-					require.Equal(t, want.Tensor(n).Data, got.Tensor(n).Data, "%s, after %s", n, before.name)
+					gputest.RequireBits(t, want.Tensor(n).Data, got.Tensor(n).Data, "%s, after %s", n, before.name)
 				}
 				require.Positive(t, recycled, before.name)
 				if before.keepsMask {

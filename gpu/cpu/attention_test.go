@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 )
 
 // The tiled attention against float64 attention written plainly, on shapes
@@ -78,16 +79,16 @@ func TestTiledAttentionIsAttentionWhateverTheBlock(t *testing.T) {
 			st.AttnMix(mat)
 			require.NoError(t, st.Sync())
 			z := data(fused.Z)
-			require.Equal(t, z, data(mat.Z), "fused and materialised Z")
+			gputest.RequireBits(t, z, data(mat.Z), "fused and materialised Z")
 			captured := at(alloc(c.t*c.heads*c.hd), alloc(c.heads*c.t*keys), alloc(c.heads*c.t*keys))
 			for _, x := range []gpu.Tensor{captured.Scores, captured.Pattern} {
 				fill(data(x), float32(math.NaN()))
 			}
 			require.True(t, st.(gpu.AttentionCapture).FlashAttentionCapture(captured))
 			require.NoError(t, st.Sync())
-			require.Equal(t, z, data(captured.Z), "fused Z with and without capture")
-			require.Equal(t, data(mat.Scores), data(captured.Scores), "captured scores")
-			require.Equal(t, data(mat.Pattern), data(captured.Pattern), "captured pattern")
+			gputest.RequireBits(t, z, data(captured.Z), "fused Z with and without capture")
+			gputest.RequireBits(t, data(mat.Scores), data(captured.Scores), "captured scores")
+			gputest.RequireBits(t, data(mat.Pattern), data(captured.Pattern), "captured pattern")
 
 			// float64, plainly.
 			want := make([]float64, len(z))
@@ -144,12 +145,12 @@ func TestTiledAttentionIsAttentionWhateverTheBlock(t *testing.T) {
 				st.AttnScores(one)
 				st.Softmax(one.Pattern, one.Scores, c.heads, c.pos0+i+1)
 				require.NoError(t, st.Sync())
-				require.Equal(t, z[i*c.heads*c.hd:(i+1)*c.heads*c.hd], data(one.Z), "query %d alone", i)
+				gputest.RequireBits(t, z[i*c.heads*c.hd:(i+1)*c.heads*c.hd], data(one.Z), "query %d alone", i)
 				for h := range c.heads {
 					n := c.pos0 + i + 1
 					row := (h*c.t + i) * keys
-					require.Equal(t, data(mat.Scores)[row:row+n], data(one.Scores)[h*n:(h+1)*n], "query %d head %d scores alone", i, h)
-					require.Equal(t, data(mat.Pattern)[row:row+n], data(one.Pattern)[h*n:(h+1)*n], "query %d head %d pattern alone", i, h)
+					gputest.RequireBits(t, data(mat.Scores)[row:row+n], data(one.Scores)[h*n:(h+1)*n], "query %d head %d scores alone", i, h)
+					gputest.RequireBits(t, data(mat.Pattern)[row:row+n], data(one.Pattern)[h*n:(h+1)*n], "query %d head %d pattern alone", i, h)
 				}
 			}
 		})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/gpu/vulkan"
 	"github.com/stratalab/strata/model"
@@ -31,11 +32,7 @@ func requireIdentical(t *testing.T, got, want *trace.Trace, what string) {
 		w, err := want.Get(name)
 		require.NoError(t, err, what)
 		require.Equal(t, w.Shape, g.Shape, "%s: %s", what, name)
-		for i := range w.Data {
-			if g.Data[i] != w.Data[i] {
-				t.Fatalf("%s: %s[%d] is %g, want %g", what, name, i, g.Data[i], w.Data[i])
-			}
-		}
+		gputest.RequireBits(t, w.Data, g.Data, "%s: %s", what, name)
 	}
 }
 

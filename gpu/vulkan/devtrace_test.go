@@ -64,30 +64,20 @@ func TestDeviceTraceReadLazilyEqualsEager(t *testing.T) {
 				rows, err := lazy.Rows(name, from, to)
 				require.NoError(t, err, what(name))
 				row := len(want.Data) / want.Shape[0]
-				requireBits(t, rows.Data, want.Data[from*row:to*row], "rows %d..%d of %s", from, to, what(name))
+				gputest.RequireBits(t, want.Data[from*row:to*row], rows.Data, "rows %d..%d of %s", from, to, what(name))
 				if strings.HasSuffix(name, "attn.hook_pattern") {
 					head := r.IntN(want.Shape[0])
 					p, err := lazy.Pattern(trace.LayerOf(name), head)
 					require.NoError(t, err)
-					requireBits(t, p.Data, want.Data[head*row:(head+1)*row], "head %d of %s", head, what(name))
+					gputest.RequireBits(t, want.Data[head*row:(head+1)*row], p.Data, "head %d of %s", head, what(name))
 				}
 			}
 			got, err := lazy.Get(name)
 			require.NoError(t, err, what(name))
-			requireBits(t, got.Data, want.Data, "%s", what(name))
+			gputest.RequireBits(t, want.Data, got.Data, "%s", what(name))
 		}
 		require.NoError(t, lazy.Close())
 		require.NoError(t, eager.Close())
-	}
-}
-
-func requireBits(t *testing.T, got, want []float32, format string, args ...any) {
-	t.Helper()
-	require.Len(t, got, len(want), append([]any{format}, args...)...)
-	for i := range want {
-		if got[i] != want[i] && !(got[i] != got[i] && want[i] != want[i]) {
-			t.Fatalf("%s: [%d] is %g, want %g", sprintf(format, args...), i, got[i], want[i])
-		}
 	}
 }
 
@@ -124,7 +114,7 @@ func TestDeviceTraceOwnsItsMemory(t *testing.T) {
 	require.Greater(t, bytes, used)
 
 	name := "blocks.1.hook_resid_post"
-	require.Equal(t, first.Tensor(name).Data, second.Tensor(name).Data, "a trace of the session is readable after later prefills")
+	gputest.RequireBits(t, first.Tensor(name).Data, second.Tensor(name).Data, "a trace of the session is readable after later prefills")
 	require.NoError(t, second.Close())
 	require.NoError(t, second.Close(), "closing twice does nothing")
 	require.NotNil(t, second.Tensor(name), "what was read stays readable")
@@ -161,8 +151,6 @@ func TestDeviceTraceOwnsItsMemory(t *testing.T) {
 	require.ErrorIs(t, err, trace.ErrClosed, "the backend's close frees its traces")
 	require.ErrorContains(t, err, "vulkan: the backend is closed")
 }
-
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
 // The analyses notebooks reach for first work on a trace still on the
 // device, reading only what they reduce to, and agree with the CPU
