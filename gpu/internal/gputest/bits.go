@@ -16,10 +16,12 @@ func RequireBits(t require.TestingT, want, got []float32, msgAndArgs ...any) {
 	}
 	if len(got) != len(want) {
 		require.Fail(t, fmt.Sprintf("%d elements, want %d", len(got), len(want)), msgAndArgs...)
+		return
 	}
 	for i := range want {
 		if g, w := math.Float32bits(got[i]), math.Float32bits(want[i]); g != w {
 			require.Fail(t, fmt.Sprintf("[%d] of %d is %g (%#08x), want %g (%#08x)", i, len(want), got[i], g, want[i], w), msgAndArgs...)
+			return
 		}
 	}
 }
