@@ -188,16 +188,20 @@ var (
 // makeViews finds, for each captured point, a tensor its kernel can write
 // in place of scratch, so that no copy follows: a view of its place in its
 // arena (on the H200, copying them took 6-11 ms of a capture-all prefill
-// at T=2048).
-// Captured attention scores and patterns have no scratch to fall back on.
+// at T=2048). Where a point has no view it goes to scratch and is copied;
+// a layer that captures both its scores and its pattern has no scratch for
+// them (see attnScratch), so that is an error there.
 func (r *Run) makeViews() error {
 	r.views = map[string]Tensor{}
 	for name, s := range r.l.slots {
-		n := elements(s.shape)
-		if t := r.s.tiers[r.arenaTier(s.arena)].st.View(r.arenas[s.arena], s.off, n); t != nil {
+		n, tier := elements(s.shape), r.arenaTier(s.arena)
+		if t := r.s.tiers[tier].st.View(r.arenas[s.arena], s.off, n); t != nil {
 			r.views[name] = t
-		} else if _, local := SplitPoint(name); local == "attn.hook_attn_scores" || local == "attn.hook_pattern" {
-			return fmt.Errorf("engine: prefill of %d tokens: %s (%s) cannot be bound on %s: capture fewer tokens", r.l.t, name, HumanBytes(4*int64(n)), r.s.e.tiers[r.arenaTier(s.arena)].Name())
+			continue
+		}
+		_, local := SplitPoint(name)
+		if sc := &r.bufs[tier]; (local == "attn.hook_attn_scores" && sc.scores == nil) || (local == "attn.hook_pattern" && sc.pattern == nil) {
+			return fmt.Errorf("engine: prefill of %d tokens: %s (%s) cannot be bound on %s: capture fewer tokens", r.l.t, name, HumanBytes(4*int64(n)), r.s.e.tiers[tier].Name())
 		}
 	}
 	return nil
