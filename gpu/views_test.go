@@ -11,8 +11,8 @@ import (
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/internal/gputest"
 	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 )
 
 // On the CPU, kernels write captured points straight into the trace and

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/internal/gputest"
 	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/gpu/internal/gputest"
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
 )
