@@ -50,15 +50,20 @@ func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
 	}
 	g, b := first(good), first(bad)
 	return func(tr *trace.Trace) float64 {
-		l, err := tr.Get("logits")
+		shape := tr.Shape("logits")
+		if len(shape) != 2 || shape[0] < 1 || shape[1] <= int(max(g, b)) {
+			if _, err := tr.Get("logits"); err != nil {
+				panic(err)
+			}
+			panic(fmt.Errorf("nb.LogitDiff: logits of shape %v cannot hold tokens %d and %d", shape, g, b))
+		}
+		// The last row alone, copied: the trace's memory is not handed out,
+		// so closing it gives its memory to the sweep's next prefill.
+		l, err := tr.Rows("logits", shape[0]-1, shape[0])
 		if err != nil {
 			panic(err)
 		}
-		if len(l.Shape) != 2 || l.Shape[0] < 1 || l.Shape[1] <= int(max(g, b)) || len(l.Data) != l.Shape[0]*l.Shape[1] {
-			panic(fmt.Errorf("nb.LogitDiff: logits of shape %v cannot hold tokens %d and %d", l.Shape, g, b))
-		}
-		row := l.Data[(l.Shape[0]-1)*l.Shape[1]:]
-		return float64(row[g] - row[b])
+		return float64(l.Data[g] - l.Data[b])
 	}
 }
 

@@ -73,15 +73,16 @@ func point(layer int, local string) string { return "blocks." + strconv.Itoa(lay
 // first dimension and the remaining dimensions flattened: [T, d_model] stays
 // as it is, hook_z [T, heads, head_dim] becomes [T, heads*head_dim].
 func (t *Trace) Point(name string) (*Matrix, error) {
-	x, err := t.Get(name)
-	if err != nil {
-		return nil, missing(err, name)
-	}
-	if len(x.Shape) < 1 || x.Shape[0] == 0 {
-		return nil, fmt.Errorf("trace: %s has shape %v, nothing to read by row", name, x.Shape)
-	}
-	rows := x.Shape[0]
-	return &Matrix{Name: name, Rows: rows, Cols: len(x.Data) / rows, Data: append([]float32(nil), x.Data...)}, nil
+	var m *Matrix
+	err := t.with(name, func(err error) error { return missing(err, name) }, func(x *Tensor) error {
+		if len(x.Shape) < 1 || x.Shape[0] == 0 {
+			return fmt.Errorf("trace: %s has shape %v, nothing to read by row", name, x.Shape)
+		}
+		rows := x.Shape[0]
+		m = &Matrix{Name: name, Rows: rows, Cols: len(x.Data) / rows, Data: append([]float32(nil), x.Data...)}
+		return nil
+	})
+	return m, err
 }
 
 // Resid returns the residual stream entering layer (TransformerLens's
@@ -164,17 +165,19 @@ func (t *Trace) Head(name string, layer, head int) (*Matrix, error) {
 		}
 		return &Matrix{Name: label, Rows: rows, Cols: cols, Data: x.Data}, nil
 	}
-	x, err := t.Get(full)
-	if err != nil {
-		return nil, err
-	}
-	rows, h, cols := x.Shape[0], x.Shape[1], x.Shape[2]
+	rows, h, cols := shape[0], shape[1], shape[2]
 	if head < 0 || head >= h {
 		return nil, fmt.Errorf("trace: head %d is out of range: %s has %d heads", head, full, h)
 	}
 	m := &Matrix{Name: label, Rows: rows, Cols: cols, Data: make([]float32, rows*cols)}
-	for r := range rows {
-		copy(m.Row(r), x.Data[(r*h+head)*cols:(r*h+head+1)*cols])
+	err := t.with(full, nil, func(x *Tensor) error {
+		for r := range rows {
+			copy(m.Row(r), x.Data[(r*h+head)*cols:(r*h+head+1)*cols])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -191,10 +194,17 @@ func (t *Trace) Pattern(layer, head int) (*Matrix, error) { return t.Head("patte
 // hook_attn_out (the models here have no output bias).
 func (t *Trace) HeadResults(layer int, wO []float32) (*Tensor, error) {
 	name := point(layer, "attn.hook_z")
-	z, err := t.Get(name)
-	if err != nil {
-		return nil, missing(err, name)
-	}
+	var out *Tensor
+	err := t.with(name, func(err error) error { return missing(err, name) }, func(z *Tensor) error {
+		var err error
+		out, err = headResults(name, z, wO)
+		return err
+	})
+	return out, err
+}
+
+// headResults is HeadResults of the captured hook_z, z.
+func headResults(name string, z *Tensor, wO []float32) (*Tensor, error) {
 	if len(z.Shape) != 3 {
 		return nil, fmt.Errorf("trace: %s has shape %v, want [T, heads, head_dim]", name, z.Shape)
 	}
@@ -229,20 +239,23 @@ func (t *Trace) ExpertUsage(layer int) ([]int, error) {
 	if t.Model.Experts == 0 {
 		return nil, fmt.Errorf("trace: ExpertUsage: %s has no experts", t.Model.Name)
 	}
-	ids, err := t.Get(point(layer, "mlp.hook_expert_ids"))
-	if err != nil {
-		return nil, missing(err, point(layer, "mlp.hook_expert_ids"))
-	}
+	name := point(layer, "mlp.hook_expert_ids")
 	counts := make([]int, t.Model.Experts)
-	for i, v := range ids.Data {
-		e := int(v)
-		switch {
-		case v == -1:
-		case float32(e) != v || e < 0 || e >= len(counts):
-			return nil, fmt.Errorf("trace: ExpertUsage: slot %d of layer %d holds %g, not an expert of %d", i, layer, v, len(counts))
-		default:
-			counts[e]++
+	err := t.with(name, func(err error) error { return missing(err, name) }, func(ids *Tensor) error {
+		for i, v := range ids.Data {
+			e := int(v)
+			switch {
+			case v == -1:
+			case float32(e) != v || e < 0 || e >= len(counts):
+				return fmt.Errorf("trace: ExpertUsage: slot %d of layer %d holds %g, not an expert of %d", i, layer, v, len(counts))
+			default:
+				counts[e]++
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return counts, nil
 }

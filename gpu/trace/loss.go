@@ -5,20 +5,16 @@ import (
 	"math"
 )
 
-// allLogits returns the captured logits when they cover every position of
-// the prefill, which a per-token loss needs.
-func (t *Trace) allLogits() (*Tensor, error) {
-	l, err := t.Get("logits")
-	if err != nil {
-		return nil, err
-	}
+// allLogits checks that the captured logits l cover every position of the
+// prefill, which a per-token loss needs.
+func (t *Trace) allLogits(l *Tensor) error {
 	if len(l.Shape) != 2 || len(l.Data) != l.Shape[0]*l.Shape[1] {
-		return nil, fmt.Errorf("trace: logits have shape %v, want [T, vocab]", l.Shape)
+		return fmt.Errorf("trace: logits have shape %v, want [T, vocab]", l.Shape)
 	}
 	if l.Shape[0] != len(t.Tokens) {
-		return nil, fmt.Errorf("trace: per-token loss needs logits at every position (%d), the trace has %d rows: prefill with nb.AllLogits() (gpu.Options{Logits: gpu.LogitsAll})", len(t.Tokens), l.Shape[0])
+		return fmt.Errorf("trace: per-token loss needs logits at every position (%d), the trace has %d rows: prefill with nb.AllLogits() (gpu.Options{Logits: gpu.LogitsAll})", len(t.Tokens), l.Shape[0])
 	}
-	return l, nil
+	return nil
 }
 
 // logSoftmax writes log(softmax(row)) into dst in float64; the max is
@@ -41,18 +37,23 @@ func logSoftmax(dst []float64, row []float32) {
 // LogProbs returns log-softmax of every logit row, [rows][vocab], in
 // float64. It works on last-position logits too (one row).
 func (t *Trace) LogProbs() ([][]float64, error) {
-	l, err := t.Get("logits")
+	var out [][]float64
+	err := t.with("logits", func(err error) error {
+		return fmt.Errorf("%w: log-probabilities need the logits, which every prefill keeps unless a capture plan leaves them out", err)
+	}, func(l *Tensor) error {
+		if len(l.Shape) != 2 || len(l.Data) != l.Shape[0]*l.Shape[1] {
+			return fmt.Errorf("trace: logits have shape %v, want [T, vocab]", l.Shape)
+		}
+		rows, v := l.Shape[0], l.Shape[1]
+		out = make([][]float64, rows)
+		for r := range out {
+			out[r] = make([]float64, v)
+			logSoftmax(out[r], l.Data[r*v:(r+1)*v])
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: log-probabilities need the logits, which every prefill keeps unless a capture plan leaves them out", err)
-	}
-	if len(l.Shape) != 2 || len(l.Data) != l.Shape[0]*l.Shape[1] {
-		return nil, fmt.Errorf("trace: logits have shape %v, want [T, vocab]", l.Shape)
-	}
-	rows, v := l.Shape[0], l.Shape[1]
-	out := make([][]float64, rows)
-	for r := range out {
-		out[r] = make([]float64, v)
-		logSoftmax(out[r], l.Data[r*v:(r+1)*v])
+		return nil, err
 	}
 	return out, nil
 }
@@ -62,24 +63,30 @@ func (t *Trace) LogProbs() ([][]float64, error) {
 // lm_cross_entropy_loss with per_token=True, negated). It needs
 // all-position logits.
 func (t *Trace) TokenLogProbs() ([]float64, error) {
-	l, err := t.allLogits()
+	var out []float64
+	err := t.with("logits", nil, func(l *Tensor) error {
+		if err := t.allLogits(l); err != nil {
+			return err
+		}
+		v := l.Shape[1]
+		n := len(t.Tokens) - 1
+		if n < 1 {
+			return fmt.Errorf("trace: a per-token loss needs two tokens or more, the trace has %d", len(t.Tokens))
+		}
+		row := make([]float64, v)
+		out = make([]float64, n)
+		for i := range out {
+			next := int(t.Tokens[i+1])
+			if next < 0 || next >= v {
+				return fmt.Errorf("trace: token %d at position %d is outside the vocabulary of %d", next, i+1, v)
+			}
+			logSoftmax(row, l.Data[i*v:(i+1)*v])
+			out[i] = row[next]
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	v := l.Shape[1]
-	n := len(t.Tokens) - 1
-	if n < 1 {
-		return nil, fmt.Errorf("trace: a per-token loss needs two tokens or more, the trace has %d", len(t.Tokens))
-	}
-	row := make([]float64, v)
-	out := make([]float64, n)
-	for i := range out {
-		next := int(t.Tokens[i+1])
-		if next < 0 || next >= v {
-			return nil, fmt.Errorf("trace: token %d at position %d is outside the vocabulary of %d", next, i+1, v)
-		}
-		logSoftmax(row, l.Data[i*v:(i+1)*v])
-		out[i] = row[next]
 	}
 	return out, nil
 }

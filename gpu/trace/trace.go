@@ -84,9 +84,10 @@ type Trace struct {
 
 // Arena is Go memory that captures of a host trace are views of (PutView).
 // Close calls Recycle unless Get handed out one of those views, which the
-// caller may keep (so do the analyses that read through Get): what Rows,
-// Elements, RowNorms, NonFiniteIn and Save read is copied or used under the
-// trace's lock, never handed out.
+// caller may keep: what Rows, Elements, RowNorms, NonFiniteIn, Save and the
+// analyses (Point, Head, HeadResults, ExpertUsage, the log-probabilities
+// and losses) read is copied or used under the trace's lock, never handed
+// out.
 type Arena struct {
 	Recycle   func()
 	handedOut bool
@@ -193,6 +194,35 @@ func (t *Trace) Get(name string) (*Tensor, error) {
 		return nil, err
 	}
 	return t.tensors[name], nil
+}
+
+// with calls fn with the named capture under the trace's lock, reading it
+// from the device first if need be; readErr, unless nil, adds to the error
+// of a capture that is missing or cannot be read. fn copies what it keeps
+// and calls no method of t that locks it: the capture is not handed out, so Close can
+// still give its memory to the next prefill (a sweep that computes a metric
+// from each trace then reuses its arenas), and no Close takes it while fn
+// reads.
+func (t *Trace) with(name string, readErr func(error) error, fn func(x *Tensor) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	x, ok := t.tensors[name]
+	if !ok {
+		err := error(nil)
+		if _, ok := t.shapes[name]; !ok {
+			err = t.notCaptured(name)
+		} else {
+			err = t.load([]string{name})
+		}
+		if err != nil && readErr != nil {
+			err = readErr(err)
+		}
+		if err != nil {
+			return err
+		}
+		x = t.tensors[name]
+	}
+	return fn(x)
 }
 
 // Tensor is Get for callers that have checked the name: nil when it was

@@ -3,6 +3,7 @@ package trace
 import (
 	"archive/zip"
 	"bytes"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,4 +126,38 @@ func TestClosingAHostTraceHandsBackWhatGetDidNot(t *testing.T) {
 	_, err = tr.Rows("z", 0, 1)
 	require.ErrorIs(t, err, ErrClosed)
 	require.True(t, tr.Has("z"), "a closed capture is still named")
+}
+
+// The analyses copy what they read under the trace's lock and hand nothing
+// out: Close still gives back the memory of a trace they read (a sweep
+// computing a metric from each prefill then reuses its arenas), and what
+// they returned stays as it was.
+func TestAnalysesHandNothingOut(t *testing.T) {
+	tr := New()
+	tr.Tokens = []int32{1, 2}
+	recycled := 0
+	a := &Arena{Recycle: func() { recycled++ }}
+	tr.PutView("logits", &Tensor{Shape: []int{2, 3}, Data: []float32{1, 2, 3, 3, 2, 1}}, a)
+	tr.PutView("blocks.0.attn.hook_z", &Tensor{Shape: []int{2, 1, 2}, Data: []float32{1, 0, 0, 1}}, a)
+	lp, err := tr.LogProbs()
+	require.NoError(t, err)
+	tok, err := tr.TokenLogProbs()
+	require.NoError(t, err)
+	p, err := tr.Point("blocks.0.attn.hook_z")
+	require.NoError(t, err)
+	h, err := tr.Head("z", 0, 0)
+	require.NoError(t, err)
+	res, err := tr.HeadResults(0, []float32{1, 2, 3, 4}) // W_O [2 rows, 2 cols]
+	require.NoError(t, err)
+	require.NoError(t, tr.Close())
+	require.Equal(t, 1, recycled, "the arena went back: nothing was handed out")
+
+	lse := math.Log(math.Exp(1) + math.Exp(2) + math.Exp(3))
+	require.InDeltaSlice(t, []float64{1 - lse, 2 - lse, 3 - lse}, lp[0], 1e-12)
+	require.InDeltaSlice(t, []float64{3 - lse}, tok, 1e-12, "row 0 scores token 2")
+	require.Equal(t, []float32{1, 0, 0, 1}, p.Data)
+	require.Equal(t, []float32{1, 0, 0, 1}, h.Data)
+	require.Equal(t, []float32{1, 3, 2, 4}, res.Data, "z[p] @ W_O^T")
+	_, err = tr.Point("logits")
+	require.ErrorIs(t, err, ErrClosed, "after Close, the memory is the next prefill's")
 }
