@@ -51,10 +51,11 @@ func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
 	g, b := first(good), first(bad)
 	return func(tr *trace.Trace) float64 {
 		shape := tr.Shape("logits")
+		if shape == nil {
+			_, err := tr.Get("logits") // says what was captured
+			panic(err)
+		}
 		if len(shape) != 2 || shape[0] < 1 || shape[1] <= int(max(g, b)) {
-			if _, err := tr.Get("logits"); err != nil {
-				panic(err)
-			}
 			panic(fmt.Errorf("nb.LogitDiff: logits of shape %v cannot hold tokens %d and %d", shape, g, b))
 		}
 		// The last row alone, copied: the trace's memory is not handed out,

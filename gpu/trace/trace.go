@@ -181,10 +181,17 @@ func (t *Trace) add(name string, shape []int) {
 func (t *Trace) Get(name string) (*Tensor, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	x, err := t.read(name)
+	if a := t.arenas[name]; err == nil && a != nil {
+		a.handedOut = true
+	}
+	return x, err
+}
+
+// read returns the named capture, reading it from the device the first
+// time; t.mu is held.
+func (t *Trace) read(name string) (*Tensor, error) {
 	if x, ok := t.tensors[name]; ok {
-		if a := t.arenas[name]; a != nil {
-			a.handedOut = true
-		}
 		return x, nil
 	}
 	if _, ok := t.shapes[name]; !ok {
@@ -199,28 +206,19 @@ func (t *Trace) Get(name string) (*Tensor, error) {
 // with calls fn with the named capture under the trace's lock, reading it
 // from the device first if need be; readErr, unless nil, adds to the error
 // of a capture that is missing or cannot be read. fn copies what it keeps
-// and calls no method of t that locks it: the capture is not handed out, so Close can
-// still give its memory to the next prefill (a sweep that computes a metric
-// from each trace then reuses its arenas), and no Close takes it while fn
-// reads.
+// and calls no method of t that locks it: the capture is not handed out,
+// so Close can still give its memory to the next prefill (a sweep that
+// computes a metric from each trace then reuses its arenas), and no Close
+// takes it while fn reads.
 func (t *Trace) with(name string, readErr func(error) error, fn func(x *Tensor) error) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	x, ok := t.tensors[name]
-	if !ok {
-		err := error(nil)
-		if _, ok := t.shapes[name]; !ok {
-			err = t.notCaptured(name)
-		} else {
-			err = t.load([]string{name})
-		}
-		if err != nil && readErr != nil {
-			err = readErr(err)
-		}
-		if err != nil {
-			return err
-		}
-		x = t.tensors[name]
+	x, err := t.read(name)
+	switch {
+	case err != nil && readErr != nil:
+		return readErr(err)
+	case err != nil:
+		return err
 	}
 	return fn(x)
 }
@@ -601,17 +599,12 @@ func (n NonFinite) String() string {
 // window) is not counted: it is how the attention works, not a fault; nor
 // is a -Inf router logit, which is how an expert is ablated.
 func (t *Trace) NonFiniteIn(name string) NonFinite {
-	t.mu.Lock()
-	if x, ok := t.tensors[name]; ok { // under the lock: not handed out
-		defer t.mu.Unlock()
-		return t.Model.nonFinite(name, x)
-	}
-	t.mu.Unlock()
-	x, err := t.Get(name)
-	if err != nil {
-		return NonFinite{}
-	}
-	return t.Model.nonFinite(name, x)
+	var n NonFinite
+	_ = t.with(name, nil, func(x *Tensor) error {
+		n = t.Model.nonFinite(name, x)
+		return nil
+	})
+	return n
 }
 
 func (m *Model) nonFinite(name string, x *Tensor) NonFinite {

@@ -677,8 +677,8 @@ type tensor struct {
 
 func (t *tensor) Len() int { return t.n }
 
-// bytes is where t lies in its buffer: all of it unless t is a view.
-func (t *tensor) bytes() (off, n uint64) {
+// extent is where t lies in its buffer, in bytes: all of it unless t is a view.
+func (t *tensor) extent() (off, n uint64) {
 	if t.of == nil {
 		return 0, t.buf.size
 	}
@@ -691,7 +691,7 @@ func (t *tensor) use(write bool) use {
 	if t.of == nil {
 		return use{buf: t.buf, write: write}
 	}
-	lo, n := t.bytes()
+	lo, n := t.extent()
 	return use{buf: t.buf, write: write, lo: lo, hi: lo + n, bind: lo, bindSize: n}
 }
 
@@ -816,7 +816,7 @@ func (s *stream) Download(ts ...gpu.Tensor) {
 // mirror records a copy of t into its host-readable mirror, made on first
 // use.
 func (s *stream) mirror(t *tensor) error {
-	off, n := t.bytes()
+	off, n := t.extent()
 	if t.mirror == nil {
 		m, err := s.b.newBuffer(n, readback)
 		if err != nil {
