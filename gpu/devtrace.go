@@ -25,11 +25,73 @@ type deviceTrace struct {
 	freed  bool
 }
 
-var _ trace.NormSource = (*deviceTrace)(nil) // Trace.RowNorms reduces on the device
+var (
+	_ trace.NormSource = (*deviceTrace)(nil) // Trace.RowNorms reduces on the device
+	_ trace.Lender     = (*deviceTrace)(nil) // a sweep's whole-trace reads reuse host memory
+)
+
+// hostSpare is the host memory of one closed trace's reads, by length, for
+// the session's next traces to read into. It holds one trace's at most: a
+// trace's Return replaces what another gave back, as the device arenas'
+// spares do; a read that fits none of it lets it go (another layout), so
+// that it is not held beside the new memory.
+type hostSpare struct {
+	mu     sync.Mutex
+	from   *deviceTrace
+	spare  map[int][][]float32
+	closed bool // the session closed: nothing is kept
+}
+
+// Lend implements trace.Lender. A freed trace's read fails: it takes nothing.
+func (d *deviceTrace) Lend(sizes []int) [][]float32 {
+	data := make([][]float32, len(sizes))
+	if d.isFreed() {
+		return data
+	}
+	h := &d.s.host
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lent := false
+	for i, n := range sizes {
+		if k := len(h.spare[n]); k > 0 {
+			data[i], h.spare[n] = h.spare[n][k-1], h.spare[n][:k-1]
+			lent = true
+		}
+	}
+	if !lent {
+		h.from, h.spare = nil, nil
+	}
+	return data
+}
+
+// Return implements trace.Lender. Close gives back before it frees the
+// trace; what comes back from a freed one (a failed read of it, or a Close
+// after its session closed) is not kept.
+func (d *deviceTrace) Return(data []float32) {
+	if d.isFreed() {
+		return
+	}
+	h := &d.s.host
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	if h.from != d {
+		h.from, h.spare = d, map[int][][]float32{}
+	}
+	h.spare[len(data)] = append(h.spare[len(data)], data)
+}
 
 func onDevice(b Backend) bool {
 	d, ok := b.(DeviceMemory)
 	return ok && d.DeviceMemory()
+}
+
+func (d *deviceTrace) isFreed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.freed
 }
 
 // Read implements trace.Source.
@@ -175,8 +237,10 @@ func (r *Run) keep(tr *trace.Trace) {
 }
 
 // freeTraces frees the device memory of the session's live traces (their
-// unread captures then read as trace.ErrClosed) and its spare arenas.
+// unread captures then read as trace.ErrClosed), its spare arenas and its
+// spare host memory.
 func (s *Session) freeTraces() {
+	s.host.drop(true)
 	s.readMu.Lock()
 	live := make([]*deviceTrace, 0, len(s.traces))
 	for d := range s.traces {
@@ -196,6 +260,23 @@ func (s *Session) freeTraces() {
 		}
 	}
 	s.readMu.Unlock()
+}
+
+// FreeSpare lets go of the memory the session's closed traces gave back
+// for its next ones: device arenas, and the host memory their captures were
+// read into. A sweep wants it kept; a notebook done with a large trace may
+// want it back without closing the session.
+func (s *Session) FreeSpare() {
+	if s == nil {
+		return
+	}
+	s.host.drop(false)
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	for t := range s.tiers {
+		s.freeOnReader(t, s.tiers[t].spare)
+		s.tiers[t].spare = nil
+	}
 }
 
 // takeSpare hands the run the session's spare arenas, tier by tier;
@@ -281,4 +362,13 @@ func (r *Run) freeSpare(spare [][]Tensor) {
 		}
 		spare[tier] = nil
 	}
+}
+
+// drop lets the spare host memory go, for the collector; after close,
+// nothing given back is kept.
+func (h *hostSpare) drop(close bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.from, h.spare = nil, nil
+	h.closed = h.closed || close
 }

@@ -233,6 +233,7 @@ type Session struct {
 
 	readMu sync.Mutex                // orders reads of the session's device traces
 	traces map[*deviceTrace]struct{} // live device traces, freed with the session
+	host   hostSpare                 // host memory closed traces' reads give back
 
 	mu       sync.Mutex  // held by the call in progress
 	closing  atomic.Bool // Close was called: whoever holds mu closes

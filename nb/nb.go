@@ -232,6 +232,19 @@ func (m *Model) session(cont bool) (*gpu.Session, error) {
 	return m.sess, nil
 }
 
+// FreeSpare lets go of what the model's closed traces left for its next
+// ones on a GPU: their device memory, and the host memory their captures
+// were read into. A sweep wants it kept; call this after closing a large
+// trace when none follows. (A CPU backend keeps closed traces' memory for
+// as long as the collector lets it, on its own.)
+func (m *Model) FreeSpare() {
+	if m.lock() != nil {
+		return
+	}
+	defer m.mu.Unlock()
+	m.sess.FreeSpare()
+}
+
 // Try runs a prefill and returns its trace or an error.
 func (m *Model) Try(prompt any, opts ...Option) (*trace.Trace, error) {
 	if err := m.lock(); err != nil {

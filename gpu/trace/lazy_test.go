@@ -272,3 +272,87 @@ func TestLoadInGroupsEqualsTheHostTrace(t *testing.T) {
 	src.failAfter = 1
 	require.ErrorContains(t, lazy.Load(), "trace: reading blocks.1.hook_resid_post: the device went away")
 }
+
+// lendingSource is a memSource that lends host memory, as a GPU session does.
+type lendingSource struct {
+	*memSource
+	spare    map[int][][]float32
+	returned []uintptr // addresses: testify compares pointers by what they point at
+}
+
+func (l *lendingSource) Lend(sizes []int) [][]float32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	data := make([][]float32, len(sizes))
+	for i, n := range sizes {
+		if k := len(l.spare[n]); k > 0 {
+			data[i], l.spare[n] = l.spare[n][k-1], l.spare[n][:k-1]
+		}
+	}
+	return data
+}
+
+func (l *lendingSource) Return(data []float32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.spare[len(data)] = append(l.spare[len(data)], data)
+	l.returned = append(l.returned, uintptr(unsafe.Pointer(unsafe.SliceData(data))))
+}
+
+// A trace whose source lends host memory reads whole captures into it and
+// gives back, on Close, what Get did not hand out; the next trace reads
+// into that memory, its own values, and makes what was not lent.
+func TestClosedTracesLendTheirReadsToTheNext(t *testing.T) {
+	first, eager, src := lazyTwin()
+	lender := &lendingSource{memSource: src, spare: map[int][][]float32{}}
+	for _, name := range first.Names {
+		first.PutUnread(name, first.Shape(name), lender)
+	}
+	require.NoError(t, first.Load())
+	kept, err := first.Get("logits")
+	require.NoError(t, err)
+	read := map[string]uintptr{}
+	for _, name := range first.Names {
+		read[name] = uintptr(unsafe.Pointer(unsafe.SliceData(first.tensors[name].Data)))
+	}
+	require.NoError(t, first.Close())
+	require.NoError(t, first.Close(), "once")
+	require.Len(t, lender.returned, len(first.Names)-1, "all but what Get handed out")
+	for _, name := range first.Names {
+		if name != "logits" {
+			require.Contains(t, lender.returned, read[name], name)
+		}
+	}
+	_, err = first.Get("hook_embed")
+	require.ErrorIs(t, err, ErrClosed, "given back, so no longer readable")
+	require.Len(t, lender.spare[12], 2, "a failed read gives back what it was lent")
+	require.Equal(t, eager.Tensor("logits").Data, kept.Data, "what Get handed out stays")
+
+	// The source's next trace (another prefill's, other values) reads into
+	// what came back; what was handed out is made afresh.
+	src.closed = false
+	want := map[string][]float32{}
+	for name, d := range src.data {
+		want[name] = make([]float32, len(d))
+		for i := range d {
+			want[name][i] = -d[i] - 1
+		}
+		src.data[name] = want[name]
+	}
+	second := New()
+	for _, name := range first.Names {
+		second.PutUnread(name, first.Shape(name), lender)
+	}
+	require.NoError(t, second.Load())
+	require.Empty(t, lender.spare[12], "both captures of 12 took one each")
+	for _, name := range second.Names {
+		got := second.tensors[name].Data
+		require.Equal(t, want[name], got, name)
+		if name == "logits" {
+			require.NotContains(t, lender.returned, uintptr(unsafe.Pointer(unsafe.SliceData(got))), "made, not lent")
+		} else {
+			require.Contains(t, lender.returned, uintptr(unsafe.Pointer(unsafe.SliceData(got))), "%s read into memory given back (of its size)", name)
+		}
+	}
+	require.Equal(t, eager.Tensor("logits").Data, kept.Data, "and is untouched")
+}

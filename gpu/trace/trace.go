@@ -55,14 +55,16 @@ type Model struct {
 // captures in device memory until they are read: Get reads one capture and
 // keeps it, Rows reads a slice and Load several captures in one go; only
 // what is read takes host memory. Close frees the device memory (so does
-// closing the session or engine); a capture read before stays readable. A
-// trace made on the CPU is Go memory from the start; its Close hands what
-// Get never handed out back to the backend, for the next prefill to write
-// while it is still in cache. A capture whose values are an earlier one's
-// (the residual stream entering a layer and the one leaving the layer
-// before it; a KV cache filled from position 0 and its keys or values) may
-// share its memory, as in TransformerLens's cache: change a copy. A trace
-// may be read from several goroutines.
+// closing the session or engine). A trace made on the CPU is Go memory from
+// the start. Either way Close hands the host memory of what Get never
+// handed out back to the backend, for the next trace (the CPU's next
+// prefill writes it while it is still in cache; a GPU session's next trace
+// reads into it, its pages already made); those captures then read as
+// ErrClosed, and what Get handed out stays readable. A capture whose
+// values are an earlier one's (the residual stream entering a layer and
+// the one leaving the layer before it; a KV cache filled from position 0
+// and its keys or values) may share its memory, as in TransformerLens's
+// cache: change a copy. A trace may be read from several goroutines.
 type Trace struct {
 	Model   Model
 	Backend string
@@ -79,10 +81,11 @@ type Trace struct {
 	tensors map[string]*Tensor // read so far (every capture, for a host trace)
 	shapes  map[string][]int   // every capture's shape
 	src     Source             // where the unread captures are; nil when all are read
-	arenas  map[string]*Arena  // a host trace's memory each capture is a view of
+	arenas  map[string]*Arena  // the memory each capture in host memory is a view of
 }
 
-// Arena is Go memory that captures of a host trace are views of (PutView).
+// Arena is Go memory that captures are views of: a host trace's (PutView),
+// or what a Lender lent a read of a GPU trace's capture into.
 // Close calls Recycle unless Get handed out one of those views, which the
 // caller may keep: what Rows, Elements, RowNorms, NonFiniteIn, Save and the
 // analyses (Point, Head, HeadResults, ExpertUsage, the log-probabilities
@@ -100,6 +103,18 @@ type Source interface {
 	Read(reqs []Request) error
 	// Free releases the captures; later Reads fail with an error wrapping ErrClosed.
 	Free()
+}
+
+// Lender is a Source that lends the host memory whole captures are read
+// into and takes it back when the trace closes. A sweep that reads each
+// trace whole then reads into memory whose pages are made: making fresh
+// memory is slower than the H200's host link brings a trace back.
+type Lender interface {
+	Source
+	// Lend returns a slice of each size that it has, nil where it has none.
+	Lend(sizes []int) [][]float32
+	// Return takes back a slice Lend may hand out again.
+	Return(data []float32)
 }
 
 // NormSource is a Source that takes each row's L2 norm where the capture
@@ -122,9 +137,10 @@ type Request struct {
 var ErrNotCaptured = errors.New("not captured")
 
 // ErrClosed is wrapped by the error of a read of a capture whose device
-// memory was freed (Trace.Close, or the session or engine closed), or whose
-// host memory Close handed back, before it was read.
-var ErrClosed = errors.New("trace: its memory was freed (the trace, its session or its engine was closed) before this capture was read")
+// memory was freed (Trace.Close, or the session or engine closed) before
+// it was read, or whose host memory Close handed back (all but what Get
+// returned).
+var ErrClosed = errors.New("trace: its memory was freed (the trace, its session or its engine was closed) and Get had not returned this capture")
 
 // Lens is the logit lens: the final norm and unembedding applied to each
 // layer's resid_post. Prob[l][t] is the top token's probability at layer l
@@ -255,7 +271,7 @@ func (t *Trace) Shape(name string) []int {
 }
 
 // Load reads the named captures (every one when none is named) that are
-// still on the device, in one batch, and keeps them.
+// still on the device, in one batch, and keeps them until Close.
 func (t *Trace) Load(names ...string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -291,13 +307,30 @@ func (t *Trace) load(names []string) error {
 		groups[len(groups)-1] = append(groups[len(groups)-1], name)
 		bytes += 4 * elements(t.shapes[name])
 	}
+	lender, _ := t.src.(Lender)
 	made := make(chan [][]float32, 1)
 	makeGroup := func(g []string) {
 		sizes := make([]int, len(g))
 		for i, name := range g {
 			sizes[i] = elements(t.shapes[name])
 		}
-		made <- MakeData(sizes)
+		if lender == nil {
+			made <- MakeData(sizes)
+			return
+		}
+		data := lender.Lend(sizes)
+		missing := slices.Clone(sizes)
+		for i := range data {
+			if data[i] != nil {
+				missing[i] = 0
+			}
+		}
+		for i, d := range MakeData(missing) {
+			if d != nil {
+				data[i] = d
+			}
+		}
+		made <- data
 	}
 	go makeGroup(groups[0])
 	for k, g := range groups {
@@ -311,12 +344,24 @@ func (t *Trace) load(names []string) error {
 		}
 		if err := t.src.Read(reqs); err != nil {
 			if k+1 < len(groups) {
-				<-made // the group being made
+				data = append(data, <-made...) // the group being made
+			}
+			for _, d := range data {
+				if lender != nil && d != nil {
+					lender.Return(d) // what a read into it left there is no one's
+				}
 			}
 			return fmt.Errorf("trace: reading %s: %w", g[0], err)
 		}
 		for i, name := range g {
-			t.tensors[name] = &Tensor{Shape: t.shapes[name], Data: reqs[i].Dst}
+			data := reqs[i].Dst
+			t.tensors[name] = &Tensor{Shape: t.shapes[name], Data: data}
+			if lender != nil {
+				if t.arenas == nil {
+					t.arenas = map[string]*Arena{}
+				}
+				t.arenas[name] = &Arena{Recycle: func() { lender.Return(data) }}
+			}
 		}
 	}
 	return nil
@@ -518,10 +563,9 @@ func (t *Trace) each(fn func(name string, x *Tensor) error) error {
 	return nil
 }
 
-// Close frees the device memory of the captures not read yet; those read
-// stay. A host trace hands back the memory of the captures Get never
-// handed out, which then read as ErrClosed; those Get handed out (and
-// the others in their memory) stay.
+// Close frees the device memory of the captures not read yet and hands back
+// the host memory of the captures Get never handed out, which then read as
+// ErrClosed; those Get handed out (and the others in their memory) stay.
 func (t *Trace) Close() error {
 	t.mu.Lock()
 	src := t.src

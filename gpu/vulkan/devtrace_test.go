@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -82,7 +83,7 @@ func TestDeviceTraceReadLazilyEqualsEager(t *testing.T) {
 }
 
 // A device trace owns its memory: several live in one session; Close gives
-// the memory back and keeps what was read; a capture not read before its
+// the memory back and keeps what Get returned; a capture not read before its
 // trace, session or backend closed is a named error.
 func TestDeviceTraceOwnsItsMemory(t *testing.T) {
 	b, err := vulkan.Open(vulkan.Options{})
@@ -209,4 +210,74 @@ func TestAnalysesOfADeviceTraceMatchCPU(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A sweep that reads each trace whole reads into the host memory of the
+// trace before it: Close gives back what Get did not hand out, the
+// session's next trace reads into it (allocating next to nothing), and what
+// that trace reads is its own, bit for bit as a fresh read; what Get handed
+// out is left alone.
+func TestClosedDeviceTracesLendTheirHostMemory(t *testing.T) {
+	b := backend(t)
+	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 17)
+	e, err := gpu.NewEngine(m, b)
+	require.NoError(t, err)
+	ctx := context.Background()
+	o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
+	other := append([]int32{testTokens[2], testTokens[0], testTokens[1]}, testTokens[3:]...)
+
+	ref, err := e.NewSession(0)
+	require.NoError(t, err)
+	want, err := ref.Prefill(ctx, other, o)
+	require.NoError(t, err)
+	require.NoError(t, want.Load())
+	ref.Close()
+
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	allocated := func(fn func() error) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		require.NoError(t, fn())
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	first, err := s.Prefill(ctx, testTokens, o)
+	require.NoError(t, err)
+	var bytes uint64
+	for _, name := range first.Names {
+		bytes += 4 * uint64(len(want.Tensor(name).Data))
+	}
+	require.GreaterOrEqual(t, allocated(func() error { return first.Load() }), bytes, "a first read makes its memory")
+	kept, err := first.Get("logits")
+	require.NoError(t, err)
+	keptValues := slices.Clone(kept.Data)
+	require.NoError(t, first.Close())
+	_, err = first.Get("hook_embed")
+	require.ErrorIs(t, err, trace.ErrClosed, "what Close gave back is not readable")
+
+	require.NoError(t, s.Reset())
+	second, err := s.Prefill(ctx, other, o)
+	require.NoError(t, err)
+	logits := 4 * uint64(len(kept.Data))
+	require.Less(t, allocated(func() error { return second.Load() }), logits+bytes/10,
+		"the next read takes the memory given back (of %d bytes, the logits Get handed out are made anew)", bytes)
+	for _, name := range want.Names {
+		gputest.RequireBits(t, want.Tensor(name).Data, second.Tensor(name).Data, "%s read into lent memory", name)
+	}
+	gputest.RequireBits(t, keptValues, kept.Data, "what Get handed out is left alone")
+	require.NoError(t, second.Close())
+
+	// FreeSpare lets it all go: the closed traces' device arenas now, and
+	// the next read makes its memory again.
+	buffers, _ := vulkan.DeviceMemory(b)
+	s.FreeSpare()
+	fewer, _ := vulkan.DeviceMemory(b)
+	require.Less(t, fewer, buffers, "the spare arenas are freed")
+	require.NoError(t, s.Reset())
+	third, err := s.Prefill(ctx, other, o)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, allocated(func() error { return third.Load() }), bytes)
+	gputest.RequireBits(t, want.Tensor("logits").Data, third.Tensor("logits").Data)
 }

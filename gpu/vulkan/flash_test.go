@@ -119,7 +119,11 @@ func TestFlashAttentionRefusesWideHeads(t *testing.T) {
 // heads; 8b: 32 over 8) and a multi-head one, at a T lavapipe gets through;
 // then a continued prefill and a decoding step over a longer cache; and the
 // bonsai layouts at T=2048, for the H200. Each at both precisions (fast runs
-// flash_coop.comp where the device has cooperative matrices).
+// flash_coop.comp where the device has cooperative matrices); and, where
+// nothing precedes the prompt, the two paths that write the scores and the
+// pattern as well: flash attention capturing them ("capture", what a trace
+// of them takes) and scores, softmax and mix one after the other
+// ("materialise", what a hook on them takes).
 func BenchmarkFlashAttention(b *testing.B) {
 	v := benchBackend(b)
 	cases := []struct{ T, pos0, heads, kvHeads, hd int }{
@@ -135,14 +139,25 @@ func BenchmarkFlashAttention(b *testing.B) {
 		for _, p := range []struct {
 			name string
 			gpu.Precision
-			coopRows int // 0: flash.comp, cooperative matrices off
-		}{{"flash.comp", gpu.PrecisionExact, 0}, {"exact", gpu.PrecisionExact, 64}, {"fast", gpu.PrecisionFast, 64}, {"fast-128rows", gpu.PrecisionFast, 128}} {
+			coopRows int    // 0: flash.comp, cooperative matrices off
+			path     string // "": flash attention alone
+		}{{"flash.comp", gpu.PrecisionExact, 0, ""}, {"exact", gpu.PrecisionExact, 64, ""}, {"fast", gpu.PrecisionFast, 64, ""}, {"fast-128rows", gpu.PrecisionFast, 128, ""},
+			{"exact-capture", gpu.PrecisionExact, 64, "capture"}, {"fast-capture", gpu.PrecisionFast, 64, "capture"},
+			{"exact-materialise", gpu.PrecisionExact, 64, "materialise"}, {"fast-materialise", gpu.PrecisionFast, 64, "materialise"}} {
+			if p.path != "" && c.pos0 != 0 {
+				continue
+			}
 			b.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d/%s", c.T, c.pos0, c.heads, c.kvHeads, c.hd, p.name), func(b *testing.B) {
 				if p.coopRows == 0 {
 					defer vulkan.SetCoop(v, vulkan.SetCoop(v, false))
 				} else {
 					defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(p.coopRows))
 				}
+				// Device time per kernel beside the wall time: the paths
+				// that write scores are several kernels. (A timestamp after
+				// each: ns/op is not quite what it was before 2026-12-03.)
+				profiled := v.SetProfiling(true) == nil
+				defer v.SetProfiling(false)
 				s := v.NewStream()
 				s.SetPrecision(p.Precision)
 				rng := rand.New(rand.NewPCG(1, 2))
@@ -164,14 +179,40 @@ func BenchmarkFlashAttention(b *testing.B) {
 					Z: tensor("z", c.T*c.heads*c.hd), T: c.T, Pos0: c.pos0, Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.hd,
 					Scale: float32(1 / math.Sqrt(float64(c.hd))),
 				}
-				s.FlashAttention(a) // builds the pipeline outside the timing
-				if err := s.Sync(); err != nil {
-					b.Fatal(err)
+				run := func() { s.FlashAttention(a) }
+				if p.path != "" {
+					a.Scores = tensor("scores", c.heads*c.T*keys)
+					a.Pattern = tensor("pattern", c.heads*c.T*keys)
 				}
+				switch p.path {
+				case "capture":
+					fc := s.(gpu.AttentionCapture)
+					if !fc.FlashAttentionCapture(a) {
+						b.Skip("flash attention captures on cooperative matrices only")
+					}
+					run = func() { fc.FlashAttentionCapture(a) }
+				case "materialise":
+					run = func() {
+						s.AttnScores(a)
+						s.Softmax(a.Pattern, a.Scores, c.heads*c.T, keys)
+						s.AttnMix(a)
+					}
+				}
+				// Pipelines built and the clocks up before the timing: on the
+				// H200 without this, the kernels that write scores ran 4-5x
+				// slower than in a prefill, flash attention alone did not
+				// (memory-bound ones waiting on a lower memory clock, presumably).
+				for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+					run()
+					if err := s.Sync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				v.StageTimes()
 				cpu0 := cpuTime(b)
 				b.ResetTimer()
 				for range b.N {
-					s.FlashAttention(a)
+					run()
 					if err := s.Sync(); err != nil {
 						b.Fatal(err)
 					}
@@ -180,6 +221,11 @@ func BenchmarkFlashAttention(b *testing.B) {
 				// lavapipe runs on the host's cores, which other work may share:
 				// the process's CPU time per call is steadier than wall time.
 				b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+				if profiled {
+					for _, st := range v.StageTimes() {
+						b.ReportMetric(st.Time.Seconds()*1e3/float64(b.N), st.Name+"-ms/op")
+					}
+				}
 				// Multiply-adds of Q K^T and P V over the causal triangle.
 				visible := float64(c.T) * (float64(c.pos0) + float64(c.T+1)/2)
 				b.ReportMetric(4*visible*float64(c.heads*c.hd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
