@@ -91,3 +91,35 @@ func TestMatMulWithAndWithoutTheBlockKernel(t *testing.T) {
 		require.InDelta(t, without[i], with[i], 1e-4, "output %d", i) // sums of 300 products of about 1
 	}
 }
+
+// transpose16 moves 16 rows of 16 dwords into 16 columns, touching nothing
+// past them, and refuses slices too short for what the assembly would
+// read or write, naming the sizes.
+func TestTranspose16ChecksItsSlices(t *testing.T) {
+	if !hasPanelGEMM {
+		t.Skip("interleave16 is AVX-512 code, run where the panel GEMM runs")
+	}
+	const ld, stride = 20, 18 // dwords between rows and between columns
+	src := make([]float32, 15*ld+16)
+	for i := range src {
+		src[i] = float32(i)
+	}
+	dst := make([]float32, 15*stride+16+5)
+	for i := range dst {
+		dst[i] = -1
+	}
+	transpose16(asBytes(dst), asBytes(src), 4*ld, 4*stride)
+	want := make([]float32, len(dst))
+	for i := range want {
+		want[i] = -1
+	}
+	for r := range 16 {
+		for c := range 16 {
+			want[c*stride+r] = src[r*ld+c]
+		}
+	}
+	require.Equal(t, want, dst)
+	require.PanicsWithValue(t, "cpu: a 16 x 16 transpose reads 1264 bytes of 1260 (rows 80 apart) and writes 1144 of 1164 (columns 72 apart)",
+		func() { transpose16(asBytes(dst), asBytes(src[1:]), 4*ld, 4*stride) })
+	require.Panics(t, func() { transpose16(asBytes(dst[6:]), asBytes(src), 4*ld, 4*stride) })
+}

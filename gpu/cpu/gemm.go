@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/stratalab/strata/gpu"
+import (
+	"fmt"
+
+	"github.com/stratalab/strata/gpu"
+)
 
 // The AVX-512 GEMM: a thread takes groupRows weight rows (outputs) of one
 // projection, decodes them once, and for each block of 32 rows of x (packed
@@ -43,7 +47,7 @@ func packX(p, x []float32, rows, cols int) []float32 {
 			if r0+rh+16 <= rows {
 				whole = cols &^ 15
 				for k0 := 0; k0 < whole; k0 += 16 {
-					interleave16(asBytes(blk[k0*width+rh:]), asBytes(x[(r0+rh)*cols+k0:]), 4*cols, 4*width)
+					transpose16(asBytes(blk[k0*width+rh:]), asBytes(x[(r0+rh)*cols+k0:]), 4*cols, 4*width)
 				}
 			}
 			for r := rh; r < rh+16; r++ {
@@ -128,7 +132,7 @@ func (sc *gemmScratch) gemv(p gpu.Proj, c0, c1 int, x []float32, rows, cols int)
 	whole := cols &^ 15
 	for rb := range 4 {
 		for k0 := 0; k0 < whole; k0 += 16 {
-			interleave16(asBytes(sc.wt[k0*64+rb*16:]), asBytes(w[rb*16*cols+k0:]), 4*cols, 256)
+			transpose16(asBytes(sc.wt[k0*64+rb*16:]), asBytes(w[rb*16*cols+k0:]), 4*cols, 256)
 		}
 	}
 	for k := whole; k < cols; k++ {
@@ -207,7 +211,7 @@ func (g gemmGroup) run(sc *gemmScratch, xt []float32, rows, cols int) {
 		for i0 := 0; i0 < n; i0 += 16 {
 			for j0 := 0; j0 < valid; j0 += 16 {
 				if i0+16 <= n && j0+16 <= valid {
-					interleave16(asBytes(out[(r0+j0)*width+g.c0+i0:]), asBytes(sc.tiles[i0*bw+j0:]), 4*bw, 4*width)
+					transpose16(asBytes(out[(r0+j0)*width+g.c0+i0:]), asBytes(sc.tiles[i0*bw+j0:]), 4*bw, 4*width)
 					continue
 				}
 				for i := i0; i < min(i0+16, n); i++ {
@@ -218,4 +222,17 @@ func (g gemmGroup) run(sc *gemmScratch, xt []float32, rows, cols int) {
 			}
 		}
 	})
+}
+
+// transpose16 transposes 16 rows of 16 dwords (row r at src[r*ld:]) into
+// 16 columns (column j at dst[j*stride:]) with interleave16, once it has
+// checked that both slices hold what that touches: the assembly checks
+// nothing, and a caller's edge arithmetic gone wrong would read or write
+// past them.
+func transpose16(dst, src []byte, ld, stride int) {
+	if len(src) < 15*ld+64 || len(dst) < 15*stride+64 {
+		panic(fmt.Sprintf("cpu: a 16 x 16 transpose reads %d bytes of %d (rows %d apart) and writes %d of %d (columns %d apart)",
+			15*ld+64, len(src), ld, 15*stride+64, len(dst), stride))
+	}
+	interleave16(&dst[0], &src[0], ld, stride)
 }

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/stratalab/strata/gpu"
@@ -73,11 +74,12 @@ func growBytes[T int8 | byte](b []T, n int) []T {
 
 // matMulInt8 is MatMul through the int8 kernel.
 func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []gpu.Proj) {
-	// x once per code block length among the projections.
-	xq := map[int]*int8X{}
+	// x once per code block length among the projections (one or two).
+	var lengths [4]int
+	quantized := lengths[:0]
 	for _, p := range outs {
 		block := p.W.(*matrix).w.Format.CodeBlock
-		if xq[block] != nil {
+		if slices.Contains(quantized, block) {
 			continue
 		}
 		q := s.int8x[block]
@@ -89,7 +91,7 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []gpu.Proj) {
 			s.int8x[block] = q
 		}
 		s.quantizeX(q, xs, rows, cols)
-		xq[block] = q
+		quantized = append(quantized, block)
 	}
 	groups := gemmGroups(outs, i8Rows)
 	if len(s.int8) < s.b.threads {
@@ -99,7 +101,7 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []gpu.Proj) {
 		sc := &s.int8[worker]
 		for _, g := range groups[lo:hi] {
 			m := g.p.W.(*matrix)
-			sc.run(m, g.c0, g.c1, xq[m.w.Format.CodeBlock], rows, cols, g.p)
+			sc.run(m, g.c0, g.c1, s.int8x[m.w.Format.CodeBlock], rows, cols, g.p)
 		}
 	})
 }
@@ -119,8 +121,8 @@ func (sc *int8Scratch) run(m *matrix, c0, c1 int, x *int8X, rows, cols int, p gp
 	steps := cols / 4
 	whole := steps &^ 15
 	for s0 := 0; s0 < whole; s0 += 16 {
-		interleave16(&sc.w[s0*4*i8Rows], &sc.codes[s0*4], cols, 4*i8Rows)
-		interleave16(&sc.w[s0*4*i8Rows+64], &sc.codes[16*cols+s0*4], cols, 4*i8Rows)
+		transpose16(sc.w[s0*4*i8Rows:], sc.codes[s0*4:], cols, 4*i8Rows)
+		transpose16(sc.w[s0*4*i8Rows+64:], sc.codes[16*cols+s0*4:], cols, 4*i8Rows)
 	}
 	src := unsafe.Slice((*uint32)(unsafe.Pointer(&sc.codes[0])), i8Rows*steps)
 	dst := unsafe.Slice((*uint32)(unsafe.Pointer(&sc.w[0])), i8Rows*steps)
@@ -134,8 +136,8 @@ func (sc *int8Scratch) run(m *matrix, c0, c1 int, x *int8X, rows, cols int, p gp
 	for b0 := 0; b0 < wholeBlocks; b0 += 16 {
 		for half := range 2 {
 			wsc := sc.wsc[b0*2*i8Rows+16*half:]
-			interleave16(asBytes(wsc), asBytes(sc.scale[16*half*nb+b0:]), 4*nb, 8*i8Rows)
-			interleave16(asBytes(wsc[i8Rows:]), asBytes(sc.offset[16*half*nb+b0:]), 4*nb, 8*i8Rows)
+			transpose16(asBytes(wsc), asBytes(sc.scale[16*half*nb+b0:]), 4*nb, 8*i8Rows)
+			transpose16(asBytes(wsc[i8Rows:]), asBytes(sc.offset[16*half*nb+b0:]), 4*nb, 8*i8Rows)
 		}
 	}
 	for r := range i8Rows {
@@ -161,7 +163,10 @@ func (sc *int8Scratch) run(m *matrix, c0, c1 int, x *int8X, rows, cols int, p gp
 	}
 }
 
-func asBytes(f []float32) *byte { return (*byte)(unsafe.Pointer(&f[0])) }
+// asBytes is f's memory as bytes.
+func asBytes(f []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
+}
 
 // Int8Products says whether fast precision multiplies quantized weights in
 // int8 on this processor (AVX-512 VNNI); without it, fast is exact.
