@@ -54,7 +54,9 @@ func (d *deviceTrace) Lend(sizes []int) [][]float32 {
 	lent := false
 	for i, n := range sizes {
 		if k := len(h.spare[n]); k > 0 {
-			data[i], h.spare[n] = h.spare[n][k-1], h.spare[n][:k-1]
+			data[i] = h.spare[n][k-1]
+			h.spare[n][k-1] = nil // the pool's array no longer keeps it
+			h.spare[n] = h.spare[n][:k-1]
 			lent = true
 		}
 	}
