@@ -64,6 +64,32 @@ func TestFastPrecisionPrefillStaysNearExact(t *testing.T) {
 	}
 }
 
+// A prompt of 8 tokens or fewer (a short prefill, a decoding step, a
+// chunk of a long one) multiplies matrix-vector products, which stay
+// float32 at fast precision, as gpu.PrecisionFast says: every point equals
+// the exact prefill's bit for bit; one token more takes the int8 kernel.
+func TestFastPrecisionOfEightRowsOrFewerIsExact(t *testing.T) {
+	if !cpu.Int8Products() {
+		t.Skip("this CPU has no AVX-512 VNNI (or is not amd64): fast precision multiplies in float32")
+	}
+	m, err := model.Random(model.Shapes["tiny-qwen3"], gguf.Q8_0, 4)
+	require.NoError(t, err)
+	r := rand.New(rand.NewPCG(1, 4))
+	tokens := make([]int32, 9)
+	for i := range tokens {
+		tokens[i] = int32(r.IntN(m.Vocab))
+	}
+	o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
+	for _, n := range []int{1, 8} {
+		want, got := exactAndFast(t, m, tokens[:n], o)
+		for _, name := range want.Names {
+			gputest.RequireBits(t, want.Tensor(name).Data, got.Tensor(name).Data, "%d tokens: %s", n, name)
+		}
+	}
+	want, got := exactAndFast(t, m, tokens, o)
+	require.NotEqual(t, want.Tensor("logits").Data, got.Tensor("logits").Data, "9 tokens: the int8 kernel")
+}
+
 // On a real model, stories260K with its matrices in Q8_0 (those whose
 // width is a whole number of blocks), the fast prefill of its published
 // greedy continuation predicts what the exact prefill predicts at every
