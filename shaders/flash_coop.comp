@@ -30,7 +30,9 @@
 // float32 (slowly: it is rare), as matmul_coop.comp does its tiles.
 // With CAPTURE it also writes the scores ([heads, T, keys], scaled, capped,
 // masked: what scores.comp writes) as it computes them, and -inf for the
-// keys its blocks skip; softmax.comp then makes the pattern of them.
+// keys its blocks skip unless tailsHeld says the scores hold them already
+// (a prefill of the same layout wrote them); softmax.comp then makes the
+// pattern of them.
 layout(local_size_x_id = 3) in;
 layout(constant_id = 0) const uint HD = 128; // head dim: a multiple of 16, at most 128
 layout(constant_id = 1) const bool WINDOWED = false;
@@ -57,6 +59,7 @@ layout(push_constant) uniform Push {
     uint window;
     float softcap;
     uint hpw; // heads per workgroup: divides heads/kvHeads, at most R
+    uint tailsHeld; // with CAPTURE: the scores hold the -inf of the keys no block takes
 } pc;
 
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -382,7 +385,7 @@ void main() {
     // The keys no block took, before the first and past the last (half of
     // a causal prefill's scores): the subgroup writes its rows one by one.
     uint jEnd = min(pc.keys, jStart + (kEnd - jStart + BC - 1) / BC * BC);
-    for (uint rr = 0; rr < 16; rr++) {
+    for (uint rr = 0; rr < 16 && pc.tailsHeld == 0; rr++) {
         uint rowR = 16 * sg + rr, qr = rowR / hpw;
         if (qr >= bq || q0 + qr >= pc.T) {
             continue;

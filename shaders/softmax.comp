@@ -5,11 +5,18 @@
 // to HELD x the workgroup's size (every row of a capture up to 4,096 keys
 // with 256 invocations) is read once and held in registers, not three
 // times: a captured attention's scores are gigabytes.
+//
+// Causal (t > 0): the rows are [heads, t] queries of a prefill from pos0
+// whose scores are -inf outside each query's keys (before a sliding window
+// of window keys, past the query): only the keys in between are read, and
+// the zeros around them are written unless held says dst has them from a
+// prefill of the same layout (half a causal pattern's bytes).
 layout(local_size_x_id = 0) in; // a power of two
 #include "common.glsl"
 
 layout(push_constant) uniform Push {
     uint rows, n;
+    uint t, pos0, window, held;
 } pc;
 
 layout(std430, binding = 0) writeonly buffer Dst { float dst[]; };
@@ -24,15 +31,20 @@ void main() {
     if (row >= pc.rows) {
         return;
     }
-    uint base = row * pc.n, rest = lid + HELD * wg;
+    uint lo = 0, hi = pc.n; // the keys read
+    if (pc.t > 0) {
+        hi = min(pc.n, pc.pos0 + row % pc.t + 1);
+        lo = pc.window > 0 && hi > pc.window ? hi - pc.window : 0;
+    }
+    uint base = row * pc.n + lo, len = hi - lo, rest = lid + HELD * wg;
     const float negInf = uintBitsToFloat(0xff800000u);
     float m = negInf, held[HELD];
     [[unroll]] for (uint k = 0; k < HELD; k++) {
         uint i = lid + k * wg;
-        held[k] = i < pc.n ? src[base + i] : negInf;
+        held[k] = i < len ? src[base + i] : negInf;
         m = max(m, held[k]);
     }
-    for (uint i = rest; i < pc.n; i += wg) {
+    for (uint i = rest; i < len; i += wg) {
         m = max(m, src[base + i]);
     }
     red[lid] = m;
@@ -50,7 +62,7 @@ void main() {
         held[k] = exp(held[k] - m); // 0 past the row: exp(-inf)
         sum += held[k];
     }
-    for (uint i = rest; i < pc.n; i += wg) {
+    for (uint i = rest; i < len; i += wg) {
         sum += exp(src[base + i] - m);
     }
     red[lid] = sum;
@@ -64,11 +76,19 @@ void main() {
     float inv = 1.0 / red[0];
     [[unroll]] for (uint k = 0; k < HELD; k++) {
         uint i = lid + k * wg;
-        if (i < pc.n) {
+        if (i < len) {
             dst[base + i] = held[k] * inv;
         }
     }
-    for (uint i = rest; i < pc.n; i += wg) {
+    for (uint i = rest; i < len; i += wg) {
         dst[base + i] = exp(src[base + i] - m) * inv;
+    }
+    if (pc.held == 0 && len < pc.n) {
+        for (uint i = lid; i < lo; i += wg) {
+            dst[row * pc.n + i] = 0.0;
+        }
+        for (uint i = hi + lid; i < pc.n; i += wg) {
+            dst[row * pc.n + i] = 0.0;
+        }
     }
 }

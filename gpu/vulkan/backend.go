@@ -270,6 +270,9 @@ type buffer struct {
 	alloc   uint64         // bytes of memory allocated for it
 	id      uint64         // for hazard tracking
 	version uint64         // counts recorded writes, to know when a mirror is stale
+	// masks are the ranges whose masked attention entries a capture wrote
+	// (FlashAttentionCapture), by where they start.
+	masks map[uint64]heldMasks
 }
 
 func (buf *buffer) bytes() []byte { return unsafe.Slice((*byte)(buf.mapped), buf.size) }

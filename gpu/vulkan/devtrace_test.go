@@ -281,3 +281,61 @@ func TestClosedDeviceTracesLendTheirHostMemory(t *testing.T) {
 	require.GreaterOrEqual(t, allocated(func() error { return third.Load() }), bytes)
 	gputest.RequireBits(t, want.Tensor("logits").Data, third.Tensor("logits").Data)
 }
+
+// A sweep's prefills reuse their closed traces' arenas (and a layer its
+// scratch), whose masked attention entries a capture of the same layout
+// left there: where the capturing flash attention runs (cooperative
+// matrices), it does not write them again. Every capture of such a
+// prefill equals a fresh session's, bit for bit: a plain prefill, one with
+// sliding windows (tiny-gemma3), and a continued one (another layout from
+// position 4).
+func TestReusedArenasCaptureAsFreshOnes(t *testing.T) {
+	b := backend(t)
+	for _, shape := range []string{"tiny-qwen3", "tiny-gemma3"} {
+		t.Run(shape, func(t *testing.T) {
+			m := genModel(t, shape, gguf.F16, 21)
+			e, err := gpu.NewEngine(m, b)
+			require.NoError(t, err)
+			ctx := context.Background()
+			o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
+			fresh := func(tokens []int32, pos0 int) *trace.Trace {
+				s, err := e.NewSession(0)
+				require.NoError(t, err)
+				defer s.Close()
+				if pos0 > 0 {
+					_, err := s.Prefill(ctx, testTokens[:pos0], gpu.Options{})
+					require.NoError(t, err)
+				}
+				tr, err := s.Prefill(ctx, tokens, o)
+				require.NoError(t, err)
+				require.NoError(t, tr.Load())
+				return tr
+			}
+			s, err := e.NewSession(0)
+			require.NoError(t, err)
+			defer s.Close()
+			sweep := func(tokens []int32, pos0 int) *trace.Trace {
+				require.NoError(t, s.Reset())
+				if pos0 > 0 {
+					_, err := s.Prefill(ctx, testTokens[:pos0], gpu.Options{})
+					require.NoError(t, err)
+				}
+				tr, err := s.Prefill(ctx, tokens, o)
+				require.NoError(t, err)
+				return tr
+			}
+			other := append([]int32{testTokens[3], testTokens[1]}, testTokens[2:]...)
+			for i, c := range []struct {
+				tokens []int32
+				pos0   int
+			}{{testTokens, 0}, {other, 0}, {testTokens, 0}, {other[4:], 4}, {testTokens[4:], 4}} {
+				want := fresh(c.tokens, c.pos0)
+				got := sweep(c.tokens, c.pos0)
+				for _, name := range want.Names {
+					gputest.RequireBits(t, want.Tensor(name).Data, got.Tensor(name).Data, "prefill %d of the sweep: %s", i, name)
+				}
+				require.NoError(t, got.Close())
+			}
+		})
+	}
+}

@@ -141,3 +141,21 @@ func swap[T any](p *T, v T) T {
 	*p = v
 	return old
 }
+
+// CausalSoftmax makes a's pattern of its scores as FlashAttentionCapture does.
+func CausalSoftmax(s gpu.Stream, a *gpu.Attention, held bool) { s.(*stream).causalSoftmax(a, held) }
+
+func masksOf(a *gpu.Attention, pattern bool) maskLayout {
+	return maskLayout{heads: a.Heads, t: a.T, pos0: a.Pos0, keys: a.Keys(), window: a.Window, pattern: pattern}
+}
+
+// MasksHeld reports whether FlashAttentionCapture would take t's masked
+// entries of a's layout as written.
+func MasksHeld(t gpu.Tensor, a *gpu.Attention, pattern bool) bool {
+	return t.(*tensor).masksHeld(masksOf(a, pattern))
+}
+
+// MarkMasks records t's masked entries of a's layout as written, whatever t holds.
+func MarkMasks(t gpu.Tensor, a *gpu.Attention, pattern bool) {
+	t.(*tensor).masksWritten(masksOf(a, pattern))
+}

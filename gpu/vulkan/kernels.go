@@ -672,7 +672,21 @@ func (s *stream) Softmax(dst, src gpu.Tensor, rows, n int) {
 	}
 	gx, gy, gz := gridRows(rows)
 	s.dispatch("softmax", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
-		[]uint32{uint32(rows), uint32(n)}, gx, gy, gz)
+		[]uint32{uint32(rows), uint32(n), 0, 0, 0, 0}, gx, gy, gz)
+}
+
+// causalSoftmax is Softmax of a's causally masked scores into its pattern,
+// reading only each query's keys; the zeros around them are written unless
+// held says the pattern has them from a prefill of the same layout.
+func (s *stream) causalSoftmax(a *gpu.Attention, held bool) {
+	d, x := s.tensorOf(a.Pattern), s.tensorOf(a.Scores)
+	rows, n := a.Heads*a.T, a.Keys()
+	if !s.fits("softmax", []*tensor{d, x}, rows*n, rows*n) {
+		return
+	}
+	gx, gy, gz := gridRows(rows)
+	s.dispatch("softmax", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
+		[]uint32{uint32(rows), uint32(n), uint32(a.T), uint32(a.Pos0), uint32(a.Window), b2u(held)}, gx, gy, gz)
 }
 
 func (s *stream) AttnMix(a *gpu.Attention) {
@@ -684,23 +698,82 @@ func (s *stream) AttnMix(a *gpu.Attention) {
 		pushOf(a).words(false), ceilDiv(a.HeadDim, tile), ceilDiv(a.T, tile), uint32(a.Heads))
 }
 
-func (s *stream) FlashAttention(a *gpu.Attention) { s.flash(a, false) }
+func (s *stream) FlashAttention(a *gpu.Attention) { s.flash(a, false, false) }
 
 // FlashAttentionCapture is attention that also writes the scores and the
 // pattern, on cooperative matrices: flash_coop.comp writes the scores as it
-// computes Z and softmax.comp makes the pattern of them.
+// computes Z and softmax.comp makes the pattern of them. Their masked
+// entries (-inf and 0: half of a causal prefill's) are written only where
+// the tensors do not hold them from a capture of the same layout: a sweep
+// reuses its closed traces' arenas, and a layer its scratch.
 func (s *stream) FlashAttentionCapture(a *gpu.Attention) bool {
 	if !s.coopFlash(a.HeadDim) {
 		return false
 	}
-	s.flash(a, true)
-	s.Softmax(a.Pattern, a.Scores, a.Heads*a.T, a.Keys())
+	scores, pattern := s.tensorOf(a.Scores), s.tensorOf(a.Pattern)
+	if scores == nil || pattern == nil {
+		return true // the stream's error says why
+	}
+	sl := maskLayout{heads: a.Heads, t: a.T, pos0: a.Pos0, keys: a.Keys(), window: a.Window}
+	pl := sl
+	pl.pattern = true
+	heldS, heldP := scores.masksHeld(sl), pattern.masksHeld(pl)
+	s.flash(a, true, heldS)
+	s.causalSoftmax(a, heldP)
+	if s.err == nil {
+		scores.masksWritten(sl)
+		pattern.masksWritten(pl)
+	}
 	return true
 }
 
+// maskLayout is what the masked entries of a capture of attention scores
+// (-inf) or of its pattern (0) depend on.
+type maskLayout struct {
+	heads, t, pos0, keys, window int
+	pattern                      bool
+}
+
+// heldMasks is a range of a buffer (from its key to end) whose masked
+// entries hold what layout puts there.
+type heldMasks struct {
+	end    uint64
+	layout maskLayout
+}
+
+// masksHeld reports whether t's masked entries hold what l puts there: a
+// capture of layout l wrote them, and nothing has written in t since (access
+// forgets the masks of every range a command writes). Recorded work is
+// always submitted (stream.submit), so what was recorded has run by the
+// time a later command runs.
+func (t *tensor) masksHeld(l maskLayout) bool {
+	off, n := t.extent()
+	m, ok := t.buf.masks[off]
+	return ok && m.end == off+n && m.layout == l
+}
+
+// masksWritten records that t's masked entries hold what l puts there.
+func (t *tensor) masksWritten(l maskLayout) {
+	off, n := t.extent()
+	if t.buf.masks == nil {
+		t.buf.masks = map[uint64]heldMasks{}
+	}
+	t.buf.masks[off] = heldMasks{off + n, l}
+}
+
+// forgetMasks drops what is known of the masked entries in [lo, hi) of
+// buf (all of it when lo >= hi): a command writes there.
+func (buf *buffer) forgetMasks(lo, hi uint64) {
+	for off, m := range buf.masks {
+		if lo >= hi || off < hi && m.end > lo {
+			delete(buf.masks, off)
+		}
+	}
+}
+
 // flash dispatches flash attention, writing the scores too with capture
-// (flash_coop.comp only).
-func (s *stream) flash(a *gpu.Attention, capture bool) {
+// (flash_coop.comp only), their masked tails unless tailsHeld.
+func (s *stream) flash(a *gpu.Attention, capture, tailsHeld bool) {
 	ts := map[string]gpu.Tensor{"Q": a.Q, "K": a.K, "V": a.V, "Z": a.Z}
 	if capture {
 		ts["Scores"] = a.Scores
@@ -727,7 +800,7 @@ func (s *stream) flash(a *gpu.Attention, capture bool) {
 		}
 	}
 	wgHeads := flashHeads(a.Heads/a.KVHeads, rows)
-	s.dispatch(kernel, specs, uses, append(pushOf(a).words(true), uint32(wgHeads)), ceilDiv(a.T, rows/wgHeads), uint32(a.Heads/wgHeads), 1)
+	s.dispatch(kernel, specs, uses, append(pushOf(a).words(true), uint32(wgHeads), b2u(tailsHeld)), ceilDiv(a.T, rows/wgHeads), uint32(a.Heads/wgHeads), 1)
 }
 
 // flashCoopRows is the rows of a flash_coop.comp workgroup: 16 for each of

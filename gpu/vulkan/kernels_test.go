@@ -207,6 +207,25 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 			c, v = r.read(pattern)
 			requireClose(t, v, c, tolExp, "pattern")
 			require.Equal(t, slices.Index(c, 0), slices.Index(v, 0), "masked entries are exactly 0")
+
+			// The causal softmax of a capture reads each query's keys only,
+			// and writes the zeros around them unless they are held.
+			r.vs.Edit(pattern.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: pattern.v.Len(), Scalar: 7})
+			vulkan.CausalSoftmax(r.vs, av, false)
+			_, cv := r.read(pattern)
+			requireClose(t, cv, c, tolExp, "causal pattern")
+			require.Equal(t, slices.Index(c, 0), slices.Index(cv, 0), "masked entries are exactly 0")
+			r.vs.Edit(pattern.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: pattern.v.Len(), Scalar: 7})
+			vulkan.CausalSoftmax(r.vs, av, true)
+			_, hv := r.read(pattern)
+			for i := range c {
+				if c[i] == 0 {
+					require.Equal(t, float32(7), hv[i], "a held mask is not written: entry %d", i)
+				} else {
+					require.Equal(t, cv[i], hv[i], "entry %d", i)
+				}
+			}
+			vulkan.CausalSoftmax(r.vs, av, false) // the zeros back, for the mix
 			r.cs.AttnMix(ac)
 			r.vs.AttnMix(av)
 			zc, zv := r.read(z)
@@ -233,6 +252,32 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 			require.Equal(t, slices.Index(pc, 0), slices.Index(pv, 0), "masked entries are exactly 0")
 			_, zf = r.read(z)
 			requireClose(t, zf, zc, tolExp, "z from the capturing flash attention")
+
+			// Again over what it wrote: the masks are held and not written
+			// again, and every entry is as before, bit for bit.
+			require.True(t, vulkan.MasksHeld(scores.v, av, false) && vulkan.MasksHeld(pattern.v, av, true))
+			require.True(t, r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av))
+			_, sv2 := r.read(scores)
+			_, pv2 := r.read(pattern)
+			gputest.RequireBits(t, sv, sv2, "scores over held masks")
+			gputest.RequireBits(t, pv, pv2, "pattern over held masks")
+			// Held masks are skipped: taken as held over 7s, the 7s stay.
+			for _, x := range []twin{scores, pattern} {
+				r.vs.Edit(x.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: x.v.Len(), Scalar: 7})
+			}
+			vulkan.MarkMasks(scores.v, av, false)
+			vulkan.MarkMasks(pattern.v, av, true)
+			require.True(t, r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av))
+			_, sv3 := r.read(scores)
+			_, pv3 := r.read(pattern)
+			for i := range pc {
+				if pc[i] == 0 {
+					require.Equal(t, float32(7), pv3[i], "pattern entry %d", i)
+				} else {
+					require.Equal(t, pv[i], pv3[i], "pattern entry %d", i)
+					require.Equal(t, sv[i], sv3[i], "scores entry %d", i)
+				}
+			}
 		})
 	}
 }
@@ -630,4 +675,56 @@ func TestViewsAreRangesOfTheirTensor(t *testing.T) {
 	r.vs.Free(arena.v)
 	r.vs.Add(b.v, x.v, y.v, 4)
 	require.ErrorContains(t, r.vs.Sync(), "used after Free of arena")
+}
+
+// What is known of a capture's masked entries goes with the range of the
+// buffer it was recorded for, and is forgotten as soon as anything writes
+// any of that range: a write from the host, a copy, a kernel; writes
+// elsewhere in the buffer leave it.
+func TestHeldMasksAreForgottenOnAnyWrite(t *testing.T) {
+	r := newRig(t, 9)
+	_, a, _, _, _ := attention(r, 8, 0, 2, 1, 32, 0, 0)
+	n := a.Heads * a.T * a.Keys()
+	slot := (n + gpu.SlotAlign - 1) / gpu.SlotAlign * gpu.SlotAlign
+	arena, err := r.vs.Alloc("arena", 3*slot)
+	require.NoError(t, err)
+	views := make([]gpu.Tensor, 3)
+	for i := range views {
+		views[i] = r.vs.View(arena, i*slot, n)
+		require.NotNil(t, views[i])
+	}
+	mark := func() {
+		for _, v := range views {
+			vulkan.MarkMasks(v, a, false)
+		}
+	}
+	held := func() []bool {
+		h := make([]bool, len(views))
+		for i, v := range views {
+			h[i] = vulkan.MasksHeld(v, a, false)
+		}
+		return h
+	}
+	mark()
+	require.Equal(t, []bool{true, true, true}, held())
+	require.False(t, vulkan.MasksHeld(views[0], a, true), "scores' masks are not a pattern's")
+	other := *a
+	other.Pos0, other.T = 2, 6 // as many keys, another layout
+	require.False(t, vulkan.MasksHeld(views[0], &other, false))
+	whole := r.vs.View(arena, 0, slot+n)
+	require.NotNil(t, whole)
+	require.False(t, vulkan.MasksHeld(whole, a, false), "another range")
+
+	r.vs.Write(views[1], n-1, []float32{1})
+	require.Equal(t, []bool{true, false, true}, held(), "a write of the last element")
+	mark()
+	r.vs.Copy(arena, 2*slot, arena, 0, 1)
+	require.Equal(t, []bool{true, true, false}, held(), "a copy into the first element")
+	mark()
+	r.vs.Edit(views[0], gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: 1, Scalar: 7})
+	require.Equal(t, []bool{false, true, true}, held(), "a kernel")
+	mark()
+	r.vs.Edit(arena, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: arena.Len(), Scalar: 7})
+	require.Equal(t, []bool{false, false, false}, held(), "a kernel over the whole arena")
+	require.NoError(t, r.vs.Sync())
 }

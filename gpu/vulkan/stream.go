@@ -323,6 +323,9 @@ func (s *stream) access(uses ...use) {
 	for _, u := range uses {
 		if u.write {
 			u.buf.version++
+			if len(u.buf.masks) > 0 {
+				u.buf.forgetMasks(u.lo, u.hi)
+			}
 			s.writes = append(s.writes, u.span())
 		} else {
 			s.reads = append(s.reads, u.span())
