@@ -52,6 +52,8 @@ type Backend struct {
 	timestampNs float64
 
 	closed atomic.Bool
+	// masksKept counts captures whose masked scores were not written again (tests).
+	masksKept atomic.Int64
 
 	mu         sync.Mutex // guards everything below
 	pipelines  map[pipelineKey]*pipeline

@@ -288,9 +288,21 @@ func TestClosedDeviceTracesLendTheirHostMemory(t *testing.T) {
 // matrices), it does not write them again. Every capture of such a
 // prefill equals a fresh session's, bit for bit: a plain prefill, one with
 // sliding windows (tiny-gemma3), and a continued one (another layout from
-// position 4).
+// position 4); 100 tokens, so that workgroups of queries have keys no
+// block of theirs takes (the tails skipped); and the pattern alone, whose
+// scratch of scores layers of different windows share.
 func TestReusedArenasCaptureAsFreshOnes(t *testing.T) {
 	b := backend(t)
+	kept := vulkan.MasksKept(b)
+	defer func() {
+		if vulkan.Coop(b) {
+			require.Greater(t, vulkan.MasksKept(b), kept, "masks were held")
+		}
+	}()
+	long := make([]int32, 100)
+	for i := range long {
+		long[i] = int32(i*37%500 + 3)
+	}
 	for _, shape := range []string{"tiny-qwen3", "tiny-gemma3"} {
 		t.Run(shape, func(t *testing.T) {
 			m := genModel(t, shape, gguf.F16, 21)
@@ -298,7 +310,7 @@ func TestReusedArenasCaptureAsFreshOnes(t *testing.T) {
 			require.NoError(t, err)
 			ctx := context.Background()
 			o := gpu.Options{Capture: gpu.CaptureAll(), Logits: gpu.LogitsAll}
-			fresh := func(tokens []int32, pos0 int) *trace.Trace {
+			fresh := func(tokens []int32, pos0 int, o gpu.Options) *trace.Trace {
 				s, err := e.NewSession(0)
 				require.NoError(t, err)
 				defer s.Close()
@@ -314,7 +326,7 @@ func TestReusedArenasCaptureAsFreshOnes(t *testing.T) {
 			s, err := e.NewSession(0)
 			require.NoError(t, err)
 			defer s.Close()
-			sweep := func(tokens []int32, pos0 int) *trace.Trace {
+			sweep := func(tokens []int32, pos0 int, o gpu.Options) *trace.Trace {
 				require.NoError(t, s.Reset())
 				if pos0 > 0 {
 					_, err := s.Prefill(ctx, testTokens[:pos0], gpu.Options{})
@@ -325,12 +337,16 @@ func TestReusedArenasCaptureAsFreshOnes(t *testing.T) {
 				return tr
 			}
 			other := append([]int32{testTokens[3], testTokens[1]}, testTokens[2:]...)
+			longOther := append([]int32{long[5]}, long[1:]...)
+			patterns := gpu.Options{Capture: gpu.CaptureOf("blocks.*.attn.hook_pattern")}
 			for i, c := range []struct {
 				tokens []int32
 				pos0   int
-			}{{testTokens, 0}, {other, 0}, {testTokens, 0}, {other[4:], 4}, {testTokens[4:], 4}} {
-				want := fresh(c.tokens, c.pos0)
-				got := sweep(c.tokens, c.pos0)
+				o      gpu.Options
+			}{{testTokens, 0, o}, {other, 0, o}, {testTokens, 0, o}, {other[4:], 4, o}, {testTokens[4:], 4, o},
+				{long[4:], 4, o}, {longOther[4:], 4, o}, {long, 0, patterns}, {longOther, 0, patterns}} {
+				want := fresh(c.tokens, c.pos0, c.o)
+				got := sweep(c.tokens, c.pos0, c.o)
 				for _, name := range want.Names {
 					gputest.RequireBits(t, want.Tensor(name).Data, got.Tensor(name).Data, "prefill %d of the sweep: %s", i, name)
 				}

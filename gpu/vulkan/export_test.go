@@ -155,6 +155,9 @@ func MasksHeld(t gpu.Tensor, a *gpu.Attention, pattern bool) bool {
 	return t.(*tensor).masksHeld(masksOf(a, pattern))
 }
 
+// MasksKept counts the captures whose masked scores were not written again.
+func MasksKept(b *Backend) int64 { return b.masksKept.Load() }
+
 // MarkMasks records t's masked entries of a's layout as written, whatever t holds.
 func MarkMasks(t gpu.Tensor, a *gpu.Attention, pattern bool) {
 	t.(*tensor).masksWritten(masksOf(a, pattern))

@@ -718,6 +718,9 @@ func (s *stream) FlashAttentionCapture(a *gpu.Attention) bool {
 	pl := sl
 	pl.pattern = true
 	heldS, heldP := scores.masksHeld(sl), pattern.masksHeld(pl)
+	if heldS {
+		s.b.masksKept.Add(1)
+	}
 	s.flash(a, true, heldS)
 	s.causalSoftmax(a, heldP)
 	if s.err == nil {

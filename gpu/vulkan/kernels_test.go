@@ -270,13 +270,23 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 			require.True(t, r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av))
 			_, sv3 := r.read(scores)
 			_, pv3 := r.read(pattern)
+			sevens := 0
 			for i := range pc {
 				if pc[i] == 0 {
 					require.Equal(t, float32(7), pv3[i], "pattern entry %d", i)
+					// The kernel writes the masked scores of the key blocks
+					// it takes, and skips the rest.
+					require.True(t, sv3[i] == 7 || math.IsInf(float64(sv3[i]), -1), "scores entry %d: %v", i, sv3[i])
+					if sv3[i] == 7 {
+						sevens++
+					}
 				} else {
 					require.Equal(t, pv[i], pv3[i], "pattern entry %d", i)
 					require.Equal(t, sv[i], sv3[i], "scores entry %d", i)
 				}
+			}
+			if tc.T >= 100 { // workgroups of queries that take only some key blocks
+				require.Positive(t, sevens, "held masked scores are not written")
 			}
 		})
 	}
@@ -711,6 +721,9 @@ func TestHeldMasksAreForgottenOnAnyWrite(t *testing.T) {
 	other := *a
 	other.Pos0, other.T = 2, 6 // as many keys, another layout
 	require.False(t, vulkan.MasksHeld(views[0], &other, false))
+	other = *a
+	other.Window = 3
+	require.False(t, vulkan.MasksHeld(views[0], &other, false), "another window")
 	whole := r.vs.View(arena, 0, slot+n)
 	require.NotNil(t, whole)
 	require.False(t, vulkan.MasksHeld(whole, a, false), "another range")
