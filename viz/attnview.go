@@ -39,7 +39,7 @@ func AttentionView(tr *trace.Trace, layers ...int) (HTML, error) {
 	var heads, keys int
 	for _, l := range layers {
 		name := fmt.Sprintf("blocks.%d.attn.hook_pattern", l)
-		x, err := tr.Get(name)
+		x, err := copyOf(tr, name)
 		if err != nil {
 			return HTML{}, fmt.Errorf("viz: AttentionView: %w; capture %q", err, "blocks.*.attn.hook_pattern")
 		}

@@ -26,7 +26,7 @@ func tensor(tr *trace.Trace, figure, name string, shape ...int) (*trace.Tensor, 
 	if !tr.Has(name) {
 		return nil, missing(figure, name, captureHint(name))
 	}
-	x, err := tr.Get(name)
+	x, err := copyOf(tr, name)
 	if err != nil {
 		return nil, fmt.Errorf("viz: %s: %w", figure, err)
 	}
@@ -37,6 +37,17 @@ func tensor(tr *trace.Trace, figure, name string, shape ...int) (*trace.Tensor, 
 		return nil, fmt.Errorf("viz: %s: %s holds %d values, want %d for shape %v", figure, name, len(x.Data), n, shape)
 	}
 	return x, nil
+}
+
+// copyOf reads a capture into memory of the figure's own rather than
+// taking the trace's (Get): a figure stays right after its trace is
+// closed, and Close still gives the trace's memory to the next prefill.
+func copyOf(tr *trace.Trace, name string) (*trace.Tensor, error) {
+	shape := tr.Shape(name)
+	if len(shape) == 0 {
+		return tr.Get(name) // not captured (the error says what was), or a scalar
+	}
+	return tr.Rows(name, 0, shape[0])
 }
 
 func elements(shape []int) int {

@@ -133,7 +133,7 @@ func Captured(tr *trace.Trace, name string) (*Figure, error) {
 	if !tr.Has(name) {
 		return nil, missing("Captured", name, captureHint(name))
 	}
-	x, err := tr.Get(name)
+	x, err := copyOf(tr, name)
 	if err != nil {
 		return nil, fmt.Errorf("viz: Captured: %w", err)
 	}

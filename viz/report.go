@@ -189,8 +189,8 @@ func reportViews(tr *trace.Trace) []reportViewEntry {
 func strongestPrevTokenHead(tr *trace.Trace) (layer, head int) {
 	layer, best := -1, -1.0
 	for l := range tr.Model.Layers {
-		p := tr.Tensor(gpu.LayerPoint(l, "attn.hook_pattern"))
-		if p == nil {
+		p, err := copyOf(tr, gpu.LayerPoint(l, "attn.hook_pattern"))
+		if err != nil {
 			continue
 		}
 		if layer < 0 {

@@ -252,8 +252,7 @@ func TestBadArgumentsAreNamed(t *testing.T) {
 	_, err := LogitLens(tr)
 	require.ErrorContains(t, err, "logit lens layer 0 has 1 probabilities and 1 pieces, want 13 (one per token)")
 
-	bad := tr.Tensor("blocks.1.attn.hook_pattern")
-	bad.Shape = []int{8, 13, 12}
+	tr.Put("blocks.1.attn.hook_pattern", &trace.Tensor{Shape: []int{8, 13, 12}, Data: make([]float32, 8*13*12)})
 	_, err = AttentionGrid(tr)
 	require.ErrorContains(t, err, "AttentionGrid: blocks.1.attn.hook_pattern has shape [8 13 12], want [8 13 13]")
 
@@ -320,4 +319,36 @@ func TestAttentionGridTitleCounts(t *testing.T) {
 	fig, err = AttentionGrid(prefill(t, m, synthTokens, gpu.CaptureAll()))
 	require.NoError(t, err)
 	require.Equal(t, "Attention patterns: 4 layers × 8 heads (rows: queries, columns: keys)", fig.Title)
+}
+
+// A figure keeps its own copy of what it draws: the trace hands nothing
+// out, so Close gives its memory back (to the next prefill, which writes
+// over it), and the figure still draws what it drew before.
+func TestFiguresHandNothingOut(t *testing.T) {
+	tr := trace.New()
+	tr.Model = trace.Model{Name: "m", Arch: "llama", Layers: 1, DModel: 4, Heads: 2, KVHeads: 2, HeadDim: 2}
+	tr.Tokens, tr.Pieces = []int32{1, 2, 3}, []string{"a", "b", "c"}
+	pattern := []float32{1, 0, 0, .5, .5, 0, .2, .3, .5, 1, 0, 0, .9, .1, 0, .1, .1, .8}
+	recycled := 0
+	tr.PutView("blocks.0.attn.hook_pattern", &trace.Tensor{Shape: []int{2, 3, 3}, Data: pattern}, &trace.Arena{Recycle: func() { recycled++ }})
+	grid, err := AttentionGrid(tr)
+	require.NoError(t, err)
+	captured, err := Captured(tr, "blocks.0.attn.hook_pattern")
+	require.NoError(t, err)
+	view, err := AttentionView(tr)
+	require.NoError(t, err)
+	var before [2]bytes.Buffer
+	require.NoError(t, grid.Encode(&before[0], "png"))
+	require.NoError(t, captured.Encode(&before[1], "png"))
+	require.NoError(t, tr.Close())
+	require.Equal(t, 1, recycled, "the pattern's memory went back")
+	for i := range pattern {
+		pattern[i] = 1 - pattern[i] // the next prefill
+	}
+	var after [2]bytes.Buffer
+	require.NoError(t, grid.Encode(&after[0], "png"))
+	require.NoError(t, captured.Encode(&after[1], "png"))
+	require.Equal(t, before[0].Bytes(), after[0].Bytes(), "AttentionGrid")
+	require.Equal(t, before[1].Bytes(), after[1].Bytes(), "Captured")
+	require.Contains(t, view.Body, "0.9", "AttentionView's data went into its page")
 }
