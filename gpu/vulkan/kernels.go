@@ -666,27 +666,26 @@ func (s *stream) AttnScores(a *gpu.Attention) {
 }
 
 func (s *stream) Softmax(dst, src gpu.Tensor, rows, n int) {
-	d, x := s.tensorOf(dst), s.tensorOf(src)
-	if !s.fits("softmax", []*tensor{d, x}, rows*n, rows*n) {
-		return
-	}
-	gx, gy, gz := gridRows(rows)
-	s.dispatch("softmax", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
-		[]uint32{uint32(rows), uint32(n), 0, 0, 0, 0}, gx, gy, gz)
+	s.softmax(dst, src, rows, n, []uint32{0, 0, 0, 0})
 }
 
 // causalSoftmax is Softmax of a's causally masked scores into its pattern,
 // reading only each query's keys; the zeros around them are written unless
 // held says the pattern has them from a prefill of the same layout.
 func (s *stream) causalSoftmax(a *gpu.Attention, held bool) {
-	d, x := s.tensorOf(a.Pattern), s.tensorOf(a.Scores)
-	rows, n := a.Heads*a.T, a.Keys()
+	s.softmax(a.Pattern, a.Scores, a.Heads*a.T, a.Keys(), []uint32{uint32(a.T), uint32(a.Pos0), uint32(a.Window), b2u(held)})
+}
+
+// softmax dispatches softmax.comp; causal is its t, pos0, window and held
+// (t = 0: whole rows).
+func (s *stream) softmax(dst, src gpu.Tensor, rows, n int, causal []uint32) {
+	d, x := s.tensorOf(dst), s.tensorOf(src)
 	if !s.fits("softmax", []*tensor{d, x}, rows*n, rows*n) {
 		return
 	}
 	gx, gy, gz := gridRows(rows)
 	s.dispatch("softmax", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
-		[]uint32{uint32(rows), uint32(n), uint32(a.T), uint32(a.Pos0), uint32(a.Window), b2u(held)}, gx, gy, gz)
+		append([]uint32{uint32(rows), uint32(n)}, causal...), gx, gy, gz)
 }
 
 func (s *stream) AttnMix(a *gpu.Attention) {
