@@ -9,8 +9,10 @@
 // same contract as matmul.comp. A workgroup of 8 subgroups of 32 lanes owns a
 // BM x BN tile; each subgroup a block of TM x TN 16x16 float32 accumulators
 // fed by 16x16x16 float16 products. The host picks the shape (coopTileFor in
-// gpu/vulkan). Each step's tiles are loaded into registers while the step
-// before multiplies, which ran 1.2-1.4x faster on the H200.
+// gpu/vulkan). With PREFETCH, each step's tiles are loaded into registers
+// while the step before multiplies (1.2-1.4x faster on the H200 than
+// loading after the barrier, with one workgroup per SM); without it the
+// kernel holds fewer registers, so that two workgroups fit an SM.
 //
 // Accuracy (EXACT, PrecisionExact): X is split into float16 hi + lo
 // (x - hi), two products per step, so the result keeps float32's accuracy
@@ -40,6 +42,7 @@ layout(constant_id = 4) const uint EXACT = 1; // 0: PrecisionFast
 layout(constant_id = 5) const uint A16 = 0;
 layout(constant_id = 6) const uint B16 = 0; // with A16
 layout(constant_id = 7) const uint WLO = 0; // with B16 and EXACT
+layout(constant_id = 8) const uint PREFETCH = 1; // 0: each step loads after the barrier
 const uint BM = 16 * TM * WGM, BN = 16 * TN * (8 / WGM);
 const uint NO_RANGE_FLAGS = 0xFFFFFFFFu; // noRangeFlags in gpu/vulkan
 
@@ -150,9 +153,78 @@ void writeStaged(uint yOff, uint m, uint n) {
 #define MAT16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
+// Each thread carries its chunks of 8 along k of a step's tiles in
+// registers (A's BM rows, then B's BN rows); with PREFETCH the next step's
+// are loaded while this step's products run.
+float ra[AH][8], rb[BH][8];
+uvec4 rah[AH], ral[AH], rbh[BH], rbl[BH]; // with A16, B16
+uint m0, n0;
+
+// fetch loads the step at k into the registers; past K it reads zeros.
+void fetch(uint k) {
+    uint tid = gl_LocalInvocationIndex;
+    [[unroll]] for (uint h = 0; h < AH; h++) {
+        uint id = tid + 256 * h;
+        if (A16 != 0) {
+            halvesA(id < BM * CH ? m0 + id / CH : pc.M, k + 8 * (id % CH), rah[h], ral[h]);
+        } else {
+            elemsA(id < BM * CH ? m0 + id / CH : pc.M, k + 8 * (id % CH), ra[h]);
+        }
+    }
+    [[unroll]] for (uint h = 0; h < BH; h++) {
+        uint id = tid + 256 * h;
+        if (B16 != 0) {
+            halvesB(n0 + id / CH, k + 8 * (id % CH), rbh[h], rbl[h]);
+        } else {
+            elemsB(n0 + id / CH, k + 8 * (id % CH), rb[h]);
+        }
+    }
+}
+
+// stage stores the registers' step into the shared tiles; it reports
+// whether every value fits float16.
+bool stage() {
+    uint tid = gl_LocalInvocationIndex;
+    bool ok = true;
+    [[unroll]] for (uint h = 0; h < AH; h++) {
+        uint id = tid + 256 * h, r = id / CH, c = id % CH;
+        if (id < BM * CH && A16 != 0) {
+            Ahi[r * SROW + c] = rah[h];
+            if (EXACT != 0) {
+                Alo[r * SROW + c] = ral[h];
+            }
+        } else if (id < BM * CH) {
+            ok = ok && fitsHalf(ra[h]);
+            if (EXACT != 0) {
+                split(ra[h], Ahi[r * SROW + c], Alo[r * SROW + c]);
+            } else {
+                Ahi[r * SROW + c] = round16(ra[h]);
+            }
+        }
+    }
+    [[unroll]] for (uint h = 0; h < BH; h++) {
+        uint id = tid + 256 * h, r = id / CH, c = id % CH;
+        if (B16 != 0) {
+            Bhi[r * SROW + c] = rbh[h];
+            if (WLO != 0) {
+                Blo[r * SROW + c] = rbl[h];
+            }
+        } else if (EXACT != 0) {
+            uvec4 hi, lo; // lo is 0: the weights are exact in float16
+            split(rb[h], hi, lo);
+            Bhi[r * SROW + c] = hi;
+        } else {
+            ok = ok && fitsHalf(rb[h]);
+            Bhi[r * SROW + c] = round16(rb[h]);
+        }
+    }
+    return ok;
+}
+
 void main() {
     uvec2 tile = B16 != 0 ? gl_WorkGroupID.yx : gl_WorkGroupID.xy;
-    uint n0 = tile.x * BN, m0 = tile.y * BM;
+    n0 = tile.x * BN;
+    m0 = tile.y * BM;
     uint tid = gl_LocalInvocationIndex, sg = gl_SubgroupID;
     uint wm = 16 * TM * (sg / (8 / WGM)), wn = 16 * TN * (sg % (8 / WGM));
     uint kBegin = gl_WorkGroupID.z * pc.kChunk, kEnd = pc.kChunk != 0 ? min(pc.K, kBegin + pc.kChunk) : pc.K;
@@ -169,11 +241,6 @@ void main() {
 #define ZERO(I, J) if (I < TM && J < TN) { acc[4 * I + J] = ACC(0.0); }
     EACH(ZERO)
     bool ok = true;
-    // Each thread carries its chunks of 8 along k of the next step's tiles
-    // in registers (A's BM rows, then B's BN rows), so their loads are in
-    // flight while this step's products run.
-    float ra[AH][8], rb[BH][8];
-    uvec4 rah[AH], ral[AH], rbh[BH], rbl[BH]; // with A16, B16
     if (A16 != 0) {
         for (uint r = tid; r < BM; r += 256) {
             ok = ok && (m0 + r >= pc.M || xhw[pc.bigBase + m0 + r] == 0);
@@ -184,72 +251,18 @@ void main() {
             ok = ok && (n0 + r >= pc.N || pc.wBigBase == NO_RANGE_FLAGS || whw[pc.wBigBase + n0 + r] == 0);
         }
     }
-    [[unroll]] for (uint h = 0; h < AH; h++) {
-        uint id = tid + 256 * h;
-        if (A16 != 0) {
-            halvesA(id < BM * CH ? m0 + id / CH : pc.M, kBegin + 8 * (id % CH), rah[h], ral[h]);
-        } else {
-            elemsA(id < BM * CH ? m0 + id / CH : pc.M, kBegin + 8 * (id % CH), ra[h]);
-        }
-    }
-    [[unroll]] for (uint h = 0; h < BH; h++) {
-        uint id = tid + 256 * h;
-        if (B16 != 0) {
-            halvesB(n0 + id / CH, kBegin + 8 * (id % CH), rbh[h], rbl[h]);
-        } else {
-            elemsB(n0 + id / CH, kBegin + 8 * (id % CH), rb[h]);
-        }
+    if (PREFETCH != 0) {
+        fetch(kBegin);
     }
     for (uint k0 = kBegin; k0 < kEnd; k0 += BK) {
-        [[unroll]] for (uint h = 0; h < AH; h++) {
-            uint id = tid + 256 * h, r = id / CH, c = id % CH;
-            if (id < BM * CH && A16 != 0) {
-                Ahi[r * SROW + c] = rah[h];
-                if (EXACT != 0) {
-                    Alo[r * SROW + c] = ral[h];
-                }
-            } else if (id < BM * CH) {
-                ok = ok && fitsHalf(ra[h]);
-                if (EXACT != 0) {
-                    split(ra[h], Ahi[r * SROW + c], Alo[r * SROW + c]);
-                } else {
-                    Ahi[r * SROW + c] = round16(ra[h]);
-                }
-            }
+        if (PREFETCH == 0) {
+            fetch(k0);
         }
-        [[unroll]] for (uint h = 0; h < BH; h++) {
-            uint id = tid + 256 * h, r = id / CH, c = id % CH;
-            if (B16 != 0) {
-                Bhi[r * SROW + c] = rbh[h];
-                if (WLO != 0) {
-                    Blo[r * SROW + c] = rbl[h];
-                }
-            } else if (EXACT != 0) {
-                uvec4 hi, lo; // lo is 0: the weights are exact in float16
-                split(rb[h], hi, lo);
-                Bhi[r * SROW + c] = hi;
-            } else {
-                ok = ok && fitsHalf(rb[h]);
-                Bhi[r * SROW + c] = round16(rb[h]);
-            }
-        }
+        ok = stage() && ok;
         barrier();
         // Past the last step these read nothing: the bounds give zeros.
-        [[unroll]] for (uint h = 0; h < AH; h++) {
-            uint id = tid + 256 * h;
-            if (A16 != 0) {
-                halvesA(id < BM * CH ? m0 + id / CH : pc.M, k0 + BK + 8 * (id % CH), rah[h], ral[h]);
-            } else {
-                elemsA(id < BM * CH ? m0 + id / CH : pc.M, k0 + BK + 8 * (id % CH), ra[h]);
-            }
-        }
-        [[unroll]] for (uint h = 0; h < BH; h++) {
-            uint id = tid + 256 * h;
-            if (B16 != 0) {
-                halvesB(n0 + id / CH, k0 + BK + 8 * (id % CH), rbh[h], rbl[h]);
-            } else {
-                elemsB(n0 + id / CH, k0 + BK + 8 * (id % CH), rb[h]);
-            }
+        if (PREFETCH != 0) {
+            fetch(k0 + BK);
         }
         [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
             MAT16 ah[4], al[4], bh[4], bl[4];

@@ -1,6 +1,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#ifdef USE_SUBGROUP
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 // dst = softmax(src) per row of n; -inf entries get exactly 0. A row of up
 // to HELD x the workgroup's size (every row of a capture up to 4,096 keys
 // with 256 invocations) is read once and held in registers, not three
@@ -26,6 +29,63 @@ shared float red[gl_WorkGroupSize.x];
 
 const uint HELD = 16;
 
+// reduceMax and reduceSum give every invocation the workgroup's max or sum
+// of v: through subgroup operations and one exchange (USE_SUBGROUP: two
+// barriers), or a tree in shared memory (one barrier per halving).
+float reduceMax(float v) {
+    uint lid = gl_LocalInvocationID.x;
+#ifdef USE_SUBGROUP
+    v = subgroupMax(v);
+    if (subgroupElect()) {
+        red[gl_SubgroupID] = v;
+    }
+    barrier();
+    v = red[0];
+    for (uint i = 1; i < gl_NumSubgroups; i++) {
+        v = max(v, red[i]);
+    }
+#else
+    red[lid] = v;
+    barrier();
+    for (uint s = gl_WorkGroupSize.x / 2; s > 0; s /= 2) {
+        if (lid < s) {
+            red[lid] = max(red[lid], red[lid + s]);
+        }
+        barrier();
+    }
+    v = red[0];
+#endif
+    barrier();
+    return v;
+}
+
+float reduceSum(float v) {
+    uint lid = gl_LocalInvocationID.x;
+#ifdef USE_SUBGROUP
+    v = subgroupAdd(v);
+    if (subgroupElect()) {
+        red[gl_SubgroupID] = v;
+    }
+    barrier();
+    v = red[0];
+    for (uint i = 1; i < gl_NumSubgroups; i++) {
+        v += red[i];
+    }
+#else
+    red[lid] = v;
+    barrier();
+    for (uint s = gl_WorkGroupSize.x / 2; s > 0; s /= 2) {
+        if (lid < s) {
+            red[lid] += red[lid + s];
+        }
+        barrier();
+    }
+    v = red[0];
+#endif
+    barrier();
+    return v;
+}
+
 void main() {
     uint row = groupIndex(), lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     if (row >= pc.rows) {
@@ -47,16 +107,7 @@ void main() {
     for (uint i = rest; i < len; i += wg) {
         m = max(m, src[base + i]);
     }
-    red[lid] = m;
-    barrier();
-    for (uint s = wg / 2; s > 0; s /= 2) {
-        if (lid < s) {
-            red[lid] = max(red[lid], red[lid + s]);
-        }
-        barrier();
-    }
-    m = red[0];
-    barrier();
+    m = reduceMax(m);
     float sum = 0.0;
     [[unroll]] for (uint k = 0; k < HELD; k++) {
         held[k] = exp(held[k] - m); // 0 past the row: exp(-inf)
@@ -65,15 +116,7 @@ void main() {
     for (uint i = rest; i < len; i += wg) {
         sum += exp(src[base + i] - m);
     }
-    red[lid] = sum;
-    barrier();
-    for (uint s = wg / 2; s > 0; s /= 2) {
-        if (lid < s) {
-            red[lid] += red[lid + s];
-        }
-        barrier();
-    }
-    float inv = 1.0 / red[0];
+    float inv = 1.0 / reduceSum(sum);
     [[unroll]] for (uint k = 0; k < HELD; k++) {
         uint i = lid + k * wg;
         if (i < len) {

@@ -48,6 +48,8 @@ type Backend struct {
 	// coop says GEMMs run on cooperative matrices (matmul_coop.comp);
 	// coopEnabled that the device was opened with them.
 	coop, coopEnabled bool
+	// stats says pipelines keep their statistics (Options.KernelStatistics).
+	stats bool
 	// timestampNs is nanoseconds per timestamp tick; 0 when the queue has no timestamps.
 	timestampNs float64
 
@@ -141,9 +143,16 @@ func (b *Backend) init(o Options) error {
 	portable := o.PortableGEMM || os.Getenv("STRATA_GEMM") == "portable"
 	if coop, ok := b.in.coopMatrix(d); ok && !portable {
 		exts = append(exts, "VK_NV_cooperative_matrix")
-		p.Pin(coop)
-		p.Pin(coop.PNext)
 		features, b.coop, b.coopEnabled = unsafe.Pointer(coop), true, true
+	}
+	if o.KernelStatistics {
+		if st, ok := b.in.statisticsChain(d); ok {
+			exts = append(exts, "VK_KHR_pipeline_executable_properties")
+			st.PNext, features, b.stats = features, unsafe.Pointer(st), true
+		}
+	}
+	for next := features; next != nil; next = *(*unsafe.Pointer)(unsafe.Add(next, 8)) { // every struct's pNext follows its sType
+		p.Pin(next)
 	}
 	dci := vk.DeviceCreateInfo{SType: vk.StructureTypeDeviceCreateInfo, PNext: features, QueueCreateInfoCount: 1, PQueueCreateInfos: qci,
 		EnabledExtensionCount: uint32(len(exts)), PpEnabledExtensionNames: cstrings(&p, exts)}
@@ -396,7 +405,7 @@ type pipeline struct {
 }
 
 // maxSpec is the most specialization constants a kernel takes.
-const maxSpec = 8
+const maxSpec = 9
 
 type pipelineKey struct {
 	name string
@@ -448,6 +457,9 @@ func (b *Backend) pipeline(name string, bindings int, spec ...uint32) (*pipeline
 	}
 	p := &pipeline{layout: b.layouts[bindings], bindings: bindings}
 	ci := vk.ComputePipelineCreateInfo{SType: vk.StructureTypeComputePipelineCreateInfo, Stage: stage, Layout: p.layout}
+	if b.stats {
+		ci.Flags |= pipelineCreateCaptureStatisticsBitKHR
+	}
 	if _, err := b.f.CreateComputePipelines(b.device, 0, 1, &ci, nil, &p.handle); err != nil {
 		return nil, fmt.Errorf("vulkan: pipeline %s: %w", name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
@@ -234,5 +235,57 @@ func BenchmarkCopy(b *testing.B) {
 				b.ReportMetric(2*4*float64(n)*10*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})
 		}
+	}
+}
+
+// BenchmarkPrefillTiles times whole bonsai-1.7b prefills (random
+// Q1_0_g128 weights, capture none) with coopTileFor's tiles and with the
+// tiles it took before they loaded late (128 x 128 prefetching: 2 x 4
+// accumulators per subgroup and k steps of 64 at fast precision, 4 x 2 at
+// exact), alternating twice, so the two are compared in one process.
+func BenchmarkPrefillTiles(b *testing.B) {
+	e := benchEngine(b, model.Shapes["bonsai-1.7b"], gguf.Q1_0_G128)
+	v := e.Backend.(*vulkan.Backend)
+	if !vulkan.Coop(v) {
+		b.Skip("no cooperative-matrix GEMMs")
+	}
+	defer vulkan.ForceCoopTile(v, -1, true, false)
+	before := map[gpu.Precision]int{gpu.PrecisionFast: vulkan.CoopTileIndex(2, 4, 4, 64, false), gpu.PrecisionExact: vulkan.CoopTileIndex(4, 2, 2, 32, false)}
+	for _, T := range []int{128, 512, 2048} {
+		tokens := benchTokens(T, e.Model.Vocab)
+		s, err := e.NewSession(T)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
+			o := gpu.Options{Precision: prec}
+			for _, round := range []int{1, 2} {
+				for _, tiles := range []string{"usual", "before"} {
+					b.Run(fmt.Sprintf("T=%d/%v/%s/%d", T, prec, tiles, round), func(b *testing.B) {
+						i := -1
+						if tiles == "before" {
+							i = before[prec]
+						}
+						if !vulkan.ForceCoopTile(v, i, prec == gpu.PrecisionExact, false) {
+							b.Skip("the tile needs more shared memory than the device has")
+						}
+						defer vulkan.ForceCoopTile(v, -1, true, false)
+						for start := time.Now(); time.Since(start) < time.Second; { // clocks up
+							s.Reset()
+							if _, err := s.Prefill(context.Background(), tokens, o); err != nil {
+								b.Fatal(err)
+							}
+						}
+						for b.Loop() {
+							s.Reset()
+							if _, err := s.Prefill(context.Background(), tokens, o); err != nil {
+								b.Fatal(err)
+							}
+						}
+					})
+				}
+			}
+		}
+		s.Close()
 	}
 }

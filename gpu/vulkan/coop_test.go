@@ -6,6 +6,7 @@ import (
 
 	"github.com/x448/float16"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -338,6 +339,55 @@ func TestSumPartsAddsEachPartAndTheBiasOnce(t *testing.T) {
 				want += bias[i%cols]
 			}
 			require.Equal(t, want, got[i], "element %d, bias %v", i, withBias)
+		}
+	}
+}
+
+// TestKernelStatistics compiles the cooperative GEMM with every tile, at
+// both precisions, its weights decoded in the tiles and first, and prints
+// what the driver reports of each (registers, shared memory, spills: run
+// with -v when choosing tiles). Every kernel must report something.
+func TestKernelStatistics(t *testing.T) {
+	backend(t) // skips where there is no Vulkan device
+	v, err := vulkan.Open(vulkan.Options{KernelStatistics: true})
+	require.NoError(t, err)
+	defer v.Close()
+	if _, err := v.KernelStatistics(); err != nil {
+		t.Skip(err)
+	}
+	if !vulkan.Coop(v) {
+		t.Skip("no cooperative-matrix GEMMs")
+	}
+	defer vulkan.ForceCoopTile(v, -1, true, false)
+	defer vulkan.SetCoopHalfWRows(vulkan.SetCoopHalfWRows(0))
+	r := newRig(t, 5)
+	const rows, n, k = 256, 256, 512
+	s := v.NewStream()
+	x, err := s.Alloc("x", rows*k)
+	require.NoError(t, err)
+	y, err := s.Alloc("y", rows*n)
+	require.NoError(t, err)
+	for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K} {
+		w, err := v.Upload(quantized(t, r, "w", n, k, typ))
+		require.NoError(t, err)
+		for ti := range vulkan.CoopTiles() {
+			for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
+				exact := prec == gpu.PrecisionExact
+				if !vulkan.ForceCoopTile(v, ti, exact, exact && typ != gguf.Q1_0_G128) {
+					continue
+				}
+				s.SetPrecision(prec)
+				s.MatMul(x, rows, gpu.Proj{W: w, Dst: y})
+			}
+		}
+	}
+	require.NoError(t, s.Sync())
+	stats, err := v.KernelStatistics()
+	require.NoError(t, err)
+	for _, k := range stats {
+		require.NotEmpty(t, k.Stats, k.Kernel)
+		if strings.HasPrefix(k.Kernel, "matmul_") {
+			t.Logf("%s %v %v", k.Kernel, k.Spec, k.Stats)
 		}
 	}
 }

@@ -41,6 +41,9 @@ type Options struct {
 	// where the device has cooperative matrices, to compare the two. The
 	// STRATA_GEMM=portable environment variable does the same.
 	PortableGEMM bool
+	// KernelStatistics asks the driver to keep each kernel's compiled
+	// statistics (Backend.KernelStatistics), where it can: for tuning.
+	KernelStatistics bool
 }
 
 // DeviceInfo describes one physical device.

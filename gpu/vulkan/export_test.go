@@ -1,6 +1,8 @@
 package vulkan
 
 import (
+	"slices"
+
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/vulkan/vk"
 )
@@ -71,6 +73,13 @@ func ForceCoopTile(b *Backend, i int, exact, splitW bool) bool {
 	}
 	forcedCoopTile = &t
 	return true
+}
+
+// CoopTileIndex is the index in CoopTiles of the tile with tm x tn
+// accumulators per subgroup, wgm subgroups along the rows, k step bk, loading
+// late or not; -1 if there is none.
+func CoopTileIndex(tm, tn, wgm, bk int, late bool) int {
+	return slices.Index(coopTiles, coopTile{tm: tm, tn: tn, wgm: wgm, bk: bk, late: late})
 }
 
 // Coop reports whether the device was opened with cooperative-matrix GEMMs.

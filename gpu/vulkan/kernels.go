@@ -26,8 +26,13 @@ const (
 
 // coopTile is a tile shape of matmul_coop.comp (its specialization
 // constants): tm x tn 16x16 accumulators per subgroup, wgm of the 8
-// subgroups along the rows of x, k step bk.
-type coopTile struct{ tm, tn, wgm, bk int }
+// subgroups along the rows of x, k step bk. late: each step loads its
+// tiles after the barrier instead of into registers during the step
+// before, which holds fewer registers (PREFETCH 0).
+type coopTile struct {
+	tm, tn, wgm, bk int
+	late            bool
+}
 
 func (c coopTile) bm() int { return 16 * c.tm * c.wgm }
 func (c coopTile) bn() int { return 16 * c.tn * (8 / c.wgm) }
@@ -50,7 +55,11 @@ func (c coopTile) shared(exact, splitW bool) int {
 }
 
 func (c coopTile) String() string {
-	return fmt.Sprintf("%dx%d/k%d", c.bm(), c.bn(), c.bk)
+	late := ""
+	if c.late {
+		late = "/late"
+	}
+	return fmt.Sprintf("%dx%d/k%d%s", c.bm(), c.bn(), c.bk, late)
 }
 
 // coopTiles are the shapes the cooperative GEMM is tested and timed with;
@@ -60,19 +69,22 @@ var coopTiles = []coopTile{
 	{tm: 1, tn: 4, wgm: 4, bk: 32}, // 64 x 128, 1 x 4 per subgroup
 	{tm: 2, tn: 2, wgm: 2, bk: 32}, // 64 x 128, 2 x 2 per subgroup
 	{tm: 1, tn: 4, wgm: 4, bk: 64},
-	{tm: 2, tn: 4, wgm: 4, bk: 32}, // 128 x 128
-	{tm: 2, tn: 4, wgm: 4, bk: 64}, // (fast precision only: shared memory)
-	{tm: 2, tn: 4, wgm: 2, bk: 32}, // 64 x 256
-	{tm: 4, tn: 2, wgm: 2, bk: 32}, // 128 x 128, 4 x 2 per subgroup
-	{tm: 4, tn: 4, wgm: 2, bk: 32}, // 128 x 256
-	{tm: 4, tn: 4, wgm: 4, bk: 32}, // 256 x 128 (fast precision only: shared memory)
+	{tm: 2, tn: 4, wgm: 4, bk: 32},             // 128 x 128
+	{tm: 2, tn: 4, wgm: 4, bk: 64},             // (fast precision only: shared memory)
+	{tm: 2, tn: 4, wgm: 2, bk: 32},             // 64 x 256
+	{tm: 4, tn: 2, wgm: 2, bk: 32},             // 128 x 128, 4 x 2 per subgroup
+	{tm: 4, tn: 4, wgm: 2, bk: 32},             // 128 x 256
+	{tm: 4, tn: 4, wgm: 4, bk: 32},             // 256 x 128 (fast precision only: shared memory)
+	{tm: 4, tn: 2, wgm: 2, bk: 32, late: true}, // 128 x 128, 4 x 2, loading late
+	{tm: 2, tn: 4, wgm: 4, bk: 32, late: true}, // 128 x 128, 2 x 4, loading late
 }
 
 // forcedCoopTile, when set (by tests), replaces coopTileFor's choice.
 var forcedCoopTile *coopTile
 
 // coopTileFor picks the tile for a GEMM at the given precision, its
-// weights in hi + lo float16 halves (splitW) or not. On the H200
+// weights as hw gives them: in float16 first (hw.ok), in hi + lo halves
+// (hw.split), or decoded in the tiles. On the H200
 // (BenchmarkCoopTiles with a warm-up, 12288 x 4096 weights, T = 128, 512,
 // 2048), 128 x 128 tiles ran fastest or level with the best: at fast
 // precision with k steps of 64 (1-bit weights 70 / 96 / 125 TFLOP/s
@@ -81,17 +93,30 @@ var forcedCoopTile *coopTile
 // for 1-bit weights (48 / 82 / 88 against 49 / 78 / 84) and 2 x 4 for
 // weights in hi + lo halves (36 / 63 / 73, where the portable kernel gave
 // 13 / 18 / 19). On 1024-wide weights (K and V) no tile did well: too few
-// workgroups to fill the device.
-func (s *stream) coopTileFor(exact, splitW bool) coopTile {
+// workgroups to fill the device. Weights decoded in the tiles at fast
+// precision take the 4 x 2 tile loading late: it holds 128 registers (the
+// driver's statistics, TestKernelStatistics) where the prefetching tiles
+// hold 155-204, so two workgroups fit an SM, and 1-bit weights ran at 129
+// / 154 TFLOP/s at T = 512 / 2048 against 104 / 122 (bonsai-1.7b fast
+// prefills 1.10 / 1.19x faster). Loading late did not pay where it
+// stays over 128 registers or reads float16 weights: exact 1-bit 79 / 85
+// against 81 / 89 (130 registers), Q4_K in hi + lo halves 50 / 59 against
+// 57 / 66, Q4_K decoded first at fast precision 92 / 136 against 109 / 135.
+func (s *stream) coopTileFor(exact bool, hw halfRange) coopTile {
 	if forcedCoopTile != nil {
 		return *forcedCoopTile
 	}
-	tiles := []coopTile{{tm: 2, tn: 4, wgm: 4, bk: 64}} // fast
+	splitW := hw.split
+	var tiles []coopTile
 	switch {
 	case exact && splitW:
 		tiles = []coopTile{{tm: 2, tn: 4, wgm: 4, bk: 32}}
 	case exact:
 		tiles = []coopTile{{tm: 4, tn: 2, wgm: 2, bk: 32}}
+	case hw.ok:
+		tiles = []coopTile{{tm: 2, tn: 4, wgm: 4, bk: 64}}
+	default:
+		tiles = []coopTile{{tm: 4, tn: 2, wgm: 2, bk: 32, late: true}}
 	}
 	for _, t := range tiles {
 		if t.shared(exact, splitW && exact) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
@@ -318,7 +343,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			if half != nil {
 				a16, xh = 1, use{buf: half}
 			}
-			t := s.coopTileFor(!fast, hw.split)
+			t := s.coopTileFor(!fast, hw)
 			wh := xs.reads()
 			gx, gy := ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm())
 			if hw.ok {
@@ -339,7 +364,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, outCols, sp.parts)
 				})
 			}
-			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16, b2u(hw.ok), b2u(hw.split)), append(uses, xh, wh),
+			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16, b2u(hw.ok), b2u(hw.split), b2u(!t.late)), append(uses, xh, wh),
 				append(push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase), gx, gy, gz)
 			continue
 		}
@@ -417,7 +442,7 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 		if !ok || !s.takesCoop(rows, m, hw) {
 			continue
 		}
-		t := s.coopTileFor(s.precision == gpu.PrecisionExact, hw.split)
+		t := s.coopTileFor(s.precision == gpu.PrecisionExact, hw)
 		groups := int(ceilDiv(m.w.Rows, t.bn()) * ceilDiv(rows, t.bm()))
 		if groups >= coopSplitBelow {
 			continue
@@ -684,7 +709,11 @@ func (s *stream) softmax(dst, src gpu.Tensor, rows, n int, causal []uint32) {
 		return
 	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("softmax", []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
+	kernel := "softmax"
+	if s.b.subgroups {
+		kernel += "_sg"
+	}
+	s.dispatch(kernel, []uint32{s.b.reduceWG}, []use{d.writes(), x.reads()},
 		append([]uint32{uint32(rows), uint32(n)}, causal...), gx, gy, gz)
 }
 

@@ -293,14 +293,23 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 }
 
 func TestSoftmaxOfLongRows(t *testing.T) {
-	r := newRig(t, 6)
-	rows, n := 3, 5000
-	x := r.random("x", rows*n, 4)
-	d := r.zeros("p", rows*n)
-	r.cs.Softmax(d.c, x.c, rows, n)
-	r.vs.Softmax(d.v, x.v, rows, n)
-	c, v := r.read(d)
-	requireClose(t, v, c, tolExp, "softmax")
+	// Rows longer and shorter than the workgroup, reduced with subgroup
+	// operations (where the device has them) and through shared memory.
+	for _, subgroups := range []bool{true, false} {
+		for _, n := range []int{5000, 37} {
+			t.Run(fmt.Sprintf("n=%d/subgroups=%v", n, subgroups), func(t *testing.T) {
+				defer vulkan.SetSubgroups(backend(t), vulkan.SetSubgroups(backend(t), subgroups))
+				r := newRig(t, 6)
+				rows := 3
+				x := r.random("x", rows*n, 4)
+				d := r.zeros("p", rows*n)
+				r.cs.Softmax(d.c, x.c, rows, n)
+				r.vs.Softmax(d.v, x.v, rows, n)
+				c, v := r.read(d)
+				requireClose(t, v, c, tolExp, "softmax")
+			})
+		}
+	}
 }
 
 // LayerNorm rows with a mean far from zero: a one-pass variance

@@ -72,7 +72,9 @@ const (
 	cmdCmdPipelineBarrier                             = 59
 	cmdCmdCopyBuffer                                  = 60
 	cmdCmdFillBuffer                                  = 61
-	numCommands                                       = 62
+	cmdGetPipelineExecutablePropertiesKHR             = 62
+	cmdGetPipelineExecutableStatisticsKHR             = 63
+	numCommands                                       = 64
 )
 
 // commandInfo gives each command's NUL-terminated name, level and whether it may be absent.
@@ -143,6 +145,8 @@ var commandInfo = [numCommands]struct {
 	{"vkCmdPipelineBarrier\x00", levelDevice, false},
 	{"vkCmdCopyBuffer\x00", levelDevice, false},
 	{"vkCmdFillBuffer\x00", levelDevice, false},
+	{"vkGetPipelineExecutablePropertiesKHR\x00", levelDevice, true},
+	{"vkGetPipelineExecutableStatisticsKHR\x00", levelDevice, true},
 }
 
 // CreateInstance calls vkCreateInstance.
@@ -522,4 +526,28 @@ func (f *Funcs) CmdCopyBuffer(commandBuffer CommandBuffer, srcBuffer Buffer, dst
 // CmdFillBuffer calls vkCmdFillBuffer.
 func (f *Funcs) CmdFillBuffer(commandBuffer CommandBuffer, dstBuffer Buffer, dstOffset DeviceSize, size DeviceSize, data uint32) {
 	purego.SyscallN(f.ptrs[cmdCmdFillBuffer], uintptr(commandBuffer), uintptr(dstBuffer), uintptr(dstOffset), uintptr(size), uintptr(data))
+}
+
+// GetPipelineExecutablePropertiesKHR calls vkGetPipelineExecutablePropertiesKHR.
+// Besides VK_SUCCESS it may return VK_INCOMPLETE.
+func (f *Funcs) GetPipelineExecutablePropertiesKHR(device Device, pPipelineInfo *PipelineInfoKHR, pExecutableCount *uint32, pProperties *PipelineExecutablePropertiesKHR) (Result, error) {
+	r, _, _ := purego.SyscallN(f.ptrs[cmdGetPipelineExecutablePropertiesKHR], uintptr(device), uintptr(unsafe.Pointer(pPipelineInfo)), uintptr(unsafe.Pointer(pExecutableCount)), uintptr(unsafe.Pointer(pProperties)))
+	return Result(int32(r)), check("vkGetPipelineExecutablePropertiesKHR", Result(int32(r)))
+}
+
+// HasGetPipelineExecutablePropertiesKHR reports whether vkGetPipelineExecutablePropertiesKHR was found.
+func (f *Funcs) HasGetPipelineExecutablePropertiesKHR() bool {
+	return f.ptrs[cmdGetPipelineExecutablePropertiesKHR] != 0
+}
+
+// GetPipelineExecutableStatisticsKHR calls vkGetPipelineExecutableStatisticsKHR.
+// Besides VK_SUCCESS it may return VK_INCOMPLETE.
+func (f *Funcs) GetPipelineExecutableStatisticsKHR(device Device, pExecutableInfo *PipelineExecutableInfoKHR, pStatisticCount *uint32, pStatistics unsafe.Pointer) (Result, error) {
+	r, _, _ := purego.SyscallN(f.ptrs[cmdGetPipelineExecutableStatisticsKHR], uintptr(device), uintptr(unsafe.Pointer(pExecutableInfo)), uintptr(unsafe.Pointer(pStatisticCount)), uintptr(pStatistics))
+	return Result(int32(r)), check("vkGetPipelineExecutableStatisticsKHR", Result(int32(r)))
+}
+
+// HasGetPipelineExecutableStatisticsKHR reports whether vkGetPipelineExecutableStatisticsKHR was found.
+func (f *Funcs) HasGetPipelineExecutableStatisticsKHR() bool {
+	return f.ptrs[cmdGetPipelineExecutableStatisticsKHR] != 0
 }

@@ -56,6 +56,10 @@ var structLayouts = []structLayout{
 	{"VkPhysicalDeviceShaderFloat16Int8Features", reflect.TypeFor[PhysicalDeviceShaderFloat16Int8Features](), []string{"sType", "pNext", "shaderFloat16", "shaderInt8"}},
 	{"VkPhysicalDeviceCooperativeMatrixFeaturesNV", reflect.TypeFor[PhysicalDeviceCooperativeMatrixFeaturesNV](), []string{"sType", "pNext", "cooperativeMatrix", "cooperativeMatrixRobustBufferAccess"}},
 	{"VkCooperativeMatrixPropertiesNV", reflect.TypeFor[CooperativeMatrixPropertiesNV](), []string{"sType", "pNext", "MSize", "NSize", "KSize", "AType", "BType", "CType", "DType", "scope"}},
+	{"VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR", reflect.TypeFor[PhysicalDevicePipelineExecutablePropertiesFeaturesKHR](), []string{"sType", "pNext", "pipelineExecutableInfo"}},
+	{"VkPipelineInfoKHR", reflect.TypeFor[PipelineInfoKHR](), []string{"sType", "pNext", "pipeline"}},
+	{"VkPipelineExecutablePropertiesKHR", reflect.TypeFor[PipelineExecutablePropertiesKHR](), []string{"sType", "pNext", "stages", "name", "description", "subgroupSize"}},
+	{"VkPipelineExecutableInfoKHR", reflect.TypeFor[PipelineExecutableInfoKHR](), []string{"sType", "pNext", "pipeline", "executableIndex"}},
 }
 
 // constantValues lists every generated constant with its value.

@@ -1002,3 +1002,39 @@ type CooperativeMatrixPropertiesNV struct {
 	DType ComponentTypeNV
 	Scope ScopeNV
 }
+
+// PhysicalDevicePipelineExecutablePropertiesFeaturesKHR is VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR.
+type PhysicalDevicePipelineExecutablePropertiesFeaturesKHR struct {
+	_                      structs.HostLayout
+	SType                  StructureType
+	PNext                  unsafe.Pointer
+	PipelineExecutableInfo Bool32
+}
+
+// PipelineInfoKHR is VkPipelineInfoKHR.
+type PipelineInfoKHR struct {
+	_        structs.HostLayout
+	SType    StructureType
+	PNext    unsafe.Pointer
+	Pipeline Pipeline
+}
+
+// PipelineExecutablePropertiesKHR is VkPipelineExecutablePropertiesKHR.
+type PipelineExecutablePropertiesKHR struct {
+	_            structs.HostLayout
+	SType        StructureType
+	PNext        unsafe.Pointer
+	Stages       ShaderStageFlags
+	Name         [256]byte
+	Description  [256]byte
+	SubgroupSize uint32
+}
+
+// PipelineExecutableInfoKHR is VkPipelineExecutableInfoKHR.
+type PipelineExecutableInfoKHR struct {
+	_               structs.HostLayout
+	SType           StructureType
+	PNext           unsafe.Pointer
+	Pipeline        Pipeline
+	ExecutableIndex uint32
+}

@@ -48,6 +48,10 @@ var structs = []string{
 	"VkPhysicalDeviceShaderFloat16Int8Features",
 	"VkPhysicalDeviceCooperativeMatrixFeaturesNV",
 	"VkCooperativeMatrixPropertiesNV",
+	"VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
+	"VkPipelineInfoKHR",
+	"VkPipelineExecutablePropertiesKHR",
+	"VkPipelineExecutableInfoKHR",
 }
 
 // commands lists the functions package vk calls. Extension commands are
@@ -117,6 +121,8 @@ var commands = []string{
 	"vkCmdPipelineBarrier",
 	"vkCmdCopyBuffer",
 	"vkCmdFillBuffer",
+	"vkGetPipelineExecutablePropertiesKHR",
+	"vkGetPipelineExecutableStatisticsKHR",
 }
 
 // constants lists the enumerants and API constants package vk declares.
