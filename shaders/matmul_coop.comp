@@ -260,7 +260,8 @@ void main() {
         }
         ok = stage() && ok;
         barrier();
-        // Past the last step these read nothing: the bounds give zeros.
+        // Past K these read zeros (the bounds); past kEnd of a split
+        // product, the next part's first step, which goes unused.
         if (PREFETCH != 0) {
             fetch(k0 + BK);
         }

@@ -240,9 +240,10 @@ func BenchmarkCopy(b *testing.B) {
 
 // BenchmarkPrefillTiles times whole bonsai-1.7b prefills (random
 // Q1_0_g128 weights, capture none) with coopTileFor's tiles and with the
-// tiles it took before they loaded late (128 x 128 prefetching: 2 x 4
-// accumulators per subgroup and k steps of 64 at fast precision, 4 x 2 at
-// exact), alternating twice, so the two are compared in one process.
+// tiles it took before fast products loaded late (128 x 128 prefetching:
+// 2 x 4 accumulators per subgroup and k steps of 64 at fast precision, 4 x
+// 2 at exact, which is also the usual exact tile: a control), alternating
+// twice, so the two are compared in one process.
 func BenchmarkPrefillTiles(b *testing.B) {
 	e := benchEngine(b, model.Shapes["bonsai-1.7b"], gguf.Q1_0_G128)
 	v := e.Backend.(*vulkan.Backend)
@@ -251,6 +252,11 @@ func BenchmarkPrefillTiles(b *testing.B) {
 	}
 	defer vulkan.ForceCoopTile(v, -1, true, false)
 	before := map[gpu.Precision]int{gpu.PrecisionFast: vulkan.CoopTileIndex(2, 4, 4, 64, false), gpu.PrecisionExact: vulkan.CoopTileIndex(4, 2, 2, 32, false)}
+	for _, i := range before {
+		if i < 0 {
+			b.Fatal("a tile of before is not in coopTiles")
+		}
+	}
 	for _, T := range []int{128, 512, 2048} {
 		tokens := benchTokens(T, e.Model.Vocab)
 		s, err := e.NewSession(T)

@@ -16,6 +16,9 @@ func SetSubgroups(b *Backend, on bool) bool {
 	return old
 }
 
+// Subgroups reports whether kernels take their subgroup variants.
+func Subgroups(b *Backend) bool { return b.subgroups }
+
 // SetStagingCap changes how much host data one submission may stage and
 // returns the previous bound.
 func SetStagingCap(n uint64) uint64 {

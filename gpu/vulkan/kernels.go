@@ -59,7 +59,7 @@ func (c coopTile) String() string {
 	if c.late {
 		late = "/late"
 	}
-	return fmt.Sprintf("%dx%d/k%d%s", c.bm(), c.bn(), c.bk, late)
+	return fmt.Sprintf("%dx%d/%dx%d/k%d%s", c.bm(), c.bn(), c.tm, c.tn, c.bk, late)
 }
 
 // coopTiles are the shapes the cooperative GEMM is tested and timed with;

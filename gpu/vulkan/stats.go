@@ -39,7 +39,7 @@ type pipelineExecutableStatisticKHR struct {
 // driver's own).
 type KernelStats struct {
 	Kernel string
-	Spec   []uint32 // its specialization constants
+	Spec   []uint32 // its specialization constants, padded with zeros to 9
 	Stats  map[string]string
 }
 
@@ -66,10 +66,13 @@ func (in *instance) statisticsChain(d *physical) (*vk.PhysicalDevicePipelineExec
 // opened with Options.KernelStatistics or the driver reports none.
 func (b *Backend) KernelStatistics() ([]KernelStats, error) {
 	if !b.stats {
-		return nil, fmt.Errorf("vulkan: %s was not opened to report kernel statistics (Options.KernelStatistics), or its driver cannot", b.name)
+		return nil, fmt.Errorf("vulkan: %s was not opened to report kernel statistics (Options.KernelStatistics), or its driver cannot", b.phys.info.Name)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return nil, errClosed
+	}
 	var out []KernelStats
 	var pin runtime.Pinner
 	defer pin.Unpin()
@@ -77,8 +80,11 @@ func (b *Backend) KernelStatistics() ([]KernelStats, error) {
 		info := &vk.PipelineInfoKHR{SType: structureTypePipelineInfoKHR, Pipeline: p.handle}
 		pin.Pin(info)
 		var n uint32
-		if _, err := b.f.GetPipelineExecutablePropertiesKHR(b.device, info, &n, nil); err != nil || n == 0 {
-			return nil, fmt.Errorf("vulkan: statistics of %s: %d executables, %v", key.name, n, err)
+		if _, err := b.f.GetPipelineExecutablePropertiesKHR(b.device, info, &n, nil); err != nil {
+			return nil, fmt.Errorf("vulkan: statistics of %s: %w", key.name, err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("vulkan: the driver reports no executables for %s", key.name)
 		}
 		props := make([]vk.PipelineExecutablePropertiesKHR, n)
 		for i := range props {
