@@ -215,6 +215,13 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 			_, cv := r.read(pattern)
 			requireClose(t, cv, c, tolExp, "causal pattern")
 			require.Equal(t, slices.Index(c, 0), slices.Index(cv, 0), "masked entries are exactly 0")
+			// The same through shared-memory reductions, where the device
+			// would take subgroup ones.
+			old := vulkan.SetSubgroups(backend(t), false)
+			vulkan.CausalSoftmax(r.vs, av, false)
+			vulkan.SetSubgroups(backend(t), old)
+			_, pv := r.read(pattern)
+			requireClose(t, pv, c, tolExp, "causal pattern, shared-memory reductions")
 			r.vs.Edit(pattern.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: pattern.v.Len(), Scalar: 7})
 			vulkan.CausalSoftmax(r.vs, av, true)
 			_, hv := r.read(pattern)
