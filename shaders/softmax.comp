@@ -29,54 +29,30 @@ shared float red[gl_WorkGroupSize.x];
 
 const uint HELD = 16;
 
-// reduceMax and reduceSum give every invocation the workgroup's max or sum
-// of v: through subgroup operations and one exchange (USE_SUBGROUP: two
-// barriers), or a tree in shared memory (one barrier per halving).
-float reduceMax(float v) {
-    uint lid = gl_LocalInvocationID.x;
-#ifdef USE_SUBGROUP
-    v = subgroupMax(v);
-    if (subgroupElect()) {
-        red[gl_SubgroupID] = v;
-    }
-    barrier();
-    v = red[0];
-    for (uint i = 1; i < gl_NumSubgroups; i++) {
-        v = max(v, red[i]);
-    }
-#else
-    red[lid] = v;
-    barrier();
-    for (uint s = gl_WorkGroupSize.x / 2; s > 0; s /= 2) {
-        if (lid < s) {
-            red[lid] = max(red[lid], red[lid + s]);
-        }
-        barrier();
-    }
-    v = red[0];
-#endif
-    barrier();
-    return v;
-}
+// combine is reduce's operation: the max of a and b, or their sum.
+float combine(float a, float b, bool isMax) { return isMax ? max(a, b) : a + b; }
 
-float reduceSum(float v) {
+// reduce gives every invocation the workgroup's max (isMax) or sum of v:
+// through subgroup operations and one exchange (USE_SUBGROUP: two
+// barriers), or a tree in shared memory (one barrier per halving).
+float reduce(float v, bool isMax) {
     uint lid = gl_LocalInvocationID.x;
 #ifdef USE_SUBGROUP
-    v = subgroupAdd(v);
+    v = isMax ? subgroupMax(v) : subgroupAdd(v);
     if (subgroupElect()) {
         red[gl_SubgroupID] = v;
     }
     barrier();
     v = red[0];
     for (uint i = 1; i < gl_NumSubgroups; i++) {
-        v += red[i];
+        v = combine(v, red[i], isMax);
     }
 #else
     red[lid] = v;
     barrier();
     for (uint s = gl_WorkGroupSize.x / 2; s > 0; s /= 2) {
         if (lid < s) {
-            red[lid] += red[lid + s];
+            red[lid] = combine(red[lid], red[lid + s], isMax);
         }
         barrier();
     }
@@ -107,7 +83,7 @@ void main() {
     for (uint i = rest; i < len; i += wg) {
         m = max(m, src[base + i]);
     }
-    m = reduceMax(m);
+    m = reduce(m, true);
     float sum = 0.0;
     [[unroll]] for (uint k = 0; k < HELD; k++) {
         held[k] = exp(held[k] - m); // 0 past the row: exp(-inf)
@@ -116,7 +92,7 @@ void main() {
     for (uint i = rest; i < len; i += wg) {
         sum += exp(src[base + i] - m);
     }
-    float inv = 1.0 / reduceSum(sum);
+    float inv = 1.0 / reduce(sum, false);
     [[unroll]] for (uint k = 0; k < HELD; k++) {
         uint i = lid + k * wg;
         if (i < len) {

@@ -65,16 +65,22 @@ func TestProfilingTimesEveryKernel(t *testing.T) {
 	// Per layer: QKV (3), output, gate and up, down projections; then the
 	// LM head, over every position. The tiled kernel is the
 	// cooperative-matrix one where the device has them.
-	matmul, flash := "matmul_q1_0", "flash"
+	matmul, flash, norm := "matmul_q1_0", "flash", "rmsnorm"
 	if vulkan.Coop(b) {
 		matmul, flash = "matmul_coop_q1_0", "flash_coop"
 	}
+	if vulkan.Subgroups(b) {
+		norm = "rmsnorm_sg"
+	}
 	require.Equal(t, 7*m.Layers+1, times[matmul].Count)
 	require.Equal(t, m.Layers, times[flash].Count)
-	require.Equal(t, 4*m.Layers+1, times["rmsnorm"].Count, "two norms and the Q/K norms per layer, and the final one")
+	require.Equal(t, 4*m.Layers+1, times[norm].Count, "two norms and the Q/K norms per layer, and the final one")
+	require.Equal(t, "norm", times[norm].Stage)
 	require.Positive(t, times[matmul].Time)
 	require.Equal(t, "gemm", times[matmul].Stage)
 	require.Equal(t, "attention", times[flash].Stage)
+	require.Equal(t, "gemm", vulkan.StageOf("matvec_q1_0_sg"))
+	require.Equal(t, "attention", vulkan.StageOf("softmax_sg"))
 	require.Empty(t, b.StageTimes(), "reading resets the totals")
 }
 

@@ -174,3 +174,6 @@ func MasksKept(b *Backend) int64 { return b.masksKept.Load() }
 func MarkMasks(t gpu.Tensor, a *gpu.Attention, pattern bool) {
 	t.(*tensor).masksWritten(masksOf(a, pattern))
 }
+
+// StageOf is the stage a kernel's time is reported under.
+func StageOf(kernel string) string { return stageOf(kernel) }

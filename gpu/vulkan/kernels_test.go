@@ -103,9 +103,25 @@ func TestEmbedDecodesEveryFormatExactly(t *testing.T) {
 	}
 }
 
+// TestRMSNorm runs the norm with a workgroup per row and with a subgroup
+// per row, on rows of whole vec4s (300, 100) and not (150, 50).
 func TestRMSNorm(t *testing.T) {
+	for _, subgroups := range []bool{true, false} {
+		for _, dim := range []int{300, 150} {
+			t.Run(fmt.Sprintf("subgroups=%v/dim%d", subgroups, dim), func(t *testing.T) {
+				defer vulkan.SetSubgroups(backend(t), vulkan.SetSubgroups(backend(t), subgroups))
+				if subgroups && !vulkan.Subgroups(backend(t)) {
+					t.Skip("the device has no subgroup arithmetic")
+				}
+				testRMSNorm(t, dim)
+			})
+		}
+	}
+}
+
+func testRMSNorm(t *testing.T, dim int) {
 	r := newRig(t, 3)
-	rows, dim := 37, 300
+	rows := 37
 	x, g := r.random("x", rows*dim, 2), r.random("gain", dim, 1)
 	d, sc := r.zeros("y", rows*dim), r.zeros("scale", rows)
 	r.cs.RMSNorm(d.c, x.c, g.c, sc.c, rows, dim, 1e-5)

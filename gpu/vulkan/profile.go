@@ -25,6 +25,7 @@ type StageTime struct {
 
 // stageOf groups commands into the stages a benchmark reports.
 func stageOf(name string) string {
+	name = strings.TrimSuffix(name, "_sg") // a kernel's subgroup variant
 	switch {
 	case strings.HasPrefix(name, "matmul_"), strings.HasPrefix(name, "matvec_"),
 		name == "tohalf", strings.HasPrefix(name, "weights16_"): // the cooperative GEMM's inputs in float16
