@@ -10,7 +10,6 @@
 // with no barrier: a Q/K norm's rows are one head (64-256 elements), which
 // left most of a workgroup idle between its barriers.
 layout(local_size_x_id = 0) in; // a power of two
-layout(constant_id = 1) const uint ROWS = 1; // rows per workgroup, with USE_SUBGROUP
 #include "common.glsl"
 
 layout(push_constant) uniform Push {
@@ -63,18 +62,22 @@ void apply(uint row, uint first, uint step, float inv) {
 }
 
 #ifdef USE_SUBGROUP
+layout(constant_id = 1) const uint ROWS = 1; // rows per workgroup
+
 void main() {
-    uint lane = gl_SubgroupInvocationID;
+    // The lanes counted, not gl_SubgroupSize: unless the pipeline requires
+    // full subgroups, Vulkan does not promise that many lanes run.
+    uint lane = subgroupExclusiveAdd(1u), lanes = subgroupAdd(1u);
     for (uint r = gl_SubgroupID; r < ROWS; r += gl_NumSubgroups) {
         uint row = groupIndex() * ROWS + r;
         if (row >= pc.rows) {
-            return;
+            break; // and so are the rows after it
         }
-        float root = sqrt(subgroupAdd(sumSquares(row, lane, gl_SubgroupSize)) / float(pc.dim) + pc.eps);
+        float root = sqrt(subgroupAdd(sumSquares(row, lane, lanes)) / float(pc.dim) + pc.eps);
         if (pc.writeScale != 0 && subgroupElect()) {
             scale[row] = root;
         }
-        apply(row, lane, gl_SubgroupSize, 1.0 / root);
+        apply(row, lane, lanes, 1.0 / root);
     }
 }
 #else

@@ -65,17 +65,20 @@ func TestProfilingTimesEveryKernel(t *testing.T) {
 	// Per layer: QKV (3), output, gate and up, down projections; then the
 	// LM head, over every position. The tiled kernel is the
 	// cooperative-matrix one where the device has them.
-	matmul, flash, norm := "matmul_q1_0", "flash", "rmsnorm"
+	matmul, flash := "matmul_q1_0", "flash"
 	if vulkan.Coop(b) {
 		matmul, flash = "matmul_coop_q1_0", "flash_coop"
 	}
-	if vulkan.Subgroups(b) {
-		norm = "rmsnorm_sg"
-	}
 	require.Equal(t, 7*m.Layers+1, times[matmul].Count)
 	require.Equal(t, m.Layers, times[flash].Count)
-	require.Equal(t, 4*m.Layers+1, times[norm].Count, "two norms and the Q/K norms per layer, and the final one")
-	require.Equal(t, "norm", times[norm].Stage)
+	// The Q/K norms' rows are one head: a subgroup each where the device
+	// has subgroup arithmetic; wider rows may take either kernel.
+	norms := times["rmsnorm"].Count + times["rmsnorm_sg"].Count
+	require.Equal(t, 4*m.Layers+1, norms, "two norms and the Q/K norms per layer, and the final one")
+	if vulkan.Subgroups(b) {
+		require.GreaterOrEqual(t, times["rmsnorm_sg"].Count, 2*m.Layers, "the Q/K norms")
+		require.Equal(t, "norm", times["rmsnorm_sg"].Stage)
+	}
 	require.Positive(t, times[matmul].Time)
 	require.Equal(t, "gemm", times[matmul].Stage)
 	require.Equal(t, "attention", times[flash].Stage)

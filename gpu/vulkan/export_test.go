@@ -177,3 +177,15 @@ func MarkMasks(t gpu.Tensor, a *gpu.Attention, pattern bool) {
 
 // StageOf is the stage a kernel's time is reported under.
 func StageOf(kernel string) string { return stageOf(kernel) }
+
+// NormKernel is the kernel RMSNorm takes for rows of dim elements and the
+// rows a workgroup of it takes.
+func NormKernel(b *Backend, dim int) (string, int) { return b.normKernel(dim) }
+
+// SetNormRowsFactor multiplies the rows a workgroup of rmsnorm_sg takes and
+// returns the factor before.
+func SetNormRowsFactor(f int) int {
+	old := normRowsFactor
+	normRowsFactor = f
+	return old
+}

@@ -227,10 +227,25 @@ func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
 }
 
 // subgroupNormDim is the widest row RMSNorm gives a subgroup rather than a
-// workgroup: a head's Q/K norm. On the H200 a subgroup per row took
-// bonsai-8b's norms at T=2048 from 7.9 to 4.0 ms, but its 4096-wide rows
-// at T=128 (16 workgroups of 8 rows) from 1.4 to 2.0 ms.
+// workgroup: a head's Q/K norm. On the H200, rows of 128 on subgroups took
+// bonsai-8b's norms at T=2048 from 7.9 to 2.6 ms, while its 4096-wide rows
+// on subgroups at T=128 (16 workgroups of 8 rows) took 2.0 ms against 1.4;
+// 1024 lies between the two, not measured itself.
 const subgroupNormDim = 1024
+
+// normRowsFactor multiplies the rows a workgroup of rmsnorm_sg takes, so
+// that tests see its subgroups loop over more rows than they are.
+var normRowsFactor = 1
+
+// normKernel picks RMSNorm's kernel for rows of dim elements and the rows a
+// workgroup of it takes: a subgroup per row, as many as the device's
+// subgroup size gives (the shader loops where it has fewer subgroups).
+func (b *Backend) normKernel(dim int) (string, int) {
+	if b.subgroups && dim <= subgroupNormDim {
+		return "rmsnorm_sg", max(1, int(b.reduceWG/b.phys.subgroup.SubgroupSize)) * normRowsFactor
+	}
+	return "rmsnorm", 1
+}
 
 func (s *stream) RMSNorm(dst, src, gain, scale gpu.Tensor, rows, dim int, eps float32) {
 	d, x, g := s.tensorOf(dst), s.tensorOf(src), s.tensorOf(gain)
@@ -241,14 +256,9 @@ func (s *stream) RMSNorm(dst, src, gain, scale gpu.Tensor, rows, dim int, eps fl
 	if sc == nil {
 		return
 	}
-	kernel, perGroup := "rmsnorm", uint32(1)
-	if s.b.subgroups && dim <= subgroupNormDim {
-		// A row per subgroup: the device's usual subgroup size gives how
-		// many a workgroup holds (the shader loops if it holds fewer).
-		kernel, perGroup = "rmsnorm_sg", max(1, s.b.reduceWG/s.b.phys.subgroup.SubgroupSize)
-	}
-	gx, gy, gz := gridRows(int(ceilDiv(rows, int(perGroup))))
-	s.dispatch(kernel, []uint32{s.b.reduceWG, perGroup}, []use{d.writes(), x.reads(), g.reads(), sc.writes()},
+	kernel, perGroup := s.b.normKernel(dim)
+	gx, gy, gz := gridRows(int(ceilDiv(rows, perGroup)))
+	s.dispatch(kernel, []uint32{s.b.reduceWG, uint32(perGroup)}, []use{d.writes(), x.reads(), g.reads(), sc.writes()},
 		[]uint32{uint32(rows), uint32(dim), f32(eps), write}, gx, gy, gz)
 }
 

@@ -104,17 +104,31 @@ func TestEmbedDecodesEveryFormatExactly(t *testing.T) {
 }
 
 // TestRMSNorm runs the norm with a workgroup per row and with a subgroup
-// per row, on rows of whole vec4s (300, 100) and not (150, 50).
+// per row (rows up to 1024 wide), on rows of whole vec4s (300, and 100 in
+// the in-place pass, which takes a third of the width) and not (150, 50),
+// and with each subgroup looping over three rows (factor 3).
 func TestRMSNorm(t *testing.T) {
 	for _, subgroups := range []bool{true, false} {
-		for _, dim := range []int{300, 150} {
-			t.Run(fmt.Sprintf("subgroups=%v/dim%d", subgroups, dim), func(t *testing.T) {
-				defer vulkan.SetSubgroups(backend(t), vulkan.SetSubgroups(backend(t), subgroups))
-				if subgroups && !vulkan.Subgroups(backend(t)) {
-					t.Skip("the device has no subgroup arithmetic")
+		for _, dim := range []int{300, 150, 1028} {
+			for _, factor := range []int{1, 3} {
+				if factor > 1 && !subgroups {
+					continue
 				}
-				testRMSNorm(t, dim)
-			})
+				t.Run(fmt.Sprintf("subgroups=%v/dim%d/factor%d", subgroups, dim, factor), func(t *testing.T) {
+					defer vulkan.SetSubgroups(backend(t), vulkan.SetSubgroups(backend(t), subgroups))
+					if subgroups && !vulkan.Subgroups(backend(t)) {
+						t.Skip("the device has no subgroup arithmetic")
+					}
+					defer vulkan.SetNormRowsFactor(vulkan.SetNormRowsFactor(factor))
+					want := "rmsnorm"
+					if subgroups && dim <= 1024 {
+						want = "rmsnorm_sg"
+					}
+					kernel, _ := vulkan.NormKernel(backend(t), dim)
+					require.Equal(t, want, kernel)
+					testRMSNorm(t, dim)
+				})
+			}
 		}
 	}
 }

@@ -25,7 +25,7 @@ type StageTime struct {
 
 // stageOf groups commands into the stages a benchmark reports.
 func stageOf(name string) string {
-	name = strings.TrimSuffix(name, "_sg") // a kernel's subgroup variant
+	name = strings.TrimSuffix(name, "_sg") // a subgroup variant's time counts in its kernel's stage
 	switch {
 	case strings.HasPrefix(name, "matmul_"), strings.HasPrefix(name, "matvec_"),
 		name == "tohalf", strings.HasPrefix(name, "weights16_"): // the cooperative GEMM's inputs in float16
