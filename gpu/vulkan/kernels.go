@@ -227,11 +227,11 @@ func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
 }
 
 // subgroupNormDim is the widest row RMSNorm gives a subgroup rather than a
-// workgroup: a head's Q/K norm. On the H200, rows of 128 on subgroups took
-// bonsai-8b's norms at T=2048 from 7.9 to 2.6 ms, while its 4096-wide rows
-// on subgroups at T=128 (16 workgroups of 8 rows) took 2.0 ms against 1.4;
-// 1024 lies between the two, not measured itself.
-const subgroupNormDim = 1024
+// workgroup: a head's Q/K norm (64-256 elements). On the H200, rows of 128
+// on subgroups took bonsai-8b's norms at T=2048 from 7.9 to 2.6 ms, while
+// its 4096-wide rows on subgroups were slower at T=128 (16 workgroups of
+// 8 rows: the stage 2.0 ms against 1.4) and at T=2048 (4.0 against 2.6).
+const subgroupNormDim = 256
 
 // normRowsFactor multiplies the rows a workgroup of rmsnorm_sg takes, so
 // that tests see its subgroups loop over more rows than they are.
