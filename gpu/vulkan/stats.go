@@ -1,11 +1,12 @@
 package vulkan
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"runtime"
 	"slices"
-	"sort"
+	"strings"
 	"structs"
 	"unsafe"
 
@@ -58,7 +59,7 @@ func (in *instance) statisticsChain(d *physical) (*vk.PhysicalDevicePipelineExec
 	if f.PipelineExecutableInfo == 0 {
 		return nil, false
 	}
-	return &vk.PhysicalDevicePipelineExecutablePropertiesFeaturesKHR{SType: structureTypePhysicalDevicePipelineExecutablePropertiesFeaturesKHR, PipelineExecutableInfo: 1}, true
+	return f, true // as the query filled it: the feature on, nothing chained
 }
 
 // KernelStatistics reports the driver's statistics of every kernel the
@@ -129,11 +130,8 @@ func (b *Backend) KernelStatistics() ([]KernelStats, error) {
 		}
 		out = append(out, k)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Kernel != out[j].Kernel {
-			return out[i].Kernel < out[j].Kernel
-		}
-		return slices.Compare(out[i].Spec, out[j].Spec) < 0
+	slices.SortFunc(out, func(x, y KernelStats) int {
+		return cmp.Or(strings.Compare(x.Kernel, y.Kernel), slices.Compare(x.Spec, y.Spec))
 	})
 	return out, nil
 }
