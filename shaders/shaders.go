@@ -54,6 +54,8 @@ var Variants = func() []Variant {
 		Variant{Name: "gather_rows", Source: "rows.comp", Defines: []string{"GATHER"}},
 		Variant{Name: "scatter_rows", Source: "rows.comp"},
 		Variant{Name: "flash_coop_capture", Source: "flash_coop.comp", Defines: []string{"CAPTURE"}},
+		Variant{Name: "scores_coop", Source: "scores.comp", Defines: []string{"COOP"}},
+		Variant{Name: "mix_coop", Source: "mix.comp", Defines: []string{"COOP"}},
 		Variant{Name: "softmax_sg", Source: "softmax.comp", Defines: []string{"USE_SUBGROUP"}},
 		Variant{Name: "rmsnorm_sg", Source: "rmsnorm.comp", Defines: []string{"USE_SUBGROUP"}})
 	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "flash_coop", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "copy", "argmax", "rank", "rownorm", "tohalf", "splitk"} {

@@ -84,6 +84,8 @@ func TestProfilingTimesEveryKernel(t *testing.T) {
 	require.Equal(t, "attention", times[flash].Stage)
 	require.Equal(t, "gemm", vulkan.StageOf("matvec_q1_0_sg"))
 	require.Equal(t, "attention", vulkan.StageOf("softmax_sg"))
+	require.Equal(t, "attention", vulkan.StageOf("scores_coop"))
+	require.Equal(t, "attention", vulkan.StageOf("mix_coop"))
 	require.Empty(t, b.StageTimes(), "reading resets the totals")
 }
 

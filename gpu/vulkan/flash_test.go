@@ -354,3 +354,131 @@ func readQKV(t *testing.T, r *rig, a *gpu.Attention) (q, k, v []float32) {
 	require.NoError(t, r.vs.Read(a.V, 0, v))
 	return q, k, v
 }
+
+// TestCoopMaterialisedAttention holds scores.comp and mix.comp on
+// cooperative matrices (tile_coop.glsl: what a hook on the scores or the
+// pattern takes) to float64 at both precisions: the scores against
+// scale * Q K^T (capped, -inf where masked), the mix against P V over each
+// query's keys, for a pattern as a hook may leave it (any values, above the
+// diagonal too, where the kernel must not read), with probabilities under
+// float16's normal range ("tiny") and with inputs float16 cannot hold
+// ("big": K and P entries in every tile, so every workgroup sums in
+// float32). At fast precision the reference takes the inputs rounded to
+// float16 as the kernel does (P times 1024 first); the products of two
+// float16 values are exact in float32, so what is left is float32's sums,
+// as at exact precision, whose dropped lo x lo product is 2^-22 of each
+// term: both are held to tolSum. An indexing error or an unscaled tiny
+// probability (a relative 2^-11 or more of each term) is far above it.
+func TestCoopMaterialisedAttention(t *testing.T) {
+	if !vulkan.Coop(backend(t)) {
+		t.Skip("this device has no cooperative matrices: scores.comp and mix.comp run in float32")
+	}
+	cases := []struct {
+		T, pos0, heads, kvHeads, hd, window int
+		softcap                             float32
+		pattern                             string // "", "tiny" or "big"
+	}{
+		{T: 100, pos0: 0, heads: 4, kvHeads: 2, hd: 64},
+		{T: 70, pos0: 0, heads: 16, kvHeads: 8, hd: 128},
+		{T: 37, pos0: 50, heads: 8, kvHeads: 2, hd: 128},
+		{T: 1, pos0: 130, heads: 4, kvHeads: 2, hd: 64},
+		{T: 65, pos0: 3, heads: 3, kvHeads: 3, hd: 40}, // dims off a 16-dim tile
+		{T: 20, pos0: 1, heads: 2, kvHeads: 1, hd: 6},  // and off whole vec4s, as keys are
+		{T: 150, pos0: 0, heads: 4, kvHeads: 2, hd: 64, window: 20, softcap: 0.5},
+		{T: 130, pos0: 0, heads: 2, kvHeads: 1, hd: 64, pattern: "tiny"},
+		{T: 90, pos0: 10, heads: 4, kvHeads: 1, hd: 64, pattern: "big"},
+	}
+	for _, tc := range cases {
+		for _, p := range []gpu.Precision{gpu.PrecisionFast, gpu.PrecisionExact} {
+			t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g_%s/%s", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, tc.pattern, p), func(t *testing.T) {
+				r := newRig(t, 14)
+				_, a, z, scores, pattern := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
+				q, k, v := readQKV(t, r, a)
+				keys := a.Keys()
+				pat := make([]float32, tc.heads*tc.T*keys)
+				for i := range pat {
+					pat[i] = r.rng.Float32()
+					if tc.pattern == "tiny" {
+						pat[i] *= 1e-5
+					}
+				}
+				if tc.pattern == "big" {
+					for j := range keys {
+						k[j*tc.kvHeads*tc.hd+3] = 1e5
+					}
+					r.vs.Write(a.K, 0, k)
+					for row := range tc.heads * tc.T {
+						pat[row*keys] = 100 // 102,400 once times 1024
+					}
+				}
+				r.vs.Write(pattern.v, 0, pat)
+				r.vs.SetPrecision(p)
+				r.vs.AttnScores(a)
+				r.vs.AttnMix(a)
+				gotS, gotZ := make([]float32, scores.v.Len()), make([]float32, z.v.Len())
+				require.NoError(t, r.vs.Read(scores.v, 0, gotS))
+				require.NoError(t, r.vs.Read(z.v, 0, gotZ))
+
+				if p == gpu.PrecisionFast && tc.pattern != "big" {
+					for _, x := range [][]float32{q, k, v} {
+						for i, f := range x {
+							x[i] = float16.Fromfloat32(f).Float32()
+						}
+					}
+					for i, f := range pat {
+						pat[i] = float16.Fromfloat32(f*1024).Float32() / 1024
+					}
+				}
+				requireClose(t, gotS, scores64(q, k, a), tolSum, "scores")
+				requireClose(t, gotZ, mix64(pat, v, a), tolSum, "z")
+			})
+		}
+	}
+}
+
+// scores64 is scale * Q K^T per head in float64, capped where a caps, and
+// -inf where the query does not see the key.
+func scores64(q, k []float32, a *gpu.Attention) []float32 {
+	hd, group, keys := a.HeadDim, a.Heads/a.KVHeads, a.Keys()
+	s := make([]float32, a.Heads*a.T*keys)
+	for h := range a.Heads {
+		for i := range a.T {
+			for j := range keys {
+				at := (h*a.T+i)*keys + j
+				if !a.Visible(a.Pos0+i, j) {
+					s[at] = float32(math.Inf(-1))
+					continue
+				}
+				dot := 0.0
+				for d := range hd {
+					dot += float64(q[(i*a.Heads+h)*hd+d]) * float64(k[(j*a.KVHeads+h/group)*hd+d])
+				}
+				dot *= float64(a.Scale)
+				if a.Softcap != 0 {
+					dot = float64(a.Softcap) * math.Tanh(dot/float64(a.Softcap))
+				}
+				s[at] = float32(dot)
+			}
+		}
+	}
+	return s
+}
+
+// mix64 is Z = P V in float64 over each query's keys up to its own position
+// (what a pattern holds past it is not read).
+func mix64(pat, v []float32, a *gpu.Attention) []float32 {
+	hd, group, keys := a.HeadDim, a.Heads/a.KVHeads, a.Keys()
+	z := make([]float32, a.T*a.Heads*hd)
+	for i := range a.T {
+		for h := range a.Heads {
+			for d := range hd {
+				acc := 0.0
+				for j := range a.Pos0 + i + 1 {
+					acc += float64(pat[(h*a.T+i)*keys+j]) * float64(v[(j*a.KVHeads+h/group)*hd+d])
+				}
+				z[(i*a.Heads+h)*hd+d] = float32(acc)
+			}
+		}
+	}
+	return z
+}

@@ -708,7 +708,8 @@ func (s *stream) AttnScores(a *gpu.Attention) {
 	if t == nil {
 		return
 	}
-	s.dispatch("scores", nil, []use{t["Q"].reads(), t["K"].reads(), t["Scores"].writes()},
+	kernel, specs := s.attnTile("scores")
+	s.dispatch(kernel, specs, []use{t["Q"].reads(), t["K"].reads(), t["Scores"].writes()},
 		pushOf(a).words(true), ceilDiv(a.Keys(), tile), ceilDiv(a.T, tile), uint32(a.Heads))
 }
 
@@ -744,8 +745,19 @@ func (s *stream) AttnMix(a *gpu.Attention) {
 	if t == nil {
 		return
 	}
-	s.dispatch("mix", nil, []use{t["Pattern"].reads(), t["V"].reads(), t["Z"].writes()},
+	kernel, specs := s.attnTile("mix")
+	s.dispatch(kernel, specs, []use{t["Pattern"].reads(), t["V"].reads(), t["Z"].writes()},
 		pushOf(a).words(false), ceilDiv(a.HeadDim, tile), ceilDiv(a.T, tile), uint32(a.Heads))
+}
+
+// attnTile is the variant of scores.comp or mix.comp to run: on cooperative
+// matrices where the device has them (tile_coop.glsl, at the stream's
+// precision), else on the shader cores in float32.
+func (s *stream) attnTile(kernel string) (string, []uint32) {
+	if !s.b.coop {
+		return kernel, nil
+	}
+	return kernel + "_coop", []uint32{b2u(s.precision == gpu.PrecisionExact)}
 }
 
 func (s *stream) FlashAttention(a *gpu.Attention) { s.flash(a, false, false) }

@@ -213,6 +213,7 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 		{T: 70, pos0: 0, heads: 8, kvHeads: 4, hd: 32},  // several tiles of queries and keys
 		{T: 5, pos0: 66, heads: 2, kvHeads: 1, hd: 128}, // a continued prefill over a longer cache
 		{T: 1, pos0: 9, heads: 3, kvHeads: 3, hd: 40},   // one decode step, a dim off every tile
+		{T: 9, pos0: 2, heads: 2, kvHeads: 1, hd: 6},    // rows off whole vec4s: keys and dims
 		// Gemma's sliding windows: rows whose window starts past whole key
 		// blocks (skipped, or wholly masked for some rows of a workgroup),
 		// and capped scores.

@@ -30,7 +30,8 @@ func stageOf(name string) string {
 	case strings.HasPrefix(name, "matmul_"), strings.HasPrefix(name, "matvec_"),
 		name == "tohalf", strings.HasPrefix(name, "weights16_"): // the cooperative GEMM's inputs in float16
 		return "gemm"
-	case name == "scores", name == "softmax", name == "mix", name == "flash", name == "flash_coop", name == "flash_coop_capture":
+	case name == "scores", name == "scores_coop", name == "softmax", name == "mix", name == "mix_coop",
+		name == "flash", name == "flash_coop", name == "flash_coop_capture":
 		return "attention"
 	case name == "rmsnorm", name == "layernorm":
 		return "norm"
