@@ -7,8 +7,12 @@
 // 4 x 4 block. The including kernel defines tileA, tileB8 (as for
 // tile.glsl) and TILE_A_SCALE, a power of two A is multiplied by before the
 // products and the sums divided by after: mix.comp's probabilities, so that
-// those under float16's normal range (2^-14) keep their bits. A workgroup
-// that meets a value float16 cannot hold computes its tile in float32.
+// those down to 2^-24 stay float16 normals. (float16's subnormals keep
+// small inputs to about 2^-25 absolute: coarser than hi + lo's 2^-22
+// relative below 2^-3 at exact precision, than 2^-11 below 2^-14 at fast.)
+// A workgroup that meets a value float16 cannot hold (after the scale: a
+// probability over 63.97, which only a hook can put there) computes its
+// tile in float32, slowly.
 layout(constant_id = 0) const uint EXACT = 1; // 0: PrecisionFast
 
 #define BM 64
@@ -28,17 +32,16 @@ shared uint outOfRange;
 uint tileRow(uint i) { return 4 * (gl_LocalInvocationIndex / 16) + i; }
 uint tileCol(uint j) { return 4 * (gl_LocalInvocationIndex % 16) + j; }
 
-// stage8 stores 8 values as float16 at row, chunk c of the tile at base.
-void stage8(float v[8], uint base, uint lo, uint row, uint c) {
-    if (!fitsHalf(v)) {
-        outOfRange = 1;
-    }
+// stage8 stores 8 values as float16 at row, chunk c of the tile at base;
+// it reports whether float16 holds them.
+bool stage8(float v[8], uint base, uint lo, uint row, uint c) {
     uint at = base + row * SROW + c;
     if (EXACT != 0) {
         split(v, staged[at], staged[lo + row * SROW + c]);
     } else {
         staged[at] = round16(v);
     }
+    return fitsHalf(v);
 }
 
 // fetch reads the chunks of 8 this invocation stages at step k0.
@@ -63,10 +66,11 @@ void gemmTile(uint m0, uint n0, uint kEnd, inout vec4 acc[4]) {
     // Each step's chunks are read while the step before multiplies.
     float a[8], b[8];
     fetch(m0, n0, 0, a, b);
+    bool ok = true;
     for (uint k0 = 0; k0 < kEnd; k0 += BK) {
         barrier(); // the step before is multiplied (first: outOfRange is 0)
-        stage8(a, A_HI, A_LO, r, c);
-        stage8(b, B_HI, B_LO, r, c);
+        ok = stage8(a, A_HI, A_LO, r, c) && ok;
+        ok = stage8(b, B_HI, B_LO, r, c) && ok;
         barrier();
         if (k0 + BK < kEnd) {
             fetch(m0, n0, k0 + BK, a, b);
@@ -90,6 +94,9 @@ void gemmTile(uint m0, uint n0, uint kEnd, inout vec4 acc[4]) {
                 s1 = coopMatMulAddNV(ah, l1, s1);
             }
         }
+    }
+    if (!ok) {
+        atomicOr(outOfRange, 1u);
     }
     barrier(); // the last step is multiplied, and outOfRange final
     if (outOfRange != 0) {

@@ -37,9 +37,10 @@ type Options struct {
 	// Validation enables the Khronos validation layer; the errors it reports
 	// fail the next Sync. For tests: it slows every call.
 	Validation bool
-	// PortableGEMM keeps GEMMs on the portable shared-memory kernels even
-	// where the device has cooperative matrices, to compare the two. The
-	// STRATA_GEMM=portable environment variable does the same.
+	// PortableGEMM keeps GEMMs, and attention's products, on the portable
+	// shared-memory kernels even where the device has cooperative matrices,
+	// to compare the two. The STRATA_GEMM=portable environment variable
+	// does the same.
 	PortableGEMM bool
 	// KernelStatistics asks the driver to keep each kernel's compiled
 	// statistics (Backend.KernelStatistics), where it can: for tuning.
