@@ -36,7 +36,7 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 		cols        int
 		exactInHalf bool // never decoded first: in each tile, or read as float16 (F16, K % 8 == 0)
 	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.F16, 1024, true}, {gguf.Q4_K, 1024, false}, {gguf.F32, 512, false}}
-	defer vulkan.SetCoopHalfWRows(vulkan.SetCoopHalfWRows(0))
+	defer vulkan.SetCoopHalfWRows(0)()
 	defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(true))
 	for ti, tile := range vulkan.CoopTiles() {
 		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
@@ -118,6 +118,52 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 	}
 }
 
+// TestCoopExactShortProductsTakeHalvesFirst: at exact precision, products
+// of weights not exact in float16 take the cooperative GEMM on hi + lo
+// halves made first from 9 rows of x up (below 128 they ran on the
+// portable kernel before 2026-12-04) and keep float32's accuracy there; at
+// fast precision, fewer than 128 rows decode the weights in the tiles.
+func TestCoopExactShortProductsTakeHalvesFirst(t *testing.T) {
+	b := backend(t)
+	if !vulkan.Coop(b) {
+		t.Skip("the device has no cooperative-matrix GEMMs (VK_NV_cooperative_matrix with float16)")
+	}
+	r := newRig(t, 11)
+	const cols, n = 512, 200
+	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q8_0} {
+		w := quantized(t, r, "w", n, cols, typ)
+		wv, err := b.Upload(w)
+		require.NoError(t, err)
+		ws := make([]float32, n*cols)
+		w.Format.Dequantize(ws, w.Data)
+		for _, rows := range []int{9, 20, 127} {
+			r.vs.SetPrecision(gpu.PrecisionExact)
+			require.True(t, vulkan.HalvesFirst(r.vs, rows, wv), "%v, %d rows", typ, rows)
+			xs := r.values(rows*cols, 1)
+			x, y := r.tensor("x", xs), r.zeros("y", rows*n)
+			r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v})
+			got := make([]float32, rows*n)
+			require.NoError(t, r.vs.Read(y.v, 0, got))
+			var worst float64
+			for m := range rows {
+				for j := range n {
+					var want, mag float64
+					for k := range cols {
+						p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
+						want += p
+						mag += math.Abs(p)
+					}
+					worst = max(worst, math.Abs(float64(got[m*n+j])-want)/mag)
+				}
+			}
+			// As TestCoopMatMulEveryTileKeepsItsPrecision's exact bound.
+			require.LessOrEqual(t, worst, 1e-5, "%v, %d rows: largest error relative to sum |x w|", typ, rows)
+		}
+		r.vs.SetPrecision(gpu.PrecisionFast)
+		require.False(t, vulkan.HalvesFirst(r.vs, 20, wv), "%v at fast precision", typ)
+	}
+}
+
 // BenchmarkCoopTiles times the cooperative GEMM of BenchmarkMatMul's shape
 // with every tile shape, its weights decoded in each tile or once to
 // float16 first (halfW, the decoding timed with the product), for choosing
@@ -129,7 +175,7 @@ func BenchmarkCoopTiles(b *testing.B) {
 		b.Skip("no cooperative-matrix GEMMs")
 	}
 	defer vulkan.ForceCoopTile(v, -1, true, false)
-	defer vulkan.SetCoopHalfWRows(vulkan.SetCoopHalfWRows(0))
+	defer vulkan.SetCoopHalfWRows(0)()
 	const k = 4096
 	for _, n := range []int{12288, 1024} { // bonsai-8b's FFN and K/V widths
 		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K, gguf.Q6_K, gguf.Q8_0} {
@@ -226,6 +272,36 @@ func BenchmarkSplitK(b *testing.B) {
 							timeMatMul(b, r, v, w, rows, n, k, prec)
 						})
 					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkExactHalvesFirst times exact products of weights not exact in
+// float16 with their hi + lo halves made first ("first": weights16.comp,
+// timed with the product) and on the portable kernel, at the rows where
+// each could run, on bonsai-8b's weights (FFN up, attention, FFN down):
+// for choosing coopHalfWRows at exact precision.
+func BenchmarkExactHalvesFirst(b *testing.B) {
+	r := newRig(b, 3)
+	v := benchBackend(b)
+	if !vulkan.Coop(v) {
+		b.Skip("no cooperative-matrix GEMMs")
+	}
+	defer vulkan.SetCoopHalfWRows(0)()
+	for _, shape := range []struct{ n, k int }{{12288, 4096}, {4096, 4096}, {4096, 12288}} {
+		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q8_0} {
+			w, err := v.Upload(quantized(b, r, "w", shape.n, shape.k, typ))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, rows := range []int{16, 32, 64, 128} {
+				for _, mode := range []string{"first", "portable"} {
+					b.Run(fmt.Sprintf("%dx%d/%v/T=%d/%s", shape.n, shape.k, typ, rows, mode), func(b *testing.B) {
+						vulkan.SetCoopHalfWRows(map[string]int{"first": 0, "portable": math.MaxInt}[mode])
+						timeMatMul(b, r, v, w, rows, shape.n, shape.k, gpu.PrecisionExact)
+					})
 				}
 			}
 		}
@@ -369,7 +445,7 @@ func TestKernelStatistics(t *testing.T) {
 		t.Skip("no cooperative-matrix GEMMs")
 	}
 	defer vulkan.ForceCoopTile(v, -1, true, false)
-	defer vulkan.SetCoopHalfWRows(vulkan.SetCoopHalfWRows(0))
+	defer vulkan.SetCoopHalfWRows(0)()
 	r := newRig(t, 5)
 	const rows, n, k = 256, 256, 512
 	x, err := s.Alloc("x", rows*k)

@@ -99,9 +99,14 @@ func SetReadChunk(n uint64) uint64 { return swap(&readChunk, n) }
 // GEMM's x on or off and returns the previous setting.
 func SetCoopHalfX(on bool) bool { return swap(&coopHalfX, on) }
 
-// SetCoopHalfWRows sets the fewest rows of x for which a cooperative GEMM's
-// weights are decoded to float16 first, returning the old value.
-func SetCoopHalfWRows(n int) int { return swap(&coopHalfWRows, n) }
+// SetCoopHalfWRows sets, at both precisions, the fewest rows of x for
+// which a cooperative GEMM's weights are decoded to float16 first; restore
+// sets the values before.
+func SetCoopHalfWRows(n int) (restore func()) {
+	old := coopHalfWRows
+	coopHalfWRows = halfWRows{fast: n, exact: n}
+	return func() { coopHalfWRows = old }
+}
 
 // WeightsToHalf records weights16.comp for w into dst (a tensor of at least
 // Rows*Cols/2 + Rows elements): the float16 weights, then a range flag per row.
@@ -137,6 +142,13 @@ func SplitParts(s gpu.Stream, rows int, w gpu.Matrix) int {
 		return 1
 	}
 	return max(1, plans[0].parts)
+}
+
+// HalvesFirst reports whether a product of rows of x by w on s takes w in
+// float16 made first (weights16.comp).
+func HalvesFirst(s gpu.Stream, rows int, w gpu.Matrix) bool {
+	ranges, _ := s.(*stream).planHalfWeights(rows, w.Cols(), []gpu.Proj{{W: w}})
+	return ranges != nil && ranges[0].ok
 }
 
 // SetFlashCoopRows sets the rows of a flash_coop.comp workgroup (64 or

@@ -489,12 +489,21 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 	return plans
 }
 
-// coopHalfWRows is the fewest rows of x for which the weights of a format
-// not exact in float16 are decoded to float16 once (weights16.comp) before
-// a cooperative product, rather than in each of its tiles of rows; at exact
-// precision they are split in hi + lo, which lets such weights use the
-// cooperative GEMM at all. Tests set it to time and check both.
-var coopHalfWRows = 128
+// coopHalfWRows is, at each precision, the fewest rows of x for which the
+// weights of a format not exact in float16 are decoded to float16 once
+// (weights16.comp) before a cooperative product. Below it, at fast
+// precision, each tile of rows decodes them itself; at exact precision the
+// product runs on the portable kernel, since only weights split in hi + lo
+// halves first take the cooperative GEMM. On the H200
+// (BenchmarkExactHalvesFirst, bonsai-8b's three weight shapes in Q4_K, Q6_K
+// and Q8_0, 16 to 128 rows) the halves made first ran level with the
+// portable kernel or up to 3.8x faster in 35 of 36 products, and bonsai-8b
+// Q4_K prefills of 16-64 tokens 1.9-2.0x faster, so exact precision makes
+// them from the fewest rows the GEMMs take. Tests set it to time and check
+// each.
+var coopHalfWRows = halfWRows{fast: 128, exact: vecRows + 1}
+
+type halfWRows struct{ fast, exact int }
 
 // coopHalfWBytes caps the float16 weights of one MatMul: past it (an LM
 // head of a large vocabulary) the tiles decode the weights themselves.
@@ -545,7 +554,11 @@ func (s *stream) planHalfWeights(rows, cols int, outs []gpu.Proj) (ranges []half
 		return nil, 0
 	}
 	split := s.precision == gpu.PrecisionExact
-	decode := rows >= coopHalfWRows && (!split || s.splitWFits())
+	fewest := coopHalfWRows.fast
+	if split {
+		fewest = coopHalfWRows.exact
+	}
+	decode := rows >= fewest && (!split || s.splitWFits())
 	ranges = make([]halfRange, len(outs))
 	used := false
 	for i, p := range outs {
