@@ -119,18 +119,25 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 }
 
 // TestCoopExactShortProductsTakeHalvesFirst: at exact precision, products
-// of weights not exact in float16 take the cooperative GEMM on hi + lo
-// halves made first from 9 rows of x up (below 128 they ran on the
-// portable kernel before 2026-12-04) and keep float32's accuracy there; at
-// fast precision, fewer than 128 rows decode the weights in the tiles.
+// of weights not exact in float16, of 2^21 elements or more, take the
+// cooperative GEMM on hi + lo halves made first from 9 rows of x up (below
+// 128 they ran on the portable kernel before 2026-12-04), split along K
+// as a prefill's are, and keep float32's accuracy there; smaller weights
+// keep the portable kernel below 128 rows; at fast precision, fewer than
+// 128 rows decode the weights in the tiles.
 func TestCoopExactShortProductsTakeHalvesFirst(t *testing.T) {
 	b := backend(t)
 	if !vulkan.Coop(b) {
 		t.Skip("the device has no cooperative-matrix GEMMs (VK_NV_cooperative_matrix with float16)")
 	}
 	r := newRig(t, 11)
-	const cols, n = 512, 200
+	const cols, n = 1024, 2048 // 2^21 elements
 	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q8_0} {
+		small, err := b.Upload(quantized(t, r, "small", 200, cols, typ))
+		require.NoError(t, err)
+		r.vs.SetPrecision(gpu.PrecisionExact)
+		require.False(t, vulkan.HalvesFirst(r.vs, 20, small), "%v, 200 x %d at 20 rows", typ, cols)
+		require.True(t, vulkan.HalvesFirst(r.vs, 128, small), "%v, 200 x %d at 128 rows", typ, cols)
 		w := quantized(t, r, "w", n, cols, typ)
 		wv, err := b.Upload(w)
 		require.NoError(t, err)
@@ -139,6 +146,7 @@ func TestCoopExactShortProductsTakeHalvesFirst(t *testing.T) {
 		for _, rows := range []int{9, 20, 127} {
 			r.vs.SetPrecision(gpu.PrecisionExact)
 			require.True(t, vulkan.HalvesFirst(r.vs, rows, wv), "%v, %d rows", typ, rows)
+			require.Greater(t, vulkan.SplitParts(r.vs, rows, wv), 1, "%v, %d rows: split along K", typ, rows)
 			xs := r.values(rows*cols, 1)
 			x, y := r.tensor("x", xs), r.zeros("y", rows*n)
 			r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v})

@@ -145,7 +145,7 @@ func SplitParts(s gpu.Stream, rows int, w gpu.Matrix) int {
 }
 
 // HalvesFirst reports whether a product of rows of x by w on s takes w in
-// float16 made first (weights16.comp).
+// float16 from a buffer (made first by weights16.comp, or F16 as it is).
 func HalvesFirst(s gpu.Stream, rows int, w gpu.Matrix) bool {
 	ranges, _ := s.(*stream).planHalfWeights(rows, w.Cols(), []gpu.Proj{{W: w}})
 	return ranges != nil && ranges[0].ok
