@@ -87,18 +87,7 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 								r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v, Bias: bv.v})
 								got := make([]float32, rows*n)
 								require.NoError(t, r.vs.Read(y.v, 0, got))
-								var worst float64
-								for m := range rows {
-									for j := range n {
-										want, mag := float64(bias[j]), math.Abs(float64(bias[j]))
-										for k := range cols {
-											p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
-											want += p
-											mag += math.Abs(p)
-										}
-										worst = max(worst, math.Abs(float64(got[m*n+j])-want)/mag)
-									}
-								}
+								worst := worstOfSum(got, xs, ws, bias, rows, n, cols)
 								// Exact: float32 sums of up to 4096 terms, while tensor
 								// cores truncate each of the K/16 accumulations rather than
 								// round (Fasi et al. 2021, "Numerical behavior of NVIDIA
@@ -116,6 +105,27 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 			}
 		}
 	}
+}
+
+// worstOfSum is the largest error of got (rows x n) against x W^T + bias
+// (bias may be nil) in float64, relative to sum |x w| + |bias|.
+func worstOfSum(got, xs, ws, bias []float32, rows, n, cols int) float64 {
+	var worst float64
+	for m := range rows {
+		for j := range n {
+			var want, mag float64
+			if bias != nil {
+				want, mag = float64(bias[j]), math.Abs(float64(bias[j]))
+			}
+			for k := range cols {
+				p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
+				want += p
+				mag += math.Abs(p)
+			}
+			worst = max(worst, math.Abs(float64(got[m*n+j])-want)/mag)
+		}
+	}
+	return worst
 }
 
 // TestCoopExactShortProductsTakeHalvesFirst: at exact precision, products
@@ -152,20 +162,8 @@ func TestCoopExactShortProductsTakeHalvesFirst(t *testing.T) {
 			r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v})
 			got := make([]float32, rows*n)
 			require.NoError(t, r.vs.Read(y.v, 0, got))
-			var worst float64
-			for m := range rows {
-				for j := range n {
-					var want, mag float64
-					for k := range cols {
-						p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
-						want += p
-						mag += math.Abs(p)
-					}
-					worst = max(worst, math.Abs(float64(got[m*n+j])-want)/mag)
-				}
-			}
 			// As TestCoopMatMulEveryTileKeepsItsPrecision's exact bound.
-			require.LessOrEqual(t, worst, 1e-5, "%v, %d rows: largest error relative to sum |x w|", typ, rows)
+			require.LessOrEqual(t, worstOfSum(got, xs, ws, nil, rows, n, cols), 1e-5, "%v, %d rows: largest error relative to sum |x w|", typ, rows)
 		}
 		r.vs.SetPrecision(gpu.PrecisionFast)
 		require.False(t, vulkan.HalvesFirst(r.vs, 20, wv), "%v at fast precision", typ)

@@ -99,12 +99,12 @@ func SetReadChunk(n uint64) uint64 { return swap(&readChunk, n) }
 // GEMM's x on or off and returns the previous setting.
 func SetCoopHalfX(on bool) bool { return swap(&coopHalfX, on) }
 
-// SetCoopHalfWRows sets, at both precisions, the fewest rows of x for
-// which a cooperative GEMM's weights are decoded to float16 first; restore
-// sets the values before.
+// SetCoopHalfWRows sets, at both precisions and for weights of any size,
+// the fewest rows of x for which a cooperative GEMM's weights are decoded
+// to float16 first; restore sets the values before.
 func SetCoopHalfWRows(n int) (restore func()) {
 	old := coopHalfWRows
-	coopHalfWRows = halfWRows{fast: n, exact: n}
+	coopHalfWRows = halfWRows{fast: n, exact: n, smallExact: n}
 	return func() { coopHalfWRows = old }
 }
 

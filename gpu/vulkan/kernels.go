@@ -499,23 +499,34 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 // and Q8_0, 16 to 128 rows) the halves made first ran level with the
 // portable kernel or up to 3.8x faster in 35 of 36 products, and bonsai-8b
 // Q4_K prefills of 16-64 tokens 1.9-2.0x faster (bonsai-1.7b 2.1-2.2x), so
-// exact precision makes them from the fewest rows the GEMMs take, for
-// weights of at least coopHalfWShortElems elements. Tests set it to time
-// and check each.
-var coopHalfWRows = halfWRows{fast: 128, exact: vecRows + 1}
+// exact precision makes them from the fewest rows the GEMMs take.
+//
+// That is for weights of at least coopHalfWSmallElems elements; smaller
+// ones keep 128 at exact precision. On the H200 a tiny-qwen3moe prefill
+// (256 x 256 experts on 8-32 rows each) ran 1.2-1.4x slower at 32-128
+// tokens with the halves made first: the two dispatches more cost more
+// than the portable kernel takes. The bonsai shapes' weights, where the
+// halves paid, hold 2^21 elements and more; between the two (Qwen3-30B-A3B's
+// 768 x 2048 experts) nothing was measured. Tests set it to time and check
+// each.
+var coopHalfWRows = halfWRows{fast: 128, exact: vecRows + 1, smallExact: 128}
 
-// halfWRows is coopHalfWRows at each precision.
-type halfWRows struct{ fast, exact int }
+// halfWRows is coopHalfWRows at each precision, and for small weights at
+// exact precision.
+type halfWRows struct{ fast, exact, smallExact int }
 
-// coopHalfWShortElems is the fewest elements of a weight whose halves are
-// made first at exact precision for fewer rows than coopHalfWRows.fast. On
-// the H200 a tiny-qwen3moe prefill (256 x 256 experts on 8-32 rows each)
-// ran 1.2-1.4x slower at 32-128 tokens with the halves made first: the two
-// dispatches more cost more than the portable kernel takes. The bonsai
-// shapes' weights, where the halves paid, hold 2^21 elements and more;
-// between the two (Qwen3-30B-A3B's 768 x 2048 experts) nothing was
-// measured, and the portable kernel stays.
-const coopHalfWShortElems = 1 << 21
+const coopHalfWSmallElems = 1 << 21
+
+// fewestHalfWRows is coopHalfWRows for a weight of elems elements.
+func fewestHalfWRows(exact bool, elems int) int {
+	switch {
+	case !exact:
+		return coopHalfWRows.fast
+	case elems < coopHalfWSmallElems:
+		return coopHalfWRows.smallExact
+	}
+	return coopHalfWRows.exact
+}
 
 // coopHalfWBytes caps the float16 weights of one MatMul: past it (an LM
 // head of a large vocabulary) the tiles decode the weights themselves, and
@@ -567,11 +578,7 @@ func (s *stream) planHalfWeights(rows, cols int, outs []gpu.Proj) (ranges []half
 		return nil, 0
 	}
 	split := s.precision == gpu.PrecisionExact
-	fewest := coopHalfWRows.fast
-	if split {
-		fewest = coopHalfWRows.exact
-	}
-	decode := rows >= fewest && (!split || s.splitWFits())
+	fits := !split || s.splitWFits()
 	ranges = make([]halfRange, len(outs))
 	used := false
 	for i, p := range outs {
@@ -583,8 +590,7 @@ func (s *stream) planHalfWeights(rows, cols int, outs []gpu.Proj) (ranges []half
 			ranges[i], used = halfRange{ok: true, direct: true, bigBase: noRangeFlags}, true
 			continue
 		}
-		short := split && rows < coopHalfWRows.fast && m.w.Rows*m.w.Cols < coopHalfWShortElems
-		if !decode || short || m.f.exactInHalf() {
+		if !fits || m.f.exactInHalf() || rows < fewestHalfWRows(split, m.w.Rows*m.w.Cols) {
 			continue
 		}
 		used = true
