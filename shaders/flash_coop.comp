@@ -28,6 +28,10 @@
 // rounding); the output is divided by PSCALE at the end. A workgroup
 // that meets an input past float16's range computes its rows again in
 // float32 (slowly: it is rare), as matmul_coop.comp does its tiles.
+// With KV16, K and V come in float16 from tohalf.comp (hi and lo, a range
+// flag per key), converted once rather than in every workgroup that reads
+// them. (Loading each block while the one before multiplies was slower: it
+// took 234-255 registers.)
 // With CAPTURE it also writes the scores ([heads, T, keys], scaled, capped,
 // masked: what scores.comp writes) as it computes them, and -inf for the
 // keys its blocks skip unless tailsHeld says the scores hold them already
@@ -39,6 +43,7 @@ layout(constant_id = 1) const bool WINDOWED = false;
 layout(constant_id = 2) const bool CAPPED = false;
 layout(constant_id = 3) const uint WG = 128; // invocations: 32 per subgroup, 4 or 8 subgroups
 layout(constant_id = 4) const uint EXACT = 0;
+layout(constant_id = 5) const uint KV16 = 0;
 
 #define BC 32
 const uint SG = WG / 32, R = 16 * SG;
@@ -60,6 +65,7 @@ layout(push_constant) uniform Push {
     float softcap;
     uint hpw; // heads per workgroup: divides heads/kvHeads, at most R
     uint tailsHeld; // with CAPTURE: the scores hold the -inf of the keys no block takes
+    uint kvLoBase, kvBigBase; // with KV16: tohalf.comp's remainders and range flags
 } pc;
 
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
@@ -74,6 +80,10 @@ layout(std430, binding = 3) writeonly buffer Z { float z[]; };
 layout(std430, binding = 4) writeonly buffer Scores { float sc[]; };
 layout(std430, binding = 4) writeonly buffer Scores4 { vec4 sc4[]; };
 #endif
+layout(std430, binding = 5) readonly buffer KH { uvec4 kh16[]; };
+layout(std430, binding = 5) readonly buffer KHW { uint khw[]; };
+layout(std430, binding = 6) readonly buffer VH { uvec4 vh16[]; };
+layout(std430, binding = 6) readonly buffer VHW { uint vhw[]; };
 
 shared uvec4 KV[(1 + EXACT) * LO]; // K then V of a block (hi, then lo); Q's rows (64 at a time) at the start
 shared uvec4 SP[SG * SPS];      // float32 bits or float16 pairs, each subgroup's own
@@ -239,7 +249,18 @@ void main() {
         for (uint id = tid; id < BC * C8; id += WG) {
             uint c = id / C8, d = id % C8, j = j0 + c;
             uvec4 kh = uvec4(0), vh = uvec4(0), kl = uvec4(0), vl = uvec4(0);
-            if (j < pc.keys) {
+            if (j < pc.keys && KV16 != 0) {
+                uint at = (j * kvStride + kvh * HD) / 8 + d;
+                kh = kh16[at];
+                vh = vh16[at];
+                if (EXACT != 0) {
+                    kl = kh16[pc.kvLoBase + at];
+                    vl = vh16[pc.kvLoBase + at];
+                }
+                if (d == 0 && (khw[pc.kvBigBase + j] | vhw[pc.kvBigBase + j]) != 0) {
+                    outOfRange = 1;
+                }
+            } else if (j < pc.keys) {
                 uint at = (j * kvStride + kvh * HD + 8 * d) / 4;
                 inputs8(kc4[at], kc4[at + 1], kh, kl);
                 inputs8(vc4[at], vc4[at + 1], vh, vl);

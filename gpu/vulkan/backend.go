@@ -29,7 +29,7 @@ var errClosed = fmt.Errorf("vulkan: %w", gpu.ErrBackendClosed)
 const pushBytes = 128
 
 // maxBindings is the most storage buffers a kernel binds.
-const maxBindings = 6
+const maxBindings = 7 // flash_coop.comp: Q, K, V, Z, scores, K and V in float16
 
 // Backend is one Vulkan device with resident weights. It is safe for
 // concurrent use; each stream is used by one goroutine at a time.

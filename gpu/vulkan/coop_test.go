@@ -472,12 +472,28 @@ func TestKernelStatistics(t *testing.T) {
 			}
 		}
 	}
+	// flash_coop.comp along each route of K and V, at both precisions.
+	const T, heads, hd = 256, 4, 128
+	a := &gpu.Attention{T: T, Heads: heads, KVHeads: 1, HeadDim: hd, Scale: 1}
+	for _, x := range []*gpu.Tensor{&a.Q, &a.K, &a.V, &a.Z} {
+		*x, err = s.Alloc("attention", T*heads*hd)
+		require.NoError(t, err)
+	}
+	for _, kv := range flashKVRoutes {
+		restore := vulkan.SetFlashHalfKV(kv.halves)
+		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
+			s.SetPrecision(prec)
+			s.FlashAttention(a)
+		}
+		require.NoError(t, s.Sync())
+		restore()
+	}
 	require.NoError(t, s.Sync())
 	stats, err = v.KernelStatistics()
 	require.NoError(t, err)
 	for _, k := range stats {
 		require.NotEmpty(t, k.Stats, k.Kernel)
-		if strings.HasPrefix(k.Kernel, "matmul_") {
+		if strings.HasPrefix(k.Kernel, "matmul_") || strings.HasPrefix(k.Kernel, "flash") {
 			t.Logf("%s %v %v", k.Kernel, k.Spec, k.Stats)
 		}
 	}

@@ -151,9 +151,27 @@ func HalvesFirst(s gpu.Stream, rows int, w gpu.Matrix) bool {
 	return ranges != nil && ranges[0].ok
 }
 
-// SetFlashCoopRows sets the rows of a flash_coop.comp workgroup (64 or
-// 128), returning the old value.
-func SetFlashCoopRows(n int) int { return swap(&flashCoopRows, n) }
+// SetFlashCoopRows sets the rows of a flash_coop.comp workgroup at fast
+// precision for any T, 64 or 128; it returns a function restoring the rule.
+func SetFlashCoopRows(n int) func() {
+	from := 1 << 30
+	if n == 128 {
+		from = 0
+	}
+	old := swap(&flashWideFrom, from)
+	return func() { flashWideFrom = old }
+}
+
+// SetFlashHalfKV sets whether flash_coop.comp reads K and V converted to
+// float16 once, for any T; it returns a function restoring the rule.
+func SetFlashHalfKV(on bool) func() {
+	from := 1 << 30
+	if on {
+		from = 0
+	}
+	old := swap(&flashHalfKVFrom, from)
+	return func() { flashHalfKVFrom = old }
+}
 
 // SetCopyShader chooses copy.comp (true) or the copy command for copies
 // between device tensors, returning the old choice.

@@ -123,7 +123,10 @@ func TestFlashAttentionRefusesWideHeads(t *testing.T) {
 // nothing precedes the prompt, the two paths that write the scores and the
 // pattern as well: flash attention capturing them ("capture", what a trace
 // of them takes) and scores, softmax and mix one after the other
-// ("materialise", what a hook on them takes).
+// ("materialise", what a hook on them takes). flash_coop.comp's choices by
+// T are also forced each way: workgroups of 64 or 128 rows at fast
+// precision, K and V converted to float16 in each workgroup ("kvf32") or
+// once before ("kv16").
 func BenchmarkFlashAttention(b *testing.B) {
 	v := benchBackend(b)
 	cases := []struct{ T, pos0, heads, kvHeads, hd int }{
@@ -139,19 +142,27 @@ func BenchmarkFlashAttention(b *testing.B) {
 		for _, p := range []struct {
 			name string
 			gpu.Precision
-			coopRows int    // 0: flash.comp, cooperative matrices off
+			coopRows int    // -1: flash.comp, cooperative matrices off; 0: by T
 			path     string // "": flash attention alone
-		}{{"flash.comp", gpu.PrecisionExact, 0, ""}, {"exact", gpu.PrecisionExact, 64, ""}, {"fast", gpu.PrecisionFast, 64, ""}, {"fast-128rows", gpu.PrecisionFast, 128, ""},
-			{"exact-capture", gpu.PrecisionExact, 64, "capture"}, {"fast-capture", gpu.PrecisionFast, 64, "capture"},
-			{"exact-materialise", gpu.PrecisionExact, 64, "materialise"}, {"fast-materialise", gpu.PrecisionFast, 64, "materialise"}} {
+			kv       string // "": by T
+		}{{"flash.comp", gpu.PrecisionExact, -1, "", ""}, {"exact", gpu.PrecisionExact, 0, "", ""}, {"fast", gpu.PrecisionFast, 0, "", ""},
+			{"fast-64rows", gpu.PrecisionFast, 64, "", ""}, {"fast-128rows", gpu.PrecisionFast, 128, "", ""},
+			{"exact-kvf32", gpu.PrecisionExact, 0, "", "f32"}, {"exact-kv16", gpu.PrecisionExact, 0, "", "16"},
+			{"fast-kvf32", gpu.PrecisionFast, 0, "", "f32"}, {"fast-kv16", gpu.PrecisionFast, 0, "", "16"},
+			{"exact-capture", gpu.PrecisionExact, 0, "capture", ""}, {"fast-capture", gpu.PrecisionFast, 0, "capture", ""},
+			{"exact-materialise", gpu.PrecisionExact, 0, "materialise", ""}, {"fast-materialise", gpu.PrecisionFast, 0, "materialise", ""}} {
 			if p.path != "" && c.pos0 != 0 {
 				continue
 			}
 			b.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d/%s", c.T, c.pos0, c.heads, c.kvHeads, c.hd, p.name), func(b *testing.B) {
-				if p.coopRows == 0 {
+				switch p.coopRows {
+				case -1:
 					defer vulkan.SetCoop(v, vulkan.SetCoop(v, false))
-				} else {
-					defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(p.coopRows))
+				case 64, 128:
+					defer vulkan.SetFlashCoopRows(p.coopRows)()
+				}
+				if p.kv != "" {
+					defer vulkan.SetFlashHalfKV(p.kv == "16")()
 				}
 				// Device time per kernel beside the wall time: the paths
 				// that write scores are several kernels. (A timestamp after
@@ -279,52 +290,63 @@ func TestCoopFlashAttention(t *testing.T) {
 			gpu.Precision
 			rows int
 		}{{gpu.PrecisionFast, 64}, {gpu.PrecisionFast, 128}, {gpu.PrecisionExact, 64}} {
-			t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g_ramp%v/%s_rows%d", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, tc.ramp, p.Precision, p.rows), func(t *testing.T) {
-				defer vulkan.SetFlashCoopRows(vulkan.SetFlashCoopRows(p.rows))
-				r := newRig(t, 12)
-				_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
-				q, k, v := readQKV(t, r, a)
-				if tc.ramp {
-					row := tc.kvHeads * tc.hd
-					for j := range len(k) / row {
-						for i := range row {
-							k[j*row+i] *= 1 + float32(j)/16
+			for _, kv := range flashKVRoutes {
+				t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g_ramp%v/%s_rows%d/%s", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, tc.ramp, p.Precision, p.rows, kv.name), func(t *testing.T) {
+					defer vulkan.SetFlashCoopRows(p.rows)()
+					defer vulkan.SetFlashHalfKV(kv.halves)()
+					r := newRig(t, 12)
+					_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
+					q, k, v := readQKV(t, r, a)
+					if tc.ramp {
+						row := tc.kvHeads * tc.hd
+						for j := range len(k) / row {
+							for i := range row {
+								k[j*row+i] *= 1 + float32(j)/16
+							}
+						}
+						r.vs.Write(a.K, 0, k)
+					}
+					r.vs.Edit(z.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: z.v.Len(), Scalar: 7})
+					r.vs.SetPrecision(p.Precision)
+					r.vs.FlashAttention(a)
+					got := make([]float32, z.v.Len())
+					require.NoError(t, r.vs.Read(z.v, 0, got))
+					if p.Precision == gpu.PrecisionExact {
+						requireClose(t, got, attention64(q, k, v, a), tolExp, "z")
+						return
+					}
+					maxV := 0.0
+					for _, x := range [][]float32{q, k, v} {
+						for i, f := range x {
+							x[i] = float16.Fromfloat32(f).Float32()
 						}
 					}
-					r.vs.Write(a.K, 0, k)
-				}
-				r.vs.Edit(z.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: z.v.Len(), Scalar: 7})
-				r.vs.SetPrecision(p.Precision)
-				r.vs.FlashAttention(a)
-				got := make([]float32, z.v.Len())
-				require.NoError(t, r.vs.Read(z.v, 0, got))
-				if p.Precision == gpu.PrecisionExact {
-					requireClose(t, got, attention64(q, k, v, a), tolExp, "z")
-					return
-				}
-				maxV := 0.0
-				for _, x := range [][]float32{q, k, v} {
-					for i, f := range x {
-						x[i] = float16.Fromfloat32(f).Float32()
+					for _, f := range v {
+						maxV = math.Max(maxV, math.Abs(float64(f)))
 					}
-				}
-				for _, f := range v {
-					maxV = math.Max(maxV, math.Abs(float64(f)))
-				}
-				want := attention64(q, k, v, a)
-				worst := 0.0
-				for i := range want {
-					worst = math.Max(worst, math.Abs(float64(got[i])-float64(want[i])))
-				}
-				require.LessOrEqual(t, worst, 2*math.Ldexp(1, -11)*maxV, "largest error of an output (max |V| %.3g)", maxV)
-			})
+					want := attention64(q, k, v, a)
+					worst := 0.0
+					for i := range want {
+						worst = math.Max(worst, math.Abs(float64(got[i])-float64(want[i])))
+					}
+					require.LessOrEqual(t, worst, 2*math.Ldexp(1, -11)*maxV, "largest error of an output (max |V| %.3g)", maxV)
+				})
+			}
 		}
 	}
 }
 
+// flashKVRoutes are flash_coop.comp's ways of reading K and V: converted to
+// float16 in each workgroup, or once before.
+var flashKVRoutes = []struct {
+	name   string
+	halves bool
+}{{"kv-f32", false}, {"kv16", true}}
+
 // TestCoopFlashAttentionOutOfFloat16Range gives flash_coop.comp a value
 // float16 cannot hold (a V entry of 1e5, in every workgroup's first key
-// block): the workgroups compute their rows in float32 instead, so the
+// block, and a K entry of -1e5 at key 70, in a block only the later
+// workgroups read), along each route of K and V: the workgroups compute their rows in float32 instead, so the
 // output is float32 attention (tolExp of the float64 reference, which takes
 // the inputs as they are), not infinities.
 func TestCoopFlashAttentionOutOfFloat16Range(t *testing.T) {
@@ -332,16 +354,22 @@ func TestCoopFlashAttentionOutOfFloat16Range(t *testing.T) {
 		t.Skip("this device has no cooperative matrices: fast precision runs flash.comp")
 	}
 	for _, p := range []gpu.Precision{gpu.PrecisionFast, gpu.PrecisionExact} {
-		r := newRig(t, 13)
-		_, a, z, _, _ := attention(r, 90, 10, 4, 1, 64, 0, 0)
-		q, k, v := readQKV(t, r, a)
-		v[3] = 1e5
-		r.vs.Write(a.V, 0, v)
-		r.vs.SetPrecision(p)
-		r.vs.FlashAttention(a)
-		got := make([]float32, z.v.Len())
-		require.NoError(t, r.vs.Read(z.v, 0, got))
-		requireClose(t, got, attention64(q, k, v, a), tolExp, "z at "+p.String())
+		for _, kv := range flashKVRoutes {
+			restore := vulkan.SetFlashHalfKV(kv.halves)
+			r := newRig(t, 13)
+			_, a, z, _, _ := attention(r, 90, 10, 4, 1, 64, 0, 0)
+			q, k, v := readQKV(t, r, a)
+			v[3] = 1e5
+			k[70*64+5] = -1e5 // key 70: a later block, which only some workgroups read
+			r.vs.Write(a.V, 0, v)
+			r.vs.Write(a.K, 0, k)
+			r.vs.SetPrecision(p)
+			r.vs.FlashAttention(a)
+			got := make([]float32, z.v.Len())
+			require.NoError(t, r.vs.Read(z.v, 0, got))
+			requireClose(t, got, attention64(q, k, v, a), tolExp, "z at "+p.String()+", "+kv.name)
+			restore()
+		}
 	}
 }
 

@@ -628,6 +628,11 @@ var coopHalfX = true
 // uvec4 loBase the remainders (exact only), from word bigBase a flag per
 // row. It returns nil after failing the stream.
 func (s *stream) toHalf(x *tensor, rows, cols int, exact bool) (buf *buffer, loBase, bigBase uint32) {
+	return s.toHalfIn(&s.half, x, rows, cols, exact)
+}
+
+// toHalfIn is toHalf into the stream's helper buffer *dst.
+func (s *stream) toHalfIn(dst **buffer, x *tensor, rows, cols int, exact bool) (buf *buffer, loBase, bigBase uint32) {
 	chunks := uint64(rows) * uint64(cols) / 8 // uvec4s of one copy
 	words := 4 * chunks
 	if exact {
@@ -637,13 +642,13 @@ func (s *stream) toHalf(x *tensor, rows, cols int, exact bool) (buf *buffer, loB
 		s.fail(fmt.Errorf("vulkan: %d x %d activations in float16 pass 2^32 words", rows, cols))
 		return nil, 0, 0
 	}
-	if s.half = s.helper(s.half, 4*(words+uint64(rows))); s.half == nil {
+	if *dst = s.helper(*dst, 4*(words+uint64(rows))); *dst == nil {
 		return nil, 0, 0
 	}
 	gx, gy, gz := gridRows(rows)
-	s.dispatch("tohalf", nil, []use{x.reads(), {buf: s.half, write: true}},
+	s.dispatch("tohalf", nil, []use{x.reads(), {buf: *dst, write: true}},
 		[]uint32{uint32(rows), uint32(cols), uint32(chunks), uint32(words), b2u(exact)}, gx, gy, gz)
-	return s.half, uint32(chunks), uint32(words)
+	return *dst, uint32(chunks), uint32(words)
 }
 
 // ropeKey identifies the cos/sin table a stream last uploaded.
@@ -891,39 +896,86 @@ func (s *stream) flash(a *gpu.Attention, capture, tailsHeld bool) {
 	// so that they share each K/V tile.
 	kernel, rows, specs := "flash", flashRows, []uint32{uint32(a.HeadDim), b2u(a.Window > 0), b2u(a.Softcap != 0)}
 	uses := []use{t["Q"].reads(), t["K"].reads(), t["V"].reads(), t["Z"].writes()}
-	if s.coopFlash(a.HeadDim) {
-		kernel, rows, specs = "flash_coop", flashCoopRows, append(specs, 2*uint32(flashCoopRows), b2u(s.precision == gpu.PrecisionExact))
-		if capture {
-			kernel, uses = "flash_coop_capture", append(uses, t["Scores"].writes())
-		}
+	exact := s.precision == gpu.PrecisionExact
+	coop := s.coopFlash(a.HeadDim)
+	if coop {
+		rows = s.flashCoopRows(exact, a.T)
 	}
 	wgHeads := flashHeads(a.Heads/a.KVHeads, rows)
-	s.dispatch(kernel, specs, uses, append(pushOf(a).words(true), uint32(wgHeads), b2u(tailsHeld)), ceilDiv(a.T, rows/wgHeads), uint32(a.Heads/wgHeads), 1)
+	blocks := ceilDiv(a.T, rows/wgHeads) // query blocks: each reads K and V
+	push := append(pushOf(a).words(true), uint32(wgHeads), b2u(tailsHeld))
+	if coop {
+		kernel, specs = "flash_coop", append(specs, 2*uint32(rows), b2u(exact))
+		// Unused bindings still need a buffer.
+		scores, kh, vh := t["Q"].reads(), t["Q"].reads(), t["Q"].reads()
+		if capture {
+			kernel, scores = "flash_coop_capture", t["Scores"].writes()
+		}
+		var loBase, bigBase uint32
+		kv16 := a.T >= flashHalfKVFrom
+		if kv16 {
+			kvd := a.KVHeads * a.HeadDim
+			var kb, vb *buffer
+			if kb, loBase, bigBase = s.toHalfIn(&s.halfK, t["K"], a.Keys(), kvd, exact); kb == nil {
+				return
+			}
+			if vb, _, _ = s.toHalfIn(&s.halfV, t["V"], a.Keys(), kvd, exact); vb == nil {
+				return
+			}
+			kh, vh = use{buf: kb}, use{buf: vb}
+		}
+		specs = append(specs, b2u(kv16))
+		uses = append(uses, scores, kh, vh)
+		push = append(push, loBase, bigBase)
+	}
+	s.dispatch(kernel, specs, uses, push, blocks, uint32(a.Heads/wgHeads), 1)
 }
 
-// flashCoopRows is the rows of a flash_coop.comp workgroup: 16 for each of
-// its subgroups (64 or 128).
-var flashCoopRows = 64
+// flash_coop.comp's choices for long prompts (measured on the H200,
+// docs/PERFORMANCE.md): from flashHalfKVFrom queries on, K and V are
+// converted to float16 once (tohalf.comp) rather than in every workgroup
+// that reads them, and from flashWideFrom on, fast precision takes
+// workgroups of 128 rows instead of 64. At T=2048 the two made it 1.6-1.8x
+// faster at fast precision (the conversion alone 1.09x at exact); at T=256
+// each was slower: the conversion's two dispatches, and half the
+// workgroups for the device's cores.
+var flashHalfKVFrom, flashWideFrom = 1024, 1024
+
+// flashCoopRows is the rows of a flash_coop.comp workgroup of T queries,
+// 16 for each of its subgroups; 0 where not even 64 fit the device's
+// shared memory. Exact precision takes 64: its halves do not fit 128 rows
+// in 48 KiB.
+func (s *stream) flashCoopRows(exact bool, t int) int {
+	rows := 64
+	if !exact && t >= flashWideFrom {
+		rows = 128
+	}
+	for ; rows >= 64; rows /= 2 {
+		if flashCoopShared(exact, rows) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
+			return rows
+		}
+	}
+	return 0
+}
 
 // flashCoopShared is flash_coop.comp's shared memory: K and V of a block
 // of 32 keys and 128 dims in float16, hi and lo at exact precision (rows
 // padded by 8); each subgroup's 16 rows of scores (float32, padded by 4) or
 // of probabilities (float16, by 8; hi and lo), whichever is larger; and a
 // float per invocation.
-func flashCoopShared(exact bool) int {
+func flashCoopShared(exact bool, rows int) int {
 	halves := 1
 	if exact {
 		halves = 2
 	}
-	return halves*2*32*136*2 + flashCoopRows*max(36*4, halves*40*2) + 2*flashCoopRows*4 + 4
+	return halves*2*32*136*2 + rows*max(36*4, halves*40*2) + 2*rows*4 + 4
 }
 
 // coopFlash reports whether flash attention runs on cooperative matrices:
-// on heads of whole 16-dim tiles up to 128, where its shared memory fits
-// (exact precision, which holds two halves of each input, with 64 rows).
+// on heads of whole 16-dim tiles up to 128, where its shared memory fits.
 func (s *stream) coopFlash(headDim int) bool {
 	return s.b.coop && headDim%16 == 0 && headDim <= 128 && s.b.phys.subgroupArithmetic() &&
-		int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) >= flashCoopShared(s.precision == gpu.PrecisionExact)
+		s.flashCoopRows(s.precision == gpu.PrecisionExact, 0) > 0
 }
 
 // flashHeads is how many heads of a GQA group of g share a flash workgroup

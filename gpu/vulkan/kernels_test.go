@@ -224,109 +224,118 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 		{T: 1, pos0: 0, heads: 2, kvHeads: 1, hd: 64},               // a single key
 		{T: 300, pos0: 0, heads: 16, kvHeads: 8, hd: 128},           // bonsai's heads, many key blocks
 	}
+	// flash_coop.comp's two routes of K and V (one where the device has no
+	// cooperative matrices: they are the same there).
+	routes := flashKVRoutes[:1]
+	if vulkan.Coop(backend(t)) {
+		routes = flashKVRoutes
+	}
 	for _, tc := range cases {
-		t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap), func(t *testing.T) {
-			r := newRig(t, 5)
-			ac, av, z, scores, pattern := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
-			keys := tc.pos0 + tc.T
-			r.cs.AttnScores(ac)
-			r.vs.AttnScores(av)
-			c, v := r.read(scores)
-			requireClose(t, v, c, tolSum, "scores (with the -inf mask)")
-			r.cs.Softmax(pattern.c, scores.c, tc.heads*tc.T, keys)
-			r.vs.Softmax(pattern.v, scores.v, tc.heads*tc.T, keys)
-			c, v = r.read(pattern)
-			requireClose(t, v, c, tolExp, "pattern")
-			require.Equal(t, slices.Index(c, 0), slices.Index(v, 0), "masked entries are exactly 0")
+		for _, kv := range routes {
+			t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g/%s", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, kv.name), func(t *testing.T) {
+				defer vulkan.SetFlashHalfKV(kv.halves)()
+				r := newRig(t, 5)
+				ac, av, z, scores, pattern := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
+				keys := tc.pos0 + tc.T
+				r.cs.AttnScores(ac)
+				r.vs.AttnScores(av)
+				c, v := r.read(scores)
+				requireClose(t, v, c, tolSum, "scores (with the -inf mask)")
+				r.cs.Softmax(pattern.c, scores.c, tc.heads*tc.T, keys)
+				r.vs.Softmax(pattern.v, scores.v, tc.heads*tc.T, keys)
+				c, v = r.read(pattern)
+				requireClose(t, v, c, tolExp, "pattern")
+				require.Equal(t, slices.Index(c, 0), slices.Index(v, 0), "masked entries are exactly 0")
 
-			// The causal softmax of a capture reads each query's keys only,
-			// and writes the zeros around them unless they are held.
-			r.vs.Edit(pattern.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: pattern.v.Len(), Scalar: 7})
-			vulkan.CausalSoftmax(r.vs, av, false)
-			_, cv := r.read(pattern)
-			requireClose(t, cv, c, tolExp, "causal pattern")
-			require.Equal(t, slices.Index(c, 0), slices.Index(cv, 0), "masked entries are exactly 0")
-			// The same through shared-memory reductions, where the device
-			// would take subgroup ones.
-			old := vulkan.SetSubgroups(backend(t), false)
-			vulkan.CausalSoftmax(r.vs, av, false)
-			vulkan.SetSubgroups(backend(t), old)
-			_, pv := r.read(pattern)
-			requireClose(t, pv, c, tolExp, "causal pattern, shared-memory reductions")
-			r.vs.Edit(pattern.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: pattern.v.Len(), Scalar: 7})
-			vulkan.CausalSoftmax(r.vs, av, true)
-			_, hv := r.read(pattern)
-			for i := range c {
-				if c[i] == 0 {
-					require.Equal(t, float32(7), hv[i], "a held mask is not written: entry %d", i)
-				} else {
-					require.Equal(t, cv[i], hv[i], "entry %d", i)
-				}
-			}
-			vulkan.CausalSoftmax(r.vs, av, false) // the zeros back, for the mix
-			r.cs.AttnMix(ac)
-			r.vs.AttnMix(av)
-			zc, zv := r.read(z)
-			requireClose(t, zv, zc, tolExp, "z from the pattern")
-
-			r.vs.Edit(z.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: z.v.Len(), Scalar: 7})
-			r.vs.FlashAttention(av)
-			_, zf := r.read(z)
-			requireClose(t, zf, zc, tolExp, "z from flash attention")
-
-			// The capturing flash attention (flash_coop.comp, where the
-			// device has cooperative matrices) writes every entry.
-			for _, x := range []twin{z, scores, pattern} {
-				r.vs.Edit(x.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: x.v.Len(), Scalar: 7})
-			}
-			if !r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av) {
-				require.False(t, vulkan.Coop(backend(t)) && tc.hd%16 == 0 && tc.hd <= 128, "cooperative matrices and whole 16-dim tiles, yet no capturing kernel")
-				return
-			}
-			sc, sv := r.read(scores)
-			requireClose(t, sv, sc, tolSum, "scores from the capturing flash attention")
-			pc, pv := r.read(pattern)
-			requireClose(t, pv, pc, tolExp, "pattern from the capturing flash attention")
-			require.Equal(t, slices.Index(pc, 0), slices.Index(pv, 0), "masked entries are exactly 0")
-			_, zf = r.read(z)
-			requireClose(t, zf, zc, tolExp, "z from the capturing flash attention")
-
-			// Again over what it wrote: the masks are held and not written
-			// again, and every entry is as before, bit for bit.
-			require.True(t, vulkan.MasksHeld(scores.v, av, false) && vulkan.MasksHeld(pattern.v, av, true))
-			require.True(t, r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av))
-			_, sv2 := r.read(scores)
-			_, pv2 := r.read(pattern)
-			gputest.RequireBits(t, sv, sv2, "scores over held masks")
-			gputest.RequireBits(t, pv, pv2, "pattern over held masks")
-			// Held masks are skipped: taken as held over 7s, the 7s stay.
-			for _, x := range []twin{scores, pattern} {
-				r.vs.Edit(x.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: x.v.Len(), Scalar: 7})
-			}
-			vulkan.MarkMasks(scores.v, av, false)
-			vulkan.MarkMasks(pattern.v, av, true)
-			require.True(t, r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av))
-			_, sv3 := r.read(scores)
-			_, pv3 := r.read(pattern)
-			sevens := 0
-			for i := range pc {
-				if pc[i] == 0 {
-					require.Equal(t, float32(7), pv3[i], "pattern entry %d", i)
-					// The kernel writes the masked scores of the key blocks
-					// it takes, and skips the rest.
-					require.True(t, sv3[i] == 7 || math.IsInf(float64(sv3[i]), -1), "scores entry %d: %v", i, sv3[i])
-					if sv3[i] == 7 {
-						sevens++
+				// The causal softmax of a capture reads each query's keys only,
+				// and writes the zeros around them unless they are held.
+				r.vs.Edit(pattern.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: pattern.v.Len(), Scalar: 7})
+				vulkan.CausalSoftmax(r.vs, av, false)
+				_, cv := r.read(pattern)
+				requireClose(t, cv, c, tolExp, "causal pattern")
+				require.Equal(t, slices.Index(c, 0), slices.Index(cv, 0), "masked entries are exactly 0")
+				// The same through shared-memory reductions, where the device
+				// would take subgroup ones.
+				old := vulkan.SetSubgroups(backend(t), false)
+				vulkan.CausalSoftmax(r.vs, av, false)
+				vulkan.SetSubgroups(backend(t), old)
+				_, pv := r.read(pattern)
+				requireClose(t, pv, c, tolExp, "causal pattern, shared-memory reductions")
+				r.vs.Edit(pattern.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: pattern.v.Len(), Scalar: 7})
+				vulkan.CausalSoftmax(r.vs, av, true)
+				_, hv := r.read(pattern)
+				for i := range c {
+					if c[i] == 0 {
+						require.Equal(t, float32(7), hv[i], "a held mask is not written: entry %d", i)
+					} else {
+						require.Equal(t, cv[i], hv[i], "entry %d", i)
 					}
-				} else {
-					require.Equal(t, pv[i], pv3[i], "pattern entry %d", i)
-					require.Equal(t, sv[i], sv3[i], "scores entry %d", i)
 				}
-			}
-			if tc.T >= 100 { // workgroups of queries that take only some key blocks
-				require.Positive(t, sevens, "held masked scores are not written")
-			}
-		})
+				vulkan.CausalSoftmax(r.vs, av, false) // the zeros back, for the mix
+				r.cs.AttnMix(ac)
+				r.vs.AttnMix(av)
+				zc, zv := r.read(z)
+				requireClose(t, zv, zc, tolExp, "z from the pattern")
+
+				r.vs.Edit(z.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: z.v.Len(), Scalar: 7})
+				r.vs.FlashAttention(av)
+				_, zf := r.read(z)
+				requireClose(t, zf, zc, tolExp, "z from flash attention")
+
+				// The capturing flash attention (flash_coop.comp, where the
+				// device has cooperative matrices) writes every entry.
+				for _, x := range []twin{z, scores, pattern} {
+					r.vs.Edit(x.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: x.v.Len(), Scalar: 7})
+				}
+				if !r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av) {
+					require.False(t, vulkan.Coop(backend(t)) && tc.hd%16 == 0 && tc.hd <= 128, "cooperative matrices and whole 16-dim tiles, yet no capturing kernel")
+					return
+				}
+				sc, sv := r.read(scores)
+				requireClose(t, sv, sc, tolSum, "scores from the capturing flash attention")
+				pc, pv := r.read(pattern)
+				requireClose(t, pv, pc, tolExp, "pattern from the capturing flash attention")
+				require.Equal(t, slices.Index(pc, 0), slices.Index(pv, 0), "masked entries are exactly 0")
+				_, zf = r.read(z)
+				requireClose(t, zf, zc, tolExp, "z from the capturing flash attention")
+
+				// Again over what it wrote: the masks are held and not written
+				// again, and every entry is as before, bit for bit.
+				require.True(t, vulkan.MasksHeld(scores.v, av, false) && vulkan.MasksHeld(pattern.v, av, true))
+				require.True(t, r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av))
+				_, sv2 := r.read(scores)
+				_, pv2 := r.read(pattern)
+				gputest.RequireBits(t, sv, sv2, "scores over held masks")
+				gputest.RequireBits(t, pv, pv2, "pattern over held masks")
+				// Held masks are skipped: taken as held over 7s, the 7s stay.
+				for _, x := range []twin{scores, pattern} {
+					r.vs.Edit(x.v, gpu.Edit{Op: gpu.EditFill, Rows: 1, Cols: x.v.Len(), Scalar: 7})
+				}
+				vulkan.MarkMasks(scores.v, av, false)
+				vulkan.MarkMasks(pattern.v, av, true)
+				require.True(t, r.vs.(gpu.AttentionCapture).FlashAttentionCapture(av))
+				_, sv3 := r.read(scores)
+				_, pv3 := r.read(pattern)
+				sevens := 0
+				for i := range pc {
+					if pc[i] == 0 {
+						require.Equal(t, float32(7), pv3[i], "pattern entry %d", i)
+						// The kernel writes the masked scores of the key blocks
+						// it takes, and skips the rest.
+						require.True(t, sv3[i] == 7 || math.IsInf(float64(sv3[i]), -1), "scores entry %d: %v", i, sv3[i])
+						if sv3[i] == 7 {
+							sevens++
+						}
+					} else {
+						require.Equal(t, pv[i], pv3[i], "pattern entry %d", i)
+						require.Equal(t, sv[i], sv3[i], "scores entry %d", i)
+					}
+				}
+				if tc.T >= 100 { // workgroups of queries that take only some key blocks
+					require.Positive(t, sevens, "held masked scores are not written")
+				}
+			})
+		}
 	}
 }
 

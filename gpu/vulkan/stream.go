@@ -144,6 +144,7 @@ type stream struct {
 	rowIdx        *buffer // row lists for GatherRows and ScatterRows
 	rope          *buffer // cos/sin table for Rope
 	half          *buffer // x in float16 for the cooperative GEMM (tohalf.comp)
+	halfK, halfV  *buffer // K and V in float16 for flash_coop.comp
 	halfW         *buffer // its weights in float16 (weights16.comp)
 	parts         *buffer // its products split along K, before splitk.comp adds them
 	ropeKey       ropeKey
