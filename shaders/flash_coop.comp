@@ -44,6 +44,10 @@ layout(constant_id = 2) const bool CAPPED = false;
 layout(constant_id = 3) const uint WG = 128; // invocations: 32 per subgroup, 4 or 8 subgroups
 layout(constant_id = 4) const uint EXACT = 0;
 layout(constant_id = 5) const uint KV16 = 0;
+// APART: K and V of a block are staged in turn in one region (exact
+// precision at 128 rows, whose halves would not fit both in 48 KiB), at
+// the cost of a third barrier per block.
+layout(constant_id = 6) const uint APART = 0;
 
 #define BC 32
 const uint SG = WG / 32, R = 16 * SG;
@@ -55,7 +59,9 @@ const uint SROW = BC / 4 + 1;   // vec4s of a staged score row
 // A subgroup's share of SP: its scores, then (when read) its probabilities
 // and, at a rescale and at the end, its output tiles one at a time.
 const uint SPS = EXACT != 0 ? 2 * 16 * PROW : 16 * SROW; // the larger (BC = 32)
-const uint LO = 2 * BC * KROW; // where KV's lo halves start (K, then V), with EXACT
+const uint VROW = APART != 0 ? 0 : BC; // the staged row of V's first key
+const uint LO = (VROW + BC) * KROW; // where KV's lo halves start, with EXACT
+const uint QG = LO / KROW; // Q's rows staged at a time
 const float SLACK = 4.0, PSCALE = 1024.0;
 
 layout(push_constant) uniform Push {
@@ -85,7 +91,7 @@ layout(std430, binding = 5) readonly buffer KHW { uint khw[]; };
 layout(std430, binding = 6) readonly buffer VH { uvec4 vh16[]; };
 layout(std430, binding = 6) readonly buffer VHW { uint vhw[]; };
 
-shared uvec4 KV[(1 + EXACT) * LO]; // K then V of a block (hi, then lo); Q's rows (64 at a time) at the start
+shared uvec4 KV[(1 + EXACT) * LO]; // K then V of a block, or one of them (APART); hi, then lo; Q's rows (QG at a time) before
 shared uvec4 SP[SG * SPS];      // float32 bits or float16 pairs, each subgroup's own
 shared float pair[WG];          // what the two lanes of a row tell each other
 shared uint outOfRange;
@@ -182,6 +188,51 @@ void float32Row(uint row, uint part, uint q0, uint h0, uint kvh, uint hpw, uint 
     }
 }
 
+// stageKV stages K (withK) and V (withV) of the block of keys from j0 in
+// KV, in float16 (hi, and lo at exact precision), noting inputs past
+// float16's range.
+void stageKV(uint j0, uint kvh, bool withK, bool withV) {
+    uint kvStride = pc.kvHeads * HD;
+    for (uint id = gl_LocalInvocationIndex; id < BC * C8; id += WG) {
+        uint c = id / C8, d = id % C8, j = j0 + c;
+        uvec4 kh = uvec4(0), vh = uvec4(0), kl = uvec4(0), vl = uvec4(0);
+        if (j < pc.keys && KV16 != 0) {
+            uint at = (j * kvStride + kvh * HD) / 8 + d;
+            if (withK) {
+                kh = kh16[at];
+                kl = EXACT != 0 ? kh16[pc.kvLoBase + at] : uvec4(0);
+            }
+            if (withV) {
+                vh = vh16[at];
+                vl = EXACT != 0 ? vh16[pc.kvLoBase + at] : uvec4(0);
+            }
+            if (d == 0 && ((withK ? khw[pc.kvBigBase + j] : 0) | (withV ? vhw[pc.kvBigBase + j] : 0)) != 0) {
+                outOfRange = 1;
+            }
+        } else if (j < pc.keys) {
+            uint at = (j * kvStride + kvh * HD + 8 * d) / 4;
+            if (withK) {
+                inputs8(kc4[at], kc4[at + 1], kh, kl);
+            }
+            if (withV) {
+                inputs8(vc4[at], vc4[at + 1], vh, vl);
+            }
+        }
+        if (withK) {
+            KV[c * KROW + d] = kh;
+            if (EXACT != 0) {
+                KV[LO + c * KROW + d] = kl;
+            }
+        }
+        if (withV) {
+            KV[(VROW + c) * KROW + d] = vh;
+            if (EXACT != 0) {
+                KV[LO + (VROW + c) * KROW + d] = vl;
+            }
+        }
+    }
+}
+
 void main() {
     const float negInf = uintBitsToFloat(0xff800000u);
     uint tid = gl_LocalInvocationIndex, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
@@ -191,20 +242,19 @@ void main() {
     uint h0 = gl_WorkGroupID.y * hpw, kvh = h0 / (pc.heads / pc.kvHeads);
     uint qEnd = min(q0 + bq, pc.T);
     uint kEnd = min(pc.keys, pc.pos0 + qEnd);
-    uint kvStride = pc.kvHeads * HD;
 
     if (tid == 0) {
         outOfRange = 0;
     }
     barrier();
-    // Stage Q's rows in float16 (padding rows as zeros), 64 at a time
+    // Stage Q's rows in float16 (padding rows as zeros), QG at a time
     // (what KV holds), and keep this subgroup's as matrices.
     MAT16 q[8], ql[8];
-    for (uint g = 0; g < R; g += 64) {
+    for (uint g = 0; g < R; g += QG) {
         if (g > 0) {
             barrier(); // the last group's rows are loaded
         }
-        for (uint id = tid; id < 64 * C8; id += WG) {
+        for (uint id = tid; id < QG * C8; id += WG) {
             uint row = g + id / C8, c = id % C8, qi = row / hpw;
             uvec4 h = uvec4(0), lo = uvec4(0);
             if (qi < bq && q0 + qi < pc.T) {
@@ -217,7 +267,7 @@ void main() {
             }
         }
         barrier();
-        if (16 * sg >= g && 16 * sg < g + 64) {
+        if (16 * sg >= g && 16 * sg < g + QG) {
 #define LOAD_Q(I) \
     if (I < NT) { \
         coopMatLoadNV(q[I], KV, (16 * sg - g) * KROW + 2 * I, KROW, false); \
@@ -246,32 +296,7 @@ void main() {
     }
     for (uint j0 = jStart; j0 < kEnd; j0 += BC) {
         barrier(); // every subgroup is done with the last block (or with Q)
-        for (uint id = tid; id < BC * C8; id += WG) {
-            uint c = id / C8, d = id % C8, j = j0 + c;
-            uvec4 kh = uvec4(0), vh = uvec4(0), kl = uvec4(0), vl = uvec4(0);
-            if (j < pc.keys && KV16 != 0) {
-                uint at = (j * kvStride + kvh * HD) / 8 + d;
-                kh = kh16[at];
-                vh = vh16[at];
-                if (EXACT != 0) {
-                    kl = kh16[pc.kvLoBase + at];
-                    vl = vh16[pc.kvLoBase + at];
-                }
-                if (d == 0 && (khw[pc.kvBigBase + j] | vhw[pc.kvBigBase + j]) != 0) {
-                    outOfRange = 1;
-                }
-            } else if (j < pc.keys) {
-                uint at = (j * kvStride + kvh * HD + 8 * d) / 4;
-                inputs8(kc4[at], kc4[at + 1], kh, kl);
-                inputs8(vc4[at], vc4[at + 1], vh, vl);
-            }
-            KV[c * KROW + d] = kh;
-            KV[(BC + c) * KROW + d] = vh;
-            if (EXACT != 0) {
-                KV[LO + c * KROW + d] = kl;
-                KV[LO + (BC + c) * KROW + d] = vl;
-            }
-        }
+        stageKV(j0, kvh, true, APART == 0);
         barrier();
 
         // Scores: this subgroup's 16 rows by the block's keys, 16 at a time.
@@ -295,6 +320,10 @@ void main() {
         EACH(QK)
         coopMatStoreNV(s0, SP, sBase, SROW, false);
         coopMatStoreNV(s1, SP, sBase + 4, SROW, false);
+        if (APART != 0) {
+            barrier(); // every subgroup is done with K
+            stageKV(j0, kvh, false, true); // its loads in flight through the softmax
+        }
         subgroupMemoryBarrierShared();
         subgroupBarrier();
 
@@ -379,6 +408,9 @@ void main() {
         l = l * alpha + sum;
         subgroupMemoryBarrierShared();
         subgroupBarrier();
+        if (APART != 0) {
+            barrier(); // V is staged
+        }
 
         [[unroll]] for (uint kk = 0; kk < BC / 16; kk++) {
             MAT16 pa;
@@ -390,11 +422,11 @@ void main() {
 #define PV(I) \
     if (I < NT) { \
         MAT16 vb; \
-        coopMatLoadNV(vb, KV, (BC + 16 * kk) * KROW + 2 * I, KROW, false); \
+        coopMatLoadNV(vb, KV, (VROW + 16 * kk) * KROW + 2 * I, KROW, false); \
         o[I] = coopMatMulAddNV(pa, vb, o[I]); \
         if (EXACT != 0) { \
             o[I] = coopMatMulAddNV(pl, vb, o[I]); \
-            coopMatLoadNV(vb, KV, LO + (BC + 16 * kk) * KROW + 2 * I, KROW, false); \
+            coopMatLoadNV(vb, KV, LO + (VROW + 16 * kk) * KROW + 2 * I, KROW, false); \
             o[I] = coopMatMulAddNV(pa, vb, o[I]); \
         } \
     }

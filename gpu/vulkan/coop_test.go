@@ -472,7 +472,8 @@ func TestKernelStatistics(t *testing.T) {
 			}
 		}
 	}
-	// flash_coop.comp along each route of K and V, at both precisions.
+	// flash_coop.comp along each route of K and V, at both precisions, in
+	// workgroups of 64 and 128 rows.
 	const T, heads, hd = 256, 4, 128
 	a := &gpu.Attention{T: T, Heads: heads, KVHeads: 1, HeadDim: hd, Scale: 1}
 	for _, x := range []*gpu.Tensor{&a.Q, &a.K, &a.V, &a.Z} {
@@ -480,13 +481,17 @@ func TestKernelStatistics(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for _, kv := range flashKVRoutes {
-		restore := vulkan.SetFlashHalfKV(kv.halves)
-		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
-			s.SetPrecision(prec)
-			s.FlashAttention(a)
+		for _, rows := range []int{64, 128} {
+			func() {
+				defer vulkan.SetFlashHalfKV(kv.halves)()
+				defer vulkan.SetFlashCoopRows(rows, false)()
+				for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
+					s.SetPrecision(prec)
+					s.FlashAttention(a)
+				}
+				require.NoError(t, s.Sync())
+			}()
 		}
-		require.NoError(t, s.Sync())
-		restore()
 	}
 	require.NoError(t, s.Sync())
 	stats, err = v.KernelStatistics()

@@ -151,15 +151,26 @@ func HalvesFirst(s gpu.Stream, rows int, w gpu.Matrix) bool {
 	return ranges != nil && ranges[0].ok
 }
 
-// SetFlashCoopRows sets the rows of a flash_coop.comp workgroup at fast
-// precision for any T, 64 or 128; it returns a function restoring the rule.
-func SetFlashCoopRows(n int) func() {
+// SetFlashCoopRows sets the rows of a flash_coop.comp workgroup for any T,
+// 64 or 128, and with 128 whether K and V are staged in turn even where
+// both fit; it returns a function restoring the rules.
+func SetFlashCoopRows(n int, apart bool) func() {
 	from := 1 << 30
 	if n == 128 {
 		from = 0
 	}
-	old := swap(&flashWideFrom, from)
-	return func() { flashWideFrom = old }
+	oldFrom, oldApart := swap(&flashWideFrom, from), swap(&flashApart, apart)
+	return func() { flashWideFrom, flashApart = oldFrom, oldApart }
+}
+
+// FlashLayout is what flash attention a takes on s: flash_coop.comp's rows
+// (0: flash.comp), whether it stages K and V in turn, and whether it reads
+// them converted to float16 once.
+func FlashLayout(s gpu.Stream, a *gpu.Attention) (rows int, apart, halves bool) {
+	if st := s.(*stream); st.coopFlash(a.HeadDim) {
+		return st.flashLayout(a)
+	}
+	return 0, false, false
 }
 
 // SetFlashHalfKV sets whether flash_coop.comp reads K and V converted to

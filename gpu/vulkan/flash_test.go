@@ -142,11 +142,12 @@ func BenchmarkFlashAttention(b *testing.B) {
 		for _, p := range []struct {
 			name string
 			gpu.Precision
-			coopRows int    // -1: flash.comp, cooperative matrices off; 0: by T
+			coopRows int    // -1: flash.comp, cooperative matrices off; 0: by T; -128: 128, K and V staged in turn
 			path     string // "": flash attention alone
 			kv       string // "": by T
 		}{{"flash.comp", gpu.PrecisionExact, -1, "", ""}, {"exact", gpu.PrecisionExact, 0, "", ""}, {"fast", gpu.PrecisionFast, 0, "", ""},
-			{"fast-64rows", gpu.PrecisionFast, 64, "", ""}, {"fast-128rows", gpu.PrecisionFast, 128, "", ""},
+			{"exact-64rows", gpu.PrecisionExact, 64, "", ""}, {"exact-128rows", gpu.PrecisionExact, 128, "", ""},
+			{"fast-64rows", gpu.PrecisionFast, 64, "", ""}, {"fast-128rows", gpu.PrecisionFast, 128, "", ""}, {"fast-128rows-apart", gpu.PrecisionFast, -128, "", ""},
 			{"exact-kvf32", gpu.PrecisionExact, 0, "", "f32"}, {"exact-kv16", gpu.PrecisionExact, 0, "", "16"},
 			{"fast-kvf32", gpu.PrecisionFast, 0, "", "f32"}, {"fast-kv16", gpu.PrecisionFast, 0, "", "16"},
 			{"exact-capture", gpu.PrecisionExact, 0, "capture", ""}, {"fast-capture", gpu.PrecisionFast, 0, "capture", ""},
@@ -159,7 +160,9 @@ func BenchmarkFlashAttention(b *testing.B) {
 				case -1:
 					defer vulkan.SetCoop(v, vulkan.SetCoop(v, false))
 				case 64, 128:
-					defer vulkan.SetFlashCoopRows(p.coopRows)()
+					defer vulkan.SetFlashCoopRows(p.coopRows, false)()
+				case -128:
+					defer vulkan.SetFlashCoopRows(128, true)()
 				}
 				if p.kv != "" {
 					defer vulkan.SetFlashHalfKV(p.kv == "16")()
@@ -247,8 +250,10 @@ func BenchmarkFlashAttention(b *testing.B) {
 
 // TestCoopFlashAttention holds flash_coop.comp (flash attention on
 // cooperative matrices) to causal attention in float64: at fast precision
-// (workgroups of 64 and 128 rows) over its inputs rounded to float16, as the
-// kernel takes them, and at exact precision over the inputs as they are;
+// over its inputs rounded to float16, as the kernel takes them, and at exact
+// precision over the inputs as they are; each in workgroups of 64 and 128
+// rows (with K and V staged together and in turn), over both routes of K
+// and V;
 // across the cases its tiling treats apart: GQA groups sharing a workgroup
 // (and 16 of them, a whole workgroup's rows in 4 or 8 queries), query counts
 // off its rows, continued prefills over several blocks of 32 keys, head dims
@@ -288,11 +293,12 @@ func TestCoopFlashAttention(t *testing.T) {
 	for _, tc := range cases {
 		for _, p := range []struct {
 			gpu.Precision
-			rows int
-		}{{gpu.PrecisionFast, 64}, {gpu.PrecisionFast, 128}, {gpu.PrecisionExact, 64}} {
+			rows  int
+			apart bool // K and V staged in turn (128 rows at exact precision on the H200 take it anyway)
+		}{{gpu.PrecisionFast, 64, false}, {gpu.PrecisionFast, 128, false}, {gpu.PrecisionFast, 128, true}, {gpu.PrecisionExact, 64, false}, {gpu.PrecisionExact, 128, true}} {
 			for _, kv := range flashKVRoutes {
-				t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g_ramp%v/%s_rows%d/%s", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, tc.ramp, p.Precision, p.rows, kv.name), func(t *testing.T) {
-					defer vulkan.SetFlashCoopRows(p.rows)()
+				t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g_ramp%v/%s_rows%d_apart%v/%s", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, tc.ramp, p.Precision, p.rows, p.apart, kv.name), func(t *testing.T) {
+					defer vulkan.SetFlashCoopRows(p.rows, p.apart)()
 					defer vulkan.SetFlashHalfKV(kv.halves)()
 					r := newRig(t, 12)
 					_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
@@ -311,28 +317,64 @@ func TestCoopFlashAttention(t *testing.T) {
 					r.vs.FlashAttention(a)
 					got := make([]float32, z.v.Len())
 					require.NoError(t, r.vs.Read(z.v, 0, got))
-					if p.Precision == gpu.PrecisionExact {
-						requireClose(t, got, attention64(q, k, v, a), tolExp, "z")
-						return
-					}
-					maxV := 0.0
-					for _, x := range [][]float32{q, k, v} {
-						for i, f := range x {
-							x[i] = float16.Fromfloat32(f).Float32()
-						}
-					}
-					for _, f := range v {
-						maxV = math.Max(maxV, math.Abs(float64(f)))
-					}
-					want := attention64(q, k, v, a)
-					worst := 0.0
-					for i := range want {
-						worst = math.Max(worst, math.Abs(float64(got[i])-float64(want[i])))
-					}
-					require.LessOrEqual(t, worst, 2*math.Ldexp(1, -11)*maxV, "largest error of an output (max |V| %.3g)", maxV)
+					requireCoopFlash(t, got, q, k, v, a, p.Precision)
 				})
 			}
 		}
+	}
+}
+
+// requireCoopFlash holds flash_coop.comp's output (got: the first outputs
+// of Z, all of them but in one test) to float64 attention with
+// TestCoopFlashAttention's tolerances (it rounds q, k and v to float16 at
+// fast precision).
+func requireCoopFlash(t *testing.T, got, q, k, v []float32, a *gpu.Attention, p gpu.Precision) {
+	t.Helper()
+	if p == gpu.PrecisionExact {
+		requireClose(t, got, attention64(q, k, v, a)[:len(got)], tolExp, "z")
+		return
+	}
+	maxV := 0.0
+	for _, x := range [][]float32{q, k, v} {
+		for i, f := range x {
+			x[i] = float16.Fromfloat32(f).Float32()
+		}
+	}
+	for _, f := range v {
+		maxV = math.Max(maxV, math.Abs(float64(f)))
+	}
+	want := attention64(q, k, v, a)
+	worst := 0.0
+	for i := range got {
+		worst = math.Max(worst, math.Abs(float64(got[i])-float64(want[i])))
+	}
+	require.LessOrEqual(t, worst, 2*math.Ldexp(1, -11)*maxV, "largest error of an output (max |V| %.3g)", maxV)
+}
+
+// TestCoopFlashAttentionLongPrompt runs a prompt long enough for
+// flash_coop.comp's choices for long prompts, as they are (no test
+// settings): 128-row workgroups (K and V staged in turn where both do not
+// fit, as at exact precision on the H200) reading K and V converted to
+// float16 once, at both precisions, against float64.
+func TestCoopFlashAttentionLongPrompt(t *testing.T) {
+	if !vulkan.Coop(backend(t)) {
+		t.Skip("this device has no cooperative matrices: fast precision runs flash.comp")
+	}
+	for _, p := range []gpu.Precision{gpu.PrecisionFast, gpu.PrecisionExact} {
+		t.Run(p.String(), func(t *testing.T) {
+			r := newRig(t, 15)
+			_, a, z, _, _ := attention(r, 1100, 0, 8, 2, 128, 0, 0)
+			q, k, v := readQKV(t, r, a)
+			r.vs.SetPrecision(p)
+			rows, apart, halves := vulkan.FlashLayout(r.vs, a)
+			require.Equal(t, 128, rows)
+			require.True(t, halves, "K and V converted once")
+			t.Logf("128 rows, K and V staged in turn: %v", apart)
+			r.vs.FlashAttention(a)
+			got := make([]float32, z.v.Len())
+			require.NoError(t, r.vs.Read(z.v, 0, got))
+			requireCoopFlash(t, got, q, k, v, a, p)
+		})
 	}
 }
 
@@ -344,31 +386,45 @@ var flashKVRoutes = []struct {
 }{{"kv-f32", false}, {"kv16", true}}
 
 // TestCoopFlashAttentionOutOfFloat16Range gives flash_coop.comp a value
-// float16 cannot hold (a V entry of 1e5, in every workgroup's first key
-// block, and a K entry of -1e5 at key 70, in a block only the later
-// workgroups read), along each route of K and V: the workgroups compute their rows in float32 instead, so the
-// output is float32 attention (tolExp of the float64 reference, which takes
-// the inputs as they are), not infinities.
+// float16 cannot hold, along each route of K and V: a V entry of 1e5 at
+// key 0, in every workgroup's first key block, or a K entry of -1e5 at key
+// 70, in a block only the later workgroups read. The workgroups that meet
+// it compute their rows in float32 instead, so their output is float32
+// attention (tolExp of the float64 reference, which takes the inputs as
+// they are), not infinities; at fast precision the workgroups of earlier
+// queries, which never read key 70, stay at fast precision (its tolerance).
 func TestCoopFlashAttentionOutOfFloat16Range(t *testing.T) {
 	if !vulkan.Coop(backend(t)) {
 		t.Skip("this device has no cooperative matrices: fast precision runs flash.comp")
 	}
 	for _, p := range []gpu.Precision{gpu.PrecisionFast, gpu.PrecisionExact} {
 		for _, kv := range flashKVRoutes {
-			restore := vulkan.SetFlashHalfKV(kv.halves)
-			r := newRig(t, 13)
-			_, a, z, _, _ := attention(r, 90, 10, 4, 1, 64, 0, 0)
-			q, k, v := readQKV(t, r, a)
-			v[3] = 1e5
-			k[70*64+5] = -1e5 // key 70: a later block, which only some workgroups read
-			r.vs.Write(a.V, 0, v)
-			r.vs.Write(a.K, 0, k)
-			r.vs.SetPrecision(p)
-			r.vs.FlashAttention(a)
-			got := make([]float32, z.v.Len())
-			require.NoError(t, r.vs.Read(z.v, 0, got))
-			requireClose(t, got, attention64(q, k, v, a), tolExp, "z at "+p.String()+", "+kv.name)
-			restore()
+			for _, at := range []string{"v-key0", "k-key70"} {
+				t.Run(fmt.Sprintf("%s/%s/%s", p, kv.name, at), func(t *testing.T) {
+					defer vulkan.SetFlashHalfKV(kv.halves)()
+					r := newRig(t, 13)
+					_, a, z, _, _ := attention(r, 90, 10, 4, 1, 64, 0, 0)
+					q, k, v := readQKV(t, r, a)
+					if at == "v-key0" {
+						v[3] = 1e5
+						r.vs.Write(a.V, 0, v)
+					} else {
+						k[70*64+5] = -1e5
+						r.vs.Write(a.K, 0, k)
+					}
+					r.vs.SetPrecision(p)
+					r.vs.FlashAttention(a)
+					got := make([]float32, z.v.Len())
+					require.NoError(t, r.vs.Read(z.v, 0, got))
+					if p == gpu.PrecisionFast && at == "k-key70" {
+						seen := (70 - 10) * 4 * 64 // the outputs of the queries that see key 70
+						requireClose(t, got[seen:], attention64(q, k, v, a)[seen:], tolExp, "z of the queries that see key 70")
+						requireCoopFlash(t, got[:seen], q, k, v, a, p)
+						return
+					}
+					requireClose(t, got, attention64(q, k, v, a), tolExp, "z")
+				})
+			}
 		}
 	}
 }

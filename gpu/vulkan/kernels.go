@@ -898,8 +898,9 @@ func (s *stream) flash(a *gpu.Attention, capture, tailsHeld bool) {
 	uses := []use{t["Q"].reads(), t["K"].reads(), t["V"].reads(), t["Z"].writes()}
 	exact := s.precision == gpu.PrecisionExact
 	coop := s.coopFlash(a.HeadDim)
+	apart, kv16 := false, false
 	if coop {
-		rows = s.flashCoopRows(exact, a.T)
+		rows, apart, kv16 = s.flashLayout(a)
 	}
 	wgHeads := flashHeads(a.Heads/a.KVHeads, rows)
 	blocks := ceilDiv(a.T, rows/wgHeads) // query blocks: each reads K and V
@@ -912,7 +913,6 @@ func (s *stream) flash(a *gpu.Attention, capture, tailsHeld bool) {
 			kernel, scores = "flash_coop_capture", t["Scores"].writes()
 		}
 		var loBase, bigBase uint32
-		kv16 := a.T >= flashHalfKVFrom
 		if kv16 {
 			kvd := a.KVHeads * a.HeadDim
 			var kb, vb *buffer
@@ -924,7 +924,7 @@ func (s *stream) flash(a *gpu.Attention, capture, tailsHeld bool) {
 			}
 			kh, vh = use{buf: kb}, use{buf: vb}
 		}
-		specs = append(specs, b2u(kv16))
+		specs = append(specs, b2u(kv16), b2u(apart))
 		uses = append(uses, scores, kh, vh)
 		push = append(push, loBase, bigBase)
 	}
@@ -934,48 +934,65 @@ func (s *stream) flash(a *gpu.Attention, capture, tailsHeld bool) {
 // flash_coop.comp's choices for long prompts (measured on the H200,
 // docs/PERFORMANCE.md): from flashHalfKVFrom queries on, K and V are
 // converted to float16 once (tohalf.comp) rather than in every workgroup
-// that reads them, and from flashWideFrom on, fast precision takes
-// workgroups of 128 rows instead of 64. At T=2048 the two made it 1.6-1.8x
-// faster at fast precision (the conversion alone 1.09x at exact); at T=256
-// each was slower: the conversion's two dispatches, and half the
-// workgroups for the device's cores.
+// that reads them, and from flashWideFrom on, workgroups take 128 rows
+// instead of 64. At T=2048 the two made it 1.6-1.8x faster at fast
+// precision and 1.1-1.4x at exact (128 rows there staging K and V in
+// turn); at T=256 each was slower: the conversion's two dispatches, and
+// half the workgroups for the device's cores.
 var flashHalfKVFrom, flashWideFrom = 1024, 1024
 
+// flashApart makes flash_coop.comp stage K and V in turn wherever it
+// takes 128 rows (tests use it: otherwise only where both do not fit).
+var flashApart = false
+
+// flashLayout is how flash_coop.comp takes a: its workgroups' rows,
+// whether they stage K and V in turn, and whether they read K and V
+// converted to float16 once.
+func (s *stream) flashLayout(a *gpu.Attention) (rows int, apart, halves bool) {
+	rows, apart = s.flashCoopRows(s.precision == gpu.PrecisionExact, a.T)
+	return rows, apart, a.T >= flashHalfKVFrom
+}
+
 // flashCoopRows is the rows of a flash_coop.comp workgroup of T queries,
-// 16 for each of its subgroups; 0 where not even 64 fit the device's
-// shared memory. Exact precision takes 64: its halves do not fit 128 rows
-// in 48 KiB.
-func (s *stream) flashCoopRows(exact bool, t int) int {
-	rows := 64
-	if !exact && t >= flashWideFrom {
-		rows = 128
-	}
-	for ; rows >= 64; rows /= 2 {
-		if flashCoopShared(exact, rows) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
-			return rows
+// 16 for each of its subgroups, and whether it stages a block's K and V in
+// turn (apart) to fit 128 rows in the device's shared memory, as exact
+// precision's halves need in 48 KiB; 0 rows where not even 64 fit.
+func (s *stream) flashCoopRows(exact bool, t int) (rows int, apart bool) {
+	limit := int(s.b.phys.props.Limits.MaxComputeSharedMemorySize)
+	if t >= flashWideFrom && s.b.phys.props.Limits.MaxComputeWorkGroupInvocations >= 256 {
+		for _, apart := range []bool{flashApart, true} {
+			if flashCoopShared(exact, 128, apart) <= limit {
+				return 128, apart
+			}
 		}
 	}
-	return 0
+	if flashCoopShared(exact, 64, false) <= limit {
+		return 64, false
+	}
+	return 0, false
 }
 
 // flashCoopShared is flash_coop.comp's shared memory: K and V of a block
-// of 32 keys and 128 dims in float16, hi and lo at exact precision (rows
-// padded by 8); each subgroup's 16 rows of scores (float32, padded by 4) or
-// of probabilities (float16, by 8; hi and lo), whichever is larger; and a
-// float per invocation.
-func flashCoopShared(exact bool, rows int) int {
-	halves := 1
+// of 32 keys and 128 dims in float16 (one of them at a time, apart), hi
+// and lo at exact precision (rows padded by 8); each subgroup's 16 rows of
+// scores (float32, padded by 4) or of probabilities (float16, by 8; hi and
+// lo), whichever is larger; and a float per invocation.
+func flashCoopShared(exact bool, rows int, apart bool) int {
+	halves, staged := 1, 2
 	if exact {
 		halves = 2
 	}
-	return halves*2*32*136*2 + rows*max(36*4, halves*40*2) + 2*rows*4 + 4
+	if apart {
+		staged = 1
+	}
+	return halves*staged*32*136*2 + rows*max(36*4, halves*40*2) + 2*rows*4 + 4
 }
 
 // coopFlash reports whether flash attention runs on cooperative matrices:
 // on heads of whole 16-dim tiles up to 128, where its shared memory fits.
 func (s *stream) coopFlash(headDim int) bool {
 	return s.b.coop && headDim%16 == 0 && headDim <= 128 && s.b.phys.subgroupArithmetic() &&
-		s.flashCoopRows(s.precision == gpu.PrecisionExact, 0) > 0
+		flashCoopShared(s.precision == gpu.PrecisionExact, 64, false) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize)
 }
 
 // flashHeads is how many heads of a GQA group of g share a flash workgroup

@@ -224,16 +224,22 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 		{T: 1, pos0: 0, heads: 2, kvHeads: 1, hd: 64},               // a single key
 		{T: 300, pos0: 0, heads: 16, kvHeads: 8, hd: 128},           // bonsai's heads, many key blocks
 	}
-	// flash_coop.comp's two routes of K and V (one where the device has no
-	// cooperative matrices: they are the same there).
-	routes := flashKVRoutes[:1]
-	if vulkan.Coop(backend(t)) {
-		routes = flashKVRoutes
+	// flash_coop.comp's routes of K and V and its workgroups of 64 and 128
+	// rows (one where the device has no cooperative matrices: they are the
+	// same there).
+	routes := []struct {
+		name   string
+		halves bool
+		rows   int
+	}{{"kv-f32", false, 64}, {"kv16", true, 64}, {"kv16-128rows-apart", true, 128}}
+	if !vulkan.Coop(backend(t)) {
+		routes = routes[:1]
 	}
 	for _, tc := range cases {
 		for _, kv := range routes {
 			t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g/%s", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, kv.name), func(t *testing.T) {
 				defer vulkan.SetFlashHalfKV(kv.halves)()
+				defer vulkan.SetFlashCoopRows(kv.rows, true)()
 				r := newRig(t, 5)
 				ac, av, z, scores, pattern := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
 				keys := tc.pos0 + tc.T
