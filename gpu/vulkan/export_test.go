@@ -173,6 +173,13 @@ func FlashLayout(s gpu.Stream, a *gpu.Attention) (rows int, apart, halves bool) 
 	return 0, false, false
 }
 
+// FlashApartNeeded reports whether 128-row flash_coop.comp workgroups
+// must stage K and V in turn on b at a precision: both do not fit its
+// shared memory.
+func FlashApartNeeded(b gpu.Backend, exact bool) bool {
+	return flashCoopShared(exact, 128, false) > int(b.(*Backend).phys.props.Limits.MaxComputeSharedMemorySize)
+}
+
 // SetFlashHalfKV sets whether flash_coop.comp reads K and V converted to
 // float16 once, for any T; it returns a function restoring the rule.
 func SetFlashHalfKV(on bool) func() {

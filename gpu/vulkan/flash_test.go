@@ -369,6 +369,7 @@ func TestCoopFlashAttentionLongPrompt(t *testing.T) {
 			rows, apart, halves := vulkan.FlashLayout(r.vs, a)
 			require.Equal(t, 128, rows)
 			require.True(t, halves, "K and V converted once")
+			require.Equal(t, vulkan.FlashApartNeeded(backend(t), p == gpu.PrecisionExact), apart, "K and V staged in turn only where both do not fit")
 			t.Logf("128 rows, K and V staged in turn: %v", apart)
 			r.vs.FlashAttention(a)
 			got := make([]float32, z.v.Len())
@@ -391,8 +392,10 @@ var flashKVRoutes = []struct {
 // 70, in a block only the later workgroups read. The workgroups that meet
 // it compute their rows in float32 instead, so their output is float32
 // attention (tolExp of the float64 reference, which takes the inputs as
-// they are), not infinities; at fast precision the workgroups of earlier
-// queries, which never read key 70, stay at fast precision (its tolerance).
+// they are), not infinities. At fast precision the workgroups whose
+// queries all come before key 70's block never read it and stay at fast
+// precision: the queries that do not see key 70 are held to its tolerance
+// (some of them come from a workgroup that fell back, which meets it too).
 func TestCoopFlashAttentionOutOfFloat16Range(t *testing.T) {
 	if !vulkan.Coop(backend(t)) {
 		t.Skip("this device has no cooperative matrices: fast precision runs flash.comp")

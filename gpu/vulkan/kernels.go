@@ -959,7 +959,7 @@ func (s *stream) flashLayout(a *gpu.Attention) (rows int, apart, halves bool) {
 // precision's halves need in 48 KiB; 0 rows where not even 64 fit.
 func (s *stream) flashCoopRows(exact bool, t int) (rows int, apart bool) {
 	limit := int(s.b.phys.props.Limits.MaxComputeSharedMemorySize)
-	if t >= flashWideFrom && s.b.phys.props.Limits.MaxComputeWorkGroupInvocations >= 256 {
+	if l := &s.b.phys.props.Limits; t >= flashWideFrom && l.MaxComputeWorkGroupInvocations >= 256 && l.MaxComputeWorkGroupSize[0] >= 256 {
 		for _, apart := range []bool{flashApart, true} {
 			if flashCoopShared(exact, 128, apart) <= limit {
 				return 128, apart
