@@ -155,12 +155,16 @@ func HalvesFirst(s gpu.Stream, rows int, w gpu.Matrix) bool {
 // 64 or 128, and with 128 whether K and V are staged in turn even where
 // both fit; it returns a function restoring the rules.
 func SetFlashCoopRows(n int, apart bool) func() {
-	from := 1 << 30
-	if n == 128 {
-		from = 0
-	}
-	oldFrom, oldApart := swap(&flashWideFrom, from), swap(&flashApart, apart)
+	oldFrom, oldApart := swap(&flashWideFrom, alwaysOrNever(n == 128)), swap(&flashApart, apart)
 	return func() { flashWideFrom, flashApart = oldFrom, oldApart }
+}
+
+// alwaysOrNever is a threshold of T that every prompt passes, or none.
+func alwaysOrNever(always bool) int {
+	if always {
+		return 0
+	}
+	return 1 << 30
 }
 
 // FlashLayout is what flash attention a takes on s: flash_coop.comp's rows
@@ -183,11 +187,7 @@ func FlashApartNeeded(b gpu.Backend, exact bool) bool {
 // SetFlashHalfKV sets whether flash_coop.comp reads K and V converted to
 // float16 once, for any T; it returns a function restoring the rule.
 func SetFlashHalfKV(on bool) func() {
-	from := 1 << 30
-	if on {
-		from = 0
-	}
-	old := swap(&flashHalfKVFrom, from)
+	old := swap(&flashHalfKVFrom, alwaysOrNever(on))
 	return func() { flashHalfKVFrom = old }
 }
 

@@ -960,10 +960,11 @@ func (s *stream) flashLayout(a *gpu.Attention) (rows int, apart, halves bool) {
 func (s *stream) flashCoopRows(exact bool, t int) (rows int, apart bool) {
 	limit := int(s.b.phys.props.Limits.MaxComputeSharedMemorySize)
 	if l := &s.b.phys.props.Limits; t >= flashWideFrom && l.MaxComputeWorkGroupInvocations >= 256 && l.MaxComputeWorkGroupSize[0] >= 256 {
-		for _, apart := range []bool{flashApart, true} {
-			if flashCoopShared(exact, 128, apart) <= limit {
-				return 128, apart
-			}
+		if !flashApart && flashCoopShared(exact, 128, false) <= limit {
+			return 128, false
+		}
+		if flashCoopShared(exact, 128, true) <= limit {
+			return 128, true
 		}
 	}
 	if flashCoopShared(exact, 64, false) <= limit {
