@@ -295,3 +295,46 @@ func BenchmarkPrefillTiles(b *testing.B) {
 		s.Close()
 	}
 }
+
+// BenchmarkPrefillSplitK times whole prefills (random Q1_0_g128 weights,
+// capture none, fast precision) with products split along K under the
+// usual thresholds and under 64 workgroups whatever the tile (the rule
+// before), alternating three times, so the two are compared in one process.
+func BenchmarkPrefillSplitK(b *testing.B) {
+	for _, shape := range []string{"bonsai-1.7b", "bonsai-8b"} {
+		e := benchEngine(b, model.Shapes[shape], gguf.Q1_0_G128)
+		if !vulkan.Coop(e.Backend.(*vulkan.Backend)) {
+			b.Skip("no cooperative-matrix GEMMs")
+		}
+		for _, T := range []int{128, 512, 1024, 2048} {
+			tokens := benchTokens(T, e.Model.Vocab)
+			s, err := e.NewSession(T)
+			if err != nil {
+				b.Fatal(err)
+			}
+			o := gpu.Options{Precision: gpu.PrecisionFast} // exact products keep the rule
+			for _, round := range []int{1, 2, 3} {
+				for _, rule := range []string{"usual", "below64"} {
+					b.Run(fmt.Sprintf("%s/T=%d/%s/%d", shape, T, rule, round), func(b *testing.B) {
+						if rule == "below64" {
+							defer vulkan.SetCoopSplitBelow(64)()
+						}
+						for start := time.Now(); time.Since(start) < time.Second; { // clocks up
+							s.Reset()
+							if _, err := s.Prefill(context.Background(), tokens, o); err != nil {
+								b.Fatal(err)
+							}
+						}
+						for b.Loop() {
+							s.Reset()
+							if _, err := s.Prefill(context.Background(), tokens, o); err != nil {
+								b.Fatal(err)
+							}
+						}
+					})
+				}
+			}
+			s.Close()
+		}
+	}
+}

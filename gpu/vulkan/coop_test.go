@@ -263,8 +263,10 @@ func BenchmarkSplitK(b *testing.B) {
 	if !vulkan.Coop(v) {
 		b.Skip("no cooperative-matrix GEMMs")
 	}
-	const k = 4096
-	for _, n := range []int{4096, 1024} {
+	// split: none, the usual rule, or every product of fewer than 512
+	// workgroups (the FFN's 96 at T=128 among them).
+	for _, shape := range [][2]int{{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}} {
+		n, k := shape[0], shape[1]
 		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K} {
 			w, err := v.Upload(quantized(b, r, "w", n, k, typ))
 			if err != nil {
@@ -272,9 +274,12 @@ func BenchmarkSplitK(b *testing.B) {
 			}
 			for _, rows := range []int{128, 512} {
 				for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
-					for _, split := range []bool{false, true} {
-						b.Run(fmt.Sprintf("n=%d/%v/T=%d/%v/split=%v", n, typ, rows, prec, split), func(b *testing.B) {
-							defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(split))
+					for _, split := range []string{"none", "usual", "below512"} {
+						b.Run(fmt.Sprintf("n=%d/k=%d/%v/T=%d/%v/split=%s", n, k, typ, rows, prec, split), func(b *testing.B) {
+							defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(split != "none"))
+							if split == "below512" {
+								defer vulkan.SetCoopSplitBelow(512)()
+							}
 							timeMatMul(b, r, v, w, rows, n, k, prec)
 						})
 					}

@@ -1,6 +1,7 @@
 package vulkan
 
 import (
+	"math"
 	"slices"
 
 	"github.com/stratalab/strata/gpu"
@@ -119,6 +120,14 @@ func WeightsToHalf(s gpu.Stream, w gpu.Matrix, dst gpu.Tensor) {
 // SetCoopSplitK turns splitting cooperative products along K on or off,
 // returning the old setting.
 func SetCoopSplitK(on bool) bool { return swap(&coopSplitK, on) }
+
+// SetCoopSplitBelow splits cooperative products of fewer than n workgroups
+// along K, whatever their tile, and returns a function that restores the
+// usual thresholds.
+func SetCoopSplitBelow(n int) func() {
+	old, oldLate, oldTotal := swap(&coopSplitBelow, n), swap(&coopSplitBelowLate, n), swap(&coopSplitTotal, math.MaxInt)
+	return func() { coopSplitBelow, coopSplitBelowLate, coopSplitTotal = old, oldLate, oldTotal }
+}
 
 // SumParts records splitk.comp: dst (rows x cols) is the sum of the parts
 // products in part, plus bias (when not nil).

@@ -36,8 +36,12 @@ type coopTile struct {
 
 func (c coopTile) bm() int { return 16 * c.tm * c.wgm }
 func (c coopTile) bn() int { return 16 * c.tn * (8 / c.wgm) }
-func (c coopTile) spec() []uint32 {
-	return []uint32{uint32(c.tm), uint32(c.tn), uint32(c.wgm), uint32(c.bk)}
+
+// spec is matmul_coop.comp's specialization constants for the tile at the
+// given precision, x in float16 first (a16), weights in float16 first
+// (b16), split in hi + lo halves (wlo).
+func (c coopTile) spec(exact bool, a16, b16, wlo uint32) []uint32 {
+	return []uint32{uint32(c.tm), uint32(c.tn), uint32(c.wgm), uint32(c.bk), b2u(exact), a16, b16, wlo, b2u(!c.late)}
 }
 
 // shared is the tile's shared memory in bytes (matmul_coop.comp's Ahi, Alo,
@@ -386,7 +390,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, outCols, sp.parts)
 				})
 			}
-			s.dispatch("matmul_coop_"+m.f.suffix, append(t.spec(), b2u(!fast), a16, b2u(hw.ok), b2u(hw.split), b2u(!t.late)), append(uses, xh, wh),
+			s.dispatch("matmul_coop_"+m.f.suffix, t.spec(!fast, a16, b2u(hw.ok), b2u(hw.split)), append(uses, xh, wh),
 				append(push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase), gx, gy, gz)
 			continue
 		}
@@ -425,17 +429,26 @@ func (s *stream) takesCoop(rows int, m *matrix, hw halfRange) bool {
 
 // coopSplitK splits cooperative products with too few tiles to fill the
 // device along K (tests turn it off to check and time both). A product of
-// fewer than coopSplitBelow workgroups is cut into enough parts for about
-// coopSplitGroups (the H200 runs about two per SM on its 132), at most
+// fewer than coopSplitBelow workgroups (coopSplitBelowLate for tiles that
+// load late) is cut into enough parts for about coopSplitGroups, at most
 // coopSplitMax of at least coopSplitChunk columns of K each, and
 // splitk.comp adds the parts. On the H200 (BenchmarkSplitK, 4096 columns
 // of K) that ran 1.7-3x faster for 8-32 workgroups (4096 x 4096 and
 // 1024 x 4096 weights at T=128, 1024 x 4096 at T=512), and slower for 96
-// and 128 (12288 x 4096 at T=128, 4096 x 4096 at T=512).
+// and 128 (12288 x 4096 at T=128, 4096 x 4096 at T=512) with tiles of
+// over 128 registers, one workgroup per SM on its 132. The late tile
+// holds 128, two per SM, and products of 96 and 128 workgroups leave half
+// of those places empty: split, fast prefills at T=512 ran 1.23x (bonsai-1.7b)
+// and 1.06x (bonsai-8b) faster (BenchmarkPrefillSplitK). Where the products
+// of one call (Q, K and V) have coopSplitTotal workgroups together, none is
+// split: at T=1024 and 2048, splitting K and V where Q and they had 256 to
+// 768 ran 1-2% slower.
 var coopSplitK = true
 
+// Variables for the benchmarks.
+var coopSplitBelow, coopSplitBelowLate, coopSplitTotal = 64, 160, coopSplitGroups
+
 const (
-	coopSplitBelow  = 64
 	coopSplitGroups = 256
 	coopSplitMax    = 8
 	coopSplitChunk  = 512
@@ -453,23 +466,36 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 	if !coopSplitK || cols < 2*coopSplitChunk {
 		return nil
 	}
-	plans := make([]splitPlan, len(outs))
-	var end uint64
+	// The products of one call run together: each product's workgroups,
+	// and all of them, for the rule.
+	tiles, groups, total := make([]coopTile, len(outs)), make([]int, len(outs)), 0
 	for i, p := range outs {
 		var hw halfRange
 		if halfW != nil {
 			hw = halfW[i]
 		}
-		m, ok := p.W.(*matrix)
-		if !ok || !s.takesCoop(rows, m, hw) {
+		if m, ok := p.W.(*matrix); ok && s.takesCoop(rows, m, hw) {
+			tiles[i] = s.coopTileFor(s.precision == gpu.PrecisionExact, hw)
+			groups[i] = int(ceilDiv(m.w.Rows, tiles[i].bn()) * ceilDiv(rows, tiles[i].bm()))
+			total += groups[i]
+		}
+	}
+	if total >= coopSplitTotal {
+		return nil
+	}
+	plans := make([]splitPlan, len(outs))
+	var end uint64
+	for i, p := range outs {
+		t, n := tiles[i], groups[i]
+		below := coopSplitBelow
+		if t.late {
+			below = coopSplitBelowLate
+		}
+		if n == 0 || n >= below {
 			continue
 		}
-		t := s.coopTileFor(s.precision == gpu.PrecisionExact, hw)
-		groups := int(ceilDiv(m.w.Rows, t.bn()) * ceilDiv(rows, t.bm()))
-		if groups >= coopSplitBelow {
-			continue
-		}
-		parts := min(coopSplitMax, (coopSplitGroups+groups-1)/groups, cols/coopSplitChunk)
+		m := p.W.(*matrix)
+		parts := min(coopSplitMax, (coopSplitGroups+n-1)/n, cols/coopSplitChunk)
 		if parts < 2 {
 			continue
 		}
