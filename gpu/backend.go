@@ -124,7 +124,8 @@ type Stream interface {
 	// Edit changes a strided view of t in place; interventions are built from it.
 	Edit(t Tensor, e Edit)
 	// Argmax writes, for each of rows rows of n elements, the index of the
-	// largest (as a float32, exact below 2^24).
+	// largest (as a float32, exact below 2^24; the first on ties), or -1
+	// where the row holds a NaN.
 	Argmax(dst, src Tensor, rows, n int)
 	// Rank writes, for each of rows rows of n elements, how many are larger
 	// than the row's element col (0 when it is the largest), as a float32.

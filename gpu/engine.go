@@ -794,6 +794,10 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, n int) (Generati
 			return g, err
 		}
 		id := tr.Predicted[len(tr.Predicted)-1]
+		if id < 0 {
+			g.Stop = StopError
+			return g, fmt.Errorf("engine: the logits for generated token %d hold NaN, so there is no next token: the model went non-finite (a trace with every point names where)", len(g.Tokens)+1)
+		}
 		if id == eos {
 			g.Stop = StopEOS
 			return g, nil

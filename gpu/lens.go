@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/stratalab/strata/gpu/trace"
 )
@@ -21,10 +22,14 @@ func (e *Engine) LogitLens(tr *trace.Trace) error {
 			return err
 		}
 		prob, tok, piece := make([]float32, t), make([]int32, t), make([]string, t)
-		reqs := make([]ReadRequest, t)
+		var reqs []ReadRequest
 		for p, id := range ids {
 			tok[p] = int32(id)
-			reqs[p] = ReadRequest{Src: logits, Off: p*v + int(id), Dst: prob[p : p+1]}
+			if id < 0 { // the row holds a NaN
+				prob[p], piece[p] = float32(math.NaN()), "NaN"
+				continue
+			}
+			reqs = append(reqs, ReadRequest{Src: logits, Off: p*v + int(id), Dst: prob[p : p+1]})
 			if e.Model.Tok != nil {
 				piece[p] = e.Model.Tok.Piece(tok[p])
 			}

@@ -186,13 +186,12 @@ func CaptureAll() Capture { return Capture{Globs: []string{"*"}, LastLayer: -1} 
 func CaptureOf(globs ...string) Capture { return Capture{Globs: globs, LastLayer: -1} }
 
 // Validate checks the globs' syntax, that each matches some point of the
-// model, and, when there are globs, that the layer range lies within the
-// model's layers and selects at least one.
+// model, and that the layer range lies within the model's layers and
+// selects at least one (with no globs too: a range asked for and ignored
+// would look like one obeyed).
 func (c Capture) Validate(m *model.Config) error {
-	if len(c.Globs) > 0 {
-		if err := c.validateLayers(m.Layers); err != nil {
-			return err
-		}
+	if err := c.validateLayers(m.Layers); err != nil {
+		return err
 	}
 	all := Points(m)
 	for _, g := range c.Globs {

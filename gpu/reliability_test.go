@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -235,8 +236,10 @@ func TestCaptureLayerRangesOutsideTheModelAreRefused(t *testing.T) {
 		require.True(t, tr.Has("blocks.1.hook_resid_post"))
 		require.NoError(t, s.Reset())
 	}
-	// A range without globs captures nothing and is not checked.
-	require.NoError(t, gpu.Capture{FirstLayer: 7, LastLayer: 3}.Validate(&model.Config{Layers: 2}))
+	// A range without globs captures nothing, and is checked all the same:
+	// nb.Layers without nb.Capture was silently ignored.
+	require.ErrorContains(t, gpu.Capture{FirstLayer: 7, LastLayer: 3}.Validate(&model.Config{Layers: 2}), "layer range 7..3 selects no layer")
+	require.NoError(t, gpu.Capture{}.Validate(&model.Config{Layers: 2}), "the zero capture: nothing, layer 0")
 }
 
 // Issue 15.12: Patch from a nil trace panicked with a nil dereference.
@@ -348,6 +351,21 @@ func TestBadHookEditsFailThePrefill(t *testing.T) {
 	got, err := s.Prefill(context.Background(), testTokens, gpu.Options{})
 	require.NoError(t, err)
 	require.Equal(t, want.Tensor("logits").Data, got.Tensor("logits").Data)
+}
+
+// A model gone NaN generated token 0 forever: argmax of NaN logits.
+func TestGenerateOfANaNModelIsAnError(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.F32, 18)
+	for i := range m.OutNorm {
+		m.OutNorm[i] = float32(math.NaN())
+	}
+	s, err := newEngine(t, m).NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	g, err := s.Generate(context.Background(), testTokens[:4], 5)
+	require.ErrorContains(t, err, "engine: the logits for generated token 1 hold NaN, so there is no next token")
+	require.Equal(t, gpu.StopError, g.Stop)
+	require.Empty(t, g.Tokens)
 }
 
 // Issue 15.8: generation past the context panicked (nb) or lost its output

@@ -36,6 +36,7 @@ type Run struct {
 	next        func() (string, bool)
 	stop        func()
 	point       string // the last point reached
+	layer       int    // the layer of the last layer point reached, -1 before one
 	done        bool
 	released    bool        // the session has its buffers back
 	refused     atomic.Bool // the last call found the session busy
@@ -123,7 +124,7 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 	}
 	s.endRun(errSuperseded)
 	c, p := &s.e.Model.Config, &s.e.place
-	r := &Run{s: s, ctx: ctx, o: o, l: l, tokens: slices.Clone(tokens)}
+	r := &Run{s: s, ctx: ctx, o: o, l: l, tokens: slices.Clone(tokens), layer: -1}
 	r.bufs = make([]scratch, len(s.tiers))
 	r.owned = make([][]Tensor, len(s.tiers))
 	// A GPU trace keeps its arenas (they are the trace, until read), so
@@ -272,6 +273,16 @@ func (r *Run) Point() string {
 	return r.point
 }
 
+// Layer is the layer that ran last: that of the last point reached in a
+// layer, so the last layer once the run has gone on to the head; -1 before
+// the first.
+func (r *Run) Layer() int {
+	if r == nil {
+		return -1
+	}
+	return r.layer
+}
+
 // Done reports whether the program has finished or failed.
 func (r *Run) Done() bool { return r == nil || r.done }
 
@@ -311,6 +322,9 @@ func (r *Run) step() bool {
 		return false
 	}
 	r.point = name
+	if l, _ := SplitPoint(name); l >= 0 {
+		r.layer = l
+	}
 	return true
 }
 

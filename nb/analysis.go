@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -64,16 +65,42 @@ func (m *Model) Token(token any) int32 {
 	case int:
 		return inVocab(t) // checked before the conversion, which would wrap
 	case string:
-		ids := m.Tokens(t)
-		if bos := m.Tokens(""); len(bos) > 0 && len(ids) >= len(bos) && ids[0] == bos[0] {
-			ids = ids[len(bos):]
+		id, err := m.singleToken(t)
+		if err != nil {
+			panic(fmt.Errorf("nb: %w", err))
 		}
-		if len(ids) != 1 {
-			panic(fmt.Errorf("nb: %q is %d tokens %q, not one", t, len(ids), m.Pieces(ids)))
-		}
-		return ids[0]
+		return id
 	}
 	panic(fmt.Errorf("nb: a token is a string, int or int32, not %T", token))
+}
+
+// singleToken is the id of text that encodes to exactly one token besides
+// the BOS the tokenizer adds to prompts. Its error says what text gives one
+// where a tokenizer adds a leading space itself (SentencePiece's: " Lily"
+// is the tokens " " and " Lily" there, and "Lily" is " Lily").
+func (m *Model) singleToken(text string) (int32, error) {
+	bos := m.Tokens("")
+	ids := func(s string) []int32 {
+		ids := m.Tokens(s)
+		if len(ids) >= len(bos) && slices.Equal(ids[:len(bos)], bos) {
+			ids = ids[len(bos):]
+		}
+		return ids
+	}
+	got := ids(text)
+	switch {
+	case len(got) == 0:
+		return 0, fmt.Errorf("%q encodes to no token (besides BOS): give some text, e.g. \" Mary\"", text)
+	case len(got) > 1:
+		err := fmt.Errorf("%q is %d tokens %q, not one", text, len(got), m.Pieces(got))
+		if trimmed := strings.TrimPrefix(text, " "); trimmed != text {
+			if alone := ids(trimmed); len(alone) == 1 && strings.HasPrefix(m.Pieces(alone)[0], " ") {
+				err = fmt.Errorf("%w: this tokenizer adds the leading space itself, and %q is the one token %q", err, trimmed, m.Pieces(alone)[0])
+			}
+		}
+		return 0, err
+	}
+	return got[0], nil
 }
 
 // Unembed returns the unembedding row of a token (string or id): the

@@ -14,6 +14,7 @@ import (
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/gpu/vulkan"
+	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/nb"
 )
@@ -192,6 +193,8 @@ func TestLayersOutsideTheModelAreRefused(t *testing.T) {
 	} {
 		_, err := m.Try("x", nb.Capture("blocks.*.hook_resid_post"), nb.Layers(c.first, c.last))
 		require.ErrorContains(t, err, c.want)
+		_, err = m.Try("x", nb.Layers(c.first, c.last)) // capturing nothing
+		require.ErrorContains(t, err, c.want)
 		require.Panics(t, func() { m.Start("x", nb.Layers(c.first, c.last)) })
 	}
 	// Start without Capture keeps the layers asked for.
@@ -204,7 +207,7 @@ func TestLayersOutsideTheModelAreRefused(t *testing.T) {
 // Issue 15.13: LogitDiff("", "x") silently compared BOS.
 func TestLogitDiffRefusesTextWithoutTokens(t *testing.T) {
 	m := nb.MustOpen("", "cpu")
-	require.PanicsWithError(t, `nb.LogitDiff: "" encodes to no token (besides BOS): give each side some text, e.g. " Mary"`, func() { m.LogitDiff("", "x") })
+	require.PanicsWithError(t, `nb.LogitDiff: "" encodes to no token (besides BOS): give some text, e.g. " Mary"`, func() { m.LogitDiff("", "x") })
 	require.Panics(t, func() { m.LogitDiff("x", "") })
 	diff := m.LogitDiff(" x", " y")
 	require.NotPanics(t, func() { diff(m.Prefill("a")) })
@@ -255,4 +258,28 @@ func TestTokenIDsOutsideTheVocabularyAreRefused(t *testing.T) {
 	}
 	require.Panics(t, func() { m.Unembed(1<<32 + 5) })
 	require.Equal(t, int32(5), m.Token(5))
+}
+
+// A SentencePiece tokenizer adds the leading space itself: " Lily" is the
+// tokens " " and " Lily", and a metric of first tokens compared " " with " ".
+func TestLogitDiffTakesOneTokenASide(t *testing.T) {
+	m := nb.MustOpen(sharedtest.Stories(t), "cpu")
+	require.PanicsWithError(t, `nb.LogitDiff: " Lily" is 2 tokens [" " " Lily"], not one: this tokenizer adds the leading space itself, and "Lily" is the one token " Lily"`,
+		func() { m.LogitDiff(" Lily", " Tim") })
+	require.PanicsWithError(t, `nb.LogitDiff: "Lily" and "Lily" are the same token " Lily": their difference is always 0`,
+		func() { m.LogitDiff("Lily", "Lily") })
+	require.PanicsWithError(t, `nb: " Lily" is 2 tokens [" " " Lily"], not one: this tokenizer adds the leading space itself, and "Lily" is the one token " Lily"`,
+		func() { m.Token(" Lily") })
+	tr := m.Prefill("Once upon a time there was a little girl named", nb.Capture("logits"))
+	logits := nb.Must(tr.Get("logits"))
+	last := logits.Data[(logits.Shape[0]-1)*logits.Shape[1]:]
+	want := float64(last[m.Token("Lily")] - last[m.Token("Tim")])
+	require.InDelta(t, want, m.LogitDiff("Lily", "Tim")(tr), 1e-6)
+	require.Greater(t, want, 1.0, "the model expects Lily here")
+}
+
+// Open("", "cpu", "vulkan") opened on the CPU and said nothing of "vulkan".
+func TestOpenTakesOneBackend(t *testing.T) {
+	_, err := nb.Open("", "cpu", "vulkan")
+	require.EqualError(t, err, `nb: open "": one backend, not 2 (["cpu" "vulkan"]): to split a model over devices, use OpenPlaced`)
 }

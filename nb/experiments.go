@@ -3,7 +3,6 @@ package nb
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -33,22 +32,23 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	return append(append(ids, half...), half...)
 }
 
-// LogitDiff is a patching metric: the last position's logit of the first
-// token of good minus that of bad (text, e.g. " Mary" and " John").
+// LogitDiff is a patching metric: the last position's logit of good minus
+// that of bad, each text of exactly one token (e.g. " Mary" and " John" for
+// GPT-2's tokenizer, "Mary" and "John" for SentencePiece's, which adds the
+// space itself), and two different tokens.
 func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
 	m.ready()
-	bos := m.Tokens("")
-	first := func(s string) int32 {
-		ids := m.Tokens(s)
-		if len(ids) >= len(bos) && slices.Equal(ids[:len(bos)], bos) {
-			ids = ids[len(bos):]
+	token := func(s string) int32 {
+		id, err := m.singleToken(s)
+		if err != nil {
+			panic(fmt.Errorf("nb.LogitDiff: %w", err))
 		}
-		if len(ids) == 0 {
-			panic(fmt.Errorf("nb.LogitDiff: %q encodes to no token (besides BOS): give each side some text, e.g. \" Mary\"", s))
-		}
-		return ids[0]
+		return id
 	}
-	g, b := first(good), first(bad)
+	g, b := token(good), token(bad)
+	if g == b {
+		panic(fmt.Errorf("nb.LogitDiff: %q and %q are the same token %q: their difference is always 0", good, bad, m.Pieces([]int32{g})[0]))
+	}
 	return func(tr *trace.Trace) float64 {
 		shape := tr.Shape("logits")
 		if shape == nil {

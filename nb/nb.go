@@ -57,8 +57,12 @@ func (m *Model) lock() error {
 // backend, or on the one named ("cpu", "vulkan", "auto").
 func Open(path string, backend ...string) (*Model, error) {
 	name := "auto"
-	if len(backend) > 0 {
+	switch len(backend) {
+	case 0:
+	case 1:
 		name = backend[0]
+	default:
+		return nil, fmt.Errorf("nb: open %q: one backend, not %d (%q): to split a model over devices, use OpenPlaced", path, len(backend), backend)
 	}
 	return OpenPlaced(path, name, "")
 }
@@ -395,9 +399,10 @@ func (s *Steps) Err() (err error) {
 	return err
 }
 
-// Layer is the layer that ran last (-1 before the first).
+// Layer is the layer that ran last (-1 before the first), the last one
+// after the steps have run out or finished.
 func (s *Steps) Layer() (l int) {
-	s.do(func(r *gpu.Run) { l, _ = gpu.SplitPoint(r.Point()) })
+	s.do(func(r *gpu.Run) { l = r.Layer() })
 	return l
 }
 

@@ -45,7 +45,9 @@ func TestStepsEndLikeAOneShotPrefill(t *testing.T) {
 		require.True(t, s.Trace().Has(gpu.LayerPoint(s.Layer(), "hook_resid_post")))
 	}
 	require.Equal(t, []int{0, 1, 2, 3}, layers)
+	require.Equal(t, 3, s.Layer(), "past the last layer, the last layer ran last")
 	got := s.Finish()
+	require.Equal(t, 3, s.Layer())
 	for _, n := range want.Names {
 		require.Equal(t, want.Tensor(n).Data, got.Tensor(n).Data, n)
 	}

@@ -1,6 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// dst[row] = index of the largest of n elements (the first on ties), as a float.
+// dst[row] = index of the largest of n elements (the first on ties), as a
+// float; -1 where the row holds a NaN, which has no largest.
 layout(local_size_x_id = 0) in; // a power of two
 #include "common.glsl"
 
@@ -13,6 +14,7 @@ layout(std430, binding = 1) readonly buffer Src { float src[]; };
 
 shared float bestV[gl_WorkGroupSize.x];
 shared uint bestI[gl_WorkGroupSize.x];
+shared uint nanSeen;
 
 // better orders candidates: larger value, then smaller index.
 bool better(float v, uint i, float w, uint j) { return v > w || (v == w && i < j); }
@@ -22,14 +24,23 @@ void main() {
     if (row >= pc.rows) {
         return;
     }
+    if (lid == 0) {
+        nanSeen = 0;
+    }
+    barrier();
     float v = uintBitsToFloat(0xff800000u);
     uint idx = 0xffffffffu;
+    bool nan = false;
     for (uint i = lid; i < pc.n; i += gl_WorkGroupSize.x) {
         float x = src[row * pc.n + i];
+        nan = nan || isnan(x);
         if (better(x, i, v, idx)) {
             v = x;
             idx = i;
         }
+    }
+    if (nan) {
+        atomicOr(nanSeen, 1u);
     }
     bestV[lid] = v;
     bestI[lid] = idx;
@@ -42,6 +53,6 @@ void main() {
         barrier();
     }
     if (lid == 0) {
-        dst[row] = float(bestI[0] == 0xffffffffu ? 0 : bestI[0]);
+        dst[row] = nanSeen != 0 ? -1.0 : float(bestI[0] == 0xffffffffu ? 0 : bestI[0]);
     }
 }

@@ -471,6 +471,12 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("after %d generated tokens (printed): %w", len(g.gen), err)
 		}
 		next := tr.Predicted[0]
+		if next < 0 {
+			if err := g.flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("the logits for generated token %d hold NaN, so there is no next token: the model went non-finite (strata trace names the first point where)", len(g.gen)+1)
+		}
 		if next == e.Model.Tok.EOS() {
 			if err := g.flush(); err != nil {
 				return err

@@ -244,6 +244,19 @@ func TestTraceOfANaNModel(t *testing.T) {
 	require.Contains(t, string(page), "The model first went non-finite at <code>blocks.1.ln2.hook_normalized</code> (layer 1): 96 NaN.")
 }
 
+// strata run on the same model printed an empty line and exited 0: with
+// NaN logits, every token was token 0.
+func TestRunOfANaNModelFails(t *testing.T) {
+	path := writeModel(t, tinyShape, "blk.1.ffn_norm.weight")
+	for _, backend := range []string{"cpu", "vulkan"} {
+		if backend == "vulkan" && !vulkanPresent(t) {
+			continue
+		}
+		_, err := strata(t, "run", "--model", path, "--backend", backend, "--prompt", "abc", "-n", "4")
+		require.ErrorContains(t, err, "the logits for generated token 1 hold NaN, so there is no next token", backend)
+	}
+}
+
 // Case 13's class: bench refuses budgets, counts and lengths that would
 // give a wrong answer or a panic.
 func TestBenchRefusesBadFlags(t *testing.T) {

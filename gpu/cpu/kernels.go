@@ -618,6 +618,10 @@ func (s *stream) Argmax(dst, src gpu.Tensor, rows, n int) {
 	for r := range rows {
 		best := 0
 		for i, v := range x[r*n : (r+1)*n] {
+			if v != v { // NaN: no largest
+				best = -1
+				break
+			}
 			if v > x[r*n+best] {
 				best = i
 			}

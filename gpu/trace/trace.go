@@ -71,7 +71,8 @@ type Trace struct {
 	Tokens  []int32  // this prefill's tokens
 	Pieces  []string // their display strings
 	Pos0    int      // position of Tokens[0]
-	// Predicted holds the argmax token of each computed logit row, when asked for.
+	// Predicted holds the argmax token of each computed logit row, when
+	// asked for; -1 for a row holding a NaN.
 	Predicted []int32
 	Names     []string // capture order
 	// Lens is the logit lens, when computed (gpu.Engine.LogitLens).

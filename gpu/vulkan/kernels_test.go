@@ -493,12 +493,17 @@ func TestEditEveryOp(t *testing.T) {
 
 func TestArgmaxTakesFirstOfTies(t *testing.T) {
 	r := newRig(t, 9)
-	rows, n := 4, 1000
+	rows, n := 6, 1000
 	vals := r.values(rows*n, 1)
 	vals[2*n+10], vals[2*n+500] = 9, 9 // a tie: the first wins
-	negInf := float32(math.Inf(-1))
+	negInf, nan := float32(math.Inf(-1)), float32(math.NaN())
 	for i := range n {
 		vals[3*n+i] = negInf // all -inf: index 0, as the CPU backend says
+	}
+	vals[4*n+700] = nan // one NaN among numbers: no largest
+	vals[4*n+3] = 50
+	for i := range n {
+		vals[5*n+i] = nan
 	}
 	x, d := r.tensor("logits", vals), r.zeros("ids", rows)
 	r.cs.Argmax(d.c, x.c, rows, n)
@@ -507,6 +512,7 @@ func TestArgmaxTakesFirstOfTies(t *testing.T) {
 	require.Equal(t, c, v)
 	require.Equal(t, float32(10), v[2])
 	require.Equal(t, float32(0), v[3])
+	require.Equal(t, []float32{-1, -1}, v[4:6], "rows holding a NaN")
 }
 
 func TestStreamErrorsNameTheProblem(t *testing.T) {
