@@ -69,7 +69,8 @@ func Show(items ...any) {
 }
 
 // ShowTensor shows the tensor tr captured under name, positions labelled
-// by token (viz.Captured).
+// by token (viz.Captured): a layer's attention pattern or scores as a tile
+// per head, queries down and keys across.
 func ShowTensor(tr *trace.Trace, name string) {
 	if tr == nil {
 		Show(errors.New("nb.ShowTensor: a nil trace"))

@@ -223,3 +223,84 @@ func counted(n int, noun string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
+
+// headTiles draws a layer's captured attention pattern or scores ([heads,
+// queries, keys]) as a tile per head, queries down and keys across, on one
+// colour scale. Where a tile has room for a label per row, the first tile
+// of each row of tiles names the query tokens and the last row's tiles the
+// key tokens; otherwise the title says which figure labels them.
+func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern bool) (*Figure, error) {
+	heads, t, k := x.Shape[0], x.Shape[1], x.Shape[2]
+	tiles := make([][][]float64, heads)
+	for h := range tiles {
+		tiles[h] = headMatrix(x, h)
+	}
+	sc, valueName := sequential(0, 1), "attention"
+	if !isPattern {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, z := range tiles {
+			l, h := finiteRange(z)
+			lo, hi = min(lo, l), max(hi, h)
+		}
+		sc, valueName = scaleFor([][]float64{{lo, hi}}), "score"
+	}
+	across := min(heads, 4)
+	down := (heads + across - 1) / across
+	const gap, labelH, titleH, minCell = 8, 14, 28, 9 // minCell: a tick label's height
+	left := labelWidth(queries) + 8
+	span := (maxWidth-left-barWidth-16)/vg.Length(across) - gap
+	cell := span / vg.Length(max(t, k))
+	labelled := cell >= minCell
+	if !labelled {
+		left = 0
+		span = (maxWidth-barWidth-16)/vg.Length(across) - gap
+		cell = span / vg.Length(max(t, k))
+		title += " (viz.AttentionHead labels one head's tokens)"
+	}
+	tileW, tileH := cell*vg.Length(k), cell*vg.Length(t)
+	bottom := vg.Length(12)
+	if labelled {
+		bottom = labelWidth(keys) + 8
+	}
+	px := int(2 * max(tileW, tileH))
+	width := left + vg.Length(across)*(tileW+gap) + barWidth + 16
+	height := titleH + vg.Length(down)*(tileH+labelH+gap) + bottom
+	return newFigure(title, width, height, func(c draw.Canvas) {
+		drawTitle(c, title)
+		head := text.Style{Color: color.Black, Font: font.From(sans, 9), Handler: plot.DefaultTextHandler,
+			XAlign: draw.XCenter, YAlign: draw.YCenter}
+		query := text.Style{Color: color.Black, Font: font.From(sans, 8), Handler: plot.DefaultTextHandler,
+			XAlign: draw.XRight, YAlign: draw.YCenter}
+		key := query
+		key.Rotation = math.Pi / 2 // read upwards, ending under its column
+		top := c.Max.Y - titleH
+		border := draw.LineStyle{Color: color.Gray{170}, Width: 0.5}
+		for h, z := range tiles {
+			x0 := c.Min.X + left + vg.Length(h%across)*(tileW+gap)
+			y1 := top - vg.Length(h/across)*(tileH+labelH+gap) - labelH
+			c.FillText(head, vg.Point{X: x0 + tileW/2, Y: y1 + labelH/2}, fmt.Sprintf("H%d", h))
+			r := vg.Rectangle{Min: vg.Point{X: x0, Y: y1 - tileH}, Max: vg.Point{X: x0 + tileW, Y: y1}}
+			c.DrawImage(r, raster(maxPool(z, px), sc, px))
+			c.StrokeLines(border, []vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}, r.Min})
+			if !labelled {
+				continue
+			}
+			if h%across == 0 {
+				for q, l := range queries {
+					c.FillText(query, vg.Point{X: x0 - 4, Y: y1 - (vg.Length(q)+0.5)*cell}, l)
+				}
+			}
+			if h+across >= heads { // nothing below it
+				for j, l := range keys {
+					c.FillText(key, vg.Point{X: x0 + (vg.Length(j)+0.5)*cell, Y: y1 - tileH - 4}, l)
+				}
+			}
+		}
+		bar := c
+		bar.Min.X = c.Min.X + left + vg.Length(across)*(tileW+gap) + 6
+		bar.Max.X = bar.Min.X + barWidth - 8
+		bar.Max.Y = top - labelH
+		bar.Min.Y = max(top-vg.Length(down)*(tileH+labelH+gap)+gap, bar.Max.Y-2*span)
+		barPlot(sc, valueName).Draw(bar)
+	}), nil
+}

@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
 )
 
@@ -128,7 +129,9 @@ func Tensor(title string, x *trace.Tensor) (*Figure, error) {
 
 // Captured draws the tensor a trace captured under name as Tensor does,
 // with positions labelled by token; a 3-D tensor whose first axis is
-// positions ([T, heads, head_dim]) is drawn as [T, heads*head_dim].
+// positions ([T, heads, head_dim]) is drawn as [T, heads*head_dim], and a
+// layer's attention pattern or scores ([heads, T, keys]) as a tile per head
+// with its queries and keys labelled.
 func Captured(tr *trace.Trace, name string) (*Figure, error) {
 	if !tr.Has(name) {
 		return nil, missing("Captured", name, captureHint(name))
@@ -139,6 +142,12 @@ func Captured(tr *trace.Trace, name string) (*Figure, error) {
 	}
 	var ax axes
 	title := name
+	if _, local := gpu.SplitPoint(name); (local == "attn.hook_pattern" || local == "attn.hook_attn_scores") &&
+		len(x.Shape) == 3 && len(tr.Tokens) > 0 && x.Shape[1] == len(tr.Tokens) && x.Shape[2] == tr.Pos0+len(tr.Tokens) {
+		queries := positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, x.Shape[1])
+		keys := positionLabels(tr.Pieces, tr.Pos0, 0, x.Shape[2])
+		return headTiles(fmt.Sprintf("%s %v: heads, queries down, keys across", name, x.Shape), x, queries, keys, local == "attn.hook_pattern")
+	}
 	if len(x.Shape) >= 2 && len(tr.Tokens) > 0 {
 		if n := x.Shape[0]; n == len(tr.Tokens) || n == tr.Pos0+len(tr.Tokens) {
 			ax = axes{rows: positionLabels(tr.Pieces, tr.Pos0, n-len(tr.Tokens), n), yName: "position"}

@@ -125,7 +125,7 @@ func genericCases(tr *trace.Trace) []figureCase {
 			return Tensor("v", &trace.Tensor{Shape: []int{4}, Data: []float32{1, 2, 3, 4}})
 		}, []string{"v [4]"}},
 		{"Tensor3D", func() (*Figure, error) { return Tensor("", tr.Tensor("blocks.0.attn.hook_pattern")) }, []string{"[0]", "[7]"}},
-		{"CapturedPattern", func() (*Figure, error) { return Captured(tr, "blocks.0.attn.hook_pattern") }, []string{"[7]"}},
+		{"CapturedPattern", func() (*Figure, error) { return Captured(tr, "blocks.0.attn.hook_pattern") }, []string{"H7", "&lt;|unused_300|&gt;"}},
 		{"CapturedQ", func() (*Figure, error) { return Captured(tr, "blocks.1.attn.hook_q") }, []string{"&lt;|unused_300|&gt;"}},
 		{"Plot", func() (*Figure, error) { return Plot(newPlot("mine"), 0, 0), nil }, []string{"mine"}},
 	}

@@ -3,16 +3,19 @@ package viz
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot/vg/recorder"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -351,4 +354,58 @@ func TestFiguresHandNothingOut(t *testing.T) {
 	require.Equal(t, before[0].Bytes(), after[0].Bytes(), "AttentionGrid")
 	require.Equal(t, before[1].Bytes(), after[1].Bytes(), "Captured")
 	require.Contains(t, view.Body, "0.9", "AttentionView's data went into its page")
+}
+
+// nb.ShowTensor of a layer's pattern drew tiles named [0], [1], ... with no
+// tokens. Each head's tile is named, its queries run down and its keys
+// across, labelled: queries beside the first tile of a row of tiles, keys
+// under the last row's tiles (so "a" is written three times for two heads
+// side by side).
+func TestCapturedPatternLabelsHeadsAndTokens(t *testing.T) {
+	tr := trace.New()
+	tr.Model = trace.Model{Name: "hand", Layers: 1, DModel: 4, Heads: 2, KVHeads: 2, HeadDim: 2, Vocab: 8}
+	tr.Tokens, tr.Pieces = []int32{1, 2, 3}, []string{"a", "b", "c"}
+	firstKey := []float32{1, 0, 0, 1, 0, 0, 1, 0, 0}
+	tr.Put("blocks.0.attn.hook_pattern", &trace.Tensor{Shape: []int{2, 3, 3}, Data: append(slices.Clone(firstKey), firstKey...)})
+	fig := must(Captured(tr, "blocks.0.attn.hook_pattern"))
+	var rec recorder.Canvas
+	fig.paint(&rec)
+	count := map[string]int{}
+	for _, a := range rec.Actions {
+		if s, ok := a.(*recorder.FillString); ok {
+			count[s.String]++
+		}
+	}
+	require.Equal(t, 1, count["H0"])
+	require.Equal(t, 1, count["H1"])
+	for _, l := range []string{"a", "b", "c"} {
+		require.Equal(t, 3, count[l], "token %q: once as a query, under each tile as a key", l)
+	}
+	require.NotContains(t, fig.Title, "AttentionHead")
+
+	// One head: key 0's column is tall and on the left, as in AttentionHead.
+	column := darkBox(t, must(Captured(handTrace(firstKey), "blocks.0.attn.hook_pattern")))
+	topLeft := darkBox(t, must(Captured(handTrace([]float32{1, 0, 0, 0, 0, 0, 0, 0, 0}), "blocks.0.attn.hook_pattern")))
+	require.Greater(t, column.Dy(), 2*column.Dx(), "three stacked cells make a tall column")
+	require.InDelta(t, column.Min.X, topLeft.Min.X, 2, "key 0 is the first column")
+	require.InDelta(t, column.Min.Y, topLeft.Min.Y, 2, "query 0 is the top row")
+
+	// Too many positions for a label per row: none, and the title says where.
+	long := trace.New()
+	long.Model = tr.Model
+	n := 60
+	long.Tokens, long.Pieces = make([]int32, n), make([]string, n)
+	for i := range n {
+		long.Pieces[i] = fmt.Sprintf("t%d", i)
+	}
+	long.Put("blocks.0.attn.hook_pattern", &trace.Tensor{Shape: []int{2, n, n}, Data: make([]float32, 2*n*n)})
+	fig = must(Captured(long, "blocks.0.attn.hook_pattern"))
+	require.Contains(t, fig.Title, "viz.AttentionHead labels one head's tokens")
+	rec = recorder.Canvas{}
+	fig.paint(&rec)
+	for _, a := range rec.Actions {
+		if s, ok := a.(*recorder.FillString); ok {
+			require.NotEqual(t, "t0", s.String)
+		}
+	}
 }
