@@ -172,7 +172,7 @@ func elements(shape []int) int {
 
 // Capture selects capture points by glob (path.Match syntax over the full
 // names, e.g. "blocks.*.attn.hook_pattern") and, for per-layer points, a
-// layer range [FirstLayer, LastLayer]; LastLayer < 0 means the last layer.
+// layer range [FirstLayer, LastLayer]; LastLayer -1 means the last layer.
 type Capture struct {
 	Globs      []string
 	FirstLayer int

@@ -90,7 +90,7 @@ func (m *Model) singleToken(text string) (int32, error) {
 	got := ids(text)
 	switch {
 	case len(got) == 0:
-		return 0, fmt.Errorf("%q encodes to no token (besides BOS): give some text, e.g. \" Mary\"", text)
+		return 0, fmt.Errorf("%q encodes to no token (besides BOS): give some text", text)
 	case len(got) > 1:
 		err := fmt.Errorf("%q is %d tokens %q, not one", text, len(got), m.Pieces(got))
 		if trimmed := strings.TrimPrefix(text, " "); trimmed != text {

@@ -226,45 +226,54 @@ func counted(n int, noun string) string {
 
 // headTiles draws a layer's captured attention pattern or scores ([heads,
 // queries, keys]) as a tile per head, queries down and keys across, on one
-// colour scale. Where a tile has room for a label per row, the first tile
-// of each row of tiles names the query tokens and the last row's tiles the
-// key tokens; otherwise the title says which figure labels them.
+// colour scale. Where rows (columns) have room for a label each, the first
+// tile of each row of tiles names the query tokens (the last row's tiles
+// the key tokens), as AttentionGrid's tiles do not.
 func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern bool) (*Figure, error) {
 	heads, t, k := x.Shape[0], x.Shape[1], x.Shape[2]
-	tiles := make([][][]float64, heads)
-	for h := range tiles {
-		tiles[h] = headMatrix(x, h)
+	if heads == 0 || t == 0 || k == 0 {
+		return nil, fmt.Errorf("viz: Captured: %s has no entries to draw", title)
 	}
 	sc, valueName := sequential(0, 1), "attention"
 	if !isPattern {
 		lo, hi := math.Inf(1), math.Inf(-1)
-		for _, z := range tiles {
-			l, h := finiteRange(z)
-			lo, hi = min(lo, l), max(hi, h)
+		for _, v := range x.Data {
+			if f := float64(v); !math.IsNaN(f) && !math.IsInf(f, 0) {
+				lo, hi = min(lo, f), max(hi, f)
+			}
+		}
+		if lo > hi { // nothing finite
+			lo, hi = 0, 1
 		}
 		sc, valueName = scaleFor([][]float64{{lo, hi}}), "score"
 	}
 	across := min(heads, 4)
+	if heads > 16 {
+		across = 8
+	}
 	down := (heads + across - 1) / across
-	const gap, labelH, titleH, minCell = 8, 14, 28, 9 // minCell: a tick label's height
+	const gap, labelH, titleH, minCell, minBar = 8, 14, 28, 9, 120 // minCell: a tick label's height
 	left := labelWidth(queries) + 8
 	span := (maxWidth-left-barWidth-16)/vg.Length(across) - gap
-	cell := span / vg.Length(max(t, k))
-	labelled := cell >= minCell
-	if !labelled {
+	cellW := span / vg.Length(max(t, k))
+	cellH := max(cellW, min(minCell, span/vg.Length(t))) // rows of a continued prefill's few queries stay visible
+	rowsLabelled, colsLabelled := cellH >= minCell, cellW >= minCell
+	if !rowsLabelled {
 		left = 0
-		span = (maxWidth-barWidth-16)/vg.Length(across) - gap
-		cell = span / vg.Length(max(t, k))
-		title += " (viz.AttentionHead labels one head's tokens)"
 	}
-	tileW, tileH := cell*vg.Length(k), cell*vg.Length(t)
+	tileW, tileH := cellW*vg.Length(k), cellH*vg.Length(t)
 	bottom := vg.Length(12)
-	if labelled {
+	if colsLabelled {
 		bottom = labelWidth(keys) + 8
 	}
 	px := int(2 * max(tileW, tileH))
+	tiles := make([][][]float64, heads) // pooled: the figure keeps these, not the capture
+	for h := range tiles {
+		tiles[h] = maxPool(headMatrix(x, h), px)
+	}
 	width := left + vg.Length(across)*(tileW+gap) + barWidth + 16
-	height := titleH + vg.Length(down)*(tileH+labelH+gap) + bottom
+	rowsH := vg.Length(down) * (tileH + labelH + gap)
+	height := titleH + max(rowsH, labelH+minBar) + bottom
 	return newFigure(title, width, height, func(c draw.Canvas) {
 		drawTitle(c, title)
 		head := text.Style{Color: color.Black, Font: font.From(sans, 9), Handler: plot.DefaultTextHandler,
@@ -280,19 +289,16 @@ func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern 
 			y1 := top - vg.Length(h/across)*(tileH+labelH+gap) - labelH
 			c.FillText(head, vg.Point{X: x0 + tileW/2, Y: y1 + labelH/2}, fmt.Sprintf("H%d", h))
 			r := vg.Rectangle{Min: vg.Point{X: x0, Y: y1 - tileH}, Max: vg.Point{X: x0 + tileW, Y: y1}}
-			c.DrawImage(r, raster(maxPool(z, px), sc, px))
+			c.DrawImage(r, raster(z, sc, px))
 			c.StrokeLines(border, []vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}, r.Min})
-			if !labelled {
-				continue
-			}
-			if h%across == 0 {
+			if rowsLabelled && h%across == 0 {
 				for q, l := range queries {
-					c.FillText(query, vg.Point{X: x0 - 4, Y: y1 - (vg.Length(q)+0.5)*cell}, l)
+					c.FillText(query, vg.Point{X: x0 - 4, Y: y1 - (vg.Length(q)+0.5)*cellH}, l)
 				}
 			}
-			if h+across >= heads { // nothing below it
+			if colsLabelled && h+across >= heads { // nothing below it
 				for j, l := range keys {
-					c.FillText(key, vg.Point{X: x0 + (vg.Length(j)+0.5)*cell, Y: y1 - tileH - 4}, l)
+					c.FillText(key, vg.Point{X: x0 + (vg.Length(j)+0.5)*cellW, Y: y1 - tileH - 4}, l)
 				}
 			}
 		}
@@ -300,7 +306,7 @@ func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern 
 		bar.Min.X = c.Min.X + left + vg.Length(across)*(tileW+gap) + 6
 		bar.Max.X = bar.Min.X + barWidth - 8
 		bar.Max.Y = top - labelH
-		bar.Min.Y = max(top-vg.Length(down)*(tileH+labelH+gap)+gap, bar.Max.Y-2*span)
+		bar.Min.Y = bar.Max.Y - min(max(rowsH-labelH-gap, minBar), 2*span)
 		barPlot(sc, valueName).Draw(bar)
 	}), nil
 }

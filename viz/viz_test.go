@@ -381,7 +381,6 @@ func TestCapturedPatternLabelsHeadsAndTokens(t *testing.T) {
 	for _, l := range []string{"a", "b", "c"} {
 		require.Equal(t, 3, count[l], "token %q: once as a query, under each tile as a key", l)
 	}
-	require.NotContains(t, fig.Title, "AttentionHead")
 
 	// One head: key 0's column is tall and on the left, as in AttentionHead.
 	column := darkBox(t, must(Captured(handTrace(firstKey), "blocks.0.attn.hook_pattern")))
@@ -390,7 +389,7 @@ func TestCapturedPatternLabelsHeadsAndTokens(t *testing.T) {
 	require.InDelta(t, column.Min.X, topLeft.Min.X, 2, "key 0 is the first column")
 	require.InDelta(t, column.Min.Y, topLeft.Min.Y, 2, "query 0 is the top row")
 
-	// Too many positions for a label per row: none, and the title says where.
+	// Too many positions for a label per row: none.
 	long := trace.New()
 	long.Model = tr.Model
 	n := 60
@@ -400,7 +399,6 @@ func TestCapturedPatternLabelsHeadsAndTokens(t *testing.T) {
 	}
 	long.Put("blocks.0.attn.hook_pattern", &trace.Tensor{Shape: []int{2, n, n}, Data: make([]float32, 2*n*n)})
 	fig = must(Captured(long, "blocks.0.attn.hook_pattern"))
-	require.Contains(t, fig.Title, "viz.AttentionHead labels one head's tokens")
 	rec = recorder.Canvas{}
 	fig.paint(&rec)
 	for _, a := range rec.Actions {
@@ -408,4 +406,20 @@ func TestCapturedPatternLabelsHeadsAndTokens(t *testing.T) {
 			require.NotEqual(t, "t0", s.String)
 		}
 	}
+
+	// A continued prefill's one query over 300 keys: its row stays a label
+	// high, where square cells drew it half a point high.
+	cont := trace.New()
+	cont.Model = trace.Model{Name: "hand", Layers: 1, DModel: 2, Heads: 1, KVHeads: 1, HeadDim: 2}
+	cont.Tokens, cont.Pieces, cont.Pos0 = []int32{1}, []string{"x"}, 299
+	row := make([]float32, 300)
+	row[150] = 1
+	cont.Put("blocks.0.attn.hook_pattern", &trace.Tensor{Shape: []int{1, 1, 300}, Data: row})
+	require.GreaterOrEqual(t, darkBox(t, must(Captured(cont, "blocks.0.attn.hook_pattern"))).Dy(), 10)
+
+	none := trace.New()
+	none.Model, none.Tokens = tr.Model, tr.Tokens
+	none.Put("blocks.0.attn.hook_pattern", &trace.Tensor{Shape: []int{0, 3, 3}})
+	_, err := Captured(none, "blocks.0.attn.hook_pattern")
+	require.ErrorContains(t, err, "has no entries to draw")
 }

@@ -145,7 +145,8 @@ var ErrClosed = errors.New("trace: its memory was freed (the trace, its session 
 
 // Lens is the logit lens: the final norm and unembedding applied to each
 // layer's resid_post. Prob[l][t] is the top token's probability at layer l
-// and position t, Token its id and Piece its display string.
+// and position t, Token its id and Piece its display string; where the
+// logits hold a NaN, Prob is NaN, Token -1 and Piece "NaN".
 type Lens struct {
 	Prob  [][]float32 `json:"prob"`
 	Token [][]int32   `json:"token"`

@@ -276,18 +276,7 @@ func BenchmarkPrefillTiles(b *testing.B) {
 							b.Skip("the tile needs more shared memory than the device has")
 						}
 						defer vulkan.ForceCoopTile(v, -1, true, false)
-						for start := time.Now(); time.Since(start) < time.Second; { // clocks up
-							s.Reset()
-							if _, err := s.Prefill(context.Background(), tokens, o); err != nil {
-								b.Fatal(err)
-							}
-						}
-						for b.Loop() {
-							s.Reset()
-							if _, err := s.Prefill(context.Background(), tokens, o); err != nil {
-								b.Fatal(err)
-							}
-						}
+						timePrefills(b, s, tokens, o)
 					})
 				}
 			}
@@ -319,22 +308,28 @@ func BenchmarkPrefillSplitK(b *testing.B) {
 						if rule == "below64" {
 							defer vulkan.SetCoopSplitBelow(64)()
 						}
-						for start := time.Now(); time.Since(start) < time.Second; { // clocks up
-							s.Reset()
-							if _, err := s.Prefill(context.Background(), tokens, o); err != nil {
-								b.Fatal(err)
-							}
-						}
-						for b.Loop() {
-							s.Reset()
-							if _, err := s.Prefill(context.Background(), tokens, o); err != nil {
-								b.Fatal(err)
-							}
-						}
+						timePrefills(b, s, tokens, o)
 					})
 				}
 			}
 			s.Close()
 		}
+	}
+}
+
+// timePrefills times s's prefills of tokens, after a second of them to
+// raise the device's clocks.
+func timePrefills(b *testing.B, s *gpu.Session, tokens []int32, o gpu.Options) {
+	prefill := func() {
+		s.Reset()
+		if _, err := s.Prefill(context.Background(), tokens, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for start := time.Now(); time.Since(start) < time.Second; {
+		prefill()
+	}
+	for b.Loop() {
+		prefill()
 	}
 }

@@ -122,8 +122,8 @@ func WeightsToHalf(s gpu.Stream, w gpu.Matrix, dst gpu.Tensor) {
 func SetCoopSplitK(on bool) bool { return swap(&coopSplitK, on) }
 
 // SetCoopSplitBelow splits cooperative products of fewer than n workgroups
-// along K, whatever their tile, and returns a function that restores the
-// usual thresholds.
+// along K, whatever their tile and however many the call's products have
+// together, and returns a function that restores the usual thresholds.
 func SetCoopSplitBelow(n int) func() {
 	old, oldLate, oldTotal := swap(&coopSplitBelow, n), swap(&coopSplitBelowLate, n), swap(&coopSplitTotal, math.MaxInt)
 	return func() { coopSplitBelow, coopSplitBelowLate, coopSplitTotal = old, oldLate, oldTotal }

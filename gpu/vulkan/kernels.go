@@ -110,24 +110,23 @@ func (s *stream) coopTileFor(exact bool, hw halfRange) coopTile {
 	if forcedCoopTile != nil {
 		return *forcedCoopTile
 	}
-	splitW := hw.split
-	var tiles []coopTile
-	switch {
-	case exact && splitW:
-		tiles = []coopTile{{tm: 2, tn: 4, wgm: 4, bk: 32}}
-	case exact:
-		tiles = []coopTile{{tm: 4, tn: 2, wgm: 2, bk: 32}}
-	case hw.ok:
-		tiles = []coopTile{{tm: 2, tn: 4, wgm: 4, bk: 64}}
-	default:
-		tiles = []coopTile{{tm: 4, tn: 2, wgm: 2, bk: 32, late: true}}
-	}
-	for _, t := range tiles {
-		if t.shared(exact, splitW && exact) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
-			return t
-		}
+	if t := usualCoopTile(exact, hw); t.shared(exact, hw.split && exact) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
+		return t
 	}
 	return smallCoopTile
+}
+
+// usualCoopTile is coopTileFor's tile where shared memory allows.
+func usualCoopTile(exact bool, hw halfRange) coopTile {
+	switch {
+	case exact && hw.split:
+		return coopTile{tm: 2, tn: 4, wgm: 4, bk: 32}
+	case exact:
+		return coopTile{tm: 4, tn: 2, wgm: 2, bk: 32}
+	case hw.ok:
+		return coopTile{tm: 2, tn: 4, wgm: 4, bk: 64}
+	}
+	return coopTile{tm: 4, tn: 2, wgm: 2, bk: 32, late: true}
 }
 
 // smallCoopTile is the tile for devices with too little shared memory for
@@ -438,11 +437,12 @@ func (s *stream) takesCoop(rows int, m *matrix, hw halfRange) bool {
 // and 128 (12288 x 4096 at T=128, 4096 x 4096 at T=512) with tiles of
 // over 128 registers, one workgroup per SM on its 132. The late tile
 // holds 128, two per SM, and products of 96 and 128 workgroups leave half
-// of those places empty: split, fast prefills at T=512 ran 1.23x (bonsai-1.7b)
-// and 1.06x (bonsai-8b) faster (BenchmarkPrefillSplitK). Where the products
-// of one call (Q, K and V) have coopSplitTotal workgroups together, none is
-// split: at T=1024 and 2048, splitting K and V where Q and they had 256 to
-// 768 ran 1-2% slower.
+// of those places empty: split, fast prefills at T=512 ran 1.12-1.26x
+// (bonsai-1.7b) and 1.04-1.09x (bonsai-8b) faster (BenchmarkPrefillSplitK).
+// Where the products of one call (Q, K and V) have coopSplitTotal
+// workgroups together, none of them on the late tile is split: at T=1024
+// and 2048, splitting K and V where Q and they had 256 to 768 ran 1-2%
+// slower. Other tiles keep the rule measured for them, per product.
 var coopSplitK = true
 
 // Variables for the benchmarks.
@@ -480,9 +480,6 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 			total += groups[i]
 		}
 	}
-	if total >= coopSplitTotal {
-		return nil
-	}
 	plans := make([]splitPlan, len(outs))
 	var end uint64
 	for i, p := range outs {
@@ -490,6 +487,9 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 		below := coopSplitBelow
 		if t.late {
 			below = coopSplitBelowLate
+			if total >= coopSplitTotal {
+				continue
+			}
 		}
 		if n == 0 || n >= below {
 			continue

@@ -7,9 +7,16 @@ import (
 )
 
 // Every tile the GEMM may take holds matmul_coop.comp's assumptions, which
-// only a device with cooperative matrices would otherwise break on.
+// only a device with cooperative matrices would otherwise break on, and is
+// one of coopTiles, which the precision test runs on such a device.
 func TestCoopTilesFitTheKernel(t *testing.T) {
-	for _, c := range append(coopTiles, smallCoopTile) {
+	for _, exact := range []bool{false, true} {
+		for _, hw := range []halfRange{{}, {ok: true}, {ok: true, split: true}} {
+			require.Contains(t, coopTiles, usualCoopTile(exact, hw), "exact %v, weights %+v", exact, hw)
+		}
+	}
+	require.Contains(t, coopTiles, smallCoopTile)
+	for _, c := range coopTiles {
 		const lanes, subgroups = 256, 8
 		chunks := c.bk / 8 // uvec4s of 8 halves per tile row and k step
 		require.Contains(t, []int{32, 64}, c.bk, c.String())
