@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/tokenizer"
 )
 
 // Must returns v, or panics with err: for trace calls in notebook cells,
@@ -50,14 +50,25 @@ func (m *Model) HeadScores(prompt any, kind trace.HeadKind) trace.Scores {
 }
 
 // Token returns the id of text that encodes to exactly one token (without
-// the BOS the tokenizer adds to prompts), or id itself given an int or int32.
+// the BOS the tokenizer adds to prompts; as a prompt's text or as text
+// inside one, so that "." is a token for SentencePiece, which puts a space
+// before a prompt), or id itself given an int or int32.
 func (m *Model) Token(token any) int32 {
 	m.ready()
-	inVocab := func(id int) int32 {
+	id, err := m.tokenID(token)
+	if err != nil {
+		panic(fmt.Errorf("nb: %w", err))
+	}
+	return id
+}
+
+// tokenID is Token's id, or why there is none.
+func (m *Model) tokenID(token any) (int32, error) {
+	inVocab := func(id int) (int32, error) {
 		if id < 0 || id >= m.Model.Vocab {
-			panic(fmt.Errorf("nb: token %d is outside the vocabulary of %d", id, m.Model.Vocab))
+			return 0, fmt.Errorf("token %d is outside the vocabulary of %d", id, m.Model.Vocab)
 		}
-		return int32(id)
+		return int32(id), nil
 	}
 	switch t := token.(type) {
 	case int32:
@@ -65,42 +76,35 @@ func (m *Model) Token(token any) int32 {
 	case int:
 		return inVocab(t) // checked before the conversion, which would wrap
 	case string:
-		id, err := m.singleToken(t)
-		if err != nil {
-			panic(fmt.Errorf("nb: %w", err))
-		}
-		return id
+		return m.singleToken(t)
 	}
-	panic(fmt.Errorf("nb: a token is a string, int or int32, not %T", token))
+	return 0, fmt.Errorf("a token is a string, int or int32, not %T", token)
 }
 
-// singleToken is the id of text that encodes to exactly one token besides
-// the BOS the tokenizer adds to prompts. Its error says what text gives one
-// where a tokenizer adds a leading space itself (SentencePiece's: " Lily"
-// is the tokens " " and " Lily" there, and "Lily" is " Lily").
+// singleToken is the id of text that encodes to exactly one token, as a
+// prompt (without its BOS) or else as text within one: SentencePiece puts a
+// space before a prompt, so " Lily" is the tokens " " and " Lily" as a
+// prompt and " Lily" within one, and "." is " " and "." as a prompt.
 func (m *Model) singleToken(text string) (int32, error) {
 	bos := m.Tokens("")
-	ids := func(s string) []int32 {
-		ids := m.Tokens(s)
-		if len(ids) >= len(bos) && slices.Equal(ids[:len(bos)], bos) {
-			ids = ids[len(bos):]
-		}
-		return ids
+	asPrompt := m.Tokens(text)
+	if len(asPrompt) >= len(bos) && slices.Equal(asPrompt[:len(bos)], bos) {
+		asPrompt = asPrompt[len(bos):]
 	}
-	got := ids(text)
-	switch {
-	case len(got) == 0:
-		return 0, fmt.Errorf("%q encodes to no token (besides BOS): give some text", text)
-	case len(got) > 1:
-		err := fmt.Errorf("%q is %d tokens %q, not one", text, len(got), m.Pieces(got))
-		if trimmed := strings.TrimPrefix(text, " "); trimmed != text {
-			if alone := ids(trimmed); len(alone) == 1 && strings.HasPrefix(m.Pieces(alone)[0], " ") {
-				err = fmt.Errorf("%w: this tokenizer adds the leading space itself, and %q is the one token %q", err, trimmed, m.Pieces(alone)[0])
-			}
-		}
+	if len(asPrompt) == 1 {
+		return asPrompt[0], nil
+	}
+	within, err := m.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+	if err != nil {
 		return 0, err
 	}
-	return got[0], nil
+	switch {
+	case len(within) == 1:
+		return within[0], nil
+	case len(asPrompt) == 0:
+		return 0, fmt.Errorf("%q encodes to no token (besides BOS): give some text", text)
+	}
+	return 0, fmt.Errorf("%q is %d tokens %q, not one (a token may also be given by its id)", text, len(asPrompt), m.Pieces(asPrompt))
 }
 
 // Unembed returns the unembedding row of a token (string or id): the

@@ -260,22 +260,44 @@ func TestTokenIDsOutsideTheVocabularyAreRefused(t *testing.T) {
 	require.Equal(t, int32(5), m.Token(5))
 }
 
-// A SentencePiece tokenizer adds the leading space itself: " Lily" is the
+// A SentencePiece tokenizer puts a space before a prompt: " Lily" was the
 // tokens " " and " Lily", and a metric of first tokens compared " " with " ".
+// A token's text is now taken as a prompt or, failing that, as text within
+// one, so " Lily", "Lily" and "." each name one token.
 func TestLogitDiffTakesOneTokenASide(t *testing.T) {
 	m := nb.MustOpen(sharedtest.Stories(t), "cpu")
-	require.PanicsWithError(t, `nb.LogitDiff: " Lily" is 2 tokens [" " " Lily"], not one: this tokenizer adds the leading space itself, and "Lily" is the one token " Lily"`,
-		func() { m.LogitDiff(" Lily", " Tim") })
-	require.PanicsWithError(t, `nb.LogitDiff: "Lily" and "Lily" are the same token " Lily": their difference is always 0`,
-		func() { m.LogitDiff("Lily", "Lily") })
-	require.PanicsWithError(t, `nb: " Lily" is 2 tokens [" " " Lily"], not one: this tokenizer adds the leading space itself, and "Lily" is the one token " Lily"`,
-		func() { m.Token(" Lily") })
+	lily := m.Token("Lily")
+	require.Equal(t, " Lily", m.Pieces([]int32{lily})[0])
+	require.Equal(t, lily, m.Token(" Lily"))
+	require.Equal(t, ".", m.Pieces([]int32{m.Token(".")})[0])
+	require.PanicsWithError(t, `nb.LogitDiff: "Lily" and " Lily" are the same token " Lily": their difference is always 0`,
+		func() { m.LogitDiff("Lily", " Lily") })
+	require.PanicsWithError(t, `nb.LogitDiff: " Lily Tim" is 3 tokens [" " " Lily" " Tim"], not one (a token may also be given by its id)`,
+		func() { m.LogitDiff(" Lily Tim", "x") })
 	tr := m.Prefill("Once upon a time there was a little girl named", nb.Capture("logits"))
 	logits := nb.Must(tr.Get("logits"))
 	last := logits.Data[(logits.Shape[0]-1)*logits.Shape[1]:]
-	want := float64(last[m.Token("Lily")] - last[m.Token("Tim")])
-	require.InDelta(t, want, m.LogitDiff("Lily", "Tim")(tr), 1e-6)
+	tim := m.Token("Tim")
+	want := float64(last[lily] - last[tim])
+	require.InDelta(t, want, m.LogitDiff(" Lily", " Tim")(tr), 1e-6)
+	require.InDelta(t, want, m.LogitDiff(lily, int(tim))(tr), 1e-6, "ids")
 	require.Greater(t, want, 1.0, "the model expects Lily here")
+}
+
+// Continued text was tokenized as a new prompt: a BOS and SentencePiece's
+// space mid-sequence, which heads then attended to.
+func TestContinuedTextIsTokenizedAsPartOfTheWhole(t *testing.T) {
+	m := nb.MustOpen(sharedtest.Stories(t), "cpu")
+	whole := m.Prefill("Once upon a time there was", nb.Capture("logits"))
+	m.Prefill("Once upon a time")
+	rest := m.Prefill(" there was", nb.Continue(), nb.Capture("logits"))
+	require.Equal(t, []string{" there", " was"}, m.Pieces(rest.Tokens))
+	require.Equal(t, whole.Tokens[len(whole.Tokens)-2:], rest.Tokens)
+	a, b := nb.Must(whole.Get("logits")), nb.Must(rest.Get("logits"))
+	require.InDeltaSlice(t, a.Data[len(a.Data)-len(b.Data):], b.Data, 1e-4, "the same last position")
+	// Continuing an empty session is a fresh prompt, with its BOS.
+	fresh := nb.MustOpen(sharedtest.Stories(t), "cpu")
+	require.Equal(t, whole.Tokens, fresh.Prefill("Once upon a time there was", nb.Continue()).Tokens)
 }
 
 // Open("", "cpu", "vulkan") opened on the CPU and said nothing of "vulkan".

@@ -33,13 +33,12 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 }
 
 // LogitDiff is a patching metric: the last position's logit of good minus
-// that of bad, each text of exactly one token (e.g. " Mary" and " John" for
-// GPT-2's tokenizer, "Mary" and "John" for SentencePiece's, which adds the
-// space itself), and two different tokens.
-func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
+// that of bad, two different tokens, each text of one token (as Token
+// takes it: " Mary" and " John") or an id.
+func (m *Model) LogitDiff(good, bad any) func(*trace.Trace) float64 {
 	m.ready()
-	token := func(s string) int32 {
-		id, err := m.singleToken(s)
+	token := func(t any) int32 {
+		id, err := m.tokenID(t)
 		if err != nil {
 			panic(fmt.Errorf("nb.LogitDiff: %w", err))
 		}
@@ -47,7 +46,7 @@ func (m *Model) LogitDiff(good, bad string) func(*trace.Trace) float64 {
 	}
 	g, b := token(good), token(bad)
 	if g == b {
-		panic(fmt.Errorf("nb.LogitDiff: %q and %q are the same token %q: their difference is always 0", good, bad, m.Pieces([]int32{g})[0]))
+		panic(fmt.Errorf("nb.LogitDiff: %#v and %#v are the same token %q: their difference is always 0", good, bad, m.Pieces([]int32{g})[0]))
 	}
 	return func(tr *trace.Trace) float64 {
 		shape := tr.Shape("logits")

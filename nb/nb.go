@@ -159,7 +159,8 @@ func Budget(bytes int64) Option { return func(s *settings) { s.o.Budget = bytes 
 // largest value); float weights stay float32 there.
 func Fast() Option { return func(s *settings) { s.o.Precision = gpu.PrecisionFast } }
 
-// Continue appends to the previous prefill's KV cache instead of starting over.
+// Continue appends to the previous prefill's KV cache instead of starting
+// over; text is tokenized as it continues the tokens before (no BOS).
 func Continue() Option { return func(s *settings) { s.cont = true } }
 
 // Context lets a prefill be cancelled.
@@ -219,6 +220,17 @@ func (m *Model) tokens(prompt any) ([]int32, error) {
 	return nil, fmt.Errorf("nb: a prompt is a string or token ids ([]int32 or []int), not %T", prompt)
 }
 
+// promptTokens is tokens, with text that continues the session's tokens
+// encoded as part of them: without a BOS, and without the space prefix a
+// SentencePiece tokenizer puts at the start of a prompt. m.mu is held.
+func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
+	text, ok := prompt.(string)
+	if !ok || !cont || m.sess == nil || m.sess.Pos() == 0 {
+		return m.tokens(prompt)
+	}
+	return m.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+}
+
 // session returns the model's session, fresh unless continuing; m.mu is held.
 func (m *Model) session(cont bool) (*gpu.Session, error) {
 	if m.sess == nil {
@@ -259,11 +271,11 @@ func (m *Model) Try(prompt any, opts ...Option) (*trace.Trace, error) {
 }
 
 func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
-	ids, err := m.tokens(prompt)
+	s := m.settings(opts)
+	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		return nil, err
 	}
-	s := m.settings(opts)
 	sess, err := m.session(s.cont)
 	if err != nil {
 		return nil, err
@@ -312,11 +324,11 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 		return Generated{Stop: gpu.StopError}, err
 	}
 	defer m.mu.Unlock()
-	ids, err := m.tokens(prompt)
+	s := m.settings(opts)
+	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		return Generated{Stop: gpu.StopError}, err
 	}
-	s := m.settings(opts)
 	sess, err := m.session(s.cont)
 	if err != nil {
 		return Generated{Stop: gpu.StopError}, err
@@ -357,11 +369,11 @@ func (m *Model) Start(prompt any, opts ...Option) *Steps {
 		panic(err)
 	}
 	defer m.mu.Unlock()
-	ids, err := m.tokens(prompt)
+	s := m.settings(opts)
+	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		panic(err)
 	}
-	s := m.settings(opts)
 	if !s.captured {
 		s.o.Capture.Globs = []string{"*"}
 	}

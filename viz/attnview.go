@@ -38,6 +38,9 @@ func AttentionView(tr *trace.Trace, layers ...int) (HTML, error) {
 	}{}
 	var heads, keys int
 	for _, l := range layers {
+		if err := checkLayer(tr, "AttentionView", l); err != nil {
+			return HTML{}, err
+		}
 		name := fmt.Sprintf("blocks.%d.attn.hook_pattern", l)
 		x, err := copyOf(tr, name)
 		if err != nil {
@@ -126,7 +129,8 @@ function paint(){
       if(focus>=0) w = kind==='to' ? weight(focus,j) : weight(j,focus);
       s.dataset.w = isNaN(w) ? '' : w;
       s.title = isNaN(w) ? '' : (kind==='to' ? 'attention from the hovered token: ' : 'attention to the hovered token: ')+w.toFixed(4);
-      s.style.background = j===focus ? '#ffd54f' : (isNaN(w) ? 'transparent' : 'rgba(33,102,172,'+w+')');
+      s.style.background = isNaN(w) ? 'transparent' : 'rgba(33,102,172,'+w+')';
+      s.style.outline = j===focus ? '2px solid #e08a00' : 'none'; // its own weight stays visible
       s.style.color = w>0.6 ? 'white' : 'black';
     });
   }

@@ -1,6 +1,7 @@
 package viz
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -56,6 +57,9 @@ func TestTokenLossNeedsAllLogits(t *testing.T) {
 func TestAttentionViewMissingPattern(t *testing.T) {
 	_, err := AttentionView(trace.New())
 	require.ErrorContains(t, err, `capture "blocks.*.attn.hook_pattern"`)
+	// A layer past the model's was reported as not captured.
+	_, err = AttentionView(handTrace([]float32{1, 0, 0, 1, 0, 0, 1, 0, 0}), 0, 9)
+	require.EqualError(t, err, "viz: AttentionView: layer 9 is out of range: the model has 1 layers (0-0)")
 }
 
 // The view in a real browser: hover a token, then read back the weights
@@ -112,6 +116,14 @@ v.querySelector('.row.to span[data-i="3"]').dispatchEvent(new MouseEvent('mouseo
 		require.InDelta(t, float64(p.At(head, k, focus)), from[k], 5e-5, "%d attends to token 3", k)
 	}
 	require.Contains(t, dom, "layer 1 head 1, token 3")
+	// The hovered token shows its attention to itself, outlined: a fill of
+	// its own hid it.
+	i := strings.LastIndex(dom, `class="row to"`)
+	span := dom[i:]
+	span = span[strings.Index(span, `data-i="3"`):]
+	span = span[:strings.Index(span, ">")]
+	require.Contains(t, span, fmt.Sprintf("background: rgba(33, 102, 172, %.3g)", to[focus]), "its weight %v, as the browser rounds alpha", to[focus])
+	require.Contains(t, span, "outline: rgb(224, 138, 0) solid 2px")
 	first := dom[strings.Index(dom, `class="row to"`):]
 	require.Equal(t, 6, strings.Count(first[:strings.Index(first, "</div>")], "<span"), "the first view drew its own tokens")
 }

@@ -12,6 +12,10 @@ type Options struct {
 	// e.g. "<s>" or "<|im_start|>". User-defined tokens are always recognised,
 	// as in llama.cpp.
 	ParseSpecial bool
+	// Continue encodes text that follows earlier tokens, as it would be
+	// tokenized inside the whole: no BOS unless AddBOS asks for one, and
+	// SPM's space prefix only after a special token within it.
+	Continue bool
 }
 
 // fragment is a stretch of raw text, or a special token cut out of it.
@@ -26,7 +30,7 @@ type fragment struct {
 // would replace them with U+FFFD). The only errors are a requested BOS the
 // vocabulary lacks and a byte the vocabulary has no token for.
 func (t *Tokenizer) Encode(text string, o Options) ([]int32, error) {
-	addBOS := t.vocab.AddBOS
+	addBOS := t.vocab.AddBOS && !o.Continue
 	if o.AddBOS != nil {
 		addBOS = *o.AddBOS
 	}
@@ -38,7 +42,7 @@ func (t *Tokenizer) Encode(text string, o Options) ([]int32, error) {
 		out = append(out, int32(t.vocab.BOS))
 	}
 	var err error
-	prevSpecial := true // SPM: text at the start or after a special token gets the space prefix
+	prevSpecial := !o.Continue // SPM: text at the start or after a special token gets the space prefix
 	var m *merger
 	for _, f := range t.partition(text, o.ParseSpecial) {
 		if f.id >= 0 {

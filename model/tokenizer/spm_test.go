@@ -298,3 +298,23 @@ func TestGemmaStyleSPM(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ab c€", text, "decoding keeps the text as written, with no space to strip")
 }
+
+// Text that continues a prompt is tokenized as inside the whole: no BOS, no
+// space prefix (which made " there" the tokens " " and " there").
+func TestStoriesContinuedText(t *testing.T) {
+	tok := stories(t)
+	whole, err := tok.Encode("Once upon a time there was.", Options{})
+	require.NoError(t, err)
+	first, err := tok.Encode("Once upon a time", Options{})
+	require.NoError(t, err)
+	rest, err := tok.Encode(" there was.", Options{Continue: true})
+	require.NoError(t, err)
+	require.Equal(t, whole, append(first, rest...))
+	dot, err := tok.Encode(".", Options{Continue: true})
+	require.NoError(t, err)
+	require.Len(t, dot, 1, "a piece without a leading space")
+	bos := true
+	withBOS, err := tok.Encode("x", Options{Continue: true, AddBOS: &bos})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), withBOS[0], "AddBOS still asks for one")
+}
