@@ -133,7 +133,7 @@ void split8(vec4 a, vec4 b, out uvec4 hi, out uvec4 lo) {
 // inputs8 is split8 of 8 inputs, noting those past float16's range.
 void inputs8(vec4 a, vec4 b, out uvec4 hi, out uvec4 lo) {
     if (any(greaterThan(max(abs(a), abs(b)), vec4(65504.0)))) {
-        outOfRange = 1;
+        atomicOr(outOfRange, 1u); // from any invocation: a plain store would race
     }
     split8(a, b, hi, lo);
 }
@@ -207,7 +207,7 @@ void stageKV(uint j0, uint kvh, bool withK, bool withV) {
                 vl = EXACT != 0 ? vh16[pc.kvLoBase + at] : uvec4(0);
             }
             if (d == 0 && ((withK ? khw[pc.kvBigBase + j] : 0) | (withV ? vhw[pc.kvBigBase + j] : 0)) != 0) {
-                outOfRange = 1;
+                atomicOr(outOfRange, 1u);
             }
         } else if (j < pc.keys) {
             uint at = (j * kvStride + kvh * HD + 8 * d) / 4;

@@ -971,32 +971,24 @@ var flashHalfKVFrom, flashWideFrom = 1024, 1024
 // takes 128 rows (tests use it: otherwise only where both do not fit).
 var flashApart = false
 
-// flashLayout is how flash_coop.comp takes a: its workgroups' rows,
-// whether they stage K and V in turn, and whether they read K and V
-// converted to float16 once.
+// flashLayout is how flash_coop.comp takes a: its workgroups' rows (16 for
+// each subgroup), whether they stage a block's K and V in turn to fit 128
+// rows in the device's shared memory (as exact precision's halves need in
+// 48 KiB), and whether they read K and V converted to float16 once. 64
+// rows fit wherever coopFlash chose the kernel.
 func (s *stream) flashLayout(a *gpu.Attention) (rows int, apart, halves bool) {
-	rows, apart = s.flashCoopRows(s.precision == gpu.PrecisionExact, a.T)
-	return rows, apart, a.T >= flashHalfKVFrom
-}
-
-// flashCoopRows is the rows of a flash_coop.comp workgroup of T queries,
-// 16 for each of its subgroups, and whether it stages a block's K and V in
-// turn (apart) to fit 128 rows in the device's shared memory, as exact
-// precision's halves need in 48 KiB; 0 rows where not even 64 fit.
-func (s *stream) flashCoopRows(exact bool, t int) (rows int, apart bool) {
-	limit := int(s.b.phys.props.Limits.MaxComputeSharedMemorySize)
-	if l := &s.b.phys.props.Limits; t >= flashWideFrom && l.MaxComputeWorkGroupInvocations >= 256 && l.MaxComputeWorkGroupSize[0] >= 256 {
+	exact, l := s.precision == gpu.PrecisionExact, &s.b.phys.props.Limits
+	halves = a.T >= flashHalfKVFrom
+	if a.T >= flashWideFrom && l.MaxComputeWorkGroupInvocations >= 256 && l.MaxComputeWorkGroupSize[0] >= 256 {
+		limit := int(l.MaxComputeSharedMemorySize)
 		if !flashApart && flashCoopShared(exact, 128, false) <= limit {
-			return 128, false
+			return 128, false, halves
 		}
 		if flashCoopShared(exact, 128, true) <= limit {
-			return 128, true
+			return 128, true, halves
 		}
 	}
-	if flashCoopShared(exact, 64, false) <= limit {
-		return 64, false
-	}
-	return 0, false
+	return 64, false, halves
 }
 
 // flashCoopShared is flash_coop.comp's shared memory: K and V of a block
