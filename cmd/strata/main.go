@@ -176,7 +176,7 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	points := fs.Bool("points", false, "also list the model's capture points (per layer once, as blocks.N.*)")
 	devices := fs.Bool("devices", false, "also list the backend's devices and plan the model over them: the bytes each tier needs for a prompt of -n tokens")
 	backend := fs.String("backend", "auto", "with --devices: the backend whose devices to list: "+strings.Join(backends.Names, ", "))
-	placement := fs.String("placement", "auto", "with --devices: the placement to check, as run, trace and bench take it (DEVICE:FIRST-LAST,...), or auto")
+	placement := fs.String("placement", "", "with --devices: the placement to check, as run, trace and bench take it (DEVICE:FIRST-LAST,...), or auto; default: the whole model on the device run uses (STRATA_DEVICE's, or the best)")
 	capture := fs.String("capture", "", "with --devices: comma-separated capture globs whose bytes the plan includes (default none)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -354,6 +354,9 @@ func printPlan(out io.Writer, m *model.Model, backend, placement string, q gpu.P
 	}
 	_, plan, _, err := backends.Plan(m, backend, placement, q)
 	if err != nil {
+		if placement == "" {
+			return err
+		}
 		return fmt.Errorf("--placement %s: %w", placement, err)
 	}
 	fmt.Fprintf(out, "placement     %s for a prompt of %d tokens and a KV cache of %d positions:\n", plan.Flag(), q.Tokens, q.Capacity)

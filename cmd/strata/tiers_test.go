@@ -69,6 +69,23 @@ func TestInfoDevicesPrintsThePlan(t *testing.T) {
 	require.EqualError(t, err, "--placement plans the model over devices: add --devices")
 }
 
+// Without --placement, info plans what run does without it: the whole
+// model on the device STRATA_DEVICE picks.
+func TestInfoDevicesPlansTheDeviceRunUses(t *testing.T) {
+	path := sharedtest.Stories(t)
+	out, err := strata(t, "info", path, "-n", "64", "--devices", "--backend", "cpu")
+	require.NoError(t, err)
+	require.Contains(t, out, "placement     0:0-4 for a prompt of 64 tokens")
+	if !vulkanPresent(t) {
+		t.Skip("no Vulkan device (lavapipe counts)")
+	}
+	t.Setenv("STRATA_DEVICE", "7")
+	_, err = strata(t, "info", path, "--devices", "--backend", "vulkan")
+	require.ErrorContains(t, err, "device index 7 is out of range")
+	_, runErr := strata(t, "run", "--model", path, "--backend", "vulkan", "--prompt", "Once")
+	require.ErrorContains(t, runErr, "device index 7 is out of range")
+}
+
 func TestBenchOverTwoTiers(t *testing.T) {
 	out, err := strata(t, "bench", "--model", sharedtest.Stories(t), "--backend", "cpu", "--placement", "0:0-2,0:3-4", "--tokens", "16", "--iters", "1", "--capture", "none,all")
 	require.NoError(t, err)

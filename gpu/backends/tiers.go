@@ -85,7 +85,8 @@ func hostAvailable() (int64, error) {
 }
 
 // Plan places m over the named backend's devices for the request q:
-// placement "auto" by gpu.PlanPlacement, else as gpu.ParsePlacement reads
+// placement "" wholly on the device Open picks (STRATA_DEVICE's on
+// Vulkan), "auto" by gpu.PlanPlacement, else as gpu.ParsePlacement reads
 // it. A plan that does not fit the devices' memory is an error saying what
 // is short where.
 func Plan(m *model.Model, backend, placement string, q gpu.PlanRequest) (kind string, plan gpu.Plan, devs []gpu.Device, err error) {
@@ -93,9 +94,18 @@ func Plan(m *model.Model, backend, placement string, q gpu.PlanRequest) (kind st
 	if err != nil {
 		return "", gpu.Plan{}, nil, err
 	}
-	if placement == "auto" {
+	switch placement {
+	case "auto":
 		plan, err = gpu.PlanPlacement(m, devs, q)
 		return kind, plan, devs, err
+	case "":
+		d := 0
+		if kind == "vulkan" {
+			if d, err = vulkan.Chosen(); err != nil {
+				return "", gpu.Plan{}, nil, err
+			}
+		}
+		placement = fmt.Sprintf("%d:0-%d", d, m.Layers-1)
 	}
 	p, on, err := gpu.ParsePlacement(placement, m.Layers)
 	if err != nil {

@@ -349,6 +349,25 @@ func Devices() ([]DeviceInfo, error) {
 	return infos, nil
 }
 
+// Chosen is the index of the device Open picks without Options.Device:
+// STRATA_DEVICE's, or else the best.
+func Chosen() (int, error) {
+	in, err := newInstance(false)
+	if err != nil {
+		return 0, err
+	}
+	defer in.destroy()
+	ds, err := in.devices()
+	if err != nil {
+		return 0, err
+	}
+	d, err := choose(ds, selector(Options{}))
+	if err != nil {
+		return 0, err
+	}
+	return d.info.Index, nil
+}
+
 // choose picks a device by the selector (index or name substring) or, when
 // it is empty, the best by type and then device-local memory.
 func choose(ds []physical, selector string) (*physical, error) {
