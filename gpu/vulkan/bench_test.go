@@ -333,3 +333,60 @@ func timePrefills(b *testing.B, s *gpu.Session, tokens []int32, o gpu.Options) {
 		prefill()
 	}
 }
+
+// BenchmarkMatVec times a decoding step's products, one row of x (the LM
+// head of a prefill, every product of a generated token), with a subgroup
+// per output and with a workgroup per output, 16 products a submission.
+// Reported as the weights' bytes read per second: these products are
+// bound by memory.
+func BenchmarkMatVec(b *testing.B) {
+	r := newRig(b, 3)
+	v := benchBackend(b)
+	for _, shape := range [][2]int{{4096, 4096}, {12288, 4096}, {65536, 2048}} {
+		n, k := shape[0], shape[1]
+		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K, gguf.Q8_0} {
+			b.Run(fmt.Sprintf("n=%d/k=%d/%v", n, k, typ), func(b *testing.B) {
+				w := quantized(b, r, "w", n, k, typ)
+				m, err := v.Upload(w)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, subgroups := range []bool{true, false} {
+					b.Run(fmt.Sprintf("subgroups=%v", subgroups), func(b *testing.B) {
+						defer vulkan.SetSubgroups(v, vulkan.SetSubgroups(v, subgroups))
+						if subgroups && !vulkan.Subgroups(v) {
+							b.Skip("the device has no subgroup arithmetic")
+						}
+						s := v.NewStream()
+						x, err := s.Alloc("x", k)
+						if err != nil {
+							b.Fatal(err)
+						}
+						s.Write(x, 0, r.values(k, 1))
+						y, err := s.Alloc("y", n)
+						if err != nil {
+							b.Fatal(err)
+						}
+						const perSubmit = 16
+						run := func() {
+							for range perSubmit {
+								s.MatMul(x, 1, gpu.Proj{W: m, Dst: y})
+							}
+							if err := s.Sync(); err != nil {
+								b.Fatal(err)
+							}
+						}
+						for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+							run() // the clocks rise first
+						}
+						b.ResetTimer()
+						for range b.N {
+							run()
+						}
+						b.ReportMetric(float64(perSubmit*len(w.Data))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+					})
+				}
+			})
+		}
+	}
+}

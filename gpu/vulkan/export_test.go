@@ -239,10 +239,11 @@ func StageOf(kernel string) string { return stageOf(kernel) }
 // rows a workgroup of it takes.
 func NormKernel(b *Backend, dim int) (string, int) { return b.normKernel(dim) }
 
-// SetNormRowsFactor multiplies the rows a workgroup of rmsnorm_sg takes and
+// SetRowsFactor multiplies the rows a workgroup of rmsnorm_sg or matvec_sg
+// takes and
 // returns the factor before.
-func SetNormRowsFactor(f int) int {
-	old := normRowsFactor
-	normRowsFactor = f
+func SetRowsFactor(f int) int {
+	old := rowsFactor
+	rowsFactor = f
 	return old
 }

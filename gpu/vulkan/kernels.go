@@ -17,6 +17,7 @@ import (
 const (
 	tile      = 64  // output tile edge of matmul, scores and mix (tile.glsl)
 	vecRows   = 8   // the most rows of x matvec.comp takes
+	matvecWG  = 128 // matvec.comp's workgroup size
 	flashRows = 64  // (query, head) rows per flash-attention workgroup (flash.comp's R)
 	flashKeys = 64  // keys per flash-attention block (BKV)
 	flashDims = 16  // head dims per staged Q/K slice (DC)
@@ -236,16 +237,17 @@ func (s *stream) Embed(dst gpu.Tensor, table gpu.Matrix, ids []int32) {
 // 8 rows: the stage 2.0 ms against 1.4) and at T=2048 (4.0 against 2.6).
 const subgroupNormDim = 256
 
-// normRowsFactor multiplies the rows a workgroup of rmsnorm_sg takes, so
-// that tests see its subgroups loop over more rows than they are.
-var normRowsFactor = 1
+// rowsFactor multiplies the rows a workgroup of a kernel with a subgroup
+// per row takes (rmsnorm_sg, matvec_sg), so that tests see its subgroups
+// loop over more rows than they are.
+var rowsFactor = 1
 
 // normKernel picks RMSNorm's kernel for rows of dim elements and the rows a
 // workgroup of it takes: a subgroup per row, as many as the device's
 // subgroup size gives (the shader loops where it has fewer subgroups).
 func (b *Backend) normKernel(dim int) (string, int) {
 	if b.subgroups && dim <= subgroupNormDim {
-		return "rmsnorm_sg", max(1, int(b.reduceWG/b.phys.subgroup.SubgroupSize)) * normRowsFactor
+		return "rmsnorm_sg", max(1, int(b.reduceWG/b.phys.subgroup.SubgroupSize)) * rowsFactor
 	}
 	return "rmsnorm", 1
 }
@@ -397,12 +399,14 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			s.dispatch("matmul_"+m.f.suffix, []uint32{b2u(fast)}, uses, push, ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
 			continue
 		}
-		kernel := "matvec_" + m.f.suffix
 		if s.b.subgroups {
-			kernel += "_sg"
+			perGroup := max(1, int(matvecWG/s.b.phys.subgroup.SubgroupSize)) * rowsFactor
+			gx, gy, gz := gridRows(int(ceilDiv(m.w.Rows, perGroup)))
+			s.dispatch("matvec_"+m.f.suffix+"_sg", []uint32{uint32(perGroup)}, uses, push, gx, gy, gz)
+			continue
 		}
 		gx, gy, gz := gridRows(m.w.Rows)
-		s.dispatch(kernel, nil, uses, push, gx, gy, gz)
+		s.dispatch("matvec_"+m.f.suffix, nil, uses, push, gx, gy, gz)
 	}
 	for _, sum := range sums {
 		sum()

@@ -38,7 +38,8 @@ func blockOf(typ gguf.Type) int {
 func TestMatMulEveryFormat(t *testing.T) {
 	// 70 rows take the tiled kernel (cooperative-matrix for the formats that
 	// have one, where the device has them, and the portable one); 5 and 1
-	// the matrix-vector one, with subgroup sums and without.
+	// the matrix-vector one, with subgroup sums (each subgroup taking one
+	// output and, with factor 3, looping over three) and without.
 	if vulkan.Coop(backend(t)) {
 		old := vulkan.SetCoop(backend(t), false)
 		t.Run("rows70/portable", func(t *testing.T) { testMatMul(t, 70) })
@@ -53,6 +54,11 @@ func TestMatMulEveryFormat(t *testing.T) {
 			}
 			old := vulkan.SetSubgroups(backend(t), subgroups)
 			t.Run(fmt.Sprintf("rows%d/subgroups=%v", rows, subgroups), func(t *testing.T) { testMatMul(t, rows) })
+			if rows <= 8 && vulkan.Subgroups(backend(t)) {
+				oldFactor := vulkan.SetRowsFactor(3)
+				t.Run(fmt.Sprintf("rows%d/subgroups=%v/factor3", rows, subgroups), func(t *testing.T) { testMatMul(t, rows) })
+				vulkan.SetRowsFactor(oldFactor)
+			}
 			vulkan.SetSubgroups(backend(t), old)
 		}
 	}
@@ -119,7 +125,7 @@ func TestRMSNorm(t *testing.T) {
 					if subgroups && !vulkan.Subgroups(backend(t)) {
 						t.Skip("the device has no subgroup arithmetic")
 					}
-					defer vulkan.SetNormRowsFactor(vulkan.SetNormRowsFactor(factor))
+					defer vulkan.SetRowsFactor(vulkan.SetRowsFactor(factor))
 					want := "rmsnorm"
 					if subgroups && dim <= 256 {
 						want = "rmsnorm_sg"
