@@ -181,7 +181,8 @@ func AblateHead(layer, head int) Hook {
 }
 
 // MeanAblateHead replaces one head's output at every position with its mean
-// over this prompt's positions.
+// over this prompt's positions, the BOS's included (TransformerLens users
+// often take the mean over a dataset, or leave BOS out).
 func MeanAblateHead(layer, head int) Hook {
 	return Hook{Point: LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]DeviceEdit, error) {
 		e, err := headView(name, shape, head)

@@ -522,3 +522,26 @@ func TestDLAOnALayerNormModelByHand(t *testing.T) {
 	// float32 logits of magnitude ~10 from a 256-term float32 dot.
 	require.InDelta(t, logit, sum+bias, 1e-4*(1+math.Abs(logit)))
 }
+
+// A sweep's options must leave each run a whole prefill of its own: with
+// Continue every run appended to the one before (PatchResid gave -3.608
+// where -4.440 was right), and Layers narrowed the capture a patch reads.
+func TestSweepsRefuseOptionsThatBreakThem(t *testing.T) {
+	m := cpuModel(t)
+	clean, corrupt := "func add(a, b int) int {\n", "func sub(a, b int) int {\n"
+	metric := m.LogitDiff("\n", " ")
+	sweeps := map[string]func(...nb.Option){
+		"PatchResid":           func(o ...nb.Option) { m.PatchResid(clean, corrupt, metric, o...) },
+		"PatchResidNormalized": func(o ...nb.Option) { m.PatchResidNormalized(clean, corrupt, metric, o...) },
+		"PatchHeads":           func(o ...nb.Option) { m.PatchHeads(clean, corrupt, metric, o...) },
+		"AblateHeads":          func(o ...nb.Option) { m.AblateHeads(clean, nb.ZeroAblation, metric, o...) },
+	}
+	for name, sweep := range sweeps {
+		require.PanicsWithError(t, "nb."+name+": Continue() would append each of the sweep's runs to the one before; a sweep starts every run over, so leave it out",
+			func() { sweep(nb.Continue()) }, name)
+		require.PanicsWithError(t, "nb."+name+": Layers(1, 2) narrows captures, and the sweep runs over every layer; leave it out",
+			func() { sweep(nb.Layers(1, 2)) }, name)
+	}
+	require.PanicsWithError(t, "nb.AblateHeads: Ablation(7) is neither nb.ZeroAblation nor nb.MeanAblation",
+		func() { m.AblateHeads(clean, nb.Ablation(7), metric) })
+}

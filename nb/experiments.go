@@ -74,6 +74,7 @@ func (m *Model) LogitDiff(good, bad any) func(*trace.Trace) float64 {
 // prefill (nb.AllLogits() for a loss metric). The result is [layer][position].
 func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) [][]float64 {
 	m.ready()
+	m.checkSweep("PatchResid", opts)
 	cleanIDs, err := m.tokens(clean)
 	if err != nil {
 		panic(err)

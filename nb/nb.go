@@ -343,7 +343,11 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 	return out, err
 }
 
-// Lens adds the logit lens to a trace that captured every layer's resid_post.
+// Lens adds the logit lens to a trace that captured every layer's
+// resid_post: row l is after layer l, each normalised by the final norm
+// with its own scale (the embedding is not a row). AccumulatedResid(tr,
+// true) differs on both counts, as TransformerLens's does: row l is before
+// layer l, and every row takes the scale of the final residual.
 func (m *Model) Lens(tr *trace.Trace) *trace.Trace {
 	m.ready()
 	if tr == nil {

@@ -21,9 +21,15 @@ const (
 // AllLogits()).
 func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) float64, opts ...Option) trace.Scores {
 	m.ready()
-	ablate := gpu.AblateHead
-	if how == MeanAblation {
+	m.checkSweep("AblateHeads", opts)
+	var ablate func(layer, head int) gpu.Hook
+	switch how {
+	case ZeroAblation:
+		ablate = gpu.AblateHead
+	case MeanAblation:
 		ablate = gpu.MeanAblateHead
+	default:
+		panic(fmt.Errorf("nb.AblateHeads: Ablation(%d) is neither nb.ZeroAblation nor nb.MeanAblation", how))
 	}
 	base := m.score(metric, prompt, opts...)
 	out := make(trace.Scores, m.Model.Layers)
@@ -34,6 +40,18 @@ func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) 
 		}
 	}
 	return out
+}
+
+// checkSweep refuses options that would make a sweep's runs wrong: each
+// run starts over, and the sweep covers every layer.
+func (m *Model) checkSweep(name string, opts []Option) {
+	s := m.settings(opts)
+	if s.cont {
+		panic(fmt.Errorf("nb.%s: Continue() would append each of the sweep's runs to the one before; a sweep starts every run over, so leave it out", name))
+	}
+	if s.o.Capture.FirstLayer != 0 || s.o.Capture.LastLayer != -1 {
+		panic(fmt.Errorf("nb.%s: Layers(%d, %d) narrows captures, and the sweep runs over every layer; leave it out", name, s.o.Capture.FirstLayer, s.o.Capture.LastLayer))
+	}
 }
 
 // score runs a prefill, applies metric and closes the trace: a sweep's
@@ -86,6 +104,7 @@ func (m *Model) baselines(clean, corrupt any, metric func(*trace.Trace) float64,
 // PatchResidNormalized is PatchResid with the normalised metric: [layer][position].
 func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) [][]float64 {
 	m.ready()
+	m.checkSweep("PatchResidNormalized", opts)
 	res := m.PatchResid(clean, corrupt, metric, opts...) // checks the prompts first
 	return Normalize(res, m.score(metric, clean, opts...), m.score(metric, corrupt, opts...))
 }
@@ -96,6 +115,7 @@ func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trac
 // Both prompts must have the same number of tokens; opts go to every prefill.
 func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
 	m.ready()
+	m.checkSweep("PatchHeads", opts)
 	ids, src, p := m.baselines(clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
 	defer src.Close()
 	p.Patched = make([][]float64, m.Model.Layers)

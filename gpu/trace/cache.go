@@ -1,7 +1,9 @@
 package trace
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -41,30 +43,51 @@ func (m *Matrix) Dense() *mat.Dense {
 	return mat.NewDense(m.Rows, m.Cols, d)
 }
 
-// missing wraps Get's error with the capture that would have provided name.
+// missing wraps Get's error with the capture that would have provided name;
+// a layer out of range has no such capture.
 func missing(err error, name string) error {
 	glob := name
-	if l, local := splitLayer(name); l >= 0 {
+	if _, local, ok := splitLayer(name); ok {
 		glob = "blocks.*." + local
+	}
+	if errors.Is(err, errLayerRange) {
+		return err
 	}
 	return fmt.Errorf("%w; capture it with nb.Capture(%q) or gpu.CaptureOf(%q)", err, glob, glob)
 }
 
-// splitLayer is gpu.SplitPoint, which this package cannot import.
-func splitLayer(name string) (int, string) {
+// splitLayer is gpu.SplitPoint, which this package cannot import; ok is
+// false for a name that is not a layer's point.
+func splitLayer(name string) (layer int, local string, ok bool) {
 	rest, ok := strings.CutPrefix(name, "blocks.")
 	if !ok {
-		return -1, name
+		return 0, name, false
 	}
 	num, local, ok := strings.Cut(rest, ".")
 	if !ok {
-		return -1, name
+		return 0, name, false
 	}
 	l, err := strconv.Atoi(num)
 	if err != nil {
-		return -1, name
+		return 0, name, false
 	}
-	return l, local
+	return l, local, true
+}
+
+var errLayerRange = errors.New("layer out of range")
+
+// layerRange says when name is a point of a layer the model does not have:
+// TransformerLens counts -1 as the last layer, a name here does not.
+func (m Model) layerRange(name string) error {
+	l, _, ok := splitLayer(name)
+	if !ok || m.Layers <= 0 || l >= 0 && l < m.Layers {
+		return nil
+	}
+	last := ""
+	if l < 0 {
+		last = fmt.Sprintf("; the last is %d, not -1", m.Layers-1)
+	}
+	return fmt.Errorf("trace: %s: %w: the model has %d layers, 0 to %d%s", name, errLayerRange, m.Layers, m.Layers-1, last)
 }
 
 func point(layer int, local string) string { return "blocks." + strconv.Itoa(layer) + "." + local }
@@ -116,6 +139,10 @@ func (t *Trace) Resid(layer int) (*Matrix, error) {
 	return nil, fmt.Errorf("trace: Resid(%d) needs %s, %w; capture with nb.Capture(%s)", layer, strings.Join(names, " or "), ErrNotCaptured, glob)
 }
 
+// perHead are the layer-local points Head slices.
+var perHead = []string{"attn.hook_z", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k",
+	"attn.hook_pattern", "attn.hook_attn_scores", "attn.cache_k", "attn.cache_v"}
+
 // headName turns TransformerLens's short names ("z", "pattern") and
 // layer-local ones ("hook_z", "attn.hook_z") into the layer-local point.
 func headName(name string) string {
@@ -144,7 +171,11 @@ func (t *Trace) Head(name string, layer, head int) (*Matrix, error) {
 		}
 		name = local
 	}
-	full := point(layer, headName(name))
+	local := headName(name)
+	if !slices.Contains(perHead, local) {
+		return nil, fmt.Errorf("trace: Head(%q, ...): %s is not a per-head point; Head takes z, q, k, v, rot_q, rot_k, pattern, attn_scores, cache_k and cache_v (a head's output in the residual stream is HeadResults)", name, local)
+	}
+	full := point(layer, local)
 	shape := t.Shape(full)
 	if shape == nil {
 		_, err := t.Get(full)

@@ -77,6 +77,26 @@ func TestHeadSlicesMatchAt(t *testing.T) {
 	require.ErrorContains(t, err, `nb.Capture("blocks.*.attn.hook_q")`)
 	_, err = tr.Head("blocks.1.attn.hook_z", 0, 1)
 	require.ErrorContains(t, err, "another layer's point")
+	_, err = tr.Head("result", 0, 0)
+	require.EqualError(t, err, `trace: Head("result", ...): attn.hook_result is not a per-head point; Head takes z, q, k, v, rot_q, rot_k, pattern, attn_scores, cache_k and cache_v (a head's output in the residual stream is HeadResults)`)
+}
+
+// A layer the model does not have is out of range, not uncaptured: no
+// capture could provide it, and TransformerLens's -1 is not the last.
+func TestLayersOutOfRangeAreNamed(t *testing.T) {
+	tr := smallTrace(1)
+	_, err := tr.Get("blocks.2.hook_resid_post")
+	require.EqualError(t, err, "trace: blocks.2.hook_resid_post: layer out of range: the model has 2 layers, 0 to 1")
+	_, err = tr.Pattern(-1, 0)
+	require.EqualError(t, err, "trace: blocks.-1.attn.hook_pattern: layer out of range: the model has 2 layers, 0 to 1; the last is 1, not -1")
+	_, err = tr.Head("z", 2, 0)
+	require.ErrorContains(t, err, "layer out of range")
+	require.NotContains(t, err.Error(), "nb.Capture", "no capture provides a layer the model lacks")
+	_, err = tr.Point("blocks.7.hook_mlp_out")
+	require.ErrorContains(t, err, "layer out of range")
+	// In range and not captured is still that.
+	_, err = tr.Get("blocks.1.attn.hook_q")
+	require.ErrorIs(t, err, ErrNotCaptured)
 }
 
 func TestResidReadsWhicheverEqualPointWasCaptured(t *testing.T) {

@@ -10,9 +10,14 @@ import (
 // HeadKind names a head score.
 type HeadKind string
 
-// Head scores, as in TransformerLens's head detectors. Each is the mean
-// attention a head pays, over the query positions where it is defined, to
-// the key the kind cares about.
+// Head scores, the kinds TransformerLens's head detectors find. Each is
+// the mean attention a head pays, over the query positions where it is
+// defined, to the key the kind cares about. TransformerLens's detect_head
+// ("mul") divides by every query row instead, so its scores are smaller
+// where the kind is defined on fewer rows: previous-token by (T-1)/T (no
+// row 0 here), duplicate-token by the share of rows with an earlier
+// duplicate; the ARENA induction stripe also counts the rows of the first
+// copy's last token, attending to BOS.
 const (
 	// Induction: from the second copy of a repeated sequence to the token
 	// after the query's first occurrence (InductionScores).

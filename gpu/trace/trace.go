@@ -249,6 +249,9 @@ func (t *Trace) Tensor(name string) *Tensor {
 }
 
 func (t *Trace) notCaptured(name string) error {
+	if err := t.Model.layerRange(name); err != nil {
+		return err
+	}
 	have := slices.Clone(t.Names)
 	if len(have) > 8 {
 		have = append(have[:8], fmt.Sprintf("... (%d in all)", len(t.Names)))
