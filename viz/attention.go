@@ -226,9 +226,10 @@ func counted(n int, noun string) string {
 
 // headTiles draws a layer's captured attention pattern or scores ([heads,
 // queries, keys]) as a tile per head, queries down and keys across, on one
-// colour scale. Where rows (columns) have room for a label each, the first
-// tile of each row of tiles names the query tokens (the last row's tiles
-// the key tokens), as AttentionGrid's tiles do not.
+// colour scale. The first tile of each row of tiles names the query tokens
+// (the last row's tiles the key tokens), as AttentionGrid's tiles do not:
+// every one where rows (columns) have room, else every 2nd, 3rd, ..., as
+// the title then says.
 func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern bool) (*Figure, error) {
 	heads, t, k := x.Shape[0], x.Shape[1], x.Shape[2]
 	if heads == 0 || t == 0 || k == 0 {
@@ -257,15 +258,12 @@ func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern 
 	span := (maxWidth-left-barWidth-16)/vg.Length(across) - gap
 	cellW := span / vg.Length(max(t, k))
 	cellH := max(cellW, min(minCell, span/vg.Length(t))) // rows of a continued prefill's few queries stay visible
-	rowsLabelled, colsLabelled := cellH >= minCell, cellW >= minCell
-	if !rowsLabelled {
-		left = 0
+	qStep, kStep := labelStep(cellH, minCell), labelStep(cellW, minCell)
+	if note := everyNth(max(qStep, kStep), "token "); note != "" {
+		title += " (" + note + ")"
 	}
 	tileW, tileH := cellW*vg.Length(k), cellH*vg.Length(t)
-	bottom := vg.Length(12)
-	if colsLabelled {
-		bottom = labelWidth(keys) + 8
-	}
+	bottom := labelWidth(keys) + 8
 	px := int(2 * max(tileW, tileH))
 	tiles := make([][][]float64, heads) // pooled: the figure keeps these, not the capture
 	for h := range tiles {
@@ -291,14 +289,14 @@ func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern 
 			r := vg.Rectangle{Min: vg.Point{X: x0, Y: y1 - tileH}, Max: vg.Point{X: x0 + tileW, Y: y1}}
 			c.DrawImage(r, raster(z, sc, px))
 			c.StrokeLines(border, []vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}, r.Min})
-			if rowsLabelled && h%across == 0 {
-				for q, l := range queries {
-					c.FillText(query, vg.Point{X: x0 - 4, Y: y1 - (vg.Length(q)+0.5)*cellH}, l)
+			if h%across == 0 {
+				for q := 0; q < len(queries); q += qStep {
+					c.FillText(query, vg.Point{X: x0 - 4, Y: y1 - (vg.Length(q)+0.5)*cellH}, queries[q])
 				}
 			}
-			if colsLabelled && h+across >= heads { // nothing below it
-				for j, l := range keys {
-					c.FillText(key, vg.Point{X: x0 + (vg.Length(j)+0.5)*cellW, Y: y1 - tileH - 4}, l)
+			if h+across >= heads { // nothing below it
+				for j := 0; j < len(keys); j += kStep {
+					c.FillText(key, vg.Point{X: x0 + (vg.Length(j)+0.5)*cellW, Y: y1 - tileH - 4}, keys[j])
 				}
 			}
 		}

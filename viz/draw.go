@@ -173,6 +173,8 @@ func heatPlot(title string, g grid, sc scale, cellW, cellH vg.Length) *plot.Plot
 	}
 	p.X.Tick.Marker = nominal(g.cols, false, cellW, gapX)
 	p.Y.Tick.Marker = nominal(rowLabels, true, cellH, 9)
+	p.X.Label.Text = withNote(p.X.Label.Text, everyNth(labelStep(cellW, gapX), ""))
+	p.Y.Label.Text = withNote(p.Y.Label.Text, everyNth(labelStep(cellH, 9), ""))
 	p.X.Padding, p.Y.Padding = 0, 0
 	return p
 }
@@ -264,17 +266,43 @@ func linear(v uint32) float64 {
 // It keeps every step-th label so that labels of cells cell points apart
 // are at least gap apart.
 func nominal(labels []string, topDown bool, cell, gap vg.Length) plot.ConstantTicks {
-	step := max(1, int(math.Ceil(float64(gap/cell))))
+	step := labelStep(cell, gap)
 	n := len(labels)
 	var ticks []plot.Tick
-	for i := 0; i < n; i += step {
+	for i := range n {
 		v := float64(i)
 		if topDown {
 			v = float64(n - 1 - i)
 		}
-		ticks = append(ticks, plot.Tick{Value: v, Label: labels[i]})
+		t := plot.Tick{Value: v} // unlabelled: a minor tick, so a skip shows
+		if i%step == 0 {
+			t.Label = labels[i]
+		}
+		ticks = append(ticks, t)
 	}
 	return ticks
+}
+
+// labelStep is how many cells apart nominal labels them.
+func labelStep(cell, gap vg.Length) int { return max(1, int(math.Ceil(float64(gap/cell)))) }
+
+// everyNth says which labels a thinned axis shows: "", "every 2nd
+// labelled", ... ("every 2nd token labelled" with noun "token ").
+func everyNth(step int, noun string) string {
+	if step <= 1 {
+		return ""
+	}
+	suffix := "th"
+	switch {
+	case step%100 >= 11 && step%100 <= 13:
+	case step%10 == 1:
+		suffix = "st"
+	case step%10 == 2:
+		suffix = "nd"
+	case step%10 == 3:
+		suffix = "rd"
+	}
+	return fmt.Sprintf("every %d%s %slabelled", step, suffix, noun)
 }
 
 func reversed[T any](s []T) []T {
@@ -394,4 +422,15 @@ func drawTitle(c draw.Canvas, title string) {
 	sty := text.Style{Color: color.Black, Font: font.From(sans, 12), Handler: plot.DefaultTextHandler,
 		XAlign: draw.XCenter, YAlign: draw.YTop}
 	c.FillText(sty, vg.Point{X: (c.Min.X + c.Max.X) / 2, Y: c.Max.Y - 6}, title)
+}
+
+// withNote adds a note to an axis name: "position (every 2nd labelled)".
+func withNote(name, note string) string {
+	switch {
+	case note == "":
+		return name
+	case name == "":
+		return "(" + note + ")"
+	}
+	return name + " (" + note + ")"
 }

@@ -2,7 +2,11 @@ package viz
 
 import (
 	"fmt"
+	"slices"
 
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 
 	"github.com/stratalab/strata/gpu/trace"
@@ -10,8 +14,8 @@ import (
 
 // LogitLens draws the logit lens (tr.Lens): by layer and position, the
 // probability of the top next-token prediction, each cell annotated with
-// that token while the prompt is short enough (about 35 tokens) for names
-// to fit.
+// that token (cut to the cell's width) while the prompt is short enough
+// (up to 40 tokens) for a few letters to fit.
 func LogitLens(tr *trace.Trace) (*Figure, error) {
 	const name = "LogitLens"
 	if err := checkTokens(tr, name); err != nil {
@@ -19,7 +23,7 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	}
 	lens := tr.Lens
 	if lens == nil {
-		return nil, missing(name, "the logit lens", "capture blocks.*.hook_resid_post (strata trace then computes it; in Go, nb's Model.Lens or gpu.Engine.LogitLens) before drawing")
+		return nil, missing(name, "the logit lens", "capture blocks.*.hook_resid_post and compute it (nb: m.Lens(tr); gpu: Engine.LogitLens; strata trace does both) before drawing")
 	}
 	t := len(tr.Tokens)
 	if len(lens.Prob) == 0 || len(lens.Piece) != len(lens.Prob) {
@@ -42,32 +46,43 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	// prompts so the figure stays a readable size.
 	cellW := cellSize(t, 1600, 10, 46, maxWidth-barWidth-90)
 	p := heatPlot(title, g, sc, cellW, 18)
-	if cellW >= 30 {
+	if cellW >= 14 {
+		size := vg.Length(7)
+		if cellW < 24 {
+			size = 6
+		}
 		texts := make([][]string, len(lens.Piece))
 		for l, row := range lens.Piece {
 			for _, piece := range row {
-				texts[l] = append(texts[l], cellText(piece))
+				texts[l] = append(texts[l], cellText(piece, size, cellW-2))
 			}
 		}
-		if err := annotate(p, g, sc, texts, 7); err != nil {
+		if err := annotate(p, g, sc, texts, size); err != nil {
 			return nil, fmt.Errorf("viz: %s: %w", name, err)
 		}
 	}
 	return newFigure(title, vg.Length(t)*cellW+barWidth+90, vg.Length(len(g.rows))*18+xLabelRoom(g.cols, cellW)+60, withBar(p, barPlot(sc, "probability"))), nil
 }
 
-// cellText fits a predicted token into a lens cell.
-func cellText(piece string) string {
+// cellText fits a predicted token into width at size points, cut with an
+// ellipsis where it is wider.
+func cellText(piece string, size, width vg.Length) string {
+	sty := text.Style{Font: font.From(sans, size), Handler: plot.DefaultTextHandler}
 	s := []rune(label(piece))
-	if len(s) > 8 {
-		return string(s[:7]) + "…"
+	if sty.Width(string(s)) <= width {
+		return string(s)
 	}
-	return string(s)
+	for len(s) > 1 && sty.Width(string(s)+"…") > width {
+		s = s[:len(s)-1]
+	}
+	return string(s) + "…"
 }
 
 // PatchingHeatmap draws an activation-patching result: result[row][col],
 // rows (usually layers) stacked upward from row 0, columns (usually
-// positions) across, on a blue-white-red scale centred on zero.
+// positions) across, on a blue-white-red scale centred on zero, each cell
+// with its value where cells have room. Rows labelled as LayerLabels are
+// named "layer", and then columns "head" (HeadLabels) or "position".
 func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title string) (*Figure, error) {
 	const name = "PatchingHeatmap"
 	if len(result) == 0 || len(result[0]) == 0 {
@@ -83,6 +98,12 @@ func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title st
 		return nil, fmt.Errorf("viz: %s: %d row and %d column labels for a %d×%d result", name, len(rowLabels), len(colLabels), len(result), cols)
 	}
 	g := grid{z: result, cols: make([]string, cols), rows: make([]string, len(rowLabels)), rowsUp: true}
+	if slices.Equal(rowLabels, LayerLabels(len(rowLabels))) {
+		g.yName, g.xName = "layer", "position"
+		if slices.Equal(colLabels, HeadLabels(cols)) {
+			g.xName = "head"
+		}
+	}
 	for i, s := range colLabels {
 		g.cols[i] = label(s)
 	}
@@ -93,5 +114,18 @@ func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title st
 	extra := labelMargin(g.rows) + barWidth + 30
 	cellW := cellSize(cols, 520, 5, 32, maxWidth-extra)
 	cellH := rowHeight(cellW, len(result))
-	return newFigure(title, vg.Length(cols)*cellW+extra, vg.Length(len(result))*cellH+xLabelRoom(g.cols, cellW)+60, withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "effect"))), nil
+	p := heatPlot(title, g, sc, cellW, cellH)
+	if cellW >= 24 && cellH >= 12 {
+		texts := make([][]string, len(result))
+		for r, row := range result {
+			for _, v := range row {
+				texts[r] = append(texts[r], cellText(fmt.Sprintf("%.2g", v), 7, cellW-2))
+			}
+		}
+		if err := annotate(p, g, sc, texts, 7); err != nil {
+			return nil, fmt.Errorf("viz: %s: %w", name, err)
+		}
+	}
+	// The title says what the values are: the bar only gives the scale.
+	return newFigure(title, vg.Length(cols)*cellW+extra, vg.Length(len(result))*cellH+xLabelRoom(g.cols, cellW)+60, withBar(p, barPlot(sc, ""))), nil
 }

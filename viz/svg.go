@@ -47,13 +47,15 @@ var (
 //   - text keeps the width gonum/plot measured (textLength), so labels stay
 //     where they were placed when the browser lacks Liberation Sans and
 //     falls back to a metric-compatible font (Arial) or another one;
-//   - spaces in labels are kept (xml:space), as the PNG keeps them;
+//   - spaces in labels are kept, as the PNG keeps them: xml:space for SVG
+//     viewers, white-space:pre for browsers, which ignore xml:space and
+//     collapsed the space of " s", then stretched "s" to its width;
 //   - raster data are labelled as the PNGs they are.
 func fixSVG(svg []byte, pw, ph int, widths []vg.Length) []byte {
 	svg = svgRoot.ReplaceAll(svg, fmt.Appendf(nil, `<svg width="%dpx" height="%dpx" xml:space="preserve"`, pw, ph))
 	svg = bytes.ReplaceAll(svg, []byte("<image "), []byte(`<image preserveAspectRatio="none" `))
 	svg = bytes.ReplaceAll(svg, []byte("data:image/jpg;"), []byte("data:image/png;"))
-	svg = bytes.ReplaceAll(svg, svgFamily, []byte("font-family:'Liberation Sans',Arimo,Arial,Helvetica,sans-serif;"))
+	svg = bytes.ReplaceAll(svg, svgFamily, []byte("white-space:pre;font-family:'Liberation Sans',Arimo,Arial,Helvetica,sans-serif;"))
 	// Text is escaped, so "<text " only starts an element: one per
 	// FillString. Should that ever not hold, lengths are left out.
 	parts := bytes.Split(svg, []byte("<text "))

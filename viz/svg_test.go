@@ -3,15 +3,22 @@ package viz
 import (
 	"bytes"
 	"encoding/xml"
+	"html"
 	"image/color"
 	"image/png"
 	"io"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/recorder"
 
@@ -213,4 +220,67 @@ func TestColumnLabelsStandUprightOnlyWhenLevelOnesCollide(t *testing.T) {
 	require.True(t, upright([]string{"<|endoftext|>", "func", " add"}, 20))
 	require.False(t, upright([]string{"10", "11", "12"}, 2), "numbers stay level, thinned")
 	require.True(t, collide([]string{"10", "11", "12"}, 2))
+}
+
+// A browser draws every character of a label, the leading space of a
+// SentencePiece token too, inline in HTML as nb.Show puts figures: it
+// ignored xml:space there, dropped the space of " s" and stretched the "s"
+// over the width measured for " s".
+func TestSVGLabelsKeepTheirSpacesInABrowser(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (Debian package chromium); the check needs it")
+	}
+	fig := must(PatchingHeatmap([][]float64{{1, -1, 0.5}}, []string{"L0"}, []string{" s", " (", "x y"}, "labels with spaces"))
+	var b bytes.Buffer
+	require.NoError(t, fig.Encode(&b, "svg"))
+	svg := b.String()
+	svg = svg[strings.Index(svg, "<svg "):]
+	check := `<pre id="out"></pre><script>
+const bad=[], spaced=[];
+for (const e of document.querySelectorAll('text')) {
+  if (e.textContent.startsWith(' ')) spaced.push(e.textContent);
+  if (e.getNumberOfChars() !== e.textContent.length) bad.push(JSON.stringify(e.textContent) + ' draws ' + e.getNumberOfChars());
+}
+document.getElementById('out').textContent = 'spaced=' + spaced.length + ' bad=' + JSON.stringify(bad);
+</script>`
+	page := filepath.Join(t.TempDir(), "fig.html")
+	require.NoError(t, os.WriteFile(page, []byte("<!DOCTYPE html><html><body><div>"+svg+"</div>"+check+"</body></html>"), 0o644))
+	dom, err := runChromium(t, browser, page, "")
+	require.NoError(t, err, "chromium")
+	out := regexp.MustCompile(`<pre id="out">([^<]*)</pre>`).FindStringSubmatch(dom)
+	require.NotNil(t, out, "the check ran")
+	require.Equal(t, "spaced=2 bad=[]", html.UnescapeString(out[1]))
+}
+
+// The lens names its top token in every cell up to 40 tokens, each name cut
+// to its cell; at 19 tokens it named none (its cells were under 30 points).
+func TestLogitLensNamesTokensInEveryCellUpTo40Tokens(t *testing.T) {
+	m := synthModel(t)
+	for _, n := range []int{12, 19, 30, 40, 41} {
+		tokens := make([]int32, n)
+		for i := range tokens {
+			tokens[i] = int32(1 + 37*i%1500)
+		}
+		tr := withLens(t, m, prefill(t, m, tokens, gpu.CaptureOf("blocks.*.hook_resid_post")))
+		fig := must(LogitLens(tr))
+		var rec recorder.Canvas
+		fig.paint(&rec)
+		cells := 0
+		cellW := (fig.Width - barWidth - 90) / vg.Length(n) // LogitLens's layout
+		for _, a := range rec.Actions {
+			s, ok := a.(*recorder.FillString)
+			if !ok || s.Font.Size > 7 {
+				continue // titles and ticks: 8 points and more
+			}
+			cells++
+			width := text.Style{Font: s.Font, Handler: plot.DefaultTextHandler}.Width(s.String)
+			require.LessOrEqual(t, float64(width), float64(cellW), "%d tokens: %q fits its cell", n, s.String)
+		}
+		if n > 40 {
+			require.Zero(t, cells, "%d tokens: cells too narrow to name", n)
+			continue
+		}
+		require.Equal(t, m.Layers*n, cells, "%d tokens: a name in every cell", n)
+	}
 }
