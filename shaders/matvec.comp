@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #ifdef USE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -35,15 +36,15 @@ float acc[MV_ROWS];
 // accumulate adds feature n's products over k = first, first + step, ...
 // (in runs of 8) to acc.
 void accumulate(uint n, uint first, uint step) {
-    for (uint m = 0; m < MV_ROWS; m++) {
+    [[unroll]] for (uint m = 0; m < MV_ROWS; m++) {
         acc[m] = 0.0;
     }
     for (uint k = first; k < pc.K; k += step) {
         float w[8];
         weights8(n, k, w);
-        for (uint m = 0; m < MV_ROWS; m++) {
+        [[unroll]] for (uint m = 0; m < MV_ROWS; m++) {
             if (m < pc.M) {
-                for (uint i = 0; i < 8; i++) {
+                [[unroll]] for (uint i = 0; i < 8; i++) {
                     if (k + i < pc.K) {
                         acc[m] += w[i] * x[m * pc.K + k + i];
                     }
@@ -66,7 +67,7 @@ void main() {
             break; // and so are the features after it
         }
         accumulate(n, 8 * lane, 8 * lanes);
-        for (uint m = 0; m < MV_ROWS; m++) {
+        [[unroll]] for (uint m = 0; m < MV_ROWS; m++) {
             acc[m] = subgroupAdd(acc[m]);
         }
         if (subgroupElect()) {
@@ -85,13 +86,13 @@ void main() {
         return;
     }
     accumulate(n, 8 * lid, 8 * gl_WorkGroupSize.x);
-    for (uint m = 0; m < MV_ROWS; m++) {
+    [[unroll]] for (uint m = 0; m < MV_ROWS; m++) {
         red[m][lid] = acc[m];
     }
     barrier();
     for (uint s = gl_WorkGroupSize.x / 2; s > 0; s /= 2) {
         if (lid < s) {
-            for (uint m = 0; m < MV_ROWS; m++) {
+            [[unroll]] for (uint m = 0; m < MV_ROWS; m++) {
                 red[m][lid] += red[m][lid + s];
             }
         }
