@@ -245,6 +245,13 @@ func TestInterventions(t *testing.T) {
 		// Unhooked, the two share their storage; hooked, the edit is the
 		// next layer's alone.
 		require.Equal(t, base.Tensor("blocks.0.hook_resid_post").Data, tr.Tensor("blocks.0.hook_resid_post").Data)
+
+		// A NaN scale made every logit NaN, with no error.
+		s, err := e.NewSession(0)
+		require.NoError(t, err)
+		defer s.Close()
+		_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Hooks: []gpu.Hook{gpu.AddVector("blocks.1.hook_resid_pre", vec, float32(math.NaN()), nil)}})
+		require.ErrorContains(t, err, "adding to blocks.1.hook_resid_pre: the scale NaN is not finite")
 	})
 
 	t.Run("patch from another run", func(t *testing.T) {

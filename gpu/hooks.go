@@ -231,6 +231,9 @@ func AddVector(point string, vec []float32, alpha float32, positions []int) Hook
 		if len(shape) != 2 || shape[1] != len(vec) {
 			return nil, fmt.Errorf("vector of %d elements does not fit %s of shape %v", len(vec), name, shape)
 		}
+		if a := float64(alpha); math.IsNaN(a) || math.IsInf(a, 0) {
+			return nil, fmt.Errorf("adding to %s: the scale %v is not finite", name, alpha)
+		}
 		if positions == nil {
 			return []DeviceEdit{{Edit: Edit{Op: EditAdd, Rows: shape[0], Cols: shape[1], Stride: shape[1], Scalar: alpha}, Data: vec}}, nil
 		}

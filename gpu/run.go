@@ -183,6 +183,7 @@ func (r *Run) arenaTier(i int) int { return r.s.e.place.tierOfPoint(r.l.arenaPoi
 
 var (
 	errSuperseded = errors.New("engine: a later prefill on this run's session took its buffers (finish or close a run before starting the next)")
+	errFinished   = errors.New("engine: the run has finished already: Finish hands over its trace once")
 	errRunOver    = errors.New("engine: the run is over and its buffers are back with the session: take the trace before Finish or Close")
 )
 
@@ -484,6 +485,12 @@ func (r *Run) Finish() (*trace.Trace, error) {
 }
 
 func (r *Run) finish() (*trace.Trace, error) {
+	if r.released { // finished before: its buffers are the session's again
+		if r.err != nil {
+			return nil, r.err
+		}
+		return nil, errFinished
+	}
 	defer r.release()
 	for r.step() {
 	}

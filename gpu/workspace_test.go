@@ -107,7 +107,7 @@ func TestRunsEndWhenTheirBuffersGo(t *testing.T) {
 	_, err = second.Trace()
 	require.ErrorContains(t, err, "the run is over")
 	_, err = second.Finish()
-	require.ErrorContains(t, err, "the run is over")
+	require.ErrorContains(t, err, "the run has finished already")
 	require.Equal(t, 4, s.Pos(), "a second Finish does not move the session again")
 
 	third, err := s.Start(ctx, testTokens[:2], o)

@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gguf/quant"
@@ -117,6 +119,17 @@ func Load(f *gguf.File) (*Model, error) {
 	if last := fmt.Sprintf("blk.%d.attn_norm.weight", c.Layers-1); b.err == nil {
 		if _, ok := f.Tensor(last); !ok {
 			return nil, fmt.Errorf("model: %s.block_count = %d but tensor %s is missing", c.Arch, c.Layers, last)
+		}
+	}
+	// Fewer blocks than the file holds ran a truncated model silently.
+	for _, t := range f.Tensors {
+		rest, ok := strings.CutPrefix(t.Name, "blk.")
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(rest, ".")
+		if i, err := strconv.Atoi(num); err == nil && i >= c.Layers {
+			return nil, fmt.Errorf("model: %s.block_count = %d but the file holds tensor %s, of block %d", c.Arch, c.Layers, t.Name, i)
 		}
 	}
 	m.Blocks = make([]Layer, c.Layers)

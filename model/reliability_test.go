@@ -82,6 +82,11 @@ func TestHugeBlockCountCostsNothing(t *testing.T) {
 	// A count the tensors could hold, with the last block absent.
 	_, err := loadBytes(t, withKeys(t, "tiny-llama", map[string]any{"llama.block_count": uint32(2), "general.name": "x"}))
 	require.NoError(t, err)
+
+	// Fewer than the file's blocks: a truncated model ran silently ("time
+	// time time ...").
+	_, err = loadBytes(t, withKeys(t, "tiny-llama", map[string]any{"llama.block_count": uint32(1)}))
+	require.ErrorContains(t, err, "llama.block_count = 1 but the file holds tensor blk.1.")
 }
 
 // Issue 15.5: rope.scale_linear 0, NaN and -1 and layer_norm_rms_epsilon

@@ -3,6 +3,7 @@ package nb
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 
 	"github.com/stratalab/strata/gpu"
@@ -112,11 +113,7 @@ func (m *Model) singleToken(text string) (int32, error) {
 func (m *Model) Unembed(token any) []float32 {
 	m.ready()
 	id := m.Token(token)
-	w := m.Model.Output
-	rowBytes := w.Cols / w.Format.BlockSize * w.Format.BlockBytes
-	out := make([]float32, w.Cols)
-	w.Format.Dequantize(out, w.Data[int(id)*rowBytes:(int(id)+1)*rowBytes])
-	return out
+	return m.decode("Unembed", m.Model.Output, int(id), int(id)+1)
 }
 
 // LogitDirection is Unembed(good) - Unembed(bad): dotted with a stack, the
@@ -130,10 +127,25 @@ func (m *Model) LogitDirection(good, bad any) []float32 {
 	return g
 }
 
-// dequantize decodes a whole weight matrix, [Rows][Cols] row-major.
-func dequantize(w *model.Weight) []float32 {
-	out := make([]float32, w.Rows*w.Cols)
-	w.Format.Dequantize(out, w.Data)
+// decode dequantizes rows [lo, hi) of w, [rows][Cols] row-major. w lives
+// in the model file's mapping: a file changed on disk is an error, as the
+// engine's, never a fault that kills the notebook's kernel (SIGBUS).
+func (m *Model) decode(what string, w *model.Weight, lo, hi int) []float32 {
+	if err := m.Model.File.Changed(); err != nil {
+		panic(fmt.Errorf("nb.%s: %w", what, err))
+	}
+	rowBytes := w.Cols / w.Format.BlockSize * w.Format.BlockBytes
+	out := make([]float32, (hi-lo)*w.Cols)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if f, ok := r.(interface{ Addr() uintptr }); ok {
+				panic(fmt.Errorf("nb.%s: memory fault reading %s at %#x: was the model file changed on disk while in use? (%v)", what, w.Name, f.Addr(), r))
+			}
+			panic(r)
+		}
+	}()
+	w.Format.Dequantize(out, w.Data[lo*rowBytes:hi*rowBytes])
 	return out
 }
 
@@ -145,7 +157,11 @@ func (m *Model) HeadResults(tr *trace.Trace, layer int) *trace.Tensor {
 	if layer < 0 || layer >= m.Model.Layers {
 		panic(fmt.Errorf("nb.HeadResults: layer %d: the model has %d", layer, m.Model.Layers))
 	}
-	return Must(tr.HeadResults(layer, dequantize(m.Model.Blocks[layer].O)))
+	if tr == nil {
+		panic(errors.New("nb.HeadResults of a nil trace"))
+	}
+	o := m.Model.Blocks[layer].O
+	return Must(tr.HeadResults(layer, m.decode("HeadResults", o, 0, o.Rows)))
 }
 
 // CaptureDLA captures what the residual stacks and direct logit attribution
@@ -210,7 +226,8 @@ func (m *Model) StackHeadResults(tr *trace.Trace, applyLN bool) *trace.Stack {
 	m.ready()
 	wO := make([][]float32, m.Model.Layers)
 	for l := range wO {
-		wO[l] = dequantize(m.Model.Blocks[l].O)
+		o := m.Model.Blocks[l].O
+		wO[l] = m.decode("StackHeadResults", o, 0, o.Rows)
 	}
 	s, err := tr.StackHeadResults(wO)
 	return m.maybeNorm(tr, needsDLA("StackHeadResults", s, err), applyLN)

@@ -192,6 +192,7 @@ func (m *Model) Tokens(text string) []int32 {
 
 // Pieces are the display strings of ids.
 func (m *Model) Pieces(ids []int32) []string {
+	m.ready()
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = m.Model.Tok.Piece(id)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -105,4 +107,40 @@ func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
 			require.True(t, slices.Equal(want.Predicted, got.Predicted))
 		})
 	}
+}
+
+// Analyses that decode weights on the host (Unembed, HeadResults, the
+// stacks and attributions) read the model file's mapping: after the file
+// shrank on disk they crashed the process with SIGBUS; now they say so, as
+// a prefill does.
+func TestHostAnalysesOfAModelChangedOnDiskAreErrors(t *testing.T) {
+	src, err := os.ReadFile(sharedtest.Stories(t))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "copy.gguf")
+	require.NoError(t, os.WriteFile(path, src, 0o644))
+	m := nb.MustOpen(path, "cpu")
+	tr := m.Prefill("Once upon a time", nb.CaptureDLA())
+	defer tr.Close()
+	require.NotEmpty(t, m.Unembed(" Lily"))
+	require.NoError(t, os.Truncate(path, int64(len(src)/2)))
+	for name, call := range map[string]func(){
+		"Unembed":          func() { m.Unembed(" Lily") },
+		"LogitDirection":   func() { m.LogitDirection(" Lily", " Tim") },
+		"HeadResults":      func() { m.HeadResults(tr, 1) },
+		"StackHeadResults": func() { m.StackHeadResults(tr, true) },
+	} {
+		var got error
+		func() {
+			defer func() { got, _ = recover().(error) }()
+			call()
+		}()
+		require.ErrorContains(t, got, "changed on disk since it was opened", name)
+	}
+}
+
+func TestNilModelsAndTracesAreNamed(t *testing.T) {
+	var m *nb.Model
+	require.PanicsWithError(t, "nb: nil *Model (Open failed, or the model was never opened)", func() { m.Pieces([]int32{1}) })
+	open := cpuModel(t)
+	require.PanicsWithError(t, "nb.HeadResults of a nil trace", func() { open.HeadResults(nil, 0) })
 }

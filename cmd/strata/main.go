@@ -445,11 +445,14 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	if len(tokens) > m.Context {
 		return promptTooLong(len(tokens), m.Context)
 	}
-	e, err := openEngine(m, *backend, *placement, gpu.PlanRequest{Capacity: m.Context, Tokens: len(tokens), Options: gpu.Options{Predict: true}})
+	// The KV cache holds what this run can reach, not the model's whole
+	// context: a 1M-token context would reserve its cache for -n 30.
+	capacity := min(m.Context, len(tokens)+max(*n, 1))
+	e, err := openEngine(m, *backend, *placement, gpu.PlanRequest{Capacity: capacity, Tokens: len(tokens), Options: gpu.Options{Predict: true}})
 	if err != nil {
 		return err
 	}
-	s, err := e.NewSession(0)
+	s, err := e.NewSession(capacity)
 	if err != nil {
 		return err
 	}

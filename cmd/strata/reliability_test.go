@@ -206,6 +206,26 @@ func TestTraceOutErrorsNameTheFlagAndPath(t *testing.T) {
 	_, err = strata(t, "trace", "--model", path, "--tokens", "1,2", "--out", dir)
 	require.EqualError(t, err, "--out "+dir+": holds notes.txt, which Strata did not write: move it away or choose another folder (nothing was written)")
 
+	// A web page's folder (index.html, manifest.json, logo.png) is not a
+	// trace: it was replaced, logo and all.
+	site := t.TempDir()
+	page := map[string]string{"index.html": "<h1>mine</h1>", "manifest.json": `{"name":"my app"}`, "logo.png": "not a png"}
+	for name, body := range page {
+		require.NoError(t, os.WriteFile(filepath.Join(site, name), []byte(body), 0o644))
+	}
+	_, err = strata(t, "trace", "--model", path, "--tokens", "1,2", "--out", site)
+	require.EqualError(t, err, "--out "+site+": holds manifest.json, which is not a Strata trace's: move it away or choose another folder (nothing was written)")
+	require.NoError(t, os.Remove(filepath.Join(site, "manifest.json")))
+	_, err = strata(t, "trace", "--model", path, "--tokens", "1,2", "--out", site)
+	require.ErrorContains(t, err, "but no trace: not a Strata trace folder")
+	for name, body := range page {
+		if name != "manifest.json" {
+			got, err := os.ReadFile(filepath.Join(site, name))
+			require.NoError(t, err)
+			require.Equal(t, body, string(got), "%s is kept", name)
+		}
+	}
+
 	// A write that fails midway (a folder where a file goes) names --out
 	// and the user's folder, not the hidden one being filled.
 	ro := filepath.Join(t.TempDir(), "ro")
@@ -421,5 +441,22 @@ func TestOutputFilesAreCheckedFirst(t *testing.T) {
 	} {
 		_, err := strata(t, c.args...)
 		require.EqualError(t, err, c.want)
+	}
+}
+
+// run's KV cache holds the prompt and -n, not the model's whole context: a
+// context of 2^22 tokens made a 3-token run on lavapipe ask for a 2 GiB
+// cache buffer (on the CPU, 20 GB of address space).
+func TestRunSizesTheCacheByPromptAndN(t *testing.T) {
+	s := tinyShape
+	s.Context = 1 << 22
+	path := writeModel(t, s, "")
+	for _, backend := range []string{"cpu", "vulkan"} {
+		if backend == "vulkan" && !vulkanPresent(t) {
+			continue
+		}
+		out, err := strata(t, "run", "--model", path, "--backend", backend, "--prompt", "ab", "-n", "3")
+		require.NoError(t, err, backend)
+		require.NotEmpty(t, out, backend)
 	}
 }

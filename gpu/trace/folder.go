@@ -178,7 +178,7 @@ func readFolder(dir string) (*folderMeta, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, folderIndex))
 	if err != nil {
 		// A folder written before folders had an index: no trace to keep.
-		return meta, legacyFolder(entries)
+		return meta, legacyFolder(dir, entries)
 	}
 	if json.Unmarshal(raw, meta) != nil {
 		return nil, fmt.Errorf("holds %s, which is not a Strata folder index: move it away or choose another folder (nothing was written)", folderIndex)
@@ -201,15 +201,27 @@ var (
 )
 
 // legacyFolder accepts a folder written before folders had an index: the
-// files of a trace and its report, and nothing else.
-func legacyFolder(entries []fs.DirEntry) error {
+// files of a trace and its report, and nothing else. A trace is a
+// trace.npz or a manifest.json of a Strata trace: index.html, manifest.json
+// and *.png are common names, and a web page's folder of them was taken for
+// a trace and replaced.
+func legacyFolder(dir string, entries []fs.DirEntry) error {
 	trace := false
 	for _, e := range entries {
 		name := e.Name()
 		switch {
 		case e.IsDir() || !legacyFile.MatchString(name) && !legacyTemp.MatchString(name):
 			return fmt.Errorf("holds %s, which Strata did not write: move it away or choose another folder (nothing was written)", name)
-		case name == "trace.npz" || name == "manifest.json" || name == "index.html":
+		case name == "trace.npz":
+			trace = true
+		case name == "manifest.json":
+			var m struct {
+				Format string `json:"format"`
+			}
+			raw, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil || json.Unmarshal(raw, &m) != nil || m.Format != manifestFormat {
+				return fmt.Errorf("holds manifest.json, which is not a Strata trace's: move it away or choose another folder (nothing was written)")
+			}
 			trace = true
 		}
 	}

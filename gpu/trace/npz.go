@@ -12,9 +12,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-
-	"github.com/sbinet/npyio/npz"
 )
 
 // Manifest is manifest.json: what the trace holds, readable without numpy.
@@ -131,9 +130,18 @@ func writeFile(path string, write func(io.Writer) error) error {
 
 // WriteAtomic writes path through write into a temporary file in the same
 // directory, syncs it and renames it over path. Errors name path, not the
-// temporary file.
+// temporary file. A path that is a symbolic link has its target replaced,
+// and a file replaced keeps its permissions (a private file stays private).
 func WriteAtomic(path string, write func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	mode := fs.FileMode(0o644)
+	target := path
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		target = real
+		if st, err := os.Stat(real); err == nil {
+			mode = st.Mode().Perm()
+		}
+	}
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".tmp-*")
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
@@ -148,7 +156,7 @@ func WriteAtomic(path string, write func(io.Writer) error) (err error) {
 			err = &scrubbed{msg: strings.ReplaceAll(err.Error(), tmp, path), err: err}
 		}
 	}()
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Chmod(mode); err != nil {
 		f.Close()
 		return err
 	}
@@ -163,7 +171,7 @@ func WriteAtomic(path string, write func(io.Writer) error) (err error) {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	return os.Rename(tmp, target)
 }
 
 // writeNpy stores one float32 array as NAME.npy (format 1.0, C order).
@@ -208,22 +216,35 @@ func writeNpy(z *zip.Writer, name string, shape []int, data []float32) error {
 	return nil
 }
 
-// Load reads a trace saved by Save.
+// Load reads a trace saved by Save. Nothing is sized by what the files
+// claim before the bytes are there: an array's shape must match its data,
+// and the manifest's positions and model its arrays.
 func Load(dir string) (*Trace, error) {
 	path := filepath.Join(dir, "trace.npz")
-	r, err := npz.Open(path)
+	z, err := zip.OpenReader(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
-	defer r.Close()
-	mr, err := r.Open("manifest.json")
-	if err != nil {
+	defer z.Close()
+	entries := map[string]*zip.File{}
+	for _, f := range z.File {
+		entries[f.Name] = f
+	}
+	mf := entries["manifest.json"]
+	if mf == nil {
 		return nil, fmt.Errorf("trace: %s has no manifest.json: not a Strata trace", path)
 	}
-	raw, err := io.ReadAll(mr)
-	mr.Close()
+	mr, err := mf.Open()
 	if err != nil {
 		return nil, fmt.Errorf("trace: %s: %w", path, err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(mr, maxManifest+1))
+	mr.Close()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("trace: %s: %w", path, err)
+	case len(raw) > maxManifest:
+		return nil, fmt.Errorf("trace: %s: manifest.json is over %d bytes", path, maxManifest)
 	}
 	var m Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -232,21 +253,182 @@ func Load(dir string) (*Trace, error) {
 	if m.Format != manifestFormat {
 		return nil, fmt.Errorf("trace: %s: manifest has format %q, want %q", path, m.Format, manifestFormat)
 	}
+	if err := m.check(); err != nil {
+		return nil, fmt.Errorf("trace: %s: manifest.json: %w", path, err)
+	}
 	t := New()
 	t.Model, t.Backend, t.Tokens, t.Pieces, t.Pos0, t.Predicted, t.Lens = m.Model, m.Backend, m.Tokens, m.Pieces, m.Pos0, m.Predicted, m.Lens
 	for _, e := range m.Tensors {
-		h := r.Header(e.Name + ".npy")
-		if h == nil {
+		f := entries[e.Name+".npy"]
+		if f == nil {
 			return nil, fmt.Errorf("trace: %s has no array %s listed in the manifest", path, e.Name)
 		}
-		if fmt.Sprint(h.Descr.Shape) != fmt.Sprint(e.Shape) {
-			return nil, fmt.Errorf("trace: %s: array %s has shape %v, the manifest says %v", path, e.Name, h.Descr.Shape, e.Shape)
+		shape, data, err := readNpy(f)
+		if err != nil {
+			return nil, fmt.Errorf("trace: %s: array %s: %w", path, e.Name, err)
 		}
-		var data []float32
-		if err := r.Read(e.Name+".npy", &data); err != nil {
-			return nil, fmt.Errorf("trace: %s: %w", path, err)
+		if fmt.Sprint(shape) != fmt.Sprint(e.Shape) {
+			return nil, fmt.Errorf("trace: %s: array %s has shape %v, the manifest says %v", path, e.Name, shape, e.Shape)
 		}
-		t.Put(e.Name, &Tensor{Shape: e.Shape, Data: data})
+		if err := m.fits(e.Name, shape); err != nil {
+			return nil, fmt.Errorf("trace: %s: array %s: %w", path, e.Name, err)
+		}
+		t.Put(e.Name, &Tensor{Shape: shape, Data: data})
 	}
 	return t, nil
+}
+
+// Bounds on what a saved trace may claim: far past any model, well short of
+// what would exhaust memory when a figure sizes itself by them.
+const (
+	maxManifest  = 1 << 30
+	maxDim       = 1 << 24 // model widths, vocabulary, positions
+	maxCount     = 1 << 16 // layers, heads, experts
+	maxNpyHeader = 1 << 16
+)
+
+// check refuses a manifest whose numbers no trace has: what the figures and
+// analyses size their memory by, and pieces and predictions that must line
+// up with the tokens.
+func (m *Manifest) check() error {
+	md := m.Model
+	for _, c := range []struct {
+		name     string
+		v, limit int
+	}{{"model.layers", md.Layers, maxCount}, {"model.heads", md.Heads, maxCount}, {"model.kv_heads", md.KVHeads, maxCount},
+		{"model.experts", md.Experts, maxCount}, {"model.d_model", md.DModel, maxDim}, {"model.ffn", md.FFN, maxDim},
+		{"model.head_dim", md.HeadDim, maxDim}, {"model.vocab", md.Vocab, maxDim}, {"pos_start", m.Pos0, maxDim}, {"tokens", len(m.Tokens), maxDim}} {
+		if c.v < 0 || c.v > c.limit {
+			return fmt.Errorf("%s is %d, outside 0..%d", c.name, c.v, c.limit)
+		}
+	}
+	if len(m.Pieces) != len(m.Tokens) {
+		return fmt.Errorf("%d pieces for %d tokens", len(m.Pieces), len(m.Tokens))
+	}
+	if len(m.Predicted) > len(m.Tokens) {
+		return fmt.Errorf("%d predictions for %d tokens", len(m.Predicted), len(m.Tokens))
+	}
+	if len(md.Windows) > md.Layers {
+		return fmt.Errorf("%d attention windows for %d layers", len(md.Windows), md.Layers)
+	}
+	return nil
+}
+
+// fits checks an array against the manifest: its first axis is the tokens
+// (the keys of a pattern or cache are the positions up to the last token).
+func (m *Manifest) fits(name string, shape []int) error {
+	keys := m.Pos0 + len(m.Tokens)
+	switch {
+	case strings.HasSuffix(name, "hook_pattern") || strings.HasSuffix(name, "hook_attn_scores"):
+		if len(shape) != 3 || shape[1] != len(m.Tokens) || shape[2] != keys {
+			return fmt.Errorf("shape %v is not [heads, %d tokens, %d keys]", shape, len(m.Tokens), keys)
+		}
+	case strings.HasSuffix(name, "cache_k") || strings.HasSuffix(name, "cache_v"):
+		if len(shape) < 1 || shape[0] != keys {
+			return fmt.Errorf("shape %v does not start with the %d positions cached", shape, keys)
+		}
+	}
+	return nil
+}
+
+// readNpy reads one array written by writeNpy: float32, little-endian, C
+// order. Its data is read as it arrives, so memory follows the bytes in
+// the file rather than the shape its header claims.
+func readNpy(f *zip.File) ([]int, []float32, error) {
+	r, err := f.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	br := bufio.NewReader(r)
+	var head [10]byte
+	if _, err := io.ReadFull(br, head[:8]); err != nil || string(head[:6]) != "\x93NUMPY" {
+		return nil, nil, errors.New("not a .npy array")
+	}
+	var hlen int
+	switch head[6] {
+	case 1:
+		if _, err := io.ReadFull(br, head[8:10]); err != nil {
+			return nil, nil, errors.New("truncated .npy header")
+		}
+		hlen = int(binary.LittleEndian.Uint16(head[8:10]))
+	case 2, 3:
+		var l [4]byte
+		if _, err := io.ReadFull(br, l[:]); err != nil {
+			return nil, nil, errors.New("truncated .npy header")
+		}
+		hlen = int(binary.LittleEndian.Uint32(l[:]))
+	default:
+		return nil, nil, fmt.Errorf(".npy version %d.%d", head[6], head[7])
+	}
+	if hlen > maxNpyHeader {
+		return nil, nil, fmt.Errorf(".npy header of %d bytes, over %d", hlen, maxNpyHeader)
+	}
+	header := make([]byte, hlen)
+	if _, err := io.ReadFull(br, header); err != nil {
+		return nil, nil, errors.New("truncated .npy header")
+	}
+	shape, err := npyShape(string(header))
+	if err != nil {
+		return nil, nil, err
+	}
+	count := 1
+	for _, d := range shape {
+		if d > 0 && count > math.MaxInt/4/d {
+			return nil, nil, fmt.Errorf("shape %v has more elements than memory can address", shape)
+		}
+		count *= d
+	}
+	var data []float32
+	var buf [64 << 10]byte
+	for len(data) < count {
+		n, err := io.ReadFull(br, buf[:4*min(count-len(data), len(buf)/4)])
+		for i := 0; i+4 <= n; i += 4 {
+			data = append(data, math.Float32frombits(binary.LittleEndian.Uint32(buf[i:])))
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("shape %v needs %d values, the file holds %d", shape, count, len(data))
+		}
+	}
+	if n, _ := br.Read(buf[:1]); n > 0 {
+		return nil, nil, fmt.Errorf("shape %v needs %d values, the file holds more", shape, count)
+	}
+	if data == nil {
+		data = []float32{}
+	}
+	return shape, data, nil
+}
+
+// npyShape reads the shape of a .npy header dictionary that stores
+// float32 in C order, the only kind Save writes.
+func npyShape(dict string) ([]int, error) {
+	field := func(key string) (string, bool) {
+		_, rest, ok := strings.Cut(dict, "'"+key+"':")
+		return strings.TrimSpace(rest), ok
+	}
+	descr, ok := field("descr")
+	if !ok || !strings.HasPrefix(descr, "'<f4'") {
+		return nil, errors.New("not little-endian float32 ('<f4')")
+	}
+	order, ok := field("fortran_order")
+	if !ok || !strings.HasPrefix(order, "False") {
+		return nil, errors.New("in Fortran order, or with none given: Strata writes C order")
+	}
+	tuple, ok := field("shape")
+	if !ok || !strings.HasPrefix(tuple, "(") || !strings.Contains(tuple, ")") {
+		return nil, errors.New("the header has no shape")
+	}
+	tuple = tuple[1:strings.Index(tuple, ")")]
+	shape := []int{}
+	for _, d := range strings.Split(tuple, ",") {
+		if d = strings.TrimSpace(d); d == "" {
+			continue
+		}
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("shape (%s) is not of counts", tuple)
+		}
+		shape = append(shape, n)
+	}
+	return shape, nil
 }

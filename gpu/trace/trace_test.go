@@ -3,10 +3,12 @@ package trace
 import (
 	"archive/zip"
 	"bytes"
+	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -160,4 +162,94 @@ func TestAnalysesHandNothingOut(t *testing.T) {
 	require.Equal(t, []float32{1, 3, 2, 4}, res.Data, "z[p] @ W_O^T")
 	_, err = tr.Point("logits")
 	require.ErrorIs(t, err, ErrClosed, "after Close, the memory is the next prefill's")
+}
+
+// A saved trace is input like any file: a header claiming 2^28 x 64 values
+// in a file of kilobytes ran out of memory, a short array loaded with
+// garbage at its end, Fortran order loaded transposed, and manifests with
+// a huge layer count or start position, or fewer pieces than tokens,
+// crashed the figures that sized themselves by them.
+func TestLoadRefusesWhatTheFilesCannotHold(t *testing.T) {
+	npy := func(dict string, values int) []byte {
+		header := dict + strings.Repeat(" ", 63-(10+len(dict))%64) + "\n"
+		b := append([]byte("\x93NUMPY\x01\x00"), byte(len(header)), byte(len(header)>>8))
+		return append(append(b, header...), make([]byte, 4*values)...)
+	}
+	f4 := func(shape string) string {
+		return "{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape + "), }"
+	}
+	manifest := func(edit string) string {
+		m := `{"format":"strata-trace/1","model":{"layers":2,"d_model":4},"tokens":[1,2,3],"pieces":["a","b","c"],"pos_start":0,` +
+			`"tensors":[{"name":"x","shape":[3,4],"dtype":"float32"}]}`
+		if edit != "" {
+			m = strings.Replace(m, `"pos_start":0`, edit, 1)
+		}
+		return m
+	}
+	write := func(m string, x []byte) string {
+		dir := t.TempDir()
+		var buf bytes.Buffer
+		z := zip.NewWriter(&buf)
+		for name, data := range map[string][]byte{"manifest.json": []byte(m), "x.npy": x} {
+			w, err := z.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Store})
+			require.NoError(t, err)
+			_, err = w.Write(data)
+			require.NoError(t, err)
+		}
+		require.NoError(t, z.Close())
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "trace.npz"), buf.Bytes(), 0o644))
+		return dir
+	}
+	_, err := Load(write(manifest(""), npy(f4("3, 4"), 12)))
+	require.NoError(t, err, "the well-formed one")
+	v2 := append([]byte("\x93NUMPY\x02\x00"), 0xff, 0xff, 0xff, 0x7f)
+	for want, dir := range map[string]string{
+		"shape [268435456 64] needs 17179869184 values":       write(manifest(""), npy(f4("268435456, 64"), 12)),
+		"shape [30 64] needs 1920 values, the file holds 192": write(manifest(""), npy(f4("30, 64"), 192)),
+		"needs 12 values, the file holds more":                write(manifest(""), npy(f4("3, 4"), 13)),
+		"in Fortran order":                                    write(manifest(""), npy("{'descr': '<f4', 'fortran_order': True, 'shape': (4, 3), }", 12)),
+		"not little-endian float32":                           write(manifest(""), npy("{'descr': '>f8', 'fortran_order': False, 'shape': (3, 4), }", 24)),
+		"shape (-3, 64) is not of counts":                     write(manifest(""), npy(f4("-3, 64"), 12)),
+		".npy header of 2147483647 bytes, over 65536":         write(manifest(""), v2),
+		"pos_start is -100, outside 0..16777216":              write(manifest(`"pos_start":-100`), npy(f4("3, 4"), 12)),
+		"pos_start is 4294967296, outside 0..16777216":        write(manifest(`"pos_start":4294967296`), npy(f4("3, 4"), 12)),
+		"model.layers is 1073741824, outside 0..65536":        write(strings.Replace(manifest(""), `"layers":2`, `"layers":1073741824`, 1), npy(f4("3, 4"), 12)),
+		"2 pieces for 3 tokens":                               write(strings.Replace(manifest(""), `"pieces":["a","b","c"]`, `"pieces":["a","b"]`, 1), npy(f4("3, 4"), 12)),
+	} {
+		_, err := Load(dir)
+		require.ErrorContains(t, err, want)
+	}
+}
+
+// Replacing a file keeps its permissions (a private model written again was
+// left readable by all), and a symbolic link keeps pointing where it did,
+// at the new contents (it was replaced by a file of its own).
+func TestWriteAtomicKeepsModesAndLinks(t *testing.T) {
+	dir := t.TempDir()
+	private := filepath.Join(dir, "private.bin")
+	require.NoError(t, os.WriteFile(private, []byte("old"), 0o600))
+	write := func(s string) func(io.Writer) error {
+		return func(w io.Writer) error { _, err := io.WriteString(w, s); return err }
+	}
+	require.NoError(t, WriteAtomic(private, write("new")))
+	st, err := os.Stat(private)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+
+	target, link := filepath.Join(dir, "target.json"), filepath.Join(dir, "link.json")
+	require.NoError(t, os.WriteFile(target, []byte("old"), 0o644))
+	require.NoError(t, os.Symlink(target, link))
+	require.NoError(t, WriteAtomic(link, write("through the link")))
+	lst, err := os.Lstat(link)
+	require.NoError(t, err)
+	require.NotZero(t, lst.Mode()&os.ModeSymlink, "still a link")
+	got, err := os.ReadFile(target)
+	require.NoError(t, err)
+	require.Equal(t, "through the link", string(got))
+
+	fresh := filepath.Join(dir, "fresh.png")
+	require.NoError(t, WriteAtomic(fresh, write("x")))
+	st, err = os.Stat(fresh)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o644), st.Mode().Perm())
 }

@@ -156,6 +156,9 @@ func TestSteppedRunIsBitIdentical(t *testing.T) {
 	require.Equal(t, m.Layers, layers)
 	stepped, err := r.Finish()
 	require.NoError(t, err)
+	// A second Finish made a trace of the buffers the session had back.
+	_, err = r.Finish()
+	require.EqualError(t, err, "engine: the run has finished already: Finish hands over its trace once")
 	for _, name := range oneShot.Names {
 		require.Equal(t, oneShot.Tensor(name).Data, stepped.Tensor(name).Data, name)
 	}
