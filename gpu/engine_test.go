@@ -252,6 +252,11 @@ func TestInterventions(t *testing.T) {
 		defer s.Close()
 		_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Hooks: []gpu.Hook{gpu.AddVector("blocks.1.hook_resid_pre", vec, float32(math.NaN()), nil)}})
 		require.ErrorContains(t, err, "adding to blocks.1.hook_resid_pre: the scale NaN is not finite")
+		vec[3] = float32(math.Inf(1))
+		_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Hooks: []gpu.Hook{gpu.AddVector("blocks.1.hook_resid_pre", vec, 1, nil)}})
+		require.ErrorContains(t, err, "adding to blocks.1.hook_resid_pre: element 3 of the vector is +Inf")
+		_, err = s.Prefill(context.Background(), testTokens, gpu.Options{Hooks: []gpu.Hook{gpu.Scale("blocks.0.hook_mlp_out", float32(math.NaN()))}})
+		require.ErrorContains(t, err, "scaling blocks.0.hook_mlp_out: the factor NaN is not finite")
 	})
 
 	t.Run("patch from another run", func(t *testing.T) {

@@ -219,6 +219,9 @@ func expertLogit(layer, expert int, v float32) Hook {
 // Scale multiplies every point matching the glob by s.
 func Scale(point string, s float32) Hook {
 	return Hook{Point: point, Device: func(name string, shape []int) ([]DeviceEdit, error) {
+		if f := float64(s); math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("scaling %s: the factor %v is not finite", name, s)
+		}
 		n := elements(shape)
 		return []DeviceEdit{{Edit: Edit{Op: EditScale, Rows: 1, Cols: n, Scalar: s}}}, nil
 	}}
@@ -233,6 +236,11 @@ func AddVector(point string, vec []float32, alpha float32, positions []int) Hook
 		}
 		if a := float64(alpha); math.IsNaN(a) || math.IsInf(a, 0) {
 			return nil, fmt.Errorf("adding to %s: the scale %v is not finite", name, alpha)
+		}
+		for i, v := range vec {
+			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+				return nil, fmt.Errorf("adding to %s: element %d of the vector is %v", name, i, v)
+			}
 		}
 		if positions == nil {
 			return []DeviceEdit{{Edit: Edit{Op: EditAdd, Rows: shape[0], Cols: shape[1], Stride: shape[1], Scalar: alpha}, Data: vec}}, nil

@@ -39,6 +39,7 @@ type Run struct {
 	layer       int    // the layer of the last layer point reached, -1 before one
 	done        bool
 	released    bool        // the session has its buffers back
+	finished    bool        // Finish ran
 	refused     atomic.Bool // the last call found the session busy
 	err         error
 	hostScratch []float32
@@ -485,12 +486,16 @@ func (r *Run) Finish() (*trace.Trace, error) {
 }
 
 func (r *Run) finish() (*trace.Trace, error) {
-	if r.released { // finished before: its buffers are the session's again
-		if r.err != nil {
+	if r.released { // its buffers are the session's again
+		switch {
+		case r.err != nil:
 			return nil, r.err
+		case r.finished:
+			return nil, errFinished
 		}
-		return nil, errFinished
+		return nil, errRunOver
 	}
+	r.finished = true
 	defer r.release()
 	for r.step() {
 	}

@@ -109,6 +109,11 @@ func TestRunsEndWhenTheirBuffersGo(t *testing.T) {
 	_, err = second.Finish()
 	require.ErrorContains(t, err, "the run has finished already")
 	require.Equal(t, 4, s.Pos(), "a second Finish does not move the session again")
+	closed, err := s.Start(ctx, testTokens[:1], o)
+	require.NoError(t, err)
+	closed.Close()
+	_, err = closed.Finish()
+	require.ErrorContains(t, err, "the run is over", "closed, not finished")
 
 	third, err := s.Start(ctx, testTokens[:2], o)
 	require.NoError(t, err)

@@ -49,7 +49,7 @@ func (m *Model) checkSweep(name string, opts []Option) {
 	if s.cont {
 		panic(fmt.Errorf("nb.%s: Continue() would append each of the sweep's runs to the one before; a sweep starts every run over, so leave it out", name))
 	}
-	if s.o.Capture.FirstLayer != 0 || s.o.Capture.LastLayer != -1 {
+	if last := s.o.Capture.LastLayer; s.o.Capture.FirstLayer != 0 || last != -1 && last != m.Model.Layers-1 {
 		panic(fmt.Errorf("nb.%s: Layers(%d, %d) narrows captures, and the sweep runs over every layer; leave it out", name, s.o.Capture.FirstLayer, s.o.Capture.LastLayer))
 	}
 }

@@ -259,7 +259,14 @@ func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern 
 	cellW := span / vg.Length(max(t, k))
 	cellH := max(cellW, min(minCell, span/vg.Length(t))) // rows of a continued prefill's few queries stay visible
 	qStep, kStep := labelStep(cellH, minCell), labelStep(cellW, minCell)
-	if note := everyNth(max(qStep, kStep), "token "); note != "" {
+	note := everyNth(max(qStep, kStep), "token ")
+	switch {
+	case qStep == 1 && kStep > 1:
+		note = everyNth(kStep, "key ")
+	case kStep == 1 && qStep > 1:
+		note = everyNth(qStep, "query ")
+	}
+	if note != "" {
 		title += " (" + note + ")"
 	}
 	tileW, tileH := cellW*vg.Length(k), cellH*vg.Length(t)

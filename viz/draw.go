@@ -424,13 +424,16 @@ func drawTitle(c draw.Canvas, title string) {
 	c.FillText(sty, vg.Point{X: (c.Min.X + c.Max.X) / 2, Y: c.Max.Y - 6}, title)
 }
 
-// withNote adds a note to an axis name: "position (every 2nd labelled)".
+// withNote adds a note to an axis name: "position (every 2nd labelled)",
+// "position (input token; every 2nd labelled)".
 func withNote(name, note string) string {
 	switch {
 	case note == "":
 		return name
 	case name == "":
 		return "(" + note + ")"
+	case strings.HasSuffix(name, ")"):
+		return name[:len(name)-1] + "; " + note + ")"
 	}
 	return name + " (" + note + ")"
 }

@@ -3,6 +3,8 @@ package viz
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -15,7 +17,7 @@ import (
 // LogitLens draws the logit lens (tr.Lens): by layer and position, the
 // probability of the top next-token prediction, each cell annotated with
 // that token (cut to the cell's width) while the prompt is short enough
-// (up to 40 tokens) for a few letters to fit.
+// (up to 35 tokens) for two letters and more to fit.
 func LogitLens(tr *trace.Trace) (*Figure, error) {
 	const name = "LogitLens"
 	if err := checkTokens(tr, name); err != nil {
@@ -46,7 +48,7 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	// prompts so the figure stays a readable size.
 	cellW := cellSize(t, 1600, 10, 46, maxWidth-barWidth-90)
 	p := heatPlot(title, g, sc, cellW, 18)
-	if cellW >= 14 {
+	if cellW >= 16 {
 		size := vg.Length(7)
 		if cellW < 24 {
 			size = 6
@@ -64,11 +66,33 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	return newFigure(title, vg.Length(t)*cellW+barWidth+90, vg.Length(len(g.rows))*18+xLabelRoom(g.cols, cellW)+60, withBar(p, barPlot(sc, "probability"))), nil
 }
 
+// cellNumbers writes every value of z in one format that fits width at 7
+// points, two significant digits or else one; nil when neither fits every
+// cell (a number is never cut: "-0.0…" reads as 0).
+func cellNumbers(z [][]float64, width vg.Length) [][]string {
+	sty := text.Style{Font: font.From(sans, 7), Handler: plot.DefaultTextHandler}
+	for _, digits := range []int{2, 1} {
+		texts, fits := make([][]string, len(z)), true
+		for r, row := range z {
+			for _, v := range row {
+				s := strconv.FormatFloat(v, 'g', digits, 64)
+				fits = fits && sty.Width(s) <= width
+				texts[r] = append(texts[r], s)
+			}
+		}
+		if fits {
+			return texts
+		}
+	}
+	return nil
+}
+
 // cellText fits a predicted token into width at size points, cut with an
-// ellipsis where it is wider.
+// ellipsis where it is wider. Its leading space goes: the axis shows it,
+// and in a narrow cell it took the room of a letter.
 func cellText(piece string, size, width vg.Length) string {
 	sty := text.Style{Font: font.From(sans, size), Handler: plot.DefaultTextHandler}
-	s := []rune(label(piece))
+	s := []rune(strings.TrimLeft(label(piece), " "))
 	if sty.Width(string(s)) <= width {
 		return string(s)
 	}
@@ -115,13 +139,7 @@ func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title st
 	cellW := cellSize(cols, 520, 5, 32, maxWidth-extra)
 	cellH := rowHeight(cellW, len(result))
 	p := heatPlot(title, g, sc, cellW, cellH)
-	if cellW >= 24 && cellH >= 12 {
-		texts := make([][]string, len(result))
-		for r, row := range result {
-			for _, v := range row {
-				texts[r] = append(texts[r], cellText(fmt.Sprintf("%.2g", v), 7, cellW-2))
-			}
-		}
+	if texts := cellNumbers(result, cellW-2); cellH >= 12 && texts != nil {
 		if err := annotate(p, g, sc, texts, 7); err != nil {
 			return nil, fmt.Errorf("viz: %s: %w", name, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/plot"
@@ -253,11 +254,12 @@ document.getElementById('out').textContent = 'spaced=' + spaced.length + ' bad='
 	require.Equal(t, "spaced=2 bad=[]", html.UnescapeString(out[1]))
 }
 
-// The lens names its top token in every cell up to 40 tokens, each name cut
-// to its cell; at 19 tokens it named none (its cells were under 30 points).
-func TestLogitLensNamesTokensInEveryCellUpTo40Tokens(t *testing.T) {
+// The lens names its top token in every cell up to 35 tokens, each name cut
+// to its cell but to no fewer than two letters; at 19 tokens it named none
+// (its cells were under 30 points).
+func TestLogitLensNamesTokensInEveryCellUpTo35Tokens(t *testing.T) {
 	m := synthModel(t)
-	for _, n := range []int{12, 19, 30, 40, 41} {
+	for _, n := range []int{12, 19, 30, 35, 36} {
 		tokens := make([]int32, n)
 		for i := range tokens {
 			tokens[i] = int32(1 + 37*i%1500)
@@ -276,11 +278,38 @@ func TestLogitLensNamesTokensInEveryCellUpTo40Tokens(t *testing.T) {
 			cells++
 			width := text.Style{Font: s.Font, Handler: plot.DefaultTextHandler}.Width(s.String)
 			require.LessOrEqual(t, float64(width), float64(cellW), "%d tokens: %q fits its cell", n, s.String)
+			if shown, cut := strings.CutSuffix(s.String, "…"); cut {
+				require.GreaterOrEqual(t, utf8.RuneCountInString(strings.TrimSpace(shown)), 2, "%d tokens: %q shows two letters", n, s.String)
+			}
 		}
-		if n > 40 {
+		if n > 35 {
 			require.Zero(t, cells, "%d tokens: cells too narrow to name", n)
 			continue
 		}
 		require.Equal(t, m.Layers*n, cells, "%d tokens: a name in every cell", n)
+	}
+}
+
+// A heatmap's cells print numbers whole or not at all: cut to fit,
+// -0.0012 read "-0.0…" and 1234 "1.2e…".
+func TestHeatmapNumbersAreNeverCut(t *testing.T) {
+	for _, heads := range []int{4, 12, 20} {
+		z := [][]float64{make([]float64, heads), make([]float64, heads)}
+		for i := range z[0] {
+			z[0][i] = []float64{-0.0012, 3.4e-05, 1234, -120, 0.5}[i%5]
+			z[1][i] = -z[0][i]
+		}
+		fig := must(HeadHeatmap(z, "values"))
+		var rec recorder.Canvas
+		fig.paint(&rec)
+		numbers := 0
+		for _, a := range rec.Actions {
+			if s, ok := a.(*recorder.FillString); ok && s.Font.Size == 7 {
+				_, err := strconv.ParseFloat(s.String, 64)
+				require.NoError(t, err, "%d heads: %q is a whole number", heads, s.String)
+				numbers++
+			}
+		}
+		require.Contains(t, []int{0, 2 * heads}, numbers, "%d heads: every cell or none", heads)
 	}
 }

@@ -101,8 +101,13 @@ func Plan(m *model.Model, backend, placement string, q gpu.PlanRequest) (kind st
 	case "":
 		d := 0
 		if kind == "vulkan" {
-			if d, err = vulkan.Chosen(); err != nil {
+			if d, err = vulkan.Chosen(); err != nil && backend == "vulkan" {
 				return "", gpu.Plan{}, nil, err
+			}
+			if err != nil { // auto: run takes the CPU then, as Open does
+				if kind, devs, err = Devices("cpu"); err != nil {
+					return "", gpu.Plan{}, nil, err
+				}
 			}
 		}
 		placement = fmt.Sprintf("%d:0-%d", d, m.Layers-1)

@@ -218,7 +218,7 @@ func legacyFolder(dir string, entries []fs.DirEntry) error {
 			var m struct {
 				Format string `json:"format"`
 			}
-			raw, err := os.ReadFile(filepath.Join(dir, name))
+			raw, err := readRegular(filepath.Join(dir, name), e)
 			if err != nil || json.Unmarshal(raw, &m) != nil || m.Format != manifestFormat {
 				return fmt.Errorf("holds manifest.json, which is not a Strata trace's: move it away or choose another folder (nothing was written)")
 			}
@@ -229,6 +229,20 @@ func legacyFolder(dir string, entries []fs.DirEntry) error {
 		return fmt.Errorf("holds %s but no trace: not a Strata trace folder; move its files away or choose another folder (nothing was written)", entries[0].Name())
 	}
 	return nil
+}
+
+// readRegular reads a regular file of at most maxManifest bytes: a pipe
+// would hang the read, a link to /dev/zero never end it.
+func readRegular(path string, e fs.DirEntry) ([]byte, error) {
+	if !e.Type().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxManifest))
 }
 
 // recoverFolder, with the lock held, puts back a folder that a writer

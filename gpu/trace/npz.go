@@ -80,6 +80,9 @@ func (t *Trace) Save(dir string) error {
 // non-finite values of every array), which Load reads.
 func (t *Trace) WriteFiles(dir string) error {
 	m := t.manifest()
+	if err := m.check(); err != nil { // what Load would refuse
+		return fmt.Errorf("trace: cannot save: %w", err)
+	}
 	var manifest []byte
 	err := writeFile(filepath.Join(dir, "trace.npz"), func(w io.Writer) error {
 		z := zip.NewWriter(w)
@@ -226,6 +229,11 @@ func Load(dir string) (*Trace, error) {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
 	defer z.Close()
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	fileSize := st.Size()
 	entries := map[string]*zip.File{}
 	for _, f := range z.File {
 		entries[f.Name] = f
@@ -263,7 +271,7 @@ func Load(dir string) (*Trace, error) {
 		if f == nil {
 			return nil, fmt.Errorf("trace: %s has no array %s listed in the manifest", path, e.Name)
 		}
-		shape, data, err := readNpy(f)
+		shape, data, err := readNpy(f, fileSize)
 		if err != nil {
 			return nil, fmt.Errorf("trace: %s: array %s: %w", path, e.Name, err)
 		}
@@ -332,9 +340,11 @@ func (m *Manifest) fits(name string, shape []int) error {
 }
 
 // readNpy reads one array written by writeNpy: float32, little-endian, C
-// order. Its data is read as it arrives, so memory follows the bytes in
-// the file rather than the shape its header claims.
-func readNpy(f *zip.File) ([]int, []float32, error) {
+// order, from an archive of fileSize bytes. Memory follows the bytes in
+// the file, not the shape its header claims: what is made up front is at
+// most what a stored entry's bytes can hold, and the rest grows as
+// (deflated) data arrives. The zip's checksum is checked at the end.
+func readNpy(f *zip.File, fileSize int64) ([]int, []float32, error) {
 	r, err := f.Open()
 	if err != nil {
 		return nil, nil, err
@@ -379,7 +389,13 @@ func readNpy(f *zip.File) ([]int, []float32, error) {
 		}
 		count *= d
 	}
-	var data []float32
+	upFront := int64(count)
+	if f.Method == zip.Store {
+		upFront = min(upFront, int64(min(f.UncompressedSize64, uint64(fileSize)))/4)
+	} else {
+		upFront = min(upFront, fileSize/4)
+	}
+	data := make([]float32, 0, upFront)
 	var buf [64 << 10]byte
 	for len(data) < count {
 		n, err := io.ReadFull(br, buf[:4*min(count-len(data), len(buf)/4)])
@@ -390,11 +406,11 @@ func readNpy(f *zip.File) ([]int, []float32, error) {
 			return nil, nil, fmt.Errorf("shape %v needs %d values, the file holds %d", shape, count, len(data))
 		}
 	}
-	if n, _ := br.Read(buf[:1]); n > 0 {
+	switch _, err := io.ReadFull(br, buf[:1]); {
+	case err == nil:
 		return nil, nil, fmt.Errorf("shape %v needs %d values, the file holds more", shape, count)
-	}
-	if data == nil {
-		data = []float32{}
+	case err != io.EOF:
+		return nil, nil, err // zip.ErrChecksum: the data is not what was written
 	}
 	return shape, data, nil
 }

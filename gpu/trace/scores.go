@@ -16,8 +16,9 @@ type HeadKind string
 // ("mul") divides by every query row instead, so its scores are smaller
 // where the kind is defined on fewer rows: previous-token by (T-1)/T (no
 // row 0 here), duplicate-token by the share of rows with an earlier
-// duplicate; the ARENA induction stripe also counts the rows of the first
-// copy's last token, attending to BOS.
+// duplicate; the ARENA induction stripe (pattern.diagonal(1 - n)) also
+// counts two rows of the first copy: its second-last token attending to
+// BOS and its last attending to its first.
 const (
 	// Induction: from the second copy of a repeated sequence to the token
 	// after the query's first occurrence (InductionScores).

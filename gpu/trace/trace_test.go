@@ -200,8 +200,18 @@ func TestLoadRefusesWhatTheFilesCannotHold(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "trace.npz"), buf.Bytes(), 0o644))
 		return dir
 	}
-	_, err := Load(write(manifest(""), npy(f4("3, 4"), 12)))
+	good := write(manifest(""), npy(f4("3, 4"), 12))
+	_, err := Load(good)
 	require.NoError(t, err, "the well-formed one")
+	// One byte of the stored data flipped: the zip's checksum says so.
+	raw, err := os.ReadFile(filepath.Join(good, "trace.npz"))
+	require.NoError(t, err)
+	at := bytes.Index(raw, []byte("\x93NUMPY"))
+	require.Positive(t, at)
+	raw[at+10+int(raw[at+8])+5] ^= 0x40
+	require.NoError(t, os.WriteFile(filepath.Join(good, "trace.npz"), raw, 0o644))
+	_, err = Load(good)
+	require.ErrorIs(t, err, zip.ErrChecksum)
 	v2 := append([]byte("\x93NUMPY\x02\x00"), 0xff, 0xff, 0xff, 0x7f)
 	for want, dir := range map[string]string{
 		"shape [268435456 64] needs 17179869184 values":       write(manifest(""), npy(f4("268435456, 64"), 12)),
