@@ -532,6 +532,7 @@ func TestSweepsRefuseOptionsThatBreakThem(t *testing.T) {
 	metric := m.LogitDiff("\n", " ")
 	sweeps := map[string]func(...nb.Option){
 		"PatchResid":           func(o ...nb.Option) { m.PatchResid(clean, corrupt, metric, o...) },
+		"PatchPositions":       func(o ...nb.Option) { m.PatchPositions(clean, corrupt, metric, "hook_mlp_out", o...) },
 		"PatchResidNormalized": func(o ...nb.Option) { m.PatchResidNormalized(clean, corrupt, metric, o...) },
 		"PatchHeads":           func(o ...nb.Option) { m.PatchHeads(clean, corrupt, metric, o...) },
 		"AblateHeads":          func(o ...nb.Option) { m.AblateHeads(clean, nb.ZeroAblation, metric, o...) },
@@ -544,4 +545,33 @@ func TestSweepsRefuseOptionsThatBreakThem(t *testing.T) {
 	}
 	require.PanicsWithError(t, "nb.AblateHeads: Ablation(7) is neither nb.ZeroAblation nor nb.MeanAblation",
 		func() { m.AblateHeads(clean, nb.Ablation(7), metric) })
+}
+
+// PatchPositions patches each of a layer's points a position at a time, as
+// a host hook copying that row of the clean run does; at resid_pre it is
+// PatchResid.
+func TestPatchPositionsIsAHostCopyOfTheCleanRow(t *testing.T) {
+	m := cpuModel(t)
+	clean, corrupt := "x := a + b; y := a ", "x := a - b; y := a "
+	metric := m.LogitDiff("+", "-")
+	require.Equal(t, m.PatchResid(clean, corrupt, metric), m.PatchPositions(clean, corrupt, metric, "hook_resid_pre"))
+	for _, point := range []string{"hook_attn_out", "hook_mlp_out", "attn.hook_z"} {
+		got := m.PatchPositions(clean, corrupt, metric, point)
+		src := m.Prefill(clean, nb.Capture("blocks.*."+point))
+		require.Len(t, got, m.Model.Layers)
+		for _, l := range []int{0, m.Model.Layers - 1} {
+			x := src.Tensor(gpu.LayerPoint(l, point))
+			row := len(x.Data) / x.Shape[0]
+			for _, p := range []int{0, 3, x.Shape[0] - 1} {
+				host := gpu.Hook{Point: gpu.LayerPoint(l, point), Host: func(_ string, _ []int, data []float32) error {
+					copy(data[p*row:(p+1)*row], x.Data[p*row:(p+1)*row])
+					return nil
+				}}
+				want := metric(m.Prefill(corrupt, nb.Hooks(host)))
+				require.InDelta(t, want, got[l][p], 1e-9, "%s layer %d position %d", point, l, p)
+			}
+		}
+	}
+	require.PanicsWithError(t, "nb.PatchPositions: \"attn.hook_pattern\" is not one of hook_resid_pre, hook_resid_mid, hook_resid_post, hook_attn_out, hook_mlp_out, attn.hook_z",
+		func() { m.PatchPositions(clean, corrupt, metric, "attn.hook_pattern") })
 }

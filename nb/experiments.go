@@ -3,6 +3,8 @@ package nb
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -72,9 +74,32 @@ func (m *Model) LogitDiff(good, bad any) func(*trace.Trace) float64 {
 // resid_pre at that position taken from the clean prompt's run, and records
 // metric. Both prompts must have the same number of tokens; opts go to every
 // prefill (nb.AllLogits() for a loss metric). The result is [layer][position].
+// TransformerLens's get_act_patch_resid_pre; PatchPositions patches the
+// other points.
 func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) [][]float64 {
 	m.ready()
 	m.checkSweep("PatchResid", opts)
+	return m.patchPositions("PatchResid", clean, corrupt, metric, "hook_resid_pre", opts)
+}
+
+// patchable are the layer points PatchPositions takes: a row per position.
+var patchable = []string{"hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out", "attn.hook_z"}
+
+// PatchPositions is PatchResid for another of each layer's points: one of
+// hook_resid_pre, hook_resid_mid, hook_resid_post, hook_attn_out,
+// hook_mlp_out (TransformerLens's get_act_patch_resid_pre, ...,
+// get_act_patch_attn_out, get_act_patch_mlp_out) or attn.hook_z (every
+// head at the position at once). The result is [layer][position].
+func (m *Model) PatchPositions(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...Option) [][]float64 {
+	m.ready()
+	m.checkSweep("PatchPositions", opts)
+	if !slices.Contains(patchable, point) {
+		panic(fmt.Errorf("nb.PatchPositions: %q is not one of %s", point, strings.Join(patchable, ", ")))
+	}
+	return m.patchPositions("PatchPositions", clean, corrupt, metric, point, opts)
+}
+
+func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*trace.Trace) float64, point string, opts []Option) [][]float64 {
 	cleanIDs, err := m.tokens(clean)
 	if err != nil {
 		panic(err)
@@ -84,15 +109,15 @@ func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64
 		panic(err)
 	}
 	if len(cleanIDs) != len(corruptIDs) {
-		panic(fmt.Errorf("nb.PatchResid: clean prompt has %d tokens, corrupted %d; patching needs equal lengths", len(cleanIDs), len(corruptIDs)))
+		panic(fmt.Errorf("nb.%s: clean prompt has %d tokens, corrupted %d; patching needs equal lengths", name, len(cleanIDs), len(corruptIDs)))
 	}
-	src := m.Prefill(cleanIDs, append(opts[:len(opts):len(opts)], Capture("blocks.*.hook_resid_pre"))...)
+	src := m.Prefill(cleanIDs, append(opts[:len(opts):len(opts)], Capture("blocks.*."+point))...)
 	defer src.Close()
 	out := make([][]float64, m.Model.Layers)
 	for l := range out {
 		out[l] = make([]float64, len(cleanIDs))
 		for p := range cleanIDs {
-			patch := Hooks(gpu.Patch(gpu.LayerPoint(l, "hook_resid_pre"), src, []int{p}))
+			patch := Hooks(gpu.Patch(gpu.LayerPoint(l, point), src, []int{p}))
 			out[l][p] = m.score(metric, corruptIDs, append(opts[:len(opts):len(opts)], patch)...)
 		}
 	}
