@@ -24,9 +24,10 @@ import (
 // RoPE, as attention uses them and as the cache stores K. Their head
 // dimensions are in the GGUF's order: where RoPE turns adjacent pairs
 // (model.RopeAdjacent: llama and its kin), llama.cpp's converter permuted
-// the Q and K rows, so dimension 2i of a head is dimension i of the Hugging
-// Face model's (and TransformerLens's) and 2i+1 is i+HeadDim/2. Scores, patterns,
-// hook_z and everything after are the same in either order. The hook_scale
+// the Q and K rows, so dimension 2i of a head is dimension i of the
+// Hugging Face model's (and TransformerLens's) and 2i+1 is i+HeadDim/2.
+// Scores, patterns, hook_z and everything after are the same in either
+// order. The hook_scale
 // points [T, 1] are what each row is divided by, sqrt(mean(x^2) + eps) (or
 // the variance's for a LayerNorm), as TransformerLens's; a hook there
 // changes the division (freezing a norm). The hook_normalized points

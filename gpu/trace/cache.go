@@ -46,12 +46,12 @@ func (m *Matrix) Dense() *mat.Dense {
 // missing wraps Get's error with the capture that would have provided name;
 // a layer out of range has no such capture.
 func missing(err error, name string) error {
+	if errors.Is(err, errLayerRange) {
+		return err
+	}
 	glob := name
 	if _, local, ok := splitLayer(name); ok {
 		glob = "blocks.*." + local
-	}
-	if errors.Is(err, errLayerRange) {
-		return err
 	}
 	return fmt.Errorf("%w; capture it with nb.Capture(%q) or gpu.CaptureOf(%q)", err, glob, glob)
 }
