@@ -2,11 +2,14 @@ package viz
 
 import (
 	"bytes"
+	"fmt"
+	"image/color"
 	"image/png"
 	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot/vg/recorder"
 )
 
 func TestHeadHeatmapLabelsLayersAndHeads(t *testing.T) {
@@ -81,4 +84,53 @@ func TestBarsDrawEachValueOnItsRowAndSide(t *testing.T) {
 	require.ErrorContains(t, err, "1 labels and 2 values")
 	_, err = Bars("x", "y", []string{"a"}, []float64{math.NaN()})
 	require.ErrorContains(t, err, "a is NaN")
+}
+
+// Lines draws each series in its own colour, named in the legend, and a
+// dashed grey line at zero where the values change sign (the steering
+// plot's flip had nothing to read it against).
+func TestLinesNameEachSeriesAndMarkZero(t *testing.T) {
+	x := []float64{0, 1, 2, 3}
+	fig, err := Lines("p by layer", "layer", "probability", x, Series{"clean", []float64{0.1, 0.2, 0.6, 0.9}}, Series{"corrupt", []float64{0.1, 0.1, 0.05, 0.02}})
+	require.NoError(t, err)
+	var rec recorder.Canvas
+	fig.paint(&rec)
+	texts, colors, dashed := map[string]bool{}, map[color.Color]bool{}, 0
+	for _, a := range rec.Actions {
+		switch a := a.(type) {
+		case *recorder.FillString:
+			texts[a.String] = true
+		case *recorder.SetColor:
+			colors[a.Color] = true
+		case *recorder.SetLineDash:
+			if len(a.Dashes) > 0 {
+				dashed++
+			}
+		}
+	}
+	require.True(t, texts["clean"] && texts["corrupt"] && texts["layer"] && texts["probability"], "legend and axes: %v", texts)
+	require.True(t, colors[lineColors[0]] && colors[lineColors[1]], "two colours")
+	require.Zero(t, dashed, "all positive: no zero line")
+
+	fig, err = XY("steering", "alpha", "metric", []float64{0, 1, 2}, []float64{-3, 0.5, 4})
+	require.NoError(t, err)
+	rec = recorder.Canvas{}
+	fig.paint(&rec)
+	for _, a := range rec.Actions {
+		if d, ok := a.(*recorder.SetLineDash); ok && len(d.Dashes) > 0 {
+			dashed++
+		}
+	}
+	require.Positive(t, dashed, "a sign flip gets the zero line")
+
+	_, err = Lines("x", "a", "b", x, Series{"short", []float64{1}})
+	require.EqualError(t, err, `viz: Lines: 4 x values and 1 y values (series "short"); want the same number, at least one`)
+	many := make([]Series, 11)
+	for i := range many {
+		many[i] = Series{fmt.Sprint(i), x}
+	}
+	_, err = Lines("x", "a", "b", x, many...)
+	require.ErrorContains(t, err, "11 series, more than the 10 colours")
+	_, err = Lines("x", "a", "b", x, Series{"nan", []float64{0, math.NaN(), 1, 2}})
+	require.ErrorContains(t, err, `viz: Lines (series "nan"): `)
 }

@@ -15,13 +15,13 @@ func ExampleTokenLoss() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(strings.Count(h.HTML(), "<span "), "tokens")
+	fmt.Println(strings.Count(h.HTML(), "<span data-i="), "tokens")
 	// Output: 10 tokens
 }
 
 func ExampleTokenValues() {
 	h, _ := viz.TokenValues([]string{"return", " err"}, []float64{-1, 2}, "attribution")
-	fmt.Println(strings.Contains(h.Page(), "<!DOCTYPE html>"), strings.Count(h.HTML(), "<span "))
+	fmt.Println(strings.Contains(h.Page(), "<!DOCTYPE html>"), strings.Count(h.HTML(), "<span data-i="))
 	// Output: true 2
 }
 

@@ -27,11 +27,15 @@ func TestTokenValuesColoursBySign(t *testing.T) {
 	require.Contains(t, body, `background:transparent`, "NaN is plain")
 	require.Contains(t, body, "·b", "spaces are shown")
 	require.Contains(t, body, "↵</span><br>", "newlines break the line")
+	require.Contains(t, body, `0</span><span class="strata-scale"`, "the scale starts at 0")
+	require.Contains(t, body, `linear-gradient(to right, rgb(255,255,255), rgb(178,24,43))"></span>2</div>`, "white to full red at 2")
 
 	h, err = TokenValues([]string{"x", "y"}, []float64{-3, 1.5}, "attribution")
 	require.NoError(t, err)
 	require.Contains(t, h.HTML(), `background:rgb(33,102,172)`, "the most negative is full blue")
 	require.Contains(t, h.HTML(), `background:rgb(217,140,149)`, "half of red's distance from white")
+	require.Contains(t, h.HTML(), `-3</span><span class="strata-scale"`, "a signed scale runs from -3")
+	require.Contains(t, h.HTML(), `linear-gradient(to right, rgb(33,102,172), rgb(255,255,255), rgb(178,24,43))"></span>3</div>`, "blue, white, red")
 
 	_, err = TokenValues([]string{"x"}, nil, "")
 	require.ErrorContains(t, err, "0 values for 1 tokens")
@@ -44,7 +48,7 @@ func TestTokenLossNeedsAllLogits(t *testing.T) {
 	require.NoError(t, err)
 	loss, err := tr.TokenLoss()
 	require.NoError(t, err)
-	require.Equal(t, len(tr.Tokens), strings.Count(h.HTML(), "<span "))
+	require.Equal(t, len(tr.Tokens), strings.Count(h.HTML(), "<span data-i="))
 	require.Contains(t, h.HTML(), `data-v="NaN"`, "the first token has no loss")
 	require.Contains(t, h.HTML(), "data-v=\""+strconv.FormatFloat(loss[0], 'g', -1, 64)+"\"", "token 1 carries loss[0]")
 

@@ -30,17 +30,27 @@ func TokenValues(pieces []string, values []float64, label string) (HTML, error) 
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<div class="strata-tokens" style="font-family:monospace;line-height:1.9;white-space:pre-wrap">`)
-	fmt.Fprintf(&b, `<div style="font:12px sans-serif;color:#555">%s: %.3g to %.3g</div>`, html.EscapeString(label), lo, hi)
+	// The scale: its colours from end to end, and what they stand for.
+	from, mid := 0.0, ""
+	if lo < 0 {
+		from, mid = -lim, valueColor(0, lim, true)+", "
+	}
+	fmt.Fprintf(&b, `<div style="font:12px sans-serif;color:#555">%s: %.3g to %.3g <span style="margin-left:8px">%.3g</span>`+
+		`<span class="strata-scale" style="display:inline-block;width:90px;height:10px;margin:0 4px;vertical-align:middle;border:1px solid #ccc;background:linear-gradient(to right, %s, %s%s)"></span>%.3g</div>`,
+		html.EscapeString(label), lo, hi, from, valueColor(from, lim, lo < 0), mid, valueColor(lim, lim, lo < 0), lim)
 	for i, p := range pieces {
 		v := values[i]
-		bg := "transparent"
+		bg, fg := "transparent", "#000"
 		title := fmt.Sprintf("%d %q", i, p)
 		if !math.IsNaN(v) {
 			bg = valueColor(v, lim, lo < 0)
 			title += fmt.Sprintf(": %.4g", v)
+			if math.Abs(v) > 0.6*lim { // black on the darkest reds and blues is hard to read
+				fg = "#fff"
+			}
 		}
-		fmt.Fprintf(&b, `<span data-i="%d" data-v="%g" title="%s" style="background:%s;border:1px solid #ddd;margin:0 1px;padding:0 2px">%s</span>`,
-			i, v, html.EscapeString(title), bg, html.EscapeString(showPiece(p)))
+		fmt.Fprintf(&b, `<span data-i="%d" data-v="%g" title="%s" style="background:%s;color:%s;border:1px solid #ddd;margin:0 1px;padding:0 2px">%s</span>`,
+			i, v, html.EscapeString(title), bg, fg, html.EscapeString(showPiece(p)))
 		if strings.HasSuffix(p, "\n") {
 			b.WriteString("<br>")
 		} else {

@@ -2,28 +2,87 @@ package viz
 
 import (
 	"fmt"
+	"image/color"
 
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
 )
 
 // XY draws y against x as a line with points, axes labelled: a metric over
-// a sweep (steering strength, a layer, a position).
+// a sweep (steering strength, a layer, a position). Where the values cross
+// zero a grey line marks it, so a sign flip shows.
 func XY(title, xLabel, yLabel string, x, y []float64) (*Figure, error) {
-	if len(x) == 0 || len(x) != len(y) {
-		return nil, fmt.Errorf("viz: XY: %d x values and %d y values; want the same number, at least one", len(x), len(y))
+	return lines("XY", title, xLabel, yLabel, x, []Series{{Y: y}})
+}
+
+// Series is one line of Lines: its name in the legend and its values.
+type Series struct {
+	Name string
+	Y    []float64
+}
+
+// Lines draws several series against the same x, each in its own colour
+// and named in a legend: a token's probability by layer for two prompts,
+// a metric for each of several heads.
+func Lines(title, xLabel, yLabel string, x []float64, series ...Series) (*Figure, error) {
+	if len(series) == 0 {
+		return nil, fmt.Errorf("viz: Lines: no series")
 	}
-	xy := make(plotter.XYs, len(x))
-	for i := range x {
-		xy[i] = plotter.XY{X: x[i], Y: y[i]}
+	if len(series) > len(lineColors) {
+		return nil, fmt.Errorf("viz: Lines: %d series, more than the %d colours that stay apart", len(series), len(lineColors))
 	}
-	line, points, err := plotter.NewLinePoints(xy)
-	if err != nil {
-		return nil, fmt.Errorf("viz: XY: %w", err)
-	}
-	line.Color, line.Width = seriesColors[0], 1.5
-	points.Color = seriesColors[0]
+	return lines("Lines", title, xLabel, yLabel, x, series)
+}
+
+// lineColors are Tableau's ten, which stay apart for most readers.
+var lineColors = []color.Color{
+	color.RGBA{31, 119, 180, 255}, color.RGBA{214, 39, 40, 255}, color.RGBA{44, 160, 44, 255}, color.RGBA{255, 127, 14, 255},
+	color.RGBA{148, 103, 189, 255}, color.RGBA{140, 86, 75, 255}, color.RGBA{227, 119, 194, 255}, color.RGBA{127, 127, 127, 255},
+	color.RGBA{188, 189, 34, 255}, color.RGBA{23, 190, 207, 255},
+}
+
+func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*Figure, error) {
 	p := newPlot(title)
 	p.X.Label.Text, p.Y.Label.Text = xLabel, yLabel
-	p.Add(plotter.NewGrid(), line, points)
+	p.Add(plotter.NewGrid())
+	lo, hi := 0.0, 0.0
+	for i, s := range series {
+		if len(x) == 0 || len(x) != len(s.Y) {
+			return nil, fmt.Errorf("viz: %s: %d x values and %d y values%s; want the same number, at least one", name, len(x), len(s.Y), seriesName(s))
+		}
+		xy := make(plotter.XYs, len(x))
+		for j := range x {
+			xy[j] = plotter.XY{X: x[j], Y: s.Y[j]}
+			if i == 0 && j == 0 || s.Y[j] < lo {
+				lo = s.Y[j]
+			}
+			if i == 0 && j == 0 || s.Y[j] > hi {
+				hi = s.Y[j]
+			}
+		}
+		line, points, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return nil, fmt.Errorf("viz: %s%s: %w", name, seriesName(s), err)
+		}
+		line.Color, line.Width = lineColors[i], 1.5
+		points.Color = lineColors[i]
+		p.Add(line, points)
+		if s.Name != "" {
+			p.Legend.Add(s.Name, line, points)
+		}
+	}
+	if lo < 0 && hi > 0 {
+		zero := plotter.NewFunction(func(float64) float64 { return 0 })
+		zero.Color, zero.Width, zero.Dashes = color.Gray{150}, 1, []vg.Length{3, 3}
+		p.Add(zero)
+	}
+	p.Legend.Top, p.Legend.Left, p.Legend.Padding = true, true, 2
 	return newFigure(title, 480, 320, p.Draw), nil
+}
+
+func seriesName(s Series) string {
+	if s.Name == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (series %q)", s.Name)
 }
