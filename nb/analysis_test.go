@@ -572,6 +572,9 @@ func TestPatchPositionsIsAHostCopyOfTheCleanRow(t *testing.T) {
 			}
 		}
 	}
+	norm := m.PatchPositionsNormalized(clean, corrupt, metric, "hook_mlp_out")
+	raw := m.PatchPositions(clean, corrupt, metric, "hook_mlp_out")
+	require.Equal(t, nb.Normalize(raw, metric(m.Prefill(clean)), metric(m.Prefill(corrupt))), norm)
 	require.PanicsWithError(t, "nb.PatchPositions: \"attn.hook_pattern\" is not one of hook_resid_pre, hook_resid_mid, hook_resid_post, hook_attn_out, hook_mlp_out, attn.hook_z",
 		func() { m.PatchPositions(clean, corrupt, metric, "attn.hook_pattern") })
 }

@@ -109,6 +109,15 @@ func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trac
 	return Normalize(res, m.score(metric, clean, opts...), m.score(metric, corrupt, opts...))
 }
 
+// PatchPositionsNormalized is PatchPositions with the normalised metric:
+// [layer][position], 0 where a patch does nothing, 1 where it restores the
+// clean run's metric.
+func (m *Model) PatchPositionsNormalized(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...Option) [][]float64 {
+	m.ready()
+	res := m.PatchPositions(clean, corrupt, metric, point, opts...) // checks the prompts and options first
+	return Normalize(res, m.score(metric, clean, opts...), m.score(metric, corrupt, opts...))
+}
+
 // PatchHeads is activation patching per head: for every layer and head it
 // runs the corrupted prompt with that head's hook_z, at every position,
 // taken from the clean run, and records metric: Patched is [layer][head].

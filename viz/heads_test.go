@@ -123,6 +123,8 @@ func TestLinesNameEachSeriesAndMarkZero(t *testing.T) {
 	}
 	require.Positive(t, dashed, "a sign flip gets the zero line")
 
+	_, err = Lines("layers", "layer", "p", nil, Series{"a", []float64{0.1, 0.3, 0.2}})
+	require.NoError(t, err, "x nil counts from 0")
 	_, err = Lines("x", "a", "b", x, Series{"short", []float64{1}})
 	require.EqualError(t, err, `viz: Lines: 4 x values and 1 y values (series "short"); want the same number, at least one`)
 	many := make([]Series, 11)

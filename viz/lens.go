@@ -2,6 +2,7 @@ package viz
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,13 +69,19 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 
 // cellNumbers writes every value of z in one format that fits width at 7
 // points, two significant digits or else one; nil when neither fits every
-// cell (a number is never cut: "-0.0…" reads as 0).
+// cell (a number is never cut: "-0.0…" reads as 0). Values under a
+// thousandth of the largest print as 0: patching's noise (-0.00029) was
+// too wide and took every cell's number with it.
 func cellNumbers(z [][]float64, width vg.Length) [][]string {
 	sty := text.Style{Font: font.From(sans, 7), Handler: plot.DefaultTextHandler}
+	floor := maxAbs(z) / 1000
 	for _, digits := range []int{2, 1} {
 		texts, fits := make([][]string, len(z)), true
 		for r, row := range z {
 			for _, v := range row {
+				if math.Abs(v) < floor || v == 0 {
+					v = 0 // and -0 prints as 0
+				}
 				s := strconv.FormatFloat(v, 'g', digits, 64)
 				fits = fits && sty.Width(s) <= width
 				texts[r] = append(texts[r], s)

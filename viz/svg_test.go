@@ -312,4 +312,16 @@ func TestHeatmapNumbersAreNeverCut(t *testing.T) {
 		}
 		require.Contains(t, []int{0, 2 * heads}, numbers, "%d heads: every cell or none", heads)
 	}
+	// A normalised patching result: one noisy cell of -0.00029 and a -0
+	// took every number away.
+	fig := must(HeadHeatmap([][]float64{{1, -0.00029, 0.5, math.Copysign(0, -1)}, {0.25, 0, -0.75, 0.1}}, "normalised"))
+	var rec recorder.Canvas
+	fig.paint(&rec)
+	var got []string
+	for _, a := range rec.Actions {
+		if s, ok := a.(*recorder.FillString); ok && s.Font.Size == 7 {
+			got = append(got, s.String)
+		}
+	}
+	require.ElementsMatch(t, []string{"1", "0", "0.5", "0", "0.25", "0", "-0.75", "0.1"}, got)
 }

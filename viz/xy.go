@@ -23,10 +23,16 @@ type Series struct {
 
 // Lines draws several series against the same x, each in its own colour
 // and named in a legend: a token's probability by layer for two prompts,
-// a metric for each of several heads.
+// a metric for each of several heads. x nil is 0, 1, ... (layers).
 func Lines(title, xLabel, yLabel string, x []float64, series ...Series) (*Figure, error) {
 	if len(series) == 0 {
 		return nil, fmt.Errorf("viz: Lines: no series")
+	}
+	if x == nil {
+		x = make([]float64, len(series[0].Y))
+		for i := range x {
+			x[i] = float64(i)
+		}
 	}
 	if len(series) > len(lineColors) {
 		return nil, fmt.Errorf("viz: Lines: %d series, more than the %d colours that stay apart", len(series), len(lineColors))
