@@ -100,23 +100,12 @@ func (m *Model) PatchPositions(clean, corrupt any, metric func(*trace.Trace) flo
 }
 
 func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*trace.Trace) float64, point string, opts []Option) [][]float64 {
-	cleanIDs, err := m.tokens(clean)
-	if err != nil {
-		panic(err)
-	}
-	corruptIDs, err := m.tokens(corrupt)
-	if err != nil {
-		panic(err)
-	}
-	if len(cleanIDs) != len(corruptIDs) {
-		panic(fmt.Errorf("nb.%s: clean prompt has %d tokens, corrupted %d; patching needs equal lengths", name, len(cleanIDs), len(corruptIDs)))
-	}
-	src := m.Prefill(cleanIDs, append(opts[:len(opts):len(opts)], Capture("blocks.*."+point))...)
+	corruptIDs, src := m.patchSource(name, clean, corrupt, "blocks.*."+point, opts)
 	defer src.Close()
 	out := make([][]float64, m.Model.Layers)
 	for l := range out {
-		out[l] = make([]float64, len(cleanIDs))
-		for p := range cleanIDs {
+		out[l] = make([]float64, len(corruptIDs))
+		for p := range corruptIDs {
 			patch := Hooks(gpu.Patch(gpu.LayerPoint(l, point), src, []int{p}))
 			out[l][p] = m.score(metric, corruptIDs, append(opts[:len(opts):len(opts)], patch)...)
 		}

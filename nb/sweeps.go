@@ -88,17 +88,22 @@ func Normalize(x [][]float64, clean, corrupt float64) [][]float64 {
 	return out
 }
 
-// baselines runs both prompts unpatched, checks they are the same length
-// and returns the corrupted ids, the clean trace with capture, and both metrics.
-func (m *Model) baselines(clean, corrupt any, metric func(*trace.Trace) float64, capture string, opts []Option) ([]int32, *trace.Trace, *Patching) {
+// patchSource checks that the prompts have the same length and returns
+// the corrupted ids and the clean run's trace with capture, the patches'
+// source; name is the sweep's, for the error.
+func (m *Model) patchSource(name string, clean, corrupt any, capture string, opts []Option) ([]int32, *trace.Trace) {
 	c := Must(m.tokens(clean))
 	x := Must(m.tokens(corrupt))
 	if len(c) != len(x) {
-		panic(fmt.Errorf("nb: clean prompt has %d tokens, corrupted %d; patching needs equal lengths", len(c), len(x)))
+		panic(fmt.Errorf("nb.%s: clean prompt has %d tokens, corrupted %d; patching needs equal lengths", name, len(c), len(x)))
 	}
-	src := m.Prefill(c, append(opts[:len(opts):len(opts)], Capture(capture))...)
-	p := &Patching{Clean: metric(src), Corrupt: m.score(metric, x, opts...)}
-	return x, src, p
+	return x, m.Prefill(c, append(opts[:len(opts):len(opts)], Capture(capture))...)
+}
+
+// baselines is patchSource and both prompts' metrics, unpatched.
+func (m *Model) baselines(name string, clean, corrupt any, metric func(*trace.Trace) float64, capture string, opts []Option) ([]int32, *trace.Trace, *Patching) {
+	x, src := m.patchSource(name, clean, corrupt, capture, opts)
+	return x, src, &Patching{Clean: metric(src), Corrupt: m.score(metric, x, opts...)}
 }
 
 // PatchResidNormalized is PatchResid with the normalised metric: [layer][position].
@@ -125,7 +130,7 @@ func (m *Model) PatchPositionsNormalized(clean, corrupt any, metric func(*trace.
 func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
 	m.ready()
 	m.checkSweep("PatchHeads", opts)
-	ids, src, p := m.baselines(clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
+	ids, src, p := m.baselines("PatchHeads", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
 	defer src.Close()
 	p.Patched = make([][]float64, m.Model.Layers)
 	for l := range p.Patched {

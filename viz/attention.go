@@ -67,7 +67,7 @@ func AttentionHead(tr *trace.Trace, layer, head int) (*Figure, error) {
 
 // labelWidth is the width of the widest tick label.
 func labelWidth(labels []string) vg.Length {
-	sty := text.Style{Font: font.From(sans, 8), Handler: plot.DefaultTextHandler}
+	sty := measured(8)
 	w := vg.Length(0)
 	for _, l := range labels {
 		w = max(w, sty.Width(l))

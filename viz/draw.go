@@ -129,6 +129,11 @@ func raster(z [][]float64, sc scale, px int) *image.RGBA {
 
 var sans = font.Font{Typeface: "Liberation", Variant: "Sans"}
 
+// measured is a style of sans at size points, for measuring text.
+func measured(size vg.Length) text.Style {
+	return text.Style{Font: font.From(sans, size), Handler: plot.DefaultTextHandler}
+}
+
 func newPlot(title string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
@@ -188,7 +193,7 @@ func upright(labels []string, cell vg.Length) bool {
 
 // collide says whether level labels centred cell points apart would touch.
 func collide(labels []string, cell vg.Length) bool {
-	sty := text.Style{Font: font.From(sans, 8), Handler: plot.DefaultTextHandler}
+	sty := measured(8)
 	for i := 1; i < len(labels); i++ {
 		if (sty.Width(labels[i-1])+sty.Width(labels[i]))/2+3 > cell {
 			return true

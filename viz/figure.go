@@ -12,9 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
-	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -37,7 +34,7 @@ type Figure struct {
 // newFigure makes a figure of at least the given size, widened to fit its
 // title.
 func newFigure(title string, width, height vg.Length, draw func(draw.Canvas)) *Figure {
-	sty := text.Style{Font: font.From(sans, 12), Handler: plot.DefaultTextHandler}
+	sty := measured(12)
 	return &Figure{Title: title, Width: max(width, sty.Width(title)+barWidth+2*margin), Height: height, draw: draw}
 }
 

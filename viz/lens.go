@@ -7,9 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
-	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 
 	"github.com/stratalab/strata/gpu/trace"
@@ -73,7 +70,7 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 // thousandth of the largest print as 0: patching's noise (-0.00029) was
 // too wide and took every cell's number with it.
 func cellNumbers(z [][]float64, width vg.Length) [][]string {
-	sty := text.Style{Font: font.From(sans, 7), Handler: plot.DefaultTextHandler}
+	sty := measured(7)
 	floor := maxAbs(z) / 1000
 	for _, digits := range []int{2, 1} {
 		texts, fits := make([][]string, len(z)), true
@@ -98,7 +95,7 @@ func cellNumbers(z [][]float64, width vg.Length) [][]string {
 // ellipsis where it is wider. Its leading space goes: the axis shows it,
 // and in a narrow cell it took the room of a letter.
 func cellText(piece string, size, width vg.Length) string {
-	sty := text.Style{Font: font.From(sans, size), Handler: plot.DefaultTextHandler}
+	sty := measured(size)
 	s := []rune(strings.TrimLeft(label(piece), " "))
 	if sty.Width(string(s)) <= width {
 		return string(s)

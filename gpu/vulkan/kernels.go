@@ -247,9 +247,15 @@ var rowsFactor = 1
 // subgroup size gives (the shader loops where it has fewer subgroups).
 func (b *Backend) normKernel(dim int) (string, int) {
 	if b.subgroups && dim <= subgroupNormDim {
-		return "rmsnorm_sg", max(1, int(b.reduceWG/b.phys.subgroup.SubgroupSize)) * rowsFactor
+		return "rmsnorm_sg", b.subgroupRows(b.reduceWG)
 	}
 	return "rmsnorm", 1
+}
+
+// subgroupRows is the rows a workgroup of wg invocations takes, a subgroup
+// per row: as many as the device's subgroup size gives.
+func (b *Backend) subgroupRows(wg uint32) int {
+	return max(1, int(wg/b.phys.subgroup.SubgroupSize)) * rowsFactor
 }
 
 func (s *stream) RMSNorm(dst, src, gain, scale gpu.Tensor, rows, dim int, eps float32) {
@@ -400,7 +406,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			continue
 		}
 		if s.b.subgroups {
-			perGroup := max(1, int(matvecWG/s.b.phys.subgroup.SubgroupSize)) * rowsFactor
+			perGroup := s.b.subgroupRows(matvecWG)
 			gx, gy, gz := gridRows(int(ceilDiv(m.w.Rows, perGroup)))
 			s.dispatch("matvec_"+m.f.suffix+"_sg", []uint32{uint32(perGroup)}, uses, push, gx, gy, gz)
 			continue
