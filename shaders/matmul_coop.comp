@@ -17,16 +17,18 @@
 // Accuracy (EXACT, PrecisionExact): X is split into float16 hi + lo
 // (x - hi), two products per step, so the result keeps float32's accuracy
 // rather than float16's, for weights exact in float16 (1-bit, ternary,
-// F16); other weights take B16 with WLO below. PrecisionFast rounds X and
+// F16); other weights take WLO below. PrecisionFast rounds X and
 // W to float16, one product per step, for any weight format. A tile whose
 // inputs exceed float16's range is recomputed in float32.
 //
 // B16: the weights come decoded to float16 by weights16.comp, once per
 // product instead of once per tile of rows of x in every tile, or are F16
 // weights read as they are; the grid then runs along x's rows first, so
-// the workgroups in flight share their weight tiles in L2. With WLO (exact precision, weights not exact in
-// float16) W comes as hi + lo too, and a third product adds x_hi w_lo:
-// what is left out, x_lo w_lo, is 2^-22 of x w.
+// the workgroups in flight share their weight tiles in L2. With WLO (exact
+// precision, weights not exact in float16) W is split in hi + lo too, by
+// weights16.comp with B16 or by each tile without, and a third product adds
+// x_hi w_lo: what is left out, x_lo w_lo, is 2^-22 of x w. Both routes
+// split with half.glsl's split, so they give the same bits.
 layout(local_size_x = 256) in;
 
 // The tile shape, chosen per GEMM by the host: each subgroup holds TM x TN
@@ -41,7 +43,7 @@ layout(constant_id = 4) const uint EXACT = 1; // 0: PrecisionFast
 // A16: x comes converted to float16 by tohalf.comp, in binding 4.
 layout(constant_id = 5) const uint A16 = 0;
 layout(constant_id = 6) const uint B16 = 0; // with A16
-layout(constant_id = 7) const uint WLO = 0; // with B16 and EXACT
+layout(constant_id = 7) const uint WLO = 0; // with EXACT
 layout(constant_id = 8) const uint PREFETCH = 1; // 0: each step loads after the barrier
 const uint BM = 16 * TM * WGM, BN = 16 * TN * (8 / WGM);
 const uint NO_RANGE_FLAGS = 0xFFFFFFFFu; // noRangeFlags in gpu/vulkan
@@ -210,9 +212,13 @@ bool stage() {
                 Blo[r * SROW + c] = rbl[h];
             }
         } else if (EXACT != 0) {
-            uvec4 hi, lo; // lo is 0: the weights are exact in float16
+            uvec4 hi, lo; // without WLO, lo is 0: the weights are exact in float16
             split(rb[h], hi, lo);
             Bhi[r * SROW + c] = hi;
+            if (WLO != 0) {
+                ok = ok && fitsHalf(rb[h]);
+                Blo[r * SROW + c] = lo;
+            }
         } else {
             ok = ok && fitsHalf(rb[h]);
             Bhi[r * SROW + c] = round16(rb[h]);

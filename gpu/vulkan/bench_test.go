@@ -317,6 +317,84 @@ func BenchmarkPrefillSplitK(b *testing.B) {
 	}
 }
 
+// BenchmarkPrefillExactSplitW times whole exact prefills (random weights
+// not exact in float16, capture none) with their hi + lo halves made first
+// by weights16.comp and made in each tile, alternating twice, so the two
+// are compared in one process; Q1_0_g128, which needs neither, once, for
+// #14's ratio of each format to it.
+func BenchmarkPrefillExactSplitW(b *testing.B) {
+	o := gpu.Options{Precision: gpu.PrecisionExact}
+	for _, shape := range []string{"bonsai-1.7b", "bonsai-8b"} {
+		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
+			e := benchEngine(b, model.Shapes[shape], typ)
+			if !vulkan.Coop(e.Backend.(*vulkan.Backend)) {
+				b.Skip("no cooperative-matrix GEMMs")
+			}
+			for _, T := range []int{128, 512, 2048} {
+				tokens := benchTokens(T, e.Model.Vocab)
+				s, err := e.NewSession(T)
+				if err != nil {
+					b.Fatal(err)
+				}
+				routes, rounds := []string{"first", "tile"}, 2
+				if typ == gguf.Q1_0_G128 {
+					routes, rounds = []string{"none"}, 1
+				}
+				for round := range rounds {
+					for _, route := range routes {
+						b.Run(fmt.Sprintf("%s/%v/T=%d/%s/%d", shape, typ, T, route, round+1), func(b *testing.B) {
+							defer vulkan.SetCoopHalfWRows(map[bool]int{true: 0, false: math.MaxInt}[route == "first"])()
+							timePrefills(b, s, tokens, o)
+						})
+					}
+				}
+				s.Close()
+			}
+			_ = e.Backend.Close() // the next format's model takes its memory
+		}
+	}
+}
+
+// BenchmarkLogitLens times the logit lens at exact precision over a
+// Q6_K model of bonsai-1.7b's width and vocabulary (4 layers): each layer's
+// unembedding multiplies T rows by a head whose hi + lo halves (1.2 GB)
+// pass coopHalfWBytes, so the tiles split it ("tile") or the portable
+// kernel takes it ("portable"), alternating twice.
+func BenchmarkLogitLens(b *testing.B) {
+	if !vulkan.Coop(benchBackend(b)) {
+		b.Skip("no cooperative-matrix GEMMs")
+	}
+	shape := model.Shapes["bonsai-1.7b"]
+	shape.Layers, shape.FFN = 4, 256
+	e := benchEngine(b, shape, gguf.Q6_K)
+	for _, T := range []int{128, 512} {
+		s, err := e.NewSession(T)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tr, err := s.Prefill(context.Background(), benchTokens(T, shape.Vocab), gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for round := range 2 {
+			for _, route := range []string{"tile", "portable"} {
+				b.Run(fmt.Sprintf("T=%d/%s/%d", T, route, round+1), func(b *testing.B) {
+					if route == "portable" {
+						defer vulkan.SetCoopExactInTileElems(math.MaxInt)()
+					}
+					for b.Loop() {
+						if err := e.LogitLens(tr); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+		tr.Close()
+		s.Close()
+	}
+}
+
 // timePrefills times s's prefills of tokens, after a second of them to
 // raise the device's clocks.
 func timePrefills(b *testing.B, s *gpu.Session, tokens []int32, o gpu.Options) {

@@ -23,8 +23,9 @@ import (
 // tile shape is held to a float64 reference, on ragged edges, on x
 // converted once by tohalf.comp (K % 8 == 0) and in each tile, there in
 // 16-byte pieces (K % 4 == 0) or not, with weights decoded to float16 by
-// weights16.comp first or in each tile, split along K or not, and rows of
-// x or of W past float16's range must fall back to float32.
+// weights16.comp first or in each tile (split in hi + lo halves there too at
+// exact precision), split along K or not, and rows of x or of W past
+// float16's range must fall back to float32.
 func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 	b := backend(t)
 	if !vulkan.Coop(b) {
@@ -37,6 +38,7 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 		exactInHalf bool // never decoded first: in each tile, or read as float16 (F16, K % 8 == 0)
 	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.F16, 1024, true}, {gguf.Q4_K, 1024, false}, {gguf.F32, 512, false}}
 	defer vulkan.SetCoopHalfWRows(0)()
+	defer vulkan.SetCoopExactInTileElems(0)()
 	defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(true))
 	for ti, tile := range vulkan.CoopTiles() {
 		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
@@ -45,10 +47,7 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 					if halfW && c.exactInHalf {
 						continue // weights16.comp is not used for these
 					}
-					if !halfW && !c.exactInHalf && prec == gpu.PrecisionExact {
-						continue // exact products of these decoded in the tiles take the portable kernel
-					}
-					splitW := halfW && prec == gpu.PrecisionExact
+					splitW := !c.exactInHalf && prec == gpu.PrecisionExact
 					for _, split := range []bool{false, true} {
 						if split && c.cols < 1024 {
 							continue // too short to split
@@ -71,7 +70,7 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 								x := r.tensor("x", xs)
 								w := quantized(t, r, "w", n, cols, c.typ)
 								if big != 0 && c.typ == gguf.F32 {
-									// So does W's row 17 (fast precision rounds W too).
+									// So does W's row 17 (split or rounded to float16).
 									binary.LittleEndian.PutUint32(w.Data[4*(17*cols+9):], math.Float32bits(-big))
 								}
 								wv, err := b.Upload(w)
@@ -170,10 +169,52 @@ func TestCoopExactShortProductsTakeHalvesFirst(t *testing.T) {
 	}
 }
 
+// At exact precision a tile that splits its weights in hi + lo halves
+// itself gives the same bits as one that reads the halves weights16.comp
+// made first: both split with half.glsl's split, and run the same products
+// in the same order. (Weights past float16's range are the precision
+// test's: weights16.comp flags a whole row, a tile only the steps it reads,
+// so the parts of a product split along K may go to float32 on one route
+// and not on the other.)
+func TestCoopExactSplitInTileEqualsHalvesFirst(t *testing.T) {
+	b := backend(t)
+	if !vulkan.Coop(b) {
+		t.Skip("the device has no cooperative-matrix GEMMs (VK_NV_cooperative_matrix with float16)")
+	}
+	defer vulkan.ForceCoopTile(b, -1, true, false)
+	defer vulkan.SetCoopHalfWRows(0)()
+	defer vulkan.SetCoopExactInTileElems(0)()
+	r := newRig(t, 13)
+	const rows, n, cols = 150, 300, 2048 // ragged tiles; K split at 150 rows
+	for _, typ := range []gguf.Type{gguf.Q4_0, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K, gguf.F32} {
+		wv, err := b.Upload(quantized(t, r, "w", n, cols, typ))
+		require.NoError(t, err)
+		xs := r.values(rows*cols, 1)
+		x := r.tensor("x", xs)
+		for ti, tile := range vulkan.CoopTiles() {
+			if !vulkan.ForceCoopTile(b, ti, true, true) {
+				continue
+			}
+			var got [2][]float32
+			for i, first := range []bool{true, false} {
+				vulkan.SetCoopHalfWRows(map[bool]int{true: 0, false: math.MaxInt}[first])
+				r.vs.SetPrecision(gpu.PrecisionExact)
+				require.Equal(t, first, vulkan.HalvesFirst(r.vs, rows, wv))
+				y := r.zeros("y", rows*n)
+				r.vs.MatMul(x.v, rows, gpu.Proj{W: wv, Dst: y.v})
+				got[i] = make([]float32, rows*n)
+				require.NoError(t, r.vs.Read(y.v, 0, got[i]))
+			}
+			require.Equal(t, got[0], got[1], "%v, tile %s", typ, tile)
+		}
+	}
+}
+
 // BenchmarkCoopTiles times the cooperative GEMM of BenchmarkMatMul's shape
-// with every tile shape, its weights decoded in each tile or once to
-// float16 first (halfW, the decoding timed with the product), for choosing
-// coopTileFor's tile and coopHalfWRows.
+// with every tile shape, its weights decoded in each tile (split in hi + lo
+// halves there at exact precision) or once to float16 first (halfW, the
+// decoding timed with the product), for choosing coopTileFor's tile and
+// coopHalfWRows.
 func BenchmarkCoopTiles(b *testing.B) {
 	r := newRig(b, 3)
 	v := benchBackend(b)
@@ -194,16 +235,11 @@ func BenchmarkCoopTiles(b *testing.B) {
 				for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
 					for ti, tile := range vulkan.CoopTiles() {
 						for _, halfW := range []bool{false, true} {
-							portable := !halfW && !exactInHalf && prec == gpu.PrecisionExact
-							if halfW && exactInHalf || portable && ti > 0 {
+							if halfW && exactInHalf {
 								continue
 							}
-							name := tile
-							if portable {
-								name = "portable"
-							}
-							b.Run(fmt.Sprintf("n=%d/%v/T=%d/%v/%s/halfW=%v", n, typ, rows, prec, name, halfW), func(b *testing.B) {
-								if !vulkan.ForceCoopTile(v, ti, prec == gpu.PrecisionExact, halfW && prec == gpu.PrecisionExact) {
+							b.Run(fmt.Sprintf("n=%d/%v/T=%d/%v/%s/halfW=%v", n, typ, rows, prec, tile, halfW), func(b *testing.B) {
+								if !vulkan.ForceCoopTile(v, ti, prec == gpu.PrecisionExact, !exactInHalf && prec == gpu.PrecisionExact) {
 									b.Skip("too much shared memory")
 								}
 								vulkan.SetCoopHalfWRows(map[bool]int{false: math.MaxInt, true: 0}[halfW])
@@ -291,9 +327,9 @@ func BenchmarkSplitK(b *testing.B) {
 
 // BenchmarkExactHalvesFirst times exact products of weights not exact in
 // float16 with their hi + lo halves made first ("first": weights16.comp,
-// timed with the product) and on the portable kernel, at the rows where
-// each could run, on bonsai-8b's weights (FFN up, attention, FFN down):
-// for choosing coopHalfWRows at exact precision.
+// timed with the product), made in each tile ("tile"), and on the portable
+// kernel, on bonsai-8b's weights (FFN up, attention, FFN down): for choosing
+// coopHalfWRows at exact precision.
 func BenchmarkExactHalvesFirst(b *testing.B) {
 	r := newRig(b, 3)
 	v := benchBackend(b)
@@ -301,16 +337,22 @@ func BenchmarkExactHalvesFirst(b *testing.B) {
 		b.Skip("no cooperative-matrix GEMMs")
 	}
 	defer vulkan.SetCoopHalfWRows(0)()
-	for _, shape := range []struct{ n, k int }{{12288, 4096}, {4096, 4096}, {4096, 12288}} {
+	// Then Qwen3-30B-A3B's experts (gate/up, down) and tiny-qwen3moe's, of
+	// fewer than coopHalfWSmallElems elements.
+	for _, shape := range []struct{ n, k int }{{12288, 4096}, {4096, 4096}, {4096, 12288}, {768, 2048}, {2048, 768}, {256, 256}} {
 		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q8_0} {
 			w, err := v.Upload(quantized(b, r, "w", shape.n, shape.k, typ))
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, rows := range []int{16, 32, 64, 128} {
-				for _, mode := range []string{"first", "portable"} {
+			for _, rows := range []int{16, 32, 64, 128, 512, 2048} {
+				for _, mode := range []string{"first", "tile", "portable"} {
+					if mode == "portable" && rows > 128 {
+						continue
+					}
 					b.Run(fmt.Sprintf("%dx%d/%v/T=%d/%s", shape.n, shape.k, typ, rows, mode), func(b *testing.B) {
-						vulkan.SetCoopHalfWRows(map[string]int{"first": 0, "portable": math.MaxInt}[mode])
+						vulkan.SetCoopHalfWRows(map[string]int{"first": 0, "tile": math.MaxInt, "portable": math.MaxInt}[mode])
+						defer vulkan.SetCoopExactInTileElems(map[bool]int{true: 0, false: math.MaxInt}[mode == "tile"])()
 						timeMatMul(b, r, v, w, rows, shape.n, shape.k, gpu.PrecisionExact)
 					})
 				}
@@ -457,6 +499,7 @@ func TestKernelStatistics(t *testing.T) {
 	}
 	defer vulkan.ForceCoopTile(v, -1, true, false)
 	defer vulkan.SetCoopHalfWRows(0)()
+	defer vulkan.SetCoopExactInTileElems(0)()
 	r := newRig(t, 5)
 	const rows, n, k = 256, 256, 512
 	x, err := s.Alloc("x", rows*k)
@@ -473,7 +516,10 @@ func TestKernelStatistics(t *testing.T) {
 					continue
 				}
 				s.SetPrecision(prec)
-				s.MatMul(x, rows, gpu.Proj{W: w, Dst: y})
+				for _, first := range []int{0, math.MaxInt} { // Q4_K's weights decoded first and in the tiles
+					vulkan.SetCoopHalfWRows(first)
+					s.MatMul(x, rows, gpu.Proj{W: w, Dst: y})
+				}
 			}
 		}
 	}

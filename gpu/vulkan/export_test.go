@@ -117,6 +117,15 @@ func WeightsToHalf(s gpu.Stream, w gpu.Matrix, dst gpu.Tensor) {
 	st.weightsToHalf(m, st.tensorOf(dst).buf, halfRange{bigBase: uint32(halves / 4), hi: halves + 4*uint64(m.w.Rows)})
 }
 
+// SetCoopExactInTileElems sets the fewest elements of weights not exact in
+// float16 that exact cooperative products split in their tiles when not
+// first (math.MaxInt: none, the portable kernel takes them); restore sets
+// the value before.
+func SetCoopExactInTileElems(n int) (restore func()) {
+	old := swap(&coopExactInTileElems, n)
+	return func() { coopExactInTileElems = old }
+}
+
 // SetCoopSplitK turns splitting cooperative products along K on or off,
 // returning the old setting.
 func SetCoopSplitK(on bool) bool { return swap(&coopSplitK, on) }

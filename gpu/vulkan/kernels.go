@@ -107,24 +107,32 @@ var forcedCoopTile *coopTile
 // stays over 128 registers or reads float16 weights: exact 1-bit 79 / 85
 // against 81 / 89 (130 registers), Q4_K in hi + lo halves 50 / 59 against
 // 57 / 66, Q4_K decoded first at fast precision 92 / 136 against 109 / 135.
-func (s *stream) coopTileFor(exact bool, hw halfRange) coopTile {
+func (s *stream) coopTileFor(exact bool, m *matrix, hw halfRange) coopTile {
 	if forcedCoopTile != nil {
 		return *forcedCoopTile
 	}
-	if t := usualCoopTile(exact, hw); t.shared(exact, hw.split && exact) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
+	splitW := splitsW(exact, m)
+	if t := usualCoopTile(exact, splitW, hw.ok); t.shared(exact, splitW) <= int(s.b.phys.props.Limits.MaxComputeSharedMemorySize) {
 		return t
 	}
 	return smallCoopTile
 }
 
-// usualCoopTile is coopTileFor's tile where shared memory allows.
-func usualCoopTile(exact bool, hw halfRange) coopTile {
+// splitsW reports whether a cooperative product splits m's weights in hi +
+// lo halves: at exact precision, weights not exact in float16, whether
+// weights16.comp splits them first or each tile does.
+func splitsW(exact bool, m *matrix) bool { return exact && !m.f.exactInHalf() }
+
+// usualCoopTile is coopTileFor's tile where shared memory allows, for
+// weights split in hi + lo halves (splitW) or not, decoded first (halvesFirst)
+// or in the tiles.
+func usualCoopTile(exact, splitW, halvesFirst bool) coopTile {
 	switch {
-	case exact && hw.split:
+	case splitW:
 		return coopTile{tm: 2, tn: 4, wgm: 4, bk: 32}
 	case exact:
 		return coopTile{tm: 4, tn: 2, wgm: 2, bk: 32}
-	case hw.ok:
+	case halvesFirst:
 		return coopTile{tm: 2, tn: 4, wgm: 4, bk: 64}
 	}
 	return coopTile{tm: 4, tn: 2, wgm: 2, bk: 32, late: true}
@@ -376,7 +384,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 			if half != nil {
 				a16, xh = 1, use{buf: half}
 			}
-			t := s.coopTileFor(!fast, hw)
+			t := s.coopTileFor(!fast, m, hw)
 			wh := xs.reads()
 			gx, gy := ceilDiv(m.w.Rows, t.bn()), ceilDiv(rows, t.bm())
 			if hw.ok {
@@ -397,7 +405,7 @@ func (s *stream) MatMul(x gpu.Tensor, rows int, outs ...gpu.Proj) {
 					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, outCols, sp.parts)
 				})
 			}
-			s.dispatch("matmul_coop_"+m.f.suffix, t.spec(!fast, a16, b2u(hw.ok), b2u(hw.split)), append(uses, xh, wh),
+			s.dispatch("matmul_coop_"+m.f.suffix, t.spec(!fast, a16, b2u(hw.ok), b2u(splitsW(!fast, m))), append(uses, xh, wh),
 				append(push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase), gx, gy, gz)
 			continue
 		}
@@ -429,12 +437,32 @@ func (s *stream) sumParts(part use, dst, bias *tensor, hasBias uint32, rows, col
 }
 
 // takesCoop reports whether a product of rows of x by m runs on the
-// cooperative GEMM: at exact precision, for weights exact in float16 (x is
-// split in two halves) or decoded first in hi + lo halves (hw); at fast
-// precision, for any.
+// cooperative GEMM: at fast precision, for any weights; at exact precision,
+// for weights exact in float16 (x is split in two halves) and for the
+// others split in hi + lo halves, first (hw) or, for weights of at least
+// coopExactInTileElems elements, in the tiles where shared memory holds
+// the halves.
 func (s *stream) takesCoop(rows int, m *matrix, hw halfRange) bool {
-	return rows > vecRows && s.b.coop && (s.precision == gpu.PrecisionFast || m.f.exactInHalf() || hw.ok)
+	return rows > vecRows && s.b.coop && (s.precision == gpu.PrecisionFast || m.f.exactInHalf() || hw.ok ||
+		m.w.Rows*m.w.Cols >= coopExactInTileElems && s.splitWFits())
 }
+
+// coopExactInTileElems is the fewest elements of weights not exact in
+// float16 whose exact products, when their halves are not made first (past
+// coopHalfWBytes: an LM head of a large vocabulary), split them in each
+// tile rather than run on the portable kernel. On the H200
+// (BenchmarkExactHalvesFirst, bonsai-8b's weights in Q4_K, Q6_K and Q8_0),
+// at 16-128 rows the tiles ran 1.1-3.0x the portable kernel's speed and
+// 0.69-1.36x that of the halves made first; at 512 and 2048 rows 0.70-0.98x
+// the latter, and whole exact prefills (BenchmarkPrefillExactSplitW) took
+// 1.03-1.38x as long but for bonsai-8b Q8_0 at T=128 (0.98x), so the halves
+// stay first where they fit. The logit lens over a Q6_K head of 151,936 x
+// 2,048 ran 1.2-1.3x faster (BenchmarkLogitLens, T=128 and 512). Smaller
+// weights keep the portable kernel: 2048 x 768 and 256 x 256 ran at
+// 0.70-1.07x its speed in the tiles, and tiny-qwen3moe's exact prefills
+// spent 1.3-1.55x as long in their products. Tests set it to check and time
+// each.
+var coopExactInTileElems = coopHalfWSmallElems
 
 // coopSplitK splits cooperative products with too few tiles to fill the
 // device along K (tests turn it off to check and time both). A product of
@@ -485,7 +513,7 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 			hw = halfW[i]
 		}
 		if m, ok := p.W.(*matrix); ok && s.takesCoop(rows, m, hw) {
-			tiles[i] = s.coopTileFor(s.precision == gpu.PrecisionExact, hw)
+			tiles[i] = s.coopTileFor(s.precision == gpu.PrecisionExact, m, hw)
 			groups[i] = int(ceilDiv(m.w.Rows, tiles[i].bn()) * ceilDiv(rows, tiles[i].bm()))
 			total += groups[i]
 		}
@@ -529,8 +557,8 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 // weights of a format not exact in float16 are decoded to float16 once
 // (weights16.comp) before a cooperative product. Below it, at fast
 // precision, each tile of rows decodes them itself; at exact precision the
-// product runs on the portable kernel, since only weights split in hi + lo
-// halves first take the cooperative GEMM. On the H200
+// product runs on the portable kernel (or, for weights of
+// coopExactInTileElems or more, has the tiles split them). On the H200
 // (BenchmarkExactHalvesFirst, bonsai-8b's three weight shapes in Q4_K, Q6_K
 // and Q8_0, 16 to 128 rows) the halves made first ran level with the
 // portable kernel or up to 3.8x faster in 35 of 36 products, and bonsai-8b
@@ -565,8 +593,8 @@ func fewestHalfWRows(exact bool, elems int) int {
 }
 
 // coopHalfWBytes caps the float16 weights of one MatMul: past it (an LM
-// head of a large vocabulary) the tiles decode the weights themselves, and
-// at exact precision the product takes the portable kernel.
+// head of a large vocabulary) the tiles decode the weights themselves, at
+// exact precision into hi + lo halves (coopExactInTileElems).
 const coopHalfWBytes = 512 << 20
 
 // halfRange is where weights16.comp left one projection's weights in the

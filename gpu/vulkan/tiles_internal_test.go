@@ -11,8 +11,10 @@ import (
 // one of coopTiles, which the precision test runs on such a device.
 func TestCoopTilesFitTheKernel(t *testing.T) {
 	for _, exact := range []bool{false, true} {
-		for _, hw := range []halfRange{{}, {ok: true}, {ok: true, split: true}} {
-			require.Contains(t, coopTiles, usualCoopTile(exact, hw), "exact %v, weights %+v", exact, hw)
+		for _, splitW := range []bool{false, true} {
+			for _, first := range []bool{false, true} {
+				require.Contains(t, coopTiles, usualCoopTile(exact, splitW, first), "exact %v, split %v, first %v", exact, splitW, first)
+			}
 		}
 	}
 	require.Contains(t, coopTiles, smallCoopTile)
