@@ -182,3 +182,43 @@ document.body.dataset.wide=wide; document.body.dataset.tall=Math.min(...tall);
 	require.NoError(t, err)
 	require.Greater(t, h, 60.0, "120 tokens take several lines in 500 px")
 }
+
+// Two runs given one scale colour equal values alike, whatever else each
+// holds; values past the scale keep its deepest colour, and a negative
+// value on a scale from 0 is white, not red.
+func TestTokenValuesOnAGivenScale(t *testing.T) {
+	color := func(h HTML, i int) string {
+		m := regexp.MustCompile(`data-i="` + strconv.Itoa(i) + `" [^>]*background:(rgb\([0-9,]+\))`).FindStringSubmatch(h.HTML())
+		require.NotNil(t, m, "token %d has a colour", i)
+		return m[1]
+	}
+	scale := ColorScale{0, 8}
+	clean, err := TokenValues([]string{"a", "b", "c"}, []float64{2, 4, 1}, "clean", scale)
+	require.NoError(t, err)
+	ablated, err := TokenValues([]string{"a", "b", "c"}, []float64{2, 8, 11}, "ablated", scale)
+	require.NoError(t, err)
+	require.Equal(t, color(clean, 0), color(ablated, 0), "2 is one colour on both")
+	require.Equal(t, "rgb(217,140,149)", color(clean, 1), "4 is half way to red")
+	require.Equal(t, "rgb(178,24,43)", color(ablated, 1), "8 is full red")
+	require.Equal(t, "rgb(178,24,43)", color(ablated, 2), "11 keeps the deepest colour")
+	require.Contains(t, clean.HTML(), "clean: 1 to 4", "the label still gives the values' own range")
+	require.Contains(t, clean.HTML(), `linear-gradient(to right, rgb(255,255,255), rgb(178,24,43))"></span>8</div>`, "the swatch shows the scale")
+	// Without the scale each run has its own: 4 is full red there.
+	own, err := TokenValues([]string{"a", "b", "c"}, []float64{2, 4, 1}, "clean")
+	require.NoError(t, err)
+	require.Equal(t, "rgb(178,24,43)", color(own, 1))
+
+	neg, err := TokenValues([]string{"x", "y"}, []float64{-3, 3}, "d", scale)
+	require.NoError(t, err)
+	require.Equal(t, "rgb(255,255,255)", color(neg, 0), "below a scale from 0: white")
+	signed, err := TokenValues([]string{"x", "y"}, []float64{-3, 3}, "d", ColorScale{-6, 6})
+	require.NoError(t, err)
+	require.Equal(t, "rgb(144,179,214)", color(signed, 0), "half way to blue")
+
+	for _, bad := range []ColorScale{{2, 1}, {0, 0}, {math.NaN(), 1}, {0, math.Inf(1)}} {
+		_, err := TokenValues([]string{"x"}, []float64{1}, "d", bad)
+		require.ErrorContains(t, err, "colour scale", "%v", bad)
+	}
+	_, err = TokenValues([]string{"x"}, []float64{1}, "d", scale, scale)
+	require.ErrorContains(t, err, "2 colour scales given")
+}

@@ -9,12 +9,19 @@ import (
 	"github.com/stratalab/strata/gpu/trace"
 )
 
+// ColorScale fixes the values a token view's colours run over, so that
+// views of several prompts or runs compare (CircuitsVis's min_value and
+// max_value): 0 is white, and Hi, or -Hi and Hi when Lo < 0, take the
+// deepest colours, past which values keep them.
+type ColorScale struct{ Lo, Hi float64 }
+
 // TokenValues colours each token by a value, as CircuitsVis's
 // colored_tokens does: white to red for values that are all >= 0 (loss),
 // blue through white to red, around 0, when some are negative
 // (attribution). values[i] belongs to pieces[i]; NaN leaves a token plain.
-// Hovering a token shows its value.
-func TokenValues(pieces []string, values []float64, label string) (HTML, error) {
+// Hovering a token shows its value. The colours run over the values' own
+// range unless a scale is given.
+func TokenValues(pieces []string, values []float64, label string, scale ...ColorScale) (HTML, error) {
 	if len(values) != len(pieces) {
 		return HTML{}, fmt.Errorf("viz: TokenValues got %d values for %d tokens", len(values), len(pieces))
 	}
@@ -24,28 +31,33 @@ func TokenValues(pieces []string, values []float64, label string) (HTML, error) 
 			lo, hi = math.Min(lo, v), math.Max(hi, v)
 		}
 	}
-	lim := math.Max(math.Abs(lo), math.Abs(hi))
-	if lo > hi || lim == 0 {
-		lo, hi, lim = 0, 0, 1
+	if lo > hi {
+		lo, hi = 0, 0
 	}
+	s, err := colorScale(lo, hi, scale)
+	if err != nil {
+		return HTML{}, fmt.Errorf("viz: TokenValues: %w", err)
+	}
+	signed := s.Lo < 0
+	lim := math.Max(math.Abs(s.Lo), math.Abs(s.Hi))
 	var b strings.Builder
 	fmt.Fprintf(&b, `<div class="strata-tokens" style="font-family:monospace;line-height:1.9;white-space:pre-wrap">`)
 	// The scale: its colours from end to end, and what they stand for.
 	from, mid := 0.0, ""
-	if lo < 0 {
+	if signed {
 		from, mid = -lim, valueColor(0, lim, true)+", "
 	}
 	fmt.Fprintf(&b, `<div style="font:12px sans-serif;color:#555">%s: %.3g to %.3g <span style="margin-left:8px">%.3g</span>`+
 		`<span class="strata-scale" style="display:inline-block;width:90px;height:10px;margin:0 4px;vertical-align:middle;border:1px solid #ccc;background:linear-gradient(to right, %s, %s%s)"></span>%.3g</div>`,
-		html.EscapeString(label), lo, hi, from, valueColor(from, lim, lo < 0), mid, valueColor(lim, lim, lo < 0), lim)
+		html.EscapeString(label), lo, hi, from, valueColor(from, lim, signed), mid, valueColor(lim, lim, signed), lim)
 	for i, p := range pieces {
 		v := values[i]
 		bg, fg := "transparent", "#000"
 		title := fmt.Sprintf("%d %q", i, p)
 		if !math.IsNaN(v) {
-			bg = valueColor(v, lim, lo < 0)
+			bg = valueColor(v, lim, signed)
 			title += fmt.Sprintf(": %.4g", v)
-			if math.Abs(v) > 0.6*lim { // black on the darkest reds and blues is hard to read
+			if math.Abs(v) > 0.6*lim && (v > 0 || signed) { // black on the darkest reds and blues is hard to read
 				fg = "#fff"
 			}
 		}
@@ -61,9 +73,31 @@ func TokenValues(pieces []string, values []float64, label string) (HTML, error) 
 	return HTML{Title: label, Body: b.String()}, nil
 }
 
-// valueColor is white at 0 fading to red (positive) or blue (negative) at
-// |v| = lim.
+// colorScale is the scale given (at most one, finite, Lo <= Hi, not both
+// 0) or, without one, the values' own range lo to hi.
+func colorScale(lo, hi float64, given []ColorScale) (ColorScale, error) {
+	switch {
+	case len(given) > 1:
+		return ColorScale{}, fmt.Errorf("%d colour scales given; at most one", len(given))
+	case len(given) == 0:
+		if lo == 0 && hi == 0 {
+			hi = 1
+		}
+		return ColorScale{lo, hi}, nil
+	}
+	s := given[0]
+	if math.IsNaN(s.Lo) || math.IsNaN(s.Hi) || math.IsInf(s.Lo, 0) || math.IsInf(s.Hi, 0) || s.Lo > s.Hi || s.Lo == 0 && s.Hi == 0 {
+		return ColorScale{}, fmt.Errorf("colour scale %g to %g: want finite Lo <= Hi, not both 0", s.Lo, s.Hi)
+	}
+	return s, nil
+}
+
+// valueColor is white at 0 fading to red (positive) or blue (negative,
+// on a signed scale; white on another) at |v| = lim.
 func valueColor(v, lim float64, signed bool) string {
+	if !signed {
+		v = math.Max(v, 0)
+	}
 	t := math.Min(math.Abs(v)/lim, 1)
 	fade := func(c float64) int { return int(math.Round(255 - t*(255-c))) }
 	if v < 0 && signed {
@@ -74,11 +108,12 @@ func valueColor(v, lim float64, signed bool) string {
 
 // TokenLoss colours each token of a trace by the loss of predicting it
 // (the first token, which nothing predicts, stays plain); the trace needs
-// every position's logits (nb.AllLogits()).
-func TokenLoss(tr *trace.Trace) (HTML, error) {
+// every position's logits (nb.AllLogits()). Give two runs the same scale
+// (ColorScale{0, 10}, say) to compare them.
+func TokenLoss(tr *trace.Trace, scale ...ColorScale) (HTML, error) {
 	loss, err := tr.TokenLoss()
 	if err != nil {
 		return HTML{}, fmt.Errorf("viz: TokenLoss: %w", err)
 	}
-	return TokenValues(tr.Pieces, append([]float64{math.NaN()}, loss...), "loss of predicting each token")
+	return TokenValues(tr.Pieces, append([]float64{math.NaN()}, loss...), "loss of predicting each token", scale...)
 }
