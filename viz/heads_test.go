@@ -6,9 +6,11 @@ import (
 	"image/color"
 	"image/png"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg/recorder"
 )
 
@@ -135,4 +137,61 @@ func TestLinesNameEachSeriesAndMarkZero(t *testing.T) {
 	require.ErrorContains(t, err, "11 series, more than the 10 colours")
 	_, err = Lines("x", "a", "b", x, Series{"nan", []float64{0, math.NaN(), 1, 2}})
 	require.ErrorContains(t, err, `viz: Lines (series "nan"): `)
+}
+
+// An axis of whole numbers (layers) ticks at whole numbers only: each one
+// labelled up to 12, then every 2nd, 5th, 10th... with the others as minor
+// ticks; other axes keep gonum's ticks.
+func TestWholeNumberAxesTickAtWholeNumbers(t *testing.T) {
+	drawn := func(fig *Figure) map[string]bool {
+		var rec recorder.Canvas
+		fig.paint(&rec)
+		texts := map[string]bool{}
+		for _, a := range rec.Actions {
+			if s, ok := a.(*recorder.FillString); ok {
+				texts[s.String] = true
+			}
+		}
+		return texts
+	}
+	x := make([]float64, 12)
+	for i := range x {
+		x[i] = float64(i)
+	}
+	fig, err := XY("by layer", "layer", "value", x, x)
+	require.NoError(t, err)
+	texts := drawn(fig)
+	for i := range 12 {
+		require.True(t, texts[fmt.Sprint(i)], "layer %d is labelled: %v", i, texts)
+	}
+
+	labels := func(ticks []plot.Tick) (labelled, minor []float64) {
+		for _, tk := range ticks {
+			if tk.Label != "" {
+				labelled = append(labelled, tk.Value)
+			} else {
+				minor = append(minor, tk.Value)
+			}
+			require.Equal(t, math.Trunc(tk.Value), tk.Value, "a tick at %g", tk.Value)
+		}
+		return labelled, minor
+	}
+	lab, minor := labels(integerTicks{}.Ticks(0, 3))
+	require.Equal(t, []float64{0, 1, 2, 3}, lab)
+	require.Empty(t, minor, "no ticks between layers")
+	lab, minor = labels(integerTicks{}.Ticks(-0.4, 27.3))
+	require.Equal(t, []float64{0, 5, 10, 15, 20, 25}, lab)
+	require.Len(t, minor, 28-6, "every other layer a minor tick")
+	lab, _ = labels(integerTicks{}.Ticks(0, 2047))
+	require.Equal(t, []float64{0, 200, 400, 600, 800, 1000, 1200, 1400, 1600, 1800, 2000}, lab)
+
+	fig, err = XY("steering", "alpha", "metric", []float64{0, 0.25, 0.5}, []float64{1, 2, 3})
+	require.NoError(t, err)
+	fractions := 0
+	for s := range drawn(fig) {
+		if strings.HasPrefix(s, "0.") {
+			fractions++
+		}
+	}
+	require.Positive(t, fractions, "fractions keep gonum's ticks")
 }

@@ -3,7 +3,10 @@ package viz
 import (
 	"fmt"
 	"image/color"
+	"math"
+	"strconv"
 
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 )
@@ -82,8 +85,57 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 		zero.Color, zero.Width, zero.Dashes = color.Gray{150}, 1, []vg.Length{3, 3}
 		p.Add(zero)
 	}
+	if wholeNumbers(x) {
+		p.X.Tick.Marker = integerTicks{}
+	}
 	p.Legend.Top, p.Legend.Left, p.Legend.Padding = true, true, 2
 	return newFigure(title, 480, 320, p.Draw), nil
+}
+
+// wholeNumbers reports whether every x is a whole number (layers,
+// positions, heads).
+func wholeNumbers(x []float64) bool {
+	for _, v := range x {
+		if v != math.Trunc(v) || math.Abs(v) > 1<<40 { // NaN and Inf fail the first
+			return false
+		}
+	}
+	return true
+}
+
+// integerTicks ticks an axis of whole numbers at whole numbers only: each
+// one labelled up to maxIntegerLabels of them, else every 2nd, 5th, 10th,
+// 20th, ... with minor ticks between (where gonum's ticker labelled
+// layers 0, 5, 10 and put minor ticks at 0.2, 0.4, ... between layers).
+type integerTicks struct{}
+
+const maxIntegerLabels = 12
+
+func (integerTicks) Ticks(lo, hi float64) []plot.Tick {
+	first, last := math.Ceil(lo), math.Floor(hi)
+	if first > last {
+		return nil
+	}
+	step := 1.0
+	for k := 0; (last-first)/step+1 > maxIntegerLabels; k++ {
+		step = []float64{2, 5, 10}[k%3] * math.Pow(10, float64(k/3))
+	}
+	minor := step
+	switch {
+	case step >= 5 && math.Mod(step, 5) == 0:
+		minor = step / 5
+	case step >= 2:
+		minor = step / 2
+	}
+	var ticks []plot.Tick
+	for v := math.Ceil(first/minor) * minor; v <= last; v += minor {
+		t := plot.Tick{Value: v}
+		if math.Mod(v, step) == 0 {
+			t.Label = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
 }
 
 func seriesName(s Series) string {
