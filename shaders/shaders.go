@@ -26,8 +26,8 @@ type Variant struct {
 // formats names each weight format's define and variant suffix.
 // exactHalf says every weight it decodes is exact in float16: the
 // cooperative-matrix GEMM (matmul_coop.comp) decodes those in its tiles at
-// exact precision; others are decoded first (weights16.comp) in hi + lo
-// halves.
+// exact precision as they are; others are split in hi + lo halves, first
+// (weights16.comp) or in the tiles.
 var formats = []struct {
 	suffix, define string
 	exactHalf      bool

@@ -36,7 +36,8 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 		typ         gguf.Type
 		cols        int
 		exactInHalf bool // never decoded first: in each tile, or read as float16 (F16, K % 8 == 0)
-	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.F16, 1024, true}, {gguf.Q4_K, 1024, false}, {gguf.F32, 512, false}}
+	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.F16, 1024, true}, {gguf.Q4_K, 1024, false}, {gguf.F32, 512, false},
+		{gguf.F32, 1001, false}} // K % 8 != 0: x split in the tiles too, beside the weights
 	defer vulkan.SetCoopHalfWRows(0)()
 	defer vulkan.SetCoopExactInTileElems(0)()
 	defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(true))
@@ -44,7 +45,7 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
 			for _, c := range cases {
 				for _, halfW := range []bool{false, true} {
-					if halfW && c.exactInHalf {
+					if halfW && (c.exactInHalf || c.cols%8 != 0) {
 						continue // weights16.comp is not used for these
 					}
 					splitW := !c.exactInHalf && prec == gpu.PrecisionExact
@@ -77,6 +78,9 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 								require.NoError(t, err)
 								r.vs.SetPrecision(prec)
 								require.Equal(t, split, vulkan.SplitParts(r.vs, rows, wv) > 1, "split along K")
+								require.True(t, vulkan.TakesCoop(r.vs, rows, wv), "on cooperative matrices")
+								direct := c.typ == gguf.F16 && c.cols%8 == 0 // F16 read as it is
+								require.Equal(t, halfW || direct, vulkan.HalvesFirst(r.vs, rows, wv), "weights in float16 first")
 								ws := make([]float32, n*cols)
 								w.Format.Dequantize(ws, w.Data)
 								bias := r.values(n, 1)
@@ -256,9 +260,10 @@ func BenchmarkCoopTiles(b *testing.B) {
 // BenchmarkMatMul times one GEMM of bonsai-8b's FFN shape (x of T rows by
 // 4096, W of 12288 rows) on the tiled kernels: cooperative-matrix where the
 // device has them, at each precision, and the portable one. Exact products
-// of weights not exact in float16 (Q4_K) take the cooperative kernel only
-// with x and W in float16 first ("coop", not "coop-tile-x"). It opens its
-// own backend: the shared one validates every call.
+// of weights not exact in float16 (Q4_K) take the cooperative kernel with
+// x and W in float16 first ("coop"), or split in the tiles ("coop-tile-x",
+// since the fifth session of 2026-12-04; the portable kernel before). It
+// opens its own backend: the shared one validates every call.
 func BenchmarkMatMul(b *testing.B) {
 	r := newRig(b, 3)
 	v := benchBackend(b)

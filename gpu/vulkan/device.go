@@ -417,7 +417,8 @@ func (d *physical) subgroupArithmetic() bool {
 // subgroups (matmul_coop.comp's workgroup is 8 of them). It returns the
 // device-creation chain that enables them.
 func (in *instance) coopMatrix(d *physical) (*vk.PhysicalDeviceCooperativeMatrixFeaturesNV, bool) {
-	// coopTileFor's usual tile needs 20 KiB of shared memory.
+	// coopTileFor's smallest tile needs 20 KiB of shared memory at exact
+	// precision, 30 with weights split in hi + lo halves (splitWFits).
 	if !slices.Contains(d.extensions, "VK_NV_cooperative_matrix") || d.subgroup.SubgroupSize != 32 || d.props.Limits.MaxComputeSharedMemorySize < 24<<10 ||
 		!in.f.HasGetPhysicalDeviceFeatures2() || !in.f.HasGetPhysicalDeviceCooperativeMatrixPropertiesNV() {
 		return nil, false

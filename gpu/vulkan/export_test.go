@@ -117,6 +117,17 @@ func WeightsToHalf(s gpu.Stream, w gpu.Matrix, dst gpu.Tensor) {
 	st.weightsToHalf(m, st.tensorOf(dst).buf, halfRange{bigBase: uint32(halves / 4), hi: halves + 4*uint64(m.w.Rows)})
 }
 
+// TakesCoop reports whether s would multiply rows of x by w on cooperative
+// matrices, at its precision.
+func TakesCoop(s gpu.Stream, rows int, w gpu.Matrix) bool {
+	st := s.(*stream)
+	var hw halfRange
+	if ranges, _ := st.planHalfWeights(rows, w.Cols(), []gpu.Proj{{W: w}}); ranges != nil {
+		hw = ranges[0]
+	}
+	return st.takesCoop(rows, w.(*matrix), hw)
+}
+
 // SetCoopExactInTileElems sets the fewest elements of weights not exact in
 // float16 that exact cooperative products split in their tiles when not
 // first (math.MaxInt: none, the portable kernel takes them); restore sets

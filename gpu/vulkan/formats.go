@@ -28,8 +28,9 @@ type weightFormat struct {
 }
 
 // exactInHalf says every weight of the format is exact in float16, so that
-// the cooperative-matrix GEMM decodes it in its tiles at either precision;
-// other formats are decoded to float16 once per product first.
+// the cooperative-matrix GEMM decodes it in its tiles at either precision
+// as it is; other formats are rounded (fast) or split in hi + lo halves
+// (exact), first (weights16.comp) or in the tiles.
 func (f *weightFormat) exactInHalf() bool { return shaders.ExactInHalf(f.suffix) }
 
 var weightFormats = []weightFormat{

@@ -87,9 +87,9 @@ var coopTiles = []coopTile{
 // forcedCoopTile, when set (by tests), replaces coopTileFor's choice.
 var forcedCoopTile *coopTile
 
-// coopTileFor picks the tile for a GEMM at the given precision, its
-// weights as hw gives them: in float16 first (hw.ok), in hi + lo halves
-// (hw.split), or decoded in the tiles. On the H200
+// coopTileFor picks the tile for a GEMM at the given precision, m's
+// weights in float16 first (hw.ok) or decoded in the tiles, split in hi +
+// lo halves or not (splitsW). On the H200
 // (BenchmarkCoopTiles with a warm-up, 12288 x 4096 weights, T = 128, 512,
 // 2048), 128 x 128 tiles ran fastest or level with the best: at fast
 // precision with k steps of 64 (1-bit weights 70 / 96 / 125 TFLOP/s
@@ -128,9 +128,9 @@ func splitsW(exact bool, m *matrix) bool { return exact && !m.f.exactInHalf() }
 // or in the tiles.
 func usualCoopTile(exact, splitW, halvesFirst bool) coopTile {
 	switch {
-	case splitW:
+	case splitW && halvesFirst:
 		return coopTile{tm: 2, tn: 4, wgm: 4, bk: 32}
-	case exact:
+	case exact: // weights split in the tiles too: 4 x 2 ran 1.01-1.15x faster than 2 x 4 (BenchmarkCoopTiles, Q8_0 and Q4_K)
 		return coopTile{tm: 4, tn: 2, wgm: 2, bk: 32}
 	case halvesFirst:
 		return coopTile{tm: 2, tn: 4, wgm: 4, bk: 64}
@@ -443,8 +443,14 @@ func (s *stream) sumParts(part use, dst, bias *tensor, hasBias uint32, rows, col
 // coopExactInTileElems elements, in the tiles where shared memory holds
 // the halves.
 func (s *stream) takesCoop(rows int, m *matrix, hw halfRange) bool {
-	return rows > vecRows && s.b.coop && (s.precision == gpu.PrecisionFast || m.f.exactInHalf() || hw.ok ||
-		m.w.Rows*m.w.Cols >= coopExactInTileElems && s.splitWFits())
+	return rows > vecRows && s.b.coop &&
+		coopRoute(s.precision == gpu.PrecisionExact, m.f.exactInHalf(), hw.ok, s.splitWFits(), m.w.Rows*m.w.Cols)
+}
+
+// coopRoute is takesCoop's rule for a device with cooperative matrices and
+// more than vecRows rows: whether weights of elems elements take them.
+func coopRoute(exact, exactInHalf, halvesFirst, splitWFits bool, elems int) bool {
+	return !exact || exactInHalf || halvesFirst || elems >= coopExactInTileElems && splitWFits
 }
 
 // coopExactInTileElems is the fewest elements of weights not exact in
@@ -457,11 +463,13 @@ func (s *stream) takesCoop(rows int, m *matrix, hw halfRange) bool {
 // the latter, and whole exact prefills (BenchmarkPrefillExactSplitW) took
 // 1.03-1.38x as long but for bonsai-8b Q8_0 at T=128 (0.98x), so the halves
 // stay first where they fit. The logit lens over a Q6_K head of 151,936 x
-// 2,048 ran 1.2-1.3x faster (BenchmarkLogitLens, T=128 and 512). Smaller
+// 2,048 ran 1.2-1.3x faster (BenchmarkLogitLens, T=128 and 512, on the
+// 2 x 4 tile the halves take; the split tile is 4 x 2 since). Smaller
 // weights keep the portable kernel: 2048 x 768 and 256 x 256 ran at
 // 0.70-1.07x its speed in the tiles, and tiny-qwen3moe's exact prefills
-// spent 1.3-1.55x as long in their products. Tests set it to check and time
-// each.
+// spent 1.28-1.57x as long in their products (768 x 2048, Qwen3-30B-A3B's
+// expert gate and up, ran 1.11-1.96x faster in the tiles; not measured in a
+// prefill). Tests set it to check and time each.
 var coopExactInTileElems = coopHalfWSmallElems
 
 // coopSplitK splits cooperative products with too few tiles to fill the
@@ -594,7 +602,8 @@ func fewestHalfWRows(exact bool, elems int) int {
 
 // coopHalfWBytes caps the float16 weights of one MatMul: past it (an LM
 // head of a large vocabulary) the tiles decode the weights themselves, at
-// exact precision into hi + lo halves (coopExactInTileElems).
+// exact precision into hi + lo halves for weights of coopExactInTileElems
+// or more (the portable kernel takes smaller ones).
 const coopHalfWBytes = 512 << 20
 
 // halfRange is where weights16.comp left one projection's weights in the

@@ -29,3 +29,28 @@ func TestCoopTilesFitTheKernel(t *testing.T) {
 		require.LessOrEqual(t, len(c.spec(true, 1, 1, 1)), maxSpec, "%v: the pipeline key holds every constant", c)
 	}
 }
+
+// Which products take cooperative matrices, at the usual thresholds: fast
+// products always; exact ones of weights exact in float16, or split in hi +
+// lo halves first, or, where their halves were not made first, split in
+// the tiles from 2^21 elements (where shared memory holds the split tile);
+// smaller weights not made first keep the portable kernel.
+func TestExactProductsTakeCooperativeMatricesWhereTheyPaid(t *testing.T) {
+	const big, small = 4096 * 4096, 256 * 256
+	for _, c := range []struct {
+		exact, exactInHalf, first, fits bool
+		elems                           int
+		want                            bool
+	}{
+		{false, false, false, false, small, true},
+		{true, true, false, false, small, true},
+		{true, false, true, true, small, true},
+		{true, false, false, true, big, true},
+		{true, false, false, true, coopHalfWSmallElems, true},
+		{true, false, false, true, coopHalfWSmallElems - 1, false},
+		{true, false, false, true, small, false},
+		{true, false, false, false, big, false},
+	} {
+		require.Equal(t, c.want, coopRoute(c.exact, c.exactInHalf, c.first, c.fits, c.elems), "%+v", c)
+	}
+}
