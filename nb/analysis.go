@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -87,6 +89,21 @@ func (m *Model) tokenID(token any) (int32, error) {
 // space before a prompt, so " Lily" is the tokens " " and " Lily" as a
 // prompt and " Lily" within one, and "." is " " and "." as a prompt.
 func (m *Model) singleToken(text string) (int32, error) {
+	id, err := m.singleTokenAsTyped(text)
+	if err != nil {
+		// As m.Pieces shows it (`\treturn` for a tab and "return").
+		if raw, ok := undisplay(text); ok {
+			if id, err2 := m.singleTokenAsTyped(raw); err2 == nil {
+				return id, nil
+			}
+		}
+		return 0, fmt.Errorf("%w%s", err, displayHint(text))
+	}
+	return id, nil
+}
+
+// singleTokenAsTyped is singleToken for the text as it is.
+func (m *Model) singleTokenAsTyped(text string) (int32, error) {
 	bos := m.Tokens("")
 	asPrompt := m.Tokens(text)
 	if len(asPrompt) >= len(bos) && slices.Equal(asPrompt[:len(bos)], bos) {
@@ -105,7 +122,54 @@ func (m *Model) singleToken(text string) (int32, error) {
 	case len(asPrompt) == 0:
 		return 0, fmt.Errorf("%q encodes to no token (besides BOS): give some text", text)
 	}
-	return 0, fmt.Errorf("%q is %d tokens %q, not one (a token may also be given by its id)", text, len(asPrompt), m.Pieces(asPrompt))
+	return 0, fmt.Errorf("%q is %d tokens %s, not one (a token may also be given by its id)", text, len(asPrompt), quotePieces(m.Pieces(asPrompt)))
+}
+
+// undisplay reverses tokenizer.Display's escapes (\n, \t, \r, \xNN);
+// ok is false when text holds none.
+func undisplay(text string) (string, bool) {
+	if !strings.Contains(text, `\`) {
+		return "", false
+	}
+	var b strings.Builder
+	changed := false
+	for i := 0; i < len(text); i++ {
+		if text[i] == '\\' && i+1 < len(text) {
+			if c, ok := map[byte]byte{'n': '\n', 't': '\t', 'r': '\r'}[text[i+1]]; ok {
+				b.WriteByte(c)
+				i, changed = i+1, true
+				continue
+			}
+			if text[i+1] == 'x' && i+3 < len(text) {
+				if v, err := strconv.ParseUint(text[i+2:i+4], 16, 8); err == nil {
+					b.WriteByte(byte(v))
+					i, changed = i+3, true
+					continue
+				}
+			}
+		}
+		b.WriteByte(text[i])
+	}
+	return b.String(), changed
+}
+
+// quotePieces lists pieces in quotes as m.Pieces shows them: %q would
+// escape their escapes again (a tab, `\t`, as "\\t").
+func quotePieces(pieces []string) string {
+	quoted := make([]string, len(pieces))
+	for i, p := range pieces {
+		quoted[i] = `"` + p + `"`
+	}
+	return "[" + strings.Join(quoted, " ") + "]"
+}
+
+// displayHint explains the marks token views draw for whitespace, when
+// text holds one.
+func displayHint(text string) string {
+	if strings.ContainsAny(text, "·↵→") {
+		return " (in token views · stands for a space, ↵ for a newline, → for a tab)"
+	}
+	return ""
 }
 
 // Unembed returns the unembedding row of a token (string or id): the
@@ -322,8 +386,11 @@ func (m *Model) Position(prompt any, piece string) int {
 	m.ready()
 	ids := Must(m.tokens(prompt))
 	pieces := m.Pieces(ids)
-	if i := slices.Index(pieces, piece); i >= 0 {
-		return i
+	// As shown ("\\treturn") or as typed, with a real tab ("\treturn").
+	for _, p := range []string{piece, tokenizer.Display(piece)} {
+		if i := slices.Index(pieces, p); i >= 0 {
+			return i
+		}
 	}
-	panic(fmt.Errorf("nb.Position: no token of the prompt is %q; its pieces are %q", piece, pieces))
+	panic(fmt.Errorf("nb.Position: no token of the prompt is %q; its pieces are %s%s", piece, quotePieces(pieces), displayHint(piece)))
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -577,4 +579,25 @@ func TestPatchPositionsIsAHostCopyOfTheCleanRow(t *testing.T) {
 	require.Equal(t, nb.Normalize(raw, metric(m.Prefill(clean)), metric(m.Prefill(corrupt))), norm)
 	require.PanicsWithError(t, "nb.PatchPositions: \"attn.hook_pattern\" is not one of hook_resid_pre, hook_resid_mid, hook_resid_post, hook_attn_out, hook_mlp_out, attn.hook_z",
 		func() { m.PatchPositions(clean, corrupt, metric, "attn.hook_pattern") })
+}
+
+// Tokens are named as m.Pieces shows them or as typed: a tab is `\t` in the
+// pieces and "\t" in Go; both find it. The marks token views draw for
+// whitespace are explained when they are typed.
+func TestTokensAsShownAndAsTyped(t *testing.T) {
+	m := cpuModel(t)
+	prompt := "func f() error {\n\treturn nil\n}"
+	pieces := m.Pieces(m.Tokens(prompt))
+	tab := slices.IndexFunc(pieces, func(p string) bool { return strings.HasPrefix(p, `\t`) })
+	require.GreaterOrEqual(t, tab, 0, "a piece starts with a tab: %q", pieces)
+	shown := pieces[tab]
+	typed := "\t" + strings.TrimPrefix(shown, `\t`)
+	require.Equal(t, tab, m.Position(prompt, shown))
+	require.Equal(t, tab, m.Position(prompt, typed))
+	require.Equal(t, m.Token(typed), m.Token(shown))
+	require.Equal(t, shown, m.Pieces([]int32{m.Token(shown)})[0])
+
+	require.PanicsWithError(t, `nb: "·err" is 3 tokens ["\xC2" "\xB7" "err"], not one (a token may also be given by its id) (in token views · stands for a space, ↵ for a newline, → for a tab)`,
+		func() { m.Token("·err") })
+	require.Panics(t, func() { m.Position(prompt, "·nil") })
 }

@@ -41,6 +41,11 @@ var stories = map[string]func(t *testing.T, out string){
 		assert.GreaterOrEqual(t, number(t, out, `final layer's probability for the prediction: ([0-9.]+)`),
 			number(t, out, `first layer's probability for the prediction: ([0-9.]+)`),
 			"the prediction firms up through the layers")
+		// The attribution's parts add up to the prediction's lead over the
+		// runner-up (printed to 3 decimals).
+		diff := number(t, out, `logit\(.*\) ([-0-9.]+), runner-up`) - number(t, out, `runner-up logit\(.*\) ([-0-9.]+)`)
+		assert.Greater(t, diff, 0.0, "the prediction leads")
+		assert.InDelta(t, diff, sumOfParts(t, out), 0.01, "the parts add up to the lead")
 	},
 	"04-kv-cache.ipynb": func(t *testing.T, out string) {
 		// Two prefills of the same tokens, one incremental: float32 sums in a
@@ -65,13 +70,7 @@ var stories = map[string]func(t *testing.T, out string){
 		diff := number(t, out, `logit\( err\) − logit\( nil\): ([-0-9.]+)`)
 		assert.Greater(t, diff, 3.0)
 		// The components sum to the difference (printed to 3 decimals).
-		sum := 0.0
-		for _, m := range regexp.MustCompile(`(?m)^(embed|\d+_attn_out|\d+_mlp_out) ([-+0-9.]+)$`).FindAllStringSubmatch(out, -1) {
-			v, err := strconv.ParseFloat(m[2], 64)
-			require.NoError(t, err)
-			sum += v
-		}
-		assert.InDelta(t, diff, sum, 0.01, "the parts add up to the logit difference")
+		assert.InDelta(t, diff, sumOfParts(t, out), 0.01, "the parts add up to the logit difference")
 		head := line(t, out, `strongest head: (layer \d+ head \d+) writes`)
 		assert.Greater(t, number(t, out, `strongest head: layer \d+ head \d+ writes ([-0-9.]+)`), 1.5)
 		assert.Equal(t, `" err"`, line(t, out, `attends most to (".*") \(`), "the head reads the token it writes")
@@ -164,6 +163,18 @@ func (doc notebook) texts() (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// sumOfParts adds the direct logit attribution's parts that out prints, a
+// line each ("2_mlp_out +1.409").
+func sumOfParts(t *testing.T, out string) float64 {
+	sum := 0.0
+	for _, m := range regexp.MustCompile(`(?m)^(embed|\d+_attn_out|\d+_mlp_out) ([-+0-9.]+)$`).FindAllStringSubmatch(out, -1) {
+		v, err := strconv.ParseFloat(m[2], 64)
+		require.NoError(t, err)
+		sum += v
+	}
+	return sum
 }
 
 func TestNotebooks(t *testing.T) {

@@ -39,6 +39,12 @@ func TestTokenValuesColoursBySign(t *testing.T) {
 
 	_, err = TokenValues([]string{"x"}, nil, "")
 	require.ErrorContains(t, err, "0 values for 1 tokens")
+
+	// Pieces come escaped for display (tokenizer.Piece): the hover text
+	// shows them as they are, not escaped again.
+	h, err = TokenValues([]string{`{\n`}, []float64{0.5}, "loss")
+	require.NoError(t, err)
+	require.Contains(t, h.HTML(), `title="0 &#34;{\n&#34;: 0.5"`)
 }
 
 func TestTokenLossNeedsAllLogits(t *testing.T) {

@@ -45,6 +45,9 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	// Cells wide enough for a token name, narrower (unannotated) for long
 	// prompts so the figure stays a readable size.
 	cellW := cellSize(t, 1600, 10, 46, maxWidth-barWidth-90)
+	if cellW < 16 {
+		title += " (too many positions to name the tokens: tr.Lens.Piece has them)"
+	}
 	p := heatPlot(title, g, sc, cellW, 18)
 	if cellW >= 16 {
 		size := vg.Length(7)

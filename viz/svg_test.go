@@ -268,10 +268,13 @@ func TestLogitLensNamesTokensInEveryCellUpTo35Tokens(t *testing.T) {
 		fig := must(LogitLens(tr))
 		var rec recorder.Canvas
 		fig.paint(&rec)
-		cells := 0
+		cells, says := 0, false
 		cellW := (fig.Width - barWidth - 90) / vg.Length(n) // LogitLens's layout
 		for _, a := range rec.Actions {
 			s, ok := a.(*recorder.FillString)
+			if ok && strings.Contains(s.String, "too many positions to name the tokens") {
+				says = true
+			}
 			if !ok || s.Font.Size > 7 {
 				continue // titles and ticks: 8 points and more
 			}
@@ -282,6 +285,7 @@ func TestLogitLensNamesTokensInEveryCellUpTo35Tokens(t *testing.T) {
 				require.GreaterOrEqual(t, utf8.RuneCountInString(strings.TrimSpace(shown)), 2, "%d tokens: %q shows two letters", n, s.String)
 			}
 		}
+		require.Equal(t, n > 35, says, "%d tokens: the title says whether the cells name their tokens", n)
 		if n > 35 {
 			require.Zero(t, cells, "%d tokens: cells too narrow to name", n)
 			continue

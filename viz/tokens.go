@@ -53,7 +53,7 @@ func TokenValues(pieces []string, values []float64, label string, scale ...Color
 	for i, p := range pieces {
 		v := values[i]
 		bg, fg := "transparent", "#000"
-		title := fmt.Sprintf("%d %q", i, p)
+		title := fmt.Sprintf(`%d "%s"`, i, p) // pieces come escaped for display (\n, \t): %q would escape them again
 		if !math.IsNaN(v) {
 			bg = valueColor(v, lim, signed)
 			title += fmt.Sprintf(": %.4g", v)

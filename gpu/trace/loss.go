@@ -1,8 +1,10 @@
 package trace
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // allLogits checks that the captured logits l cover every position of the
@@ -56,6 +58,45 @@ func (t *Trace) LogProbs() ([][]float64, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// TokenLogit is a token and its logit.
+type TokenLogit struct {
+	ID    int32
+	Logit float32
+}
+
+// TopLogits returns the k highest logits of a row of the logits (-1: the
+// last, the only one without nb.AllLogits()) with their tokens, highest
+// first; ties go to the lower id. TransformerLens's test_prompt prints the
+// same ranking.
+func (t *Trace) TopLogits(row, k int) (top []TokenLogit, err error) {
+	err = t.with("logits", nil, func(l *Tensor) error {
+		if len(l.Shape) != 2 || len(l.Data) != l.Shape[0]*l.Shape[1] {
+			return fmt.Errorf("trace: logits have shape %v, want [rows, vocab]", l.Shape)
+		}
+		rows, v := l.Shape[0], l.Shape[1]
+		if row < 0 {
+			row += rows
+		}
+		if row < 0 || row >= rows {
+			return fmt.Errorf("trace: TopLogits: row %d of %d logit rows is out of range (-1 is the last)", row, rows)
+		}
+		if k < 1 {
+			return fmt.Errorf("trace: TopLogits: k is %d; want at least 1", k)
+		}
+		x := l.Data[row*v : (row+1)*v]
+		order := make([]int32, v)
+		for i := range order {
+			order[i] = int32(i)
+		}
+		slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(x[b], x[a]) })
+		for _, id := range order[:min(k, v)] {
+			top = append(top, TokenLogit{id, x[id]})
+		}
+		return nil
+	})
+	return top, err
 }
 
 // TokenLogProbs returns, for each position i < T-1, the log-probability the

@@ -95,3 +95,36 @@ func TestProbRank(t *testing.T) {
 	_, r = ProbRank(row, 1)
 	require.Equal(t, 0, r, "ties do not push a token down")
 }
+
+// TopLogits ranks a row's logits as a plain scan for the largest, k times,
+// does; rows count back from -1.
+func TestTopLogits(t *testing.T) {
+	const T, V = 5, 40
+	tr := randomLogits(T, T, V, 9)
+	l := tr.Tensor("logits")
+	l.Data[3*V+7], l.Data[3*V+11] = 99, 99 // a tie: the lower id first
+	top, err := tr.TopLogits(-2, 4)
+	require.NoError(t, err)
+	row := l.Data[3*V : 4*V]
+	taken := map[int]bool{}
+	for i := range 4 {
+		best := -1
+		for j, v := range row {
+			if !taken[j] && (best < 0 || v > row[best]) {
+				best = j
+			}
+		}
+		taken[best] = true
+		require.Equal(t, TokenLogit{int32(best), row[best]}, top[i], "rank %d", i)
+	}
+	require.Equal(t, []TokenLogit{{7, 99}, {11, 99}}, top[:2])
+	top, err = tr.TopLogits(0, 100)
+	require.NoError(t, err)
+	require.Len(t, top, V, "k past the vocabulary gives all of it")
+	_, err = tr.TopLogits(T, 1)
+	require.EqualError(t, err, "trace: TopLogits: row 5 of 5 logit rows is out of range (-1 is the last)")
+	_, err = tr.TopLogits(0, 0)
+	require.ErrorContains(t, err, "k is 0")
+	_, err = New().TopLogits(-1, 1)
+	require.ErrorContains(t, err, "logits")
+}

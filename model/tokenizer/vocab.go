@@ -271,18 +271,18 @@ func (t *Tokenizer) Piece(id int32) string {
 	text := t.vocab.Tokens[id]
 	switch t.typeOf(id) {
 	case TypeByte:
-		return displayable(string([]byte{t.byteVal[id]}))
+		return Display(string([]byte{t.byteVal[id]}))
 	case TypeNormal:
-		return displayable(string(t.normalBytes(text)))
+		return Display(string(t.normalBytes(text)))
 	}
-	return displayable(text)
+	return Display(text)
 }
 
 var controlEscapes = map[rune]string{'\n': `\n`, '\t': `\t`, '\r': `\r`}
 
-// displayable writes newline, tab and carriage return as \n, \t, \r and
-// other ASCII control bytes and invalid UTF-8 as \xNN.
-func displayable(s string) string {
+// Display is text as Piece shows it: newline, tab and carriage return as
+// \n, \t, \r, other ASCII control bytes and invalid UTF-8 as \xNN.
+func Display(s string) string {
 	var sb strings.Builder
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
