@@ -597,6 +597,20 @@ func TestTokensAsShownAndAsTyped(t *testing.T) {
 	require.Equal(t, m.Token(typed), m.Token(shown))
 	require.Equal(t, shown, m.Pieces([]int32{m.Token(shown)})[0])
 
+	// A backslash in the text shows doubled, so that "\\n" in source code
+	// (backslash, n) is not taken for a newline.
+	src := `fmt.Println("a\n")`
+	pieces = m.Pieces(m.Tokens(src))
+	joined := strings.Join(pieces, "")
+	require.Contains(t, joined, `\\n`, "%q", pieces)
+	require.NotContains(t, strings.ReplaceAll(joined, `\\`, ""), `\n`, "no newline in the text: %q", pieces)
+	for i, p := range pieces {
+		if strings.Contains(p, `\\`) {
+			require.Equal(t, i, m.Position(src, p), "%q as shown", p)
+			require.Equal(t, i, m.Position(src, strings.ReplaceAll(p, `\\`, `\`)), "%q as typed", p)
+		}
+	}
+
 	require.PanicsWithError(t, `nb: "·err" is 3 tokens ["\xC2" "\xB7" "err"], not one (a token may also be given by its id) (in token views · stands for a space, ↵ for a newline, → for a tab)`,
 		func() { m.Token("·err") })
 	require.Panics(t, func() { m.Position(prompt, "·nil") })

@@ -278,10 +278,12 @@ func (t *Tokenizer) Piece(id int32) string {
 	return Display(text)
 }
 
-var controlEscapes = map[rune]string{'\n': `\n`, '\t': `\t`, '\r': `\r`}
+var controlEscapes = map[rune]string{'\n': `\n`, '\t': `\t`, '\r': `\r`, '\\': `\\`}
 
 // Display is text as Piece shows it: newline, tab and carriage return as
-// \n, \t, \r, other ASCII control bytes and invalid UTF-8 as \xNN.
+// \n, \t, \r, a backslash as \\ (so that a tab and the two characters
+// \ and t, common in source code, do not look alike), other ASCII control
+// bytes and invalid UTF-8 as \xNN.
 func Display(s string) string {
 	var sb strings.Builder
 	for i := 0; i < len(s); {
