@@ -18,6 +18,11 @@ import (
 
 // ResidNorms draws the residual stream's L2 norm at each layer's output
 // (hook_resid_post) and position, with the embedding below when captured.
+// Where the sequence's first position outgrows every other by more than
+// twice (the first token's stream, an attention sink, often does), the
+// colours span the other positions and the title gives the first one's
+// largest norm, drawn in the deepest colour: on its scale the rest were
+// all pale.
 func ResidNorms(tr *trace.Trace) (*Figure, error) {
 	const name = "ResidNorms"
 	if err := checkTokens(tr, name); err != nil {
@@ -40,7 +45,34 @@ func ResidNorms(tr *trace.Trace) (*Figure, error) {
 	cellH := rowHeight(cellW, len(g.rows))
 	sc := sequential(finiteRange(g.z))
 	title := "Residual stream L2 norm"
+	if first, rest := firstAndRest(g.z); tr.Pos0 == 0 && t > 1 && rest > 0 && first > 2*rest {
+		rows := make([][]float64, len(g.z))
+		for i, row := range g.z {
+			rows[i] = row[1:]
+		}
+		sc = sequential(finiteRange(rows))
+		title += fmt.Sprintf(" (position 0 reaches %.3g, past the scale)", first)
+	}
 	return newFigure(title, vg.Length(t)*cellW+barWidth+110, vg.Length(len(g.rows))*cellH+xLabelRoom(g.cols, cellW)+60, withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "L2 norm"))), nil
+}
+
+// firstAndRest is the largest finite value of z's first column and of the
+// others.
+func firstAndRest(z [][]float64) (first, rest float64) {
+	first, rest = math.Inf(-1), math.Inf(-1)
+	for _, row := range z {
+		for i, v := range row {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				continue
+			}
+			if i == 0 {
+				first = max(first, v)
+			} else {
+				rest = max(rest, v)
+			}
+		}
+	}
+	return first, rest
 }
 
 // AttnMLPNorms draws, per layer, the mean over positions of the L2 norm of

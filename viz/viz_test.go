@@ -195,6 +195,39 @@ func TestLayerFiguresStackLayerZeroAtTheBottom(t *testing.T) {
 	require.Less(t, box.Dy(), height/3, "one row of three")
 }
 
+// A first position whose norm dwarfs the rest (an attention sink) would
+// leave every other cell pale: the colours span the others, position 0
+// takes the deepest, and the title gives its norm.
+func TestResidNormsKeepTheirScaleBesideAnOutgrownFirstPosition(t *testing.T) {
+	const T = 24 // wide enough that the title does not widen the figure
+	tr := trace.New()
+	tr.Model = trace.Model{Name: "hand", Layers: 1, DModel: 2, Heads: 1, KVHeads: 1, HeadDim: 2, Vocab: 8}
+	for p := range T {
+		tr.Tokens, tr.Pieces = append(tr.Tokens, int32(p)), append(tr.Pieces, fmt.Sprint(p))
+	}
+	resid := func(first float32) *trace.Tensor {
+		x := &trace.Tensor{Shape: []int{T, 2}, Data: make([]float32, 2*T)}
+		for p := range T {
+			x.Data[2*p] = 1
+		}
+		x.Data[0], x.Data[1] = 0.6*first, 0.8*first
+		x.Data[2], x.Data[3] = 3, 4 // norm 5 at position 1
+		return x
+	}
+	tr.Put("blocks.0.hook_resid_post", resid(100))
+	fig := must(ResidNorms(tr))
+	require.Contains(t, fig.Title, "position 0 reaches 100, past the scale")
+	two := darkBox(t, fig).Dx()
+
+	// Without such a first position, one scale for all: only position 0
+	// is the deepest colour.
+	tr.Put("blocks.0.hook_resid_post", resid(10))
+	fig = must(ResidNorms(tr))
+	require.Equal(t, "Residual stream L2 norm", fig.Title)
+	one := darkBox(t, fig).Dx()
+	require.InDelta(t, 2, float64(two)/float64(one), 0.2, "positions 0 and 1 both take the deepest colour beside the outgrown one")
+}
+
 func must(f *Figure, err error) *Figure {
 	if err != nil {
 		panic(err)
