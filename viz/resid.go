@@ -170,7 +170,9 @@ func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
 	dimCell := cellSize(m.HeadDim, 260, 2, 18, maxWidth/2-extra) // K and V side by side
 	heatW := vg.Length(m.HeadDim)*dimCell + extra
 	heatH := vg.Length(keys)*cell + 90
-	title := fmt.Sprintf("KV cache, layer %d KV head %d", layer, kvHead)
+	// K's values are often ten times V's or more: each has its own colour
+	// scale, the title says so, and the norms below compare the two.
+	title := fmt.Sprintf("KV cache, layer %d KV head %d (K and V each on its own colour scale)", layer, kvHead)
 
 	var panels [2]func(draw.Canvas)
 	for i, what := range []string{"K (after RoPE)", "V"} {

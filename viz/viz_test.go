@@ -45,7 +45,7 @@ func figureCases(tr *trace.Trace, tokens ...string) []figureCase {
 		{"ResidNorms", func() (*Figure, error) { return ResidNorms(tr) }, append([]string{"embed", "L1"}, tokens...)},
 		{"AttnMLPNorms", func() (*Figure, error) { return AttnMLPNorms(tr) }, []string{"attention out", "MLP out"}},
 		{"LogitLens", func() (*Figure, error) { return LogitLens(tr) }, append([]string{"L0"}, tokens...)},
-		{"KVCache", func() (*Figure, error) { return KVCache(tr, 1, 3) }, append([]string{"K (after RoPE)", "V", "K norm"}, tokens...)},
+		{"KVCache", func() (*Figure, error) { return KVCache(tr, 1, 3) }, append([]string{"KV cache, layer 1 KV head 3 (K and V each on its own colour scale)", "K (after RoPE)", "V", "K norm"}, tokens...)},
 		{"PCA", func() (*Figure, error) { return PCA(tr) }, []string{"embed", "L1"}},
 		{"PatchingHeatmap", func() (*Figure, error) {
 			return PatchingHeatmap([][]float64{{0.5, -1, 0}, {2, 0.25, -0.5}}, []string{"L0", "L1"}, []string{"a", "<b>", "c"}, "Patched logit difference")
