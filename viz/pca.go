@@ -3,6 +3,7 @@ package viz
 import (
 	"fmt"
 	"image/color"
+	"math"
 
 	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/plot/font"
@@ -17,7 +18,10 @@ import (
 // PCA projects the hidden states of every captured layer (hook_resid_post,
 // and hook_embed when captured) onto their first two principal components:
 // one colour per layer, a grey line following each position up the layers,
-// and the last layer's points labelled by token.
+// and the last layer's points labelled by token. A first position whose
+// norm outgrows every other's by more than twice (an attention sink) is
+// left out, as the title says: it took the first component to itself and
+// squeezed the other positions into a corner.
 func PCA(tr *trace.Trace) (*Figure, error) {
 	const name = "PCA"
 	if err := checkTokens(tr, name); err != nil {
@@ -39,14 +43,21 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		}
 		xs[s] = x.Data
 	}
-	row := func(i int) []float32 { return xs[i/t][(i%t)*d : (i%t+1)*d] }
-	dirs, vars, total, mean := principal(row, len(names)*t, d, 2)
+	title := "Hidden states on their first two principal components"
+	start := 0 // the first position drawn
+	if first, rest := firstAndRest(stateNorms(xs, t, d)); tr.Pos0 == 0 && t > 3 && rest > 0 && first > 2*rest {
+		start = 1
+		title += fmt.Sprintf(" (position 0, of norm %.3g, left out)", first)
+	}
+	n := t - start // positions drawn
+	row := func(k int) []float32 { i := start + k%n; return xs[k/n][i*d : (i+1)*d] }
+	dirs, vars, total, mean := principal(row, len(names)*n, d, 2)
 	if len(dirs) < 2 {
-		return nil, fmt.Errorf("viz: %s: the principal component analysis of %d hidden states did not converge", name, len(names)*t)
+		return nil, fmt.Errorf("viz: %s: the principal component analysis of %d hidden states did not converge", name, len(names)*n)
 	}
 	// Project the centred states onto the first two directions.
-	proj := mat.NewDense(len(names)*t, 2, nil)
-	for i := range len(names) * t {
+	proj := mat.NewDense(len(names)*n, 2, nil)
+	for i := range len(names) * n {
 		var a, b float64
 		for j, v := range row(i) {
 			x := float64(v) - mean[j]
@@ -57,15 +68,14 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		proj.Set(i, 1, b)
 	}
 
-	title := "Hidden states on their first two principal components"
 	p := newPlot(title)
 	legend := p.Legend // drawn beside the plot, where it cannot cover a point
 	p.X.Label.Text = fmt.Sprintf("PC1 (%.0f%% of variance)", 100*vars[0]/total)
 	p.Y.Label.Text = fmt.Sprintf("PC2 (%.0f%% of variance)", 100*vars[1]/total)
-	for i := range t {
+	for i := range n {
 		var path plotter.XYs
 		for s := range names {
-			path = append(path, plotter.XY{X: proj.At(s*t+i, 0), Y: proj.At(s*t+i, 1)})
+			path = append(path, plotter.XY{X: proj.At(s*n+i, 0), Y: proj.At(s*n+i, 1)})
 		}
 		line, err := plotter.NewLine(path)
 		if err != nil {
@@ -76,8 +86,8 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 	}
 	for s, stage := range stages {
 		var pts plotter.XYs
-		for i := range t {
-			pts = append(pts, plotter.XY{X: proj.At(s*t+i, 0), Y: proj.At(s*t+i, 1)})
+		for i := range n {
+			pts = append(pts, plotter.XY{X: proj.At(s*n+i, 0), Y: proj.At(s*n+i, 1)})
 		}
 		sc, err := plotter.NewScatter(pts)
 		if err != nil {
@@ -94,9 +104,9 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 	last := len(names) - 1
 	var at plotter.XYs
 	var texts []string
-	for i := range t {
-		at = append(at, plotter.XY{X: proj.At(last*t+i, 0), Y: proj.At(last*t+i, 1)})
-		texts = append(texts, label(pieceAt(tr, i)))
+	for i := range n {
+		at = append(at, plotter.XY{X: proj.At(last*n+i, 0), Y: proj.At(last*n+i, 1)})
+		texts = append(texts, label(pieceAt(tr, start+i)))
 	}
 	tokens, err := plotter.NewLabels(plotter.XYLabels{XYs: at, Labels: texts})
 	if err != nil {
@@ -119,6 +129,22 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		p.Draw(draw.Crop(c, 0, -legendW, 0, 0))
 		legend.Draw(draw.Crop(c, c.Max.X-c.Min.X-legendW+8, 0, 0, -titleH-8))
 	}), nil
+}
+
+// stateNorms is the L2 norm of each of t rows of width d, per stage.
+func stateNorms(xs [][]float32, t, d int) [][]float64 {
+	out := make([][]float64, len(xs))
+	for s, x := range xs {
+		out[s] = make([]float64, t)
+		for i := range t {
+			var sum float64
+			for _, v := range x[i*d : (i+1)*d] {
+				sum += float64(v) * float64(v)
+			}
+			out[s][i] = math.Sqrt(sum)
+		}
+	}
+	return out
 }
 
 // legendStep thins the legend of a deep model to about 24 entries, so that

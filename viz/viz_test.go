@@ -228,6 +228,47 @@ func TestResidNormsKeepTheirScaleBesideAnOutgrownFirstPosition(t *testing.T) {
 	require.InDelta(t, 2, float64(two)/float64(one), 0.2, "positions 0 and 1 both take the deepest colour beside the outgrown one")
 }
 
+// PCA leaves out a first position that outgrows the rest, saying so, and
+// labels every other position; without one it draws them all.
+func TestPCALeavesOutAnOutgrownFirstPosition(t *testing.T) {
+	const T, d = 6, 3
+	tr := trace.New()
+	tr.Model = trace.Model{Name: "hand", Layers: 2, DModel: d, Heads: 1, KVHeads: 1, HeadDim: d, Vocab: 8}
+	for p := range T {
+		tr.Tokens, tr.Pieces = append(tr.Tokens, int32(p)), append(tr.Pieces, fmt.Sprintf("tok%d", p))
+	}
+	put := func(first float32) {
+		for l := range 2 {
+			x := &trace.Tensor{Shape: []int{T, d}, Data: make([]float32, T*d)}
+			for i := range x.Data {
+				x.Data[i] = float32((i*7+l*3)%5) - 2
+			}
+			for j := range d {
+				x.Data[j] *= first
+			}
+			tr.Put(fmt.Sprintf("blocks.%d.hook_resid_post", l), x)
+		}
+	}
+	labels := func(fig *Figure) (title string, pieces []string) {
+		var rec recorder.Canvas
+		fig.paint(&rec)
+		for _, a := range rec.Actions {
+			if s, ok := a.(*recorder.FillString); ok && strings.HasPrefix(s.String, "tok") {
+				pieces = append(pieces, s.String)
+			}
+		}
+		return fig.Title, pieces
+	}
+	put(100)
+	title, pieces := labels(must(PCA(tr)))
+	require.Contains(t, title, "(position 0, of norm")
+	require.Equal(t, []string{"tok1", "tok2", "tok3", "tok4", "tok5"}, pieces)
+	put(1)
+	title, pieces = labels(must(PCA(tr)))
+	require.Equal(t, "Hidden states on their first two principal components", title)
+	require.Len(t, pieces, T)
+}
+
 func must(f *Figure, err error) *Figure {
 	if err != nil {
 		panic(err)
