@@ -34,7 +34,7 @@ func ExampleModel_HeadScores() {
 	fmt.Println(s.Top(3))
 	fmt.Println(m.HeadScores(m.RepeatedRandom(40, 7), nb.PrevToken).Best())
 	// Output:
-	// [L3H0 0.609 L3H1 0.484 L3H5 0.101]
+	// L3H0 0.609, L3H1 0.484, L3H5 0.101
 	// L2H3 0.788
 }
 
@@ -78,7 +78,7 @@ func ExampleModel_HeadDLA() {
 	tr := m.Prefill("if err != nil {\n\treturn", nb.CaptureDLA())
 	fmt.Println(m.HeadDLA(tr, m.LogitDirection(" err", " nil"), -1).Top(2))
 	// Output:
-	// [L2H4 2.646 L3H4 0.431]
+	// L2H4 2.646, L3H4 0.431
 }
 
 func ExampleModel_DecomposeResid() {

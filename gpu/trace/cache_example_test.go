@@ -90,9 +90,9 @@ func ExampleHeadScores() {
 		fmt.Println(kind, s.Top(2))
 	}
 	// Output:
-	// induction [L3H1 0.516 L3H0 0.483]
-	// previous-token [L2H3 0.764 L2H2 0.341]
-	// duplicate-token [L2H6 0.061 L1H0 0.054]
+	// induction L3H1 0.516, L3H0 0.483
+	// previous-token L2H3 0.764, L2H2 0.341
+	// duplicate-token L2H6 0.061, L1H0 0.054
 }
 
 func ExampleTrace_DecomposeResid() {
@@ -127,7 +127,7 @@ func ExampleTrace_HeadResults() {
 func ExampleScores_Top() {
 	s := trace.Scores{{0.1, 0.7}, {0.9, 0.2}} // [layer][head]
 	fmt.Println(s.Top(2), s.Best(), len(s.Ranked()))
-	// Output: [L1H0 0.900 L0H1 0.700] L1H0 0.900 4
+	// Output: L1H0 0.900, L0H1 0.700 L1H0 0.900 4
 }
 
 func ExampleDuplicateTokenScores() {

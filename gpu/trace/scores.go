@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // HeadKind names a head score.
@@ -38,12 +39,23 @@ type HeadScore struct {
 
 func (h HeadScore) String() string { return fmt.Sprintf("L%dH%d %.3f", h.Layer, h.Head, h.Score) }
 
+// HeadList is heads in rank order; it prints as "L2H4 2.895, L3H0 0.534".
+type HeadList []HeadScore
+
+func (l HeadList) String() string {
+	parts := make([]string, len(l))
+	for i, h := range l {
+		parts[i] = h.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Scores holds one value per head, [layer][head].
 type Scores [][]float64
 
 // Ranked returns every head, highest score first (ties by layer, then head).
-func (s Scores) Ranked() []HeadScore {
-	var out []HeadScore
+func (s Scores) Ranked() HeadList {
+	var out HeadList
 	for l := range s {
 		for h, v := range s[l] {
 			out = append(out, HeadScore{l, h, v})
@@ -54,14 +66,14 @@ func (s Scores) Ranked() []HeadScore {
 }
 
 // Top returns the k highest-scoring heads (all of them when k exceeds the count).
-func (s Scores) Top(k int) []HeadScore {
+func (s Scores) Top(k int) HeadList {
 	r := s.Ranked()
 	return r[:min(max(k, 0), len(r))]
 }
 
 // Bottom returns the k lowest-scoring heads, lowest first: for effects
 // such as AblateHeads', the heads whose loss hurts most.
-func (s Scores) Bottom(k int) []HeadScore {
+func (s Scores) Bottom(k int) HeadList {
 	r := s.Ranked()
 	r = r[len(r)-min(max(k, 0), len(r)):]
 	slices.Reverse(r)

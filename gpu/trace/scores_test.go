@@ -70,10 +70,10 @@ func TestHeadScoresRankEveryLayer(t *testing.T) {
 	s, err := HeadScores(tr, Induction)
 	require.NoError(t, err)
 	require.Equal(t, HeadScore{1, 0, 1}, s.Best())
-	require.Equal(t, []HeadScore{{1, 0, 1}, {0, 0, 0}}, s.Top(2), "ties keep layer, head order")
+	require.Equal(t, HeadList{{1, 0, 1}, {0, 0, 0}}, s.Top(2), "ties keep layer, head order")
 	require.Len(t, s.Top(10), 4)
 	require.Empty(t, s.Top(-1))
-	require.Equal(t, []HeadScore{{1, 1, 0}, {0, 1, 0}}, Scores{{3, 0}, {2, 0}}.Bottom(2), "lowest first")
+	require.Equal(t, HeadList{{1, 1, 0}, {0, 1, 0}}, Scores{{3, 0}, {2, 0}}.Bottom(2), "lowest first")
 	require.Len(t, s.Bottom(10), 4)
 	require.Empty(t, s.Bottom(-1))
 
