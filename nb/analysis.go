@@ -88,15 +88,23 @@ func (m *Model) tokenID(token any) (int32, error) {
 // prompt (without its BOS) or else as text within one: SentencePiece puts a
 // space before a prompt, so " Lily" is the tokens " " and " Lily" as a
 // prompt and " Lily" within one, and "." is " " and "." as a prompt.
+// Text holding m.Pieces' escapes is read as shown first (`\t` the tab, as
+// Position reads it), then as typed (`\t` a backslash and a t, which
+// m.Pieces shows as `\\t`).
 func (m *Model) singleToken(text string) (int32, error) {
+	shown, escaped := undisplay(text)
+	if escaped {
+		id, err := m.singleTokenAsTyped(shown)
+		if err == nil {
+			return id, nil
+		}
+		if id, err2 := m.singleTokenAsTyped(text); err2 == nil {
+			return id, nil
+		}
+		return 0, fmt.Errorf("%w%s", err, displayHint(text))
+	}
 	id, err := m.singleTokenAsTyped(text)
 	if err != nil {
-		// As m.Pieces shows it (`\treturn` for a tab and "return").
-		if raw, ok := undisplay(text); ok {
-			if id, err2 := m.singleTokenAsTyped(raw); err2 == nil {
-				return id, nil
-			}
-		}
 		return 0, fmt.Errorf("%w%s", err, displayHint(text))
 	}
 	return id, nil
@@ -163,11 +171,11 @@ func quotePieces(pieces []string) string {
 	return "[" + strings.Join(quoted, " ") + "]"
 }
 
-// displayHint explains the marks token views draw for whitespace, when
-// text holds one.
+// displayHint explains the mark token views draw for a space, when text
+// holds it.
 func displayHint(text string) string {
-	if strings.ContainsAny(text, "·↵→") {
-		return " (in token views · stands for a space, ↵ for a newline, → for a tab)"
+	if strings.Contains(text, "·") {
+		return " (in token views · stands for a space)"
 	}
 	return ""
 }

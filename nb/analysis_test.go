@@ -581,11 +581,32 @@ func TestPatchPositionsIsAHostCopyOfTheCleanRow(t *testing.T) {
 		func() { m.PatchPositions(clean, corrupt, metric, "attn.hook_pattern") })
 }
 
+// tryToken is m.Token without the panic; ok is false where it panicked.
+func tryToken(m *nb.Model, piece string) (id int32, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return m.Token(piece), true
+}
+
 // Tokens are named as m.Pieces shows them or as typed: a tab is `\t` in the
-// pieces and "\t" in Go; both find it. The marks token views draw for
-// whitespace are explained when they are typed.
+// pieces and "\t" in Go; both find it. The mark token views draw for a
+// space is explained when it is typed. Every token is found by its piece,
+// the tab and the newline among them, though the two characters backslash
+// and t (or n) are tokens of their own in this model.
 func TestTokensAsShownAndAsTyped(t *testing.T) {
 	m := cpuModel(t)
+	for id := range int32(m.Model.Vocab) {
+		piece := m.Pieces([]int32{id})[0]
+		if got, ok := tryToken(m, piece); ok {
+			require.Equal(t, id, got, "token %d, shown as %q", id, piece)
+		}
+	}
+	require.Equal(t, m.Tokens("\t")[1:], []int32{m.Token(`\t`)}, "the tab as shown")
+	require.Equal(t, m.Tokens("\n")[1:], []int32{m.Token(`\n`)}, "the newline as shown")
+	require.Equal(t, []string{`\\n`}, m.Pieces([]int32{m.Token(`\\n`)}), "backslash and n as shown")
 	prompt := "func f() error {\n\treturn nil\n}"
 	pieces := m.Pieces(m.Tokens(prompt))
 	tab := slices.IndexFunc(pieces, func(p string) bool { return strings.HasPrefix(p, `\t`) })
@@ -611,7 +632,7 @@ func TestTokensAsShownAndAsTyped(t *testing.T) {
 		}
 	}
 
-	require.PanicsWithError(t, `nb: "·err" is 3 tokens ["\xC2" "\xB7" "err"], not one (a token may also be given by its id) (in token views · stands for a space, ↵ for a newline, → for a tab)`,
+	require.PanicsWithError(t, `nb: "·err" is 3 tokens ["\xC2" "\xB7" "err"], not one (a token may also be given by its id) (in token views · stands for a space)`,
 		func() { m.Token("·err") })
 	require.Panics(t, func() { m.Position(prompt, "·nil") })
 }

@@ -181,6 +181,7 @@ func TestWholeNumberAxesTickAtWholeNumbers(t *testing.T) {
 	require.Empty(t, minor, "no ticks between layers")
 	lab, minor = labels(integerTicks{}.Ticks(-0.4, 27.3))
 	require.Equal(t, []float64{0, 5, 10, 15, 20, 25}, lab)
+	require.Equal(t, "0", integerTicks{}.Ticks(-0.4, 3)[0].Label, "not -0")
 	require.Len(t, minor, 28-6, "every other layer a minor tick")
 	lab, _ = labels(integerTicks{}.Ticks(0, 2047))
 	require.Equal(t, []float64{0, 200, 400, 600, 800, 1000, 1200, 1400, 1600, 1800, 2000}, lab)

@@ -221,7 +221,7 @@ func TestTokenValuesOnAGivenScale(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "rgb(144,179,214)", color(signed, 0), "half way to blue")
 
-	for _, bad := range []ColorScale{{2, 1}, {0, 0}, {math.NaN(), 1}, {0, math.Inf(1)}} {
+	for _, bad := range []ColorScale{{2, 1}, {0, 0}, {math.NaN(), 1}, {0, math.Inf(1)}, {5, 10}} {
 		_, err := TokenValues([]string{"x"}, []float64{1}, "d", bad)
 		require.ErrorContains(t, err, "colour scale", "%v", bad)
 	}

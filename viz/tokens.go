@@ -10,9 +10,11 @@ import (
 )
 
 // ColorScale fixes the values a token view's colours run over, so that
-// views of several prompts or runs compare (CircuitsVis's min_value and
-// max_value): 0 is white, and Hi, or -Hi and Hi when Lo < 0, take the
-// deepest colours, past which values keep them.
+// views of several prompts or runs compare (as CircuitsVis's min_value and
+// max_value do). Lo 0 is for values that are all >= 0: white at 0 to red at
+// Hi. A negative Lo makes the scale signed: blue at -L, white at 0, red at
+// L, for L the larger of -Lo and |Hi|. Values past the ends keep the
+// deepest colours.
 type ColorScale struct{ Lo, Hi float64 }
 
 // TokenValues colours each token by a value, as CircuitsVis's
@@ -73,8 +75,8 @@ func TokenValues(pieces []string, values []float64, label string, scale ...Color
 	return HTML{Title: label, Body: b.String()}, nil
 }
 
-// colorScale is the scale given (at most one, finite, Lo <= Hi, not both
-// 0) or, without one, the values' own range lo to hi.
+// colorScale is the scale given (at most one, finite, Lo <= Hi, Lo <= 0,
+// not both 0) or, without one, the values' own range lo to hi.
 func colorScale(lo, hi float64, given []ColorScale) (ColorScale, error) {
 	switch {
 	case len(given) > 1:
@@ -86,8 +88,8 @@ func colorScale(lo, hi float64, given []ColorScale) (ColorScale, error) {
 		return ColorScale{lo, hi}, nil
 	}
 	s := given[0]
-	if math.IsNaN(s.Lo) || math.IsNaN(s.Hi) || math.IsInf(s.Lo, 0) || math.IsInf(s.Hi, 0) || s.Lo > s.Hi || s.Lo == 0 && s.Hi == 0 {
-		return ColorScale{}, fmt.Errorf("colour scale %g to %g: want finite Lo <= Hi, not both 0", s.Lo, s.Hi)
+	if math.IsNaN(s.Lo) || math.IsNaN(s.Hi) || math.IsInf(s.Lo, 0) || math.IsInf(s.Hi, 0) || s.Lo > s.Hi || s.Lo > 0 || s.Lo == 0 && s.Hi == 0 {
+		return ColorScale{}, fmt.Errorf("colour scale %g to %g: want finite Lo <= Hi, Lo at most 0 (the colours start from white at 0), not both 0", s.Lo, s.Hi)
 	}
 	return s, nil
 }

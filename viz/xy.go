@@ -131,6 +131,9 @@ func (integerTicks) Ticks(lo, hi float64) []plot.Tick {
 	for v := math.Ceil(first/minor) * minor; v <= last; v += minor {
 		t := plot.Tick{Value: v}
 		if math.Mod(v, step) == 0 {
+			if v == 0 {
+				v = 0 // not -0, which would print as "-0"
+			}
 			t.Label = strconv.FormatFloat(v, 'f', -1, 64)
 		}
 		ticks = append(ticks, t)

@@ -43,6 +43,9 @@ func (h HeadScore) String() string { return fmt.Sprintf("L%dH%d %.3f", h.Layer, 
 type HeadList []HeadScore
 
 func (l HeadList) String() string {
+	if len(l) == 0 {
+		return "(none)"
+	}
 	parts := make([]string, len(l))
 	for i, h := range l {
 		parts[i] = h.String()

@@ -107,4 +107,5 @@ func TestBestOfNoScoresIsNotAHead(t *testing.T) {
 	require.Equal(t, -1, b.Head)
 	require.True(t, math.IsNaN(b.Score))
 	require.Empty(t, Scores{{}}.Top(3))
+	require.Equal(t, "(none)", Scores{{}}.Top(3).String())
 }

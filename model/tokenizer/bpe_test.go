@@ -147,6 +147,8 @@ func TestBPEPiece(t *testing.T) {
 	require.Equal(t, " the", tok.Piece(tok.ids["Ġthe"]))
 	require.Equal(t, `\n`, tok.Piece('\n'), "byte-level Ċ is a newline byte")
 	require.Equal(t, `\xC3`, tok.Piece(0xC3), "half a UTF-8 character")
+	require.Equal(t, `\\`, tok.Piece('\\'), "a backslash doubled, so that it and t do not read as a tab")
+	require.Equal(t, `a\\tb\tc`, Display("a\\tb\tc"))
 	require.Equal(t, "<|im_start|>", tok.Piece(tok.ids["<|im_start|>"]))
 	require.Equal(t, "<invalid id -1>", tok.Piece(-1))
 }
