@@ -133,6 +133,9 @@ func (m *Model) singleTokenAsTyped(text string) (int32, error) {
 	return 0, fmt.Errorf("%q is %d tokens %s, not one (a token may also be given by its id)", text, len(asPrompt), quotePieces(m.Pieces(asPrompt)))
 }
 
+// unescapes is what undisplay makes of a backslash and each letter.
+var unescapes = map[byte]byte{'n': '\n', 't': '\t', 'r': '\r', '\\': '\\'}
+
 // undisplay reverses tokenizer.Display's escapes (\n, \t, \r, \\, \xNN);
 // ok is false when text holds none.
 func undisplay(text string) (string, bool) {
@@ -143,7 +146,7 @@ func undisplay(text string) (string, bool) {
 	changed := false
 	for i := 0; i < len(text); i++ {
 		if text[i] == '\\' && i+1 < len(text) {
-			if c, ok := map[byte]byte{'n': '\n', 't': '\t', 'r': '\r', '\\': '\\'}[text[i+1]]; ok {
+			if c, ok := unescapes[text[i+1]]; ok {
 				b.WriteByte(c)
 				i, changed = i+1, true
 				continue

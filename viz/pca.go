@@ -44,8 +44,9 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		xs[s] = x.Data
 	}
 	title := "Hidden states on their first two principal components"
-	start := 0 // the first position drawn
-	if first, rest := firstAndRest(stateNorms(xs, t, d)); tr.Pos0 == 0 && t > 3 && rest > 0 && first > 2*rest {
+	// The first position drawn; three states at least remain.
+	start := 0
+	if first, ok := outgrownFirst(tr, stateNorms(xs, t, d)); ok && t > 3 {
 		start = 1
 		title += fmt.Sprintf(" (position 0, of norm %.3g, left out)", first)
 	}

@@ -45,7 +45,7 @@ func ResidNorms(tr *trace.Trace) (*Figure, error) {
 	cellH := rowHeight(cellW, len(g.rows))
 	sc := sequential(finiteRange(g.z))
 	title := "Residual stream L2 norm"
-	if first, rest := firstAndRest(g.z); tr.Pos0 == 0 && t > 1 && rest > 0 && first > 2*rest {
+	if first, ok := outgrownFirst(tr, g.z); ok {
 		rows := make([][]float64, len(g.z))
 		for i, row := range g.z {
 			rows[i] = row[1:]
@@ -54,6 +54,18 @@ func ResidNorms(tr *trace.Trace) (*Figure, error) {
 		title += fmt.Sprintf(" (position 0 reaches %.3g, past the scale)", first)
 	}
 	return newFigure(title, vg.Length(t)*cellW+barWidth+110, vg.Length(len(g.rows))*cellH+xLabelRoom(g.cols, cellW)+60, withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "L2 norm"))), nil
+}
+
+// outgrownFirst reports whether norms ([stage][position], of a trace from
+// the sequence's start) hold a first position whose largest norm, first,
+// outgrows every other position's by more than twice: an attention sink,
+// which ResidNorms and PCA set apart.
+func outgrownFirst(tr *trace.Trace, norms [][]float64) (first float64, ok bool) {
+	if tr.Pos0 != 0 || len(norms) == 0 || len(norms[0]) < 2 {
+		return 0, false
+	}
+	first, rest := firstAndRest(norms)
+	return first, rest > 0 && first > 2*rest
 }
 
 // firstAndRest is the largest finite value of z's first column and of the
