@@ -165,11 +165,13 @@ func undisplay(text string) (string, bool) {
 }
 
 // quotePieces lists pieces in quotes as m.Pieces shows them: %q would
-// escape their escapes again (a tab, `\t`, as "\\t").
+// escape their escapes again (a tab, `\t`, as "\\t"). A quote in a piece
+// is written \", which cannot be read otherwise: a backslash of the text
+// shows as \\.
 func quotePieces(pieces []string) string {
 	quoted := make([]string, len(pieces))
 	for i, p := range pieces {
-		quoted[i] = `"` + p + `"`
+		quoted[i] = `"` + strings.ReplaceAll(p, `"`, `\"`) + `"`
 	}
 	return "[" + strings.Join(quoted, " ") + "]"
 }

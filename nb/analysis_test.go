@@ -635,4 +635,6 @@ func TestTokensAsShownAndAsTyped(t *testing.T) {
 	require.PanicsWithError(t, `nb: "·err" is 3 tokens ["\xC2" "\xB7" "err"], not one (a token may also be given by its id) (in token views · stands for a space)`,
 		func() { m.Token("·err") })
 	require.Panics(t, func() { m.Position(prompt, "·nil") })
+	require.PanicsWithError(t, `nb.Position: no token of the prompt is "x"; its pieces are ["<|endoftext|>" "s" " :=" " \"" "a" "\"\n"]`,
+		func() { m.Position("s := \"a\"\n", "x") }, "quotes in pieces are escaped")
 }

@@ -45,6 +45,9 @@ func TestTokenValuesColoursBySign(t *testing.T) {
 	h, err = TokenValues([]string{`{\n`}, []float64{0.5}, "loss")
 	require.NoError(t, err)
 	require.Contains(t, h.HTML(), `title="0 &#34;{\n&#34;: 0.5"`)
+	h, err = TokenValues([]string{`"`}, []float64{0.5}, "loss")
+	require.NoError(t, err)
+	require.Contains(t, h.HTML(), `title="0 &#34;\&#34;&#34;: 0.5"`, "a quote piece is escaped")
 }
 
 func TestTokenLossNeedsAllLogits(t *testing.T) {

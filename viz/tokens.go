@@ -55,7 +55,9 @@ func TokenValues(pieces []string, values []float64, label string, scale ...Color
 	for i, p := range pieces {
 		v := values[i]
 		bg, fg := "transparent", "#000"
-		title := fmt.Sprintf(`%d "%s"`, i, p) // pieces come escaped for display (\n, \t): %q would escape them again
+		// Pieces come escaped for display (\n, \t, \\): %q would escape
+		// them again; only a quote needs it.
+		title := fmt.Sprintf(`%d "%s"`, i, strings.ReplaceAll(p, `"`, `\"`))
 		if !math.IsNaN(v) {
 			bg = valueColor(v, lim, signed)
 			title += fmt.Sprintf(": %.4g", v)
