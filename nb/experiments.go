@@ -78,8 +78,7 @@ func (m *Model) LogitDiff(good, bad any) func(*trace.Trace) float64 {
 // other points.
 func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) [][]float64 {
 	m.ready()
-	m.checkSweep("PatchResid", opts)
-	return m.patchPositions("PatchResid", clean, corrupt, metric, "hook_resid_pre", opts)
+	return m.patchPositions("PatchResid", clean, corrupt, metric, "hook_resid_pre", false, opts)
 }
 
 // patchable are the layer points PatchPositions takes: a row per position.
@@ -92,14 +91,17 @@ var patchable = []string{"hook_resid_pre", "hook_resid_mid", "hook_resid_post", 
 // head at the position at once). The result is [layer][position].
 func (m *Model) PatchPositions(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...Option) [][]float64 {
 	m.ready()
-	m.checkSweep("PatchPositions", opts)
-	if !slices.Contains(patchable, point) {
-		panic(fmt.Errorf("nb.PatchPositions: %q is not one of %s", point, strings.Join(patchable, ", ")))
-	}
-	return m.patchPositions("PatchPositions", clean, corrupt, metric, point, opts)
+	return m.patchPositions("PatchPositions", clean, corrupt, metric, point, false, opts)
 }
 
-func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*trace.Trace) float64, point string, opts []Option) [][]float64 {
+// patchPositions is the sweep of PatchPositions and PatchResid, name's,
+// with the normalised metric when normalized: the clean run that is the
+// patches' source gives the clean metric.
+func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*trace.Trace) float64, point string, normalized bool, opts []Option) [][]float64 {
+	m.checkSweep(name, opts)
+	if !slices.Contains(patchable, point) {
+		panic(fmt.Errorf("nb.%s: %q is not one of %s", name, point, strings.Join(patchable, ", ")))
+	}
 	corruptIDs, src := m.patchSource(name, clean, corrupt, "blocks.*."+point, opts)
 	defer src.Close()
 	out := make([][]float64, m.Model.Layers)
@@ -109,6 +111,9 @@ func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*tra
 			patch := Hooks(gpu.Patch(gpu.LayerPoint(l, point), src, []int{p}))
 			out[l][p] = m.score(metric, corruptIDs, append(opts[:len(opts):len(opts)], patch)...)
 		}
+	}
+	if normalized {
+		return Normalize(out, metric(src), m.score(metric, corruptIDs, opts...))
 	}
 	return out
 }

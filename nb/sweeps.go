@@ -109,9 +109,7 @@ func (m *Model) baselines(name string, clean, corrupt any, metric func(*trace.Tr
 // PatchResidNormalized is PatchResid with the normalised metric: [layer][position].
 func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) [][]float64 {
 	m.ready()
-	m.checkSweep("PatchResidNormalized", opts)
-	res := m.PatchResid(clean, corrupt, metric, opts...) // checks the prompts first
-	return Normalize(res, m.score(metric, clean, opts...), m.score(metric, corrupt, opts...))
+	return m.patchPositions("PatchResidNormalized", clean, corrupt, metric, "hook_resid_pre", true, opts)
 }
 
 // PatchPositionsNormalized is PatchPositions with the normalised metric:
@@ -119,8 +117,7 @@ func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trac
 // clean run's metric.
 func (m *Model) PatchPositionsNormalized(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...Option) [][]float64 {
 	m.ready()
-	res := m.PatchPositions(clean, corrupt, metric, point, opts...) // checks the prompts and options first
-	return Normalize(res, m.score(metric, clean, opts...), m.score(metric, corrupt, opts...))
+	return m.patchPositions("PatchPositionsNormalized", clean, corrupt, metric, point, true, opts)
 }
 
 // PatchHeads is activation patching per head: for every layer and head it
