@@ -54,7 +54,7 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 	p := newPlot(title)
 	p.X.Label.Text, p.Y.Label.Text = xLabel, yLabel
 	p.Add(plotter.NewGrid())
-	lo, hi := 0.0, 0.0
+	var ys [][]float64
 	for i, s := range series {
 		if len(x) == 0 || len(x) != len(s.Y) {
 			return nil, fmt.Errorf("viz: %s: %d x values and %d y values%s; want the same number, at least one", name, len(x), len(s.Y), seriesName(s))
@@ -62,13 +62,8 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 		xy := make(plotter.XYs, len(x))
 		for j := range x {
 			xy[j] = plotter.XY{X: x[j], Y: s.Y[j]}
-			if i == 0 && j == 0 || s.Y[j] < lo {
-				lo = s.Y[j]
-			}
-			if i == 0 && j == 0 || s.Y[j] > hi {
-				hi = s.Y[j]
-			}
 		}
+		ys = append(ys, s.Y)
 		line, points, err := plotter.NewLinePoints(xy)
 		if err != nil {
 			return nil, fmt.Errorf("viz: %s%s: %w", name, seriesName(s), err)
@@ -80,7 +75,7 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 			p.Legend.Add(s.Name, line, points)
 		}
 	}
-	if lo < 0 && hi > 0 {
+	if lo, hi := finiteRange(ys); lo < 0 && hi > 0 {
 		zero := plotter.NewFunction(func(float64) float64 { return 0 })
 		zero.Color, zero.Width, zero.Dashes = color.Gray{150}, 1, []vg.Length{3, 3}
 		p.Add(zero)
