@@ -10,3 +10,9 @@ func HostSpare(s *Session) int {
 	}
 	return n
 }
+
+// DrawDistribution is what Draws.Next draws from: s.Distribution, in id
+// order where no filter sorts.
+func DrawDistribution(s Sampler, logits []float32) ([]int32, []float64, error) {
+	return s.distribution(logits, false)
+}

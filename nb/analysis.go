@@ -387,10 +387,16 @@ func (m *Model) SteeringVector(a, b string, layer, pos int) []float32 {
 }
 
 // Steer adds alpha*vec to the residual stream entering layer, at the
-// given positions of the prefill (every position when none are given): the
-// use SteeringVector's result is made for.
+// given positions of the prefill (every position when none are given; -1 is
+// the last): the use SteeringVector's result is made for. In a generation, the positions
+// given are the prompt's; with none, the generated tokens are steered too.
 func Steer(layer int, vec []float32, alpha float32, positions ...int) Option {
-	return Hooks(gpu.AddVector(gpu.LayerPoint(layer, "hook_resid_pre"), vec, alpha, positions))
+	return func(s *settings) {
+		s.o.Hooks = append(s.o.Hooks, gpu.AddVector(gpu.LayerPoint(layer, "hook_resid_pre"), vec, alpha, positions))
+		if positions != nil {
+			s.promptOnly = append(s.promptOnly, len(s.o.Hooks)-1)
+		}
+	}
 }
 
 // Position returns the position of the first token of prompt whose piece

@@ -8,7 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/backends"
@@ -33,7 +38,13 @@ type Model struct {
 
 	mu   sync.Mutex // serialises the calls that use sess
 	sess *gpu.Session
+	// inHost counts hooks' Host functions running in the call holding mu.
+	inHost atomic.Int32
 }
+
+// hostWaitWarning is how long a call waits behind a Host function before
+// saying that, made from that function, it waits forever.
+var hostWaitWarning = 3 * time.Second
 
 var errNilModel = errors.New("nb: nil *Model (Open failed, or the model was never opened)")
 
@@ -49,8 +60,39 @@ func (m *Model) lock() error {
 	if m == nil || m.Engine == nil {
 		return errNilModel
 	}
+	if m.mu.TryLock() {
+		return nil
+	}
+	if m.inHost.Load() > 0 {
+		// Another goroutine's call may be in a Host function; or this call
+		// is made from one, and no Go runtime check will say so.
+		waited := make(chan struct{})
+		defer close(waited)
+		go func() {
+			select {
+			case <-waited:
+			case <-time.After(hostWaitWarning):
+				fmt.Fprintln(os.Stderr, "nb: this call waits for the model, whose call in progress is in a hook's Host function: if the Host function made this call, it waits forever (a Host function must not call the Model that runs it)")
+			}
+		}()
+	}
 	m.mu.Lock()
 	return nil
+}
+
+// watchHosts counts the Host functions of hooks while they run, for lock.
+func (m *Model) watchHosts(hooks []gpu.Hook) []gpu.Hook {
+	hooks = slices.Clone(hooks)
+	for i, h := range hooks {
+		if host := h.Host; host != nil {
+			hooks[i].Host = func(name string, shape []int, data []float32) error {
+				m.inHost.Add(1)
+				defer m.inHost.Add(-1)
+				return host(name, shape, data)
+			}
+		}
+	}
+	return hooks
 }
 
 // Open loads a GGUF model ("" for the embedded default model) on the best
@@ -113,7 +155,7 @@ func MustOpenPlaced(path, backend, placement string) *Model {
 	return m
 }
 
-// Option adjusts a prefill.
+// Option adjusts a prefill or a generation.
 type Option func(*settings)
 
 type settings struct {
@@ -121,6 +163,12 @@ type settings struct {
 	cont     bool
 	ctx      context.Context
 	captured bool
+	// For generation: which of o.Hooks act in the prompt's prefill only,
+	// and how tokens are drawn.
+	promptOnly []int
+	sample     *gpu.Sampler
+	// Options a generation has no use for, by name.
+	prefillOnly []string
 }
 
 // Capture keeps the points matching the globs, e.g.
@@ -129,25 +177,45 @@ func Capture(globs ...string) Option {
 	return func(s *settings) {
 		s.o.Capture.Globs = append(s.o.Capture.Globs, globs...)
 		s.captured = true
+		s.prefillOnly = append(s.prefillOnly, "Capture")
 	}
 }
 
 // Layers limits per-layer captures to layers first..last (last -1: the last
 // layer); a range outside the model's layers, or selecting none, is refused.
 func Layers(first, last int) Option {
-	return func(s *settings) { s.o.Capture.FirstLayer, s.o.Capture.LastLayer = first, last }
+	return func(s *settings) {
+		s.o.Capture.FirstLayer, s.o.Capture.LastLayer = first, last
+		s.prefillOnly = append(s.prefillOnly, "Layers")
+	}
 }
 
-// Hooks intervenes during the prefill (gpu.AblateHead, gpu.Patch, ...). A
-// hook's Host function must not call the Model that runs it: the model runs
-// one call at a time, so the inner call would wait for the outer one.
+// Hooks intervenes during the prefill (gpu.AblateHead, gpu.Patch, ...), or
+// at every step of a generation. A hook's Host function must not call the
+// Model that runs it: the model runs one call at a time, so the inner call
+// would wait for the outer one forever (after 3 s, it says so on stderr).
 func Hooks(h ...gpu.Hook) Option { return func(s *settings) { s.o.Hooks = append(s.o.Hooks, h...) } }
 
-// AllLogits computes logits (and predictions) at every position, not only the last.
-func AllLogits() Option { return func(s *settings) { s.o.Logits = gpu.LogitsAll } }
+// AllLogits computes logits (and predictions) at every position, not only
+// the last; so do the final norm's points (ln_final.*).
+func AllLogits() Option {
+	return func(s *settings) {
+		s.o.Logits = gpu.LogitsAll
+		s.prefillOnly = append(s.prefillOnly, "AllLogits")
+	}
+}
 
 // Budget bounds the capture's memory in bytes.
-func Budget(bytes int64) Option { return func(s *settings) { s.o.Budget = bytes } }
+func Budget(bytes int64) Option {
+	return func(s *settings) {
+		s.o.Budget = bytes
+		s.prefillOnly = append(s.prefillOnly, "Budget")
+	}
+}
+
+// Sample makes Generate draw each token as sampler says (temperature,
+// top-k, top-p, min-p, seed) instead of taking the most likely one.
+func Sample(sampler gpu.Sampler) Option { return func(s *settings) { s.sample = &sampler } }
 
 // Fast runs the prefill's matrix products on float16 inputs
 // (gpu.PrecisionFast), on tensor cores for every weight format: on the
@@ -166,6 +234,29 @@ func Continue() Option { return func(s *settings) { s.cont = true } }
 // Context lets a prefill be cancelled.
 func Context(ctx context.Context) Option { return func(s *settings) { s.ctx = ctx } }
 
+// forPrefill refuses options only a generation has a use for.
+func (s *settings) forPrefill() error {
+	if s.sample != nil {
+		return errors.New("nb: Sample draws the tokens Generate adds; a prefill adds none (its trace's Predicted are the most likely, its logits the whole distribution)")
+	}
+	return nil
+}
+
+func (s *settings) generateOptions() gpu.GenerateOptions {
+	g := gpu.GenerateOptions{Precision: s.o.Precision}
+	if s.sample != nil {
+		g.Sample = *s.sample
+	}
+	for i, h := range s.o.Hooks {
+		if slices.Contains(s.promptOnly, i) {
+			g.PromptHooks = append(g.PromptHooks, h)
+		} else {
+			g.Hooks = append(g.Hooks, h)
+		}
+	}
+	return g
+}
+
 func (m *Model) settings(opts []Option) *settings {
 	s := &settings{ctx: context.Background()}
 	s.o.Capture.LastLayer = -1
@@ -176,6 +267,7 @@ func (m *Model) settings(opts []Option) *settings {
 	if !s.captured {
 		s.o.Capture.Globs = nil
 	}
+	s.o.Hooks = m.watchHosts(s.o.Hooks)
 	return s
 }
 
@@ -273,6 +365,9 @@ func (m *Model) Try(prompt any, opts ...Option) (*trace.Trace, error) {
 
 func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
 	s := m.settings(opts)
+	if err := s.forPrefill(); err != nil {
+		return nil, err
+	}
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		return nil, err
@@ -295,18 +390,19 @@ func (m *Model) Prefill(prompt any, opts ...Option) *trace.Trace {
 	return tr
 }
 
-// Generate continues text greedily by up to n tokens and returns the
-// continuation. It stops early at the end-of-sequence token or when the
-// context is full; TryGenerate says which. It panics on an error.
-func (m *Model) Generate(text string, n int) string {
-	g, err := m.TryGenerate(text, n)
+// Generate continues text by up to n tokens, greedily unless Sample says
+// otherwise, and returns the continuation. It stops early at the
+// end-of-sequence token or when the context is full; TryGenerate says which.
+// It panics on an error.
+func (m *Model) Generate(text string, n int, opts ...Option) string {
+	g, err := m.TryGenerate(text, n, opts...)
 	if err != nil {
 		panic(err)
 	}
 	return g.Text
 }
 
-// Generated is a greedy continuation and why it ended.
+// Generated is a continuation and why it ended.
 type Generated struct {
 	Text   string  // the generated tokens, decoded
 	Tokens []int32 // without the end-of-sequence token
@@ -315,17 +411,26 @@ type Generated struct {
 	Stop gpu.StopReason
 }
 
-// TryGenerate continues the prompt (text or token ids) greedily by up to n
-// tokens, from a fresh cache (or after the previous call with Continue()).
-// Reaching the end of the context is not an error: it returns what was
-// generated with Stop gpu.StopContext. On an error part way (a cancelled
-// Context) it returns what was generated so far and the error.
+// TryGenerate continues the prompt (text or token ids) by up to n tokens,
+// from a fresh cache (or after the previous call with Continue()): the most
+// likely token at each step, or one drawn as Sample says. Hooks act at every
+// step (the prompt, then each new token); Steer at given positions acts in
+// the prompt's prefill only, before the other hooks; Steer without
+// positions adds at every position, generated ones included. Fast and
+// Context apply too; options that only a prefill has a use for (Capture,
+// AllLogits, Layers, Budget) are an error. Reaching the end of the context
+// is not an error: it returns what was generated with Stop
+// gpu.StopContext. On an error part way (a cancelled Context) it returns
+// what was generated so far and the error.
 func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error) {
 	if err := m.lock(); err != nil {
 		return Generated{Stop: gpu.StopError}, err
 	}
 	defer m.mu.Unlock()
 	s := m.settings(opts)
+	if len(s.prefillOnly) > 0 {
+		return Generated{Stop: gpu.StopError}, fmt.Errorf("nb: Generate has no use for %s: it captures nothing and computes only the last position's logits (Prefill the generated text to look inside)", strings.Join(slices.Compact(slices.Sorted(slices.Values(s.prefillOnly))), ", "))
+	}
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		return Generated{Stop: gpu.StopError}, err
@@ -334,7 +439,7 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 	if err != nil {
 		return Generated{Stop: gpu.StopError}, err
 	}
-	g, err := sess.Generate(s.ctx, ids, n)
+	g, err := sess.GenerateWith(s.ctx, ids, n, s.generateOptions())
 	out := Generated{Tokens: g.Tokens, Stop: g.Stop}
 	text, derr := m.Model.Tok.Decode(g.Tokens)
 	out.Text = text
@@ -375,6 +480,9 @@ func (m *Model) Start(prompt any, opts ...Option) *Steps {
 	}
 	defer m.mu.Unlock()
 	s := m.settings(opts)
+	if err := s.forPrefill(); err != nil {
+		panic(err)
+	}
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		panic(err)

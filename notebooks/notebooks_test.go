@@ -24,7 +24,9 @@ import (
 var stories = map[string]func(t *testing.T, out string){
 	"01-tour.ipynb": func(t *testing.T, out string) {
 		assert.Contains(t, out, "gostd-qwen3-4m: qwen3, 4 layers")
-		assert.Regexp(t, `continuation: .{10,}`, out, "the generation cell printed a continuation")
+		assert.Regexp(t, `(?s)— greedy —\n.{10,}`, out, "the generation cell printed a continuation")
+		assert.NotEqual(t, line(t, out, `(?s)— drawn at temperature 0.5 —\n(.*)— drawn at temperature 1.5`),
+			line(t, out, `(?s)— drawn at temperature 1.5 —\n(.*)`), "two temperatures, two texts")
 	},
 	"02-induction-heads.ipynb": func(t *testing.T, out string) {
 		first, repeat := number(t, out, `loss on the first copy: ([0-9.]+)`), number(t, out, `loss on the repeat: ([0-9.]+)`)
@@ -64,6 +66,8 @@ var stories = map[string]func(t *testing.T, out string){
 			number(t, out, `alpha 0.00: logit\(--\) − logit\(\+\+\) = ([-+0-9.]+)`)+5, "steering moves the metric by 5 or more")
 		assert.Equal(t, "++", line(t, out, `plain:   (.*)`))
 		assert.Equal(t, "--", line(t, out, `steered: (.*)`), "the steering vector turns the loop around")
+		assert.Regexp(t, `^"\+\+`, line(t, out, `unsteered: +(.*)`), "unsteered, the generated loop counts up")
+		assert.Regexp(t, `^"--`, line(t, out, `steered at " <": +(.*)`), "steered at the comparison, it counts down")
 	},
 	"06-direct-logit-attribution.ipynb": func(t *testing.T, out string) {
 		assert.Equal(t, `" err"`, line(t, out, `the model continues with (.*)`), "the model gets the completion right")

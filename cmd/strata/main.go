@@ -43,7 +43,7 @@ func init() {
 	commands = []command{
 		{"info", "[MODEL.gguf] [-n N] [--points] [--devices [--backend B] [--placement P]]", "architecture, shapes, parameters, tensor types, tokenizer and prefill memory; with --devices, the devices and the model's placement over them", cmdInfo},
 		{"tokenize", "[--model M] TEXT", "print the token ids of TEXT, space separated", cmdTokenize},
-		{"run", "[--model M] --prompt P [-n 30] [--placement P]", "greedy continuation of a prompt", cmdRun},
+		{"run", "[--model M] --prompt P [-n 30] [--temperature T [--top-k K] [--top-p P] [--min-p P] [--seed S]] [--placement P]", "continuation of a prompt: greedy, or drawn with a temperature", cmdRun},
 		{"trace", "[--model M] (--prompt P | --tokens 1,2,...) [--capture GLOBS] [--out DIR] [--placement P]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures", cmdTrace},
 		{"gen", "--shape S [--type T] --out F.gguf [--seed N]", "write a model with random weights", cmdGen},
 		{"bench", "[--model M | --shape S --type T] [--tokens 128,512,2048] [--capture none,all] [--backend B] [--placement P] [--json F]",
@@ -424,6 +424,12 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	placement := placementFlag(fs)
 	precision := precisionFlag(fs)
+	var sampler gpu.Sampler
+	fs.Float64Var(&sampler.Temperature, "temperature", 0, "draw each token from the model's distribution with its logits divided by this (0: the most likely token; 1: the model's own distribution)")
+	fs.IntVar(&sampler.TopK, "top-k", 0, "draw only from the k most likely tokens (0: no limit)")
+	fs.Float64Var(&sampler.TopP, "top-p", 0, "draw only from the fewest most likely tokens whose probabilities add up to at least p (0: no limit)")
+	fs.Float64Var(&sampler.MinP, "min-p", 0, "draw only from tokens at least p times as likely as the most likely (0: no limit)")
+	fs.Uint64Var(&sampler.Seed, "seed", 0, "seed of the draws: the same seed, prompt and model give the same text")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -434,6 +440,10 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	if *n < 0 {
 		return fmt.Errorf("-n %d: the number of tokens to generate cannot be negative", *n)
 	}
+	if err := sampler.Check(); err != nil {
+		return err
+	}
+	draws := sampler.Start()
 	m, err := openModel(*path)
 	if err != nil {
 		return err
@@ -466,7 +476,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(stderr, "strata: stopped after %d of %d tokens: the context of %d tokens is full\n", len(g.gen), *n, s.Capacity())
 			return nil
 		}
-		tr, err := s.Prefill(ctx, tokens, gpu.Options{Predict: true, Precision: prec})
+		tr, err := s.Prefill(ctx, tokens, gpu.Options{Predict: sampler.Greedy(), Precision: prec})
 		if err != nil {
 			if len(g.gen) == 0 {
 				return err
@@ -476,12 +486,15 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 			}
 			return fmt.Errorf("after %d generated tokens (printed): %w", len(g.gen), err)
 		}
-		next := tr.Predicted[0]
-		if next < 0 {
-			if err := g.flush(); err != nil {
-				return err
+		next, err := draws.Pick(tr)
+		if err != nil {
+			if ferr := g.flush(); ferr != nil {
+				return ferr
 			}
-			return fmt.Errorf("the logits for generated token %d hold NaN, so there is no next token: the model went non-finite (strata trace names the first point where)", len(g.gen)+1)
+			if errors.Is(err, gpu.ErrNaNLogits) {
+				return fmt.Errorf("the logits for generated token %d hold NaN, so there is no next token: the model went non-finite (strata trace names the first point where)", len(g.gen)+1)
+			}
+			return err
 		}
 		if next == e.Model.Tok.EOS() {
 			if err := g.flush(); err != nil {

@@ -14,10 +14,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/gpu/vulkan"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/nb"
 )
 
 func strata(t *testing.T, args ...string) (string, error) {
@@ -173,4 +175,22 @@ func TestBenchProfilesAPrefillLikeTheTimedOnes(t *testing.T) {
 		sum -= ms
 	}
 	require.InDelta(t, 0, sum, 1e-9, "the stages are the kernels grouped")
+}
+
+func TestRunDrawsAsTheLibraryDoes(t *testing.T) {
+	const prompt = "func main() {"
+	args := []string{"run", "--backend", "cpu", "--prompt", prompt, "-n", "12", "--temperature", "0.9", "--top-p", "0.95"}
+	out, err := strata(t, append(args, "--seed", "7")...)
+	require.NoError(t, err)
+	m := nb.MustOpen("", "cpu")
+	want := m.Generate(prompt, 12, nb.Sample(gpu.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 7}))
+	require.Equal(t, want+"\n", out)
+	other, err := strata(t, append(args, "--seed", "8")...)
+	require.NoError(t, err)
+	require.NotEqual(t, out, other)
+
+	_, err = strata(t, "run", "--prompt", prompt, "--top-k", "5")
+	require.ErrorContains(t, err, "set a temperature above 0")
+	_, err = strata(t, "run", "--prompt", prompt, "--temperature", "1", "--top-p", "2")
+	require.ErrorContains(t, err, "top-p 2: it must be in [0, 1]")
 }

@@ -1,0 +1,81 @@
+package nb_test
+
+import (
+	"testing"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/nb"
+	"github.com/stretchr/testify/require"
+)
+
+// generateByPrefills is a generation written the slow, plain way: the whole
+// sequence prefilled again for each token, from a fresh cache, with the
+// same options; the token is the prediction, or a draw from the last row.
+func generateByPrefills(t *testing.T, m *nb.Model, prompt string, n int, s gpu.Sampler, opts ...nb.Option) []int32 {
+	ids := m.Tokens(prompt)
+	draws := s.Start()
+	var out []int32
+	for range n {
+		tr := m.Prefill(ids, opts...)
+		id, err := draws.Pick(tr)
+		require.NoError(t, err)
+		tr.Close()
+		out = append(out, id)
+		ids = append(ids, id)
+	}
+	return out
+}
+
+func TestSampledGenerationDrawsFromEachStepsLogits(t *testing.T) {
+	m := nb.MustOpen("")
+	const prompt = "func main() {"
+	s := gpu.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 7}
+	g, err := m.TryGenerate(prompt, 12, nb.Sample(s))
+	require.NoError(t, err)
+	require.Equal(t, gpu.StopLength, g.Stop)
+	require.Equal(t, generateByPrefills(t, m, prompt, 12, s), g.Tokens)
+
+	again, err := m.TryGenerate(prompt, 12, nb.Sample(s))
+	require.NoError(t, err)
+	require.Equal(t, g.Tokens, again.Tokens, "the same seed")
+	other, err := m.TryGenerate(prompt, 12, nb.Sample(gpu.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 8}))
+	require.NoError(t, err)
+	require.NotEqual(t, g.Tokens, other.Tokens, "another seed")
+
+	greedy := m.Generate(prompt, 12)
+	require.Equal(t, greedy, m.Generate(prompt, 12, nb.Sample(gpu.Sampler{Temperature: 1, TopK: 1, Seed: 3})), "top-k 1 is greedy")
+}
+
+func TestSteeredGenerationSteersEveryStep(t *testing.T) {
+	m := nb.MustOpen("")
+	const prompt = "for i := n; i < 0; i"
+	vec := m.SteeringVector("for i := n; i > 0; i", prompt, 1, m.Position(prompt, " <"))
+	plain := m.Generate(prompt, 8)
+	for _, c := range []struct {
+		name  string
+		steer nb.Option
+	}{
+		{"every position", nb.Steer(1, vec, 4)},
+		{"one position of the prompt", nb.Steer(1, vec, 4, m.Position(prompt, " <"))},
+		{"and an ablation", nb.Hooks(gpu.AblateHead(3, 3))},
+	} {
+		g, err := m.TryGenerate(prompt, 8, c.steer)
+		require.NoError(t, err, c.name)
+		require.Equal(t, generateByPrefills(t, m, prompt, 8, gpu.Sampler{}, c.steer), g.Tokens, c.name)
+		require.NotEqual(t, plain, g.Text, c.name)
+	}
+}
+
+func TestGenerateAndPrefillRefuseTheOthersOptions(t *testing.T) {
+	m := nb.MustOpen("")
+	for _, o := range []nb.Option{nb.Capture("*"), nb.AllLogits(), nb.Layers(0, 1), nb.Budget(1 << 20)} {
+		_, err := m.TryGenerate("x", 2, o)
+		require.ErrorContains(t, err, "Generate has no use for")
+	}
+	_, err := m.TryGenerate("x", 2, nb.Capture("*"), nb.Layers(0, 1), nb.Capture("hook_embed"))
+	require.ErrorContains(t, err, "Generate has no use for Capture, Layers:")
+	_, err = m.Try("x", nb.Sample(gpu.Sampler{Temperature: 1}))
+	require.ErrorContains(t, err, "Sample draws the tokens Generate adds")
+	_, err = m.TryGenerate("x", 2, nb.Sample(gpu.Sampler{TopP: 0.5}))
+	require.ErrorContains(t, err, "set a temperature above 0")
+}

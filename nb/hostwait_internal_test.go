@@ -1,0 +1,40 @@
+package nb
+
+import (
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stratalab/strata/gpu"
+	"github.com/stretchr/testify/require"
+)
+
+// A call that waits behind a Host function says why it may wait forever:
+// made from that function, it would (no Go runtime check catches it).
+func TestACallWaitingBehindAHostFunctionSaysSo(t *testing.T) {
+	m := MustOpen("", "cpu")
+	defer func(d time.Duration) { hostWaitWarning = d }(hostWaitWarning)
+	hostWaitWarning = 50 * time.Millisecond
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer func(f *os.File) { os.Stderr = f }(os.Stderr)
+	os.Stderr = w
+
+	inner := make(chan error, 1)
+	hook := gpu.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
+		go func() { _, err := m.Try("x"); inner <- err }()
+		time.Sleep(300 * time.Millisecond) // the other call waits and warns
+		return nil
+	}}
+	_, err = m.Try("func main() {", Hooks(hook))
+	require.NoError(t, err)
+	require.NoError(t, <-inner, "the waiting call runs once the hooked one ends")
+	w.Close()
+	said, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.Contains(t, string(said), "if the Host function made this call, it waits forever")
+
+	// The count of running Host functions is back to zero.
+	require.Zero(t, m.inHost.Load())
+}
