@@ -245,6 +245,9 @@ func TestInterventions(t *testing.T) {
 		// Unhooked, the two share their storage; hooked, the edit is the
 		// next layer's alone.
 		require.Equal(t, base.Tensor("blocks.0.hook_resid_post").Data, tr.Tensor("blocks.0.hook_resid_post").Data)
+		// A negative position counts from the end.
+		fromEnd := prefill(t, e, testTokens, gpu.Options{Capture: capture, Hooks: []gpu.Hook{gpu.AddVector("blocks.1.hook_resid_pre", vec, 0.5, []int{4 - len(testTokens)})}})
+		require.Equal(t, got, fromEnd.Tensor("blocks.1.hook_resid_pre").Data)
 
 		// A NaN scale made every logit NaN, with no error.
 		s, err := e.NewSession(0)
@@ -344,6 +347,17 @@ func TestPointsAreNamedLikeTransformerLens(t *testing.T) {
 	require.Equal(t, 12, l)
 	require.Equal(t, "attn.cache_k", local)
 	require.True(t, strings.HasPrefix(gpu.LayerPoint(3, "x"), "blocks.3."))
+
+	moe := &model.Config{Layers: 2, Experts: 4, ExpertsUsed: 2}
+	for _, n := range append(names, gpu.Points(moe)...) {
+		require.True(t, gpu.KnownPoint(n), n)
+	}
+	for _, n := range []string{"blocks.*.attn.hook_rot_q", "hook_pos_embed", "blocks.7.mlp.hook_expert_ids"} {
+		require.True(t, gpu.KnownPoint(n), n)
+	}
+	for _, n := range []string{"blocks.1.hook_nope", "blocks.*.hook_pattern", "hook_resid_post", "blocks.x.hook_resid_post", "logit"} {
+		require.False(t, gpu.KnownPoint(n), n)
+	}
 }
 
 func TestLogitLensLastLayerIsTheModelsPrediction(t *testing.T) {

@@ -228,7 +228,8 @@ func Scale(point string, s float32) Hook {
 }
 
 // AddVector adds alpha*vec to every position's row of a residual-stream point
-// (e.g. "blocks.3.hook_resid_post"), a steering vector; positions nil means all.
+// (e.g. "blocks.3.hook_resid_post"), a steering vector; positions nil means
+// all, and a negative position counts from the end (-1: the last row).
 func AddVector(point string, vec []float32, alpha float32, positions []int) Hook {
 	return Hook{Point: point, Device: func(name string, shape []int) ([]DeviceEdit, error) {
 		if len(shape) != 2 || shape[1] != len(vec) {
@@ -247,8 +248,11 @@ func AddVector(point string, vec []float32, alpha float32, positions []int) Hook
 		}
 		var edits []DeviceEdit
 		for _, p := range positions {
-			if p < 0 || p >= shape[0] {
+			if p < -shape[0] || p >= shape[0] {
 				return nil, fmt.Errorf("position %d is outside %s's %d rows", p, name, shape[0])
+			}
+			if p < 0 {
+				p += shape[0]
 			}
 			edits = append(edits, DeviceEdit{Edit: Edit{Op: EditAdd, Off: p * shape[1], Rows: 1, Cols: shape[1], Scalar: alpha}, Data: vec})
 		}

@@ -18,6 +18,9 @@ import (
 // [T, KVHeads, HeadDim]; hook_attn_scores and hook_pattern are
 // [Heads, T, Pos0+T]; cache_k and cache_v are [Pos0+T, KVHeads, HeadDim],
 // the whole cache after this prefill's store; MLP points are [T, FFN].
+// ln_final.hook_scale, ln_final.hook_normalized and logits have a row for
+// the last position only, unless the prefill computes every position's
+// logits (LogitsAll, nb.AllLogits).
 //
 // hook_q and hook_k are the projections after bias and (qwen3) the
 // per-head Q/K RMSNorm, before RoPE; hook_rot_q and hook_rot_k are after
@@ -107,7 +110,23 @@ func Points(c *model.Config) []string {
 			}
 		}
 	}
-	return append(names, "ln_final.hook_scale", "ln_final.hook_normalized", "logits")
+	return append(names, finalPoints...)
+}
+
+// finalPoints follow the last layer.
+var finalPoints = []string{"ln_final.hook_scale", "ln_final.hook_normalized", "logits"}
+
+// KnownPoint says whether name (a layer's point with its number or with *)
+// is a capture point of some model family, whether or not a given model
+// has it.
+func KnownPoint(name string) bool {
+	if rest, ok := strings.CutPrefix(name, "blocks.*."); ok {
+		name = "blocks.0." + rest
+	}
+	if l, local := SplitPoint(name); l >= 0 {
+		return slices.Contains(layerPoints, local) || slices.Contains(moePoints, local)
+	}
+	return name == "hook_embed" || name == "hook_pos_embed" || slices.Contains(finalPoints, name)
 }
 
 // LayerPoint names point p of layer l, e.g. LayerPoint(3, "attn.hook_pattern").

@@ -136,13 +136,13 @@ func show(it any) error {
 	case *trace.Trace:
 		display(captureTable(x), captureText(x))
 	case Table:
-		display(tableHTML(x), tableText(x))
+		return showTable(x)
 	case [][]string:
 		t := Table{}
 		if len(x) > 0 {
 			t = Table{Header: x[0], Rows: x[1:]}
 		}
-		display(tableHTML(t), tableText(t))
+		return showTable(t)
 	case string:
 		if gonbui.IsNotebook {
 			gonbui.DisplayMarkdown(x)
@@ -264,6 +264,22 @@ func display(htmlText, text string) {
 		return
 	}
 	displayHTML(htmlText)
+}
+
+// showTable shows a table whose rows are as wide as its header (or, with
+// no header, as one another): a cell more or less would shift the rest.
+func showTable(t Table) error {
+	width, widthOf := len(t.Header), "the header"
+	if t.Header == nil && len(t.Rows) > 0 {
+		width, widthOf = len(t.Rows[0]), "row 0"
+	}
+	for i, r := range t.Rows {
+		if len(r) != width {
+			return fmt.Errorf("nb.Show: table row %d has %d cells, and %s %d", i, len(r), widthOf, width)
+		}
+	}
+	display(tableHTML(t), tableText(t))
+	return nil
 }
 
 func tableHTML(t Table) string {

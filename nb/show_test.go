@@ -61,6 +61,8 @@ func TestShowTurnsFigureErrorsIntoMessages(t *testing.T) {
 	out, files = showFiles(t, both(viz.KVCache(tr, 0, 0))...)
 	require.Contains(t, out, `capture "blocks.*.attn.cache_k"`)
 	require.Empty(t, files)
+	out, _ = showFiles(t, both(viz.Captured(tr, "blocks.1.hook_nope"))...)
+	require.Contains(t, out, `no model has a point named "blocks.1.hook_nope" (strata info --points lists a model's points)`)
 
 	out, _ = showFiles(t, (*viz.Figure)(nil))
 	require.Contains(t, out, "a nil *viz.Figure, nothing to show", "a figure whose error was dropped")
@@ -119,6 +121,11 @@ func TestShowPrintsTablesAndTraces(t *testing.T) {
 	require.Empty(t, files)
 	require.Contains(t, out, "head  score\nL3H0  0.61\nL3H1  0.48\n")
 	require.Contains(t, out, "token  loss\nfunc   2.5\n")
+	out, _ = showFiles(t, nb.Table{Header: []string{"a", "b"}, Rows: [][]string{{"1", "2"}, {"1", "2", "3"}}},
+		[][]string{{"a", "b"}, {"1"}}, nb.Table{Rows: [][]string{{"1"}, {"1", "2"}}})
+	require.Contains(t, out, "nb.Show: table row 1 has 3 cells, and the header 2")
+	require.Contains(t, out, "nb.Show: table row 0 has 1 cells, and the header 2")
+	require.Contains(t, out, "nb.Show: table row 1 has 2 cells, and row 0 1")
 
 	m := nb.MustOpen("")
 	tr := m.Prefill("\tx", nb.Capture("blocks.0.hook_resid_post"))

@@ -146,8 +146,26 @@ func PrevTokenScores(tr *trace.Trace) (*Figure, error) {
 // trace.InductionScores) by layer and head, for a prompt that ends with two
 // copies of a period-token sequence (trace.RepeatPeriod finds it).
 func InductionScores(tr *trace.Trace, period int) (*Figure, error) {
+	if tr != nil && tr.Pos0 == 0 && period > 0 && !endsInTwoCopies(tr.Tokens, period) {
+		return nil, fmt.Errorf("viz: InductionScores: the prompt does not end in two copies of a sequence of %d tokens (nb.RepeatedRandom makes one), so an induction head has nothing to look back to", period)
+	}
 	return headScores(tr, "InductionScores", fmt.Sprintf("Induction score by head (period %d)", period),
 		func(p *trace.Tensor) ([]float64, error) { return trace.InductionScores(p, period) })
+}
+
+// endsInTwoCopies says whether the last period tokens repeat the period
+// before them.
+func endsInTwoCopies(tokens []int32, period int) bool {
+	n := len(tokens)
+	if 2*period > n {
+		return true // too short: the scores' own check says so
+	}
+	for i := n - period; i < n; i++ {
+		if tokens[i] != tokens[i-period] {
+			return false
+		}
+	}
+	return true
 }
 
 func headScores(tr *trace.Trace, name, title string, score func(*trace.Tensor) ([]float64, error)) (*Figure, error) {

@@ -15,6 +15,9 @@ func missing(figure, what, how string) error {
 
 // captureHint tells how to capture a point of every layer.
 func captureHint(name string) string {
+	if !gpu.KnownPoint(name) {
+		return fmt.Sprintf("no model has a point named %q (strata info --points lists a model's points)", name)
+	}
 	if l, local := gpu.SplitPoint(name); l >= 0 {
 		name = "blocks.*." + local
 	}

@@ -317,6 +317,7 @@ func TestBadArgumentsAreNamed(t *testing.T) {
 		{second(AttentionHead(tr, 0, 8)), "AttentionHead: head 8 is out of range: the model has 8 heads (0-7)"},
 		{second(KVCache(tr, -1, 0)), "KVCache: layer -1 is out of range"},
 		{second(KVCache(tr, 0, 4)), "KVCache: KV head 4 is out of range: the model has 4 KV heads (0-3)"},
+		{second(InductionScores(tr, 5)), "InductionScores: the prompt does not end in two copies of a sequence of 5 tokens"},
 		{second(InductionScores(tr, 7)), "InductionScores: layer 0: trace: induction period 7 needs two copies (14 positions); the pattern covers 13"},
 		{second(PatchingHeatmap(nil, nil, nil, "x")), "PatchingHeatmap: the result is empty"},
 		{second(PatchingHeatmap([][]float64{{1, 2}, {3}}, []string{"a", "b"}, []string{"x", "y"}, "x")), "row 1 has 1 values, row 0 has 2"},

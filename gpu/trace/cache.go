@@ -43,11 +43,11 @@ func (m *Matrix) Dense() *mat.Dense {
 	return mat.NewDense(m.Rows, m.Cols, d)
 }
 
-// missing wraps Get's error with the capture that would have provided name;
-// a layer out of range has no such capture.
+// missing wraps the error of a capture that was not made with the capture
+// that would have provided name.
 func missing(err error, name string) error {
-	if errors.Is(err, errLayerRange) {
-		return err
+	if !errors.Is(err, ErrNotCaptured) {
+		return err // captured, or not a point: capturing it would not help
 	}
 	glob := name
 	if _, local, ok := splitLayer(name); ok {

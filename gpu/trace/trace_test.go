@@ -128,6 +128,11 @@ func TestClosingAHostTraceHandsBackWhatGetDidNot(t *testing.T) {
 	_, err = tr.Rows("z", 0, 1)
 	require.ErrorIs(t, err, ErrClosed)
 	require.True(t, tr.Has("z"), "a closed capture is still named")
+	_, err = tr.Point("z")
+	require.ErrorIs(t, err, ErrClosed)
+	require.NotContains(t, err.Error(), "capture it", "it was captured: capturing it again is not the fix")
+	_, err = tr.Point("w")
+	require.ErrorContains(t, err, `capture it with nb.Capture("w")`)
 }
 
 // The analyses copy what they read under the trace's lock and hand nothing
