@@ -1,6 +1,7 @@
 package nb_test
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/viz"
 )
 
 func cpuModel(t *testing.T) *nb.Model {
@@ -136,6 +138,37 @@ func TestPatchHeadsIsAHostCopyOfTheCleanHead(t *testing.T) {
 	}
 	require.Panics(t, func() { nb.Normalize(n, 1, 1) })
 	require.Panics(t, func() { m.PatchHeads("a", "a b c", metric) })
+}
+
+// Patching a head at a position equals copying that slice of the clean
+// run's hook_z in a host hook; the rows are the heads, layer by layer.
+func TestPatchHeadPositionsIsAHostCopyOfTheCleanHeadAtAPosition(t *testing.T) {
+	m := cpuModel(t)
+	clean, corrupt := "x := a + b; y := a ", "x := a - b; y := a "
+	metric := m.LogitDiff("+", "-")
+	p := m.PatchHeadPositions(clean, corrupt, metric)
+	src := m.Prefill(clean, nb.Capture("blocks.*.attn.hook_z"))
+	n, heads, hd := len(m.Tokens(corrupt)), m.Model.Heads, m.Model.HeadDim
+	require.Len(t, p.Patched, m.Model.Layers*heads)
+	require.Equal(t, metric(m.Prefill(corrupt)), p.Corrupt)
+	for _, l := range []int{0, m.Model.Layers - 1} {
+		z := src.Tensor(gpu.LayerPoint(l, "attn.hook_z"))
+		for _, h := range []int{0, heads - 1} {
+			require.Len(t, p.Patched[l*heads+h], n)
+			for _, pos := range []int{0, 4, n - 1} {
+				host := gpu.Hook{Point: gpu.LayerPoint(l, "attn.hook_z"), Host: func(_ string, _ []int, data []float32) error {
+					o := (pos*heads + h) * hd
+					copy(data[o:o+hd], z.Data[o:o+hd])
+					return nil
+				}}
+				want := metric(m.Prefill(corrupt, nb.Hooks(host)))
+				require.InDelta(t, want, p.Patched[l*heads+h][pos], 1e-9, "layer %d head %d position %d", l, h, pos)
+			}
+		}
+	}
+	require.Equal(t, "L1H0", viz.LayerHeadLabels(m.Model.Layers, heads)[heads])
+	_, err := m.Try(corrupt, nb.Hooks(nb.PatchHead(0, 0, src, n)))
+	require.ErrorContains(t, err, fmt.Sprintf("position %d is outside blocks.0.attn.hook_z's %d positions", n, n))
 }
 
 func TestPatchResidNormalized(t *testing.T) {
@@ -537,6 +570,7 @@ func TestSweepsRefuseOptionsThatBreakThem(t *testing.T) {
 		"PatchPositions":       func(o ...nb.Option) { m.PatchPositions(clean, corrupt, metric, "hook_mlp_out", o...) },
 		"PatchResidNormalized": func(o ...nb.Option) { m.PatchResidNormalized(clean, corrupt, metric, o...) },
 		"PatchHeads":           func(o ...nb.Option) { m.PatchHeads(clean, corrupt, metric, o...) },
+		"PatchHeadPositions":   func(o ...nb.Option) { m.PatchHeadPositions(clean, corrupt, metric, o...) },
 		"AblateHeads":          func(o ...nb.Option) { m.AblateHeads(clean, nb.ZeroAblation, metric, o...) },
 	}
 	for name, sweep := range sweeps {
@@ -557,7 +591,7 @@ func TestPatchPositionsIsAHostCopyOfTheCleanRow(t *testing.T) {
 	clean, corrupt := "x := a + b; y := a ", "x := a - b; y := a "
 	metric := m.LogitDiff("+", "-")
 	require.Equal(t, m.PatchResid(clean, corrupt, metric), m.PatchPositions(clean, corrupt, metric, "hook_resid_pre"))
-	for _, point := range []string{"hook_attn_out", "hook_mlp_out", "attn.hook_z"} {
+	for _, point := range []string{"hook_attn_out", "hook_mlp_out", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "mlp.hook_pre", "mlp.hook_post"} {
 		got := m.PatchPositions(clean, corrupt, metric, point)
 		src := m.Prefill(clean, nb.Capture("blocks.*."+point))
 		require.Len(t, got, m.Model.Layers)
@@ -577,7 +611,7 @@ func TestPatchPositionsIsAHostCopyOfTheCleanRow(t *testing.T) {
 	norm := m.PatchPositionsNormalized(clean, corrupt, metric, "hook_mlp_out")
 	raw := m.PatchPositions(clean, corrupt, metric, "hook_mlp_out")
 	require.Equal(t, nb.Normalize(raw, metric(m.Prefill(clean)), metric(m.Prefill(corrupt))), norm)
-	require.PanicsWithError(t, "nb.PatchPositions: \"attn.hook_pattern\" is not one of hook_resid_pre, hook_resid_mid, hook_resid_post, hook_attn_out, hook_mlp_out, attn.hook_z",
+	require.PanicsWithError(t, "nb.PatchPositions: \"attn.hook_pattern\" is not one of hook_resid_pre, hook_resid_mid, hook_resid_post, hook_attn_out, hook_mlp_out, attn.hook_q, attn.hook_k, attn.hook_v, attn.hook_z, mlp.hook_pre, mlp.hook_post",
 		func() { m.PatchPositions(clean, corrupt, metric, "attn.hook_pattern") })
 }
 

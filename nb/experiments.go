@@ -82,13 +82,16 @@ func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64
 }
 
 // patchable are the layer points PatchPositions takes: a row per position.
-var patchable = []string{"hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out", "attn.hook_z"}
+var patchable = []string{"hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
+	"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "mlp.hook_pre", "mlp.hook_post"}
 
 // PatchPositions is PatchResid for another of each layer's points: one of
 // hook_resid_pre, hook_resid_mid, hook_resid_post, hook_attn_out,
 // hook_mlp_out (TransformerLens's get_act_patch_resid_pre, ...,
-// get_act_patch_attn_out, get_act_patch_mlp_out) or attn.hook_z (every
-// head at the position at once). The result is [layer][position].
+// get_act_patch_attn_out, get_act_patch_mlp_out); attn.hook_q, hook_k,
+// hook_v or hook_z (every head at the position at once; PatchHeadPositions
+// takes one head at a time); mlp.hook_pre or mlp.hook_post (a dense MLP's
+// hidden units). The result is [layer][position].
 func (m *Model) PatchPositions(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...Option) [][]float64 {
 	m.ready()
 	return m.patchPositions("PatchPositions", clean, corrupt, metric, point, false, opts)

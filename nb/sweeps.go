@@ -139,9 +139,36 @@ func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64
 	return p
 }
 
-// PatchHead is a hook that overwrites one head's hook_z at every position
-// with the same head's from another run's trace, on the backend.
-func PatchHead(layer, head int, from *trace.Trace) gpu.Hook {
+// PatchHeadPositions is activation patching per head and position,
+// TransformerLens's get_act_patch_attn_head_out_by_pos: for every layer,
+// head and position it runs the corrupted prompt with that head's hook_z at
+// that position taken from the clean run. Patched has a row per head,
+// layer by layer (row layer*Heads+head, labelled by viz.LayerHeadLabels),
+// and a column per position. Both prompts must have the same number of
+// tokens; opts go to every prefill.
+func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
+	m.ready()
+	m.checkSweep("PatchHeadPositions", opts)
+	ids, src, p := m.baselines("PatchHeadPositions", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
+	defer src.Close()
+	heads := m.Model.Heads
+	p.Patched = make([][]float64, m.Model.Layers*heads)
+	for l := range m.Model.Layers {
+		for h := range heads {
+			row := make([]float64, len(ids))
+			for pos := range row {
+				row[pos] = m.score(metric, ids, append(opts[:len(opts):len(opts)], Hooks(PatchHead(l, h, src, pos)))...)
+			}
+			p.Patched[l*heads+h] = row
+		}
+	}
+	return p
+}
+
+// PatchHead is a hook that overwrites one head's hook_z, at the given
+// positions (every position when none are given), with the same head's
+// from another run's trace, on the backend.
+func PatchHead(layer, head int, from *trace.Trace, positions ...int) gpu.Hook {
 	return gpu.Hook{Point: gpu.LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]gpu.DeviceEdit, error) {
 		src, err := from.Get(name)
 		if err != nil {
@@ -154,6 +181,17 @@ func PatchHead(layer, head int, from *trace.Trace) gpu.Hook {
 			return nil, fmt.Errorf("head %d is out of range: %s has %d heads", head, name, shape[1])
 		}
 		off, stride := head*shape[2], shape[1]*shape[2]
-		return []gpu.DeviceEdit{{Edit: gpu.Edit{Op: gpu.EditSet, Off: off, Rows: shape[0], Cols: shape[2], Stride: stride, SrcOff: off, SrcStride: stride}, Data: src.Data}}, nil
+		if positions == nil {
+			return []gpu.DeviceEdit{{Edit: gpu.Edit{Op: gpu.EditSet, Off: off, Rows: shape[0], Cols: shape[2], Stride: stride, SrcOff: off, SrcStride: stride}, Data: src.Data}}, nil
+		}
+		var edits []gpu.DeviceEdit
+		for _, p := range positions {
+			if p < 0 || p >= shape[0] {
+				return nil, fmt.Errorf("position %d is outside %s's %d positions", p, name, shape[0])
+			}
+			at := p*stride + off
+			edits = append(edits, gpu.DeviceEdit{Edit: gpu.Edit{Op: gpu.EditSet, Off: at, Rows: 1, Cols: shape[2], SrcOff: at}, Data: src.Data})
+		}
+		return edits, nil
 	}}
 }

@@ -37,6 +37,8 @@ var stories = map[string]func(t *testing.T, out string){
 		assert.Greater(t, number(t, out, `strongest induction head: layer \d+ head \d+, score ([0-9.]+)`), 0.3)
 		assert.Greater(t, number(t, out, `ablated, loss on the repeat: ([0-9.]+)`), repeat+0.5,
 			"ablating the induction head makes the repeat harder")
+		assert.Equal(t, line(t, out, `strongest previous-token head \(from the patterns above\): layer (\d+ head \d+)`),
+			strings.Replace(line(t, out, `keys read most: L(\d+H\d+) `), "H", " head ", 1), "the induction head's keys read the previous-token head most")
 	},
 	"03-logit-lens.ipynb": func(t *testing.T, out string) {
 		assert.Regexp(t, `after layer 3 the last position predicts`, out)
@@ -67,6 +69,8 @@ var stories = map[string]func(t *testing.T, out string){
 		assert.Equal(t, "++", line(t, out, `plain:   (.*)`))
 		assert.Equal(t, "--", line(t, out, `steered: (.*)`), "the steering vector turns the loop around")
 		assert.Regexp(t, `^"\+\+`, line(t, out, `unsteered: +(.*)`), "unsteered, the generated loop counts up")
+		assert.Regexp(t, `L0H\d restores 0\.[3-9]\d of the way at " >" alone`, out, "a layer-0 head reads the comparison")
+		assert.Regexp(t, `L3H\d restores 0\.[3-9]\d of the way at " i" alone`, out, "a layer-3 head carries it at the last position")
 		assert.Regexp(t, `^"--`, line(t, out, `steered at " <": +(.*)`), "steered at the comparison, it counts down")
 	},
 	"06-direct-logit-attribution.ipynb": func(t *testing.T, out string) {

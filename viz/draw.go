@@ -366,11 +366,16 @@ func cellSize(n int, span, lo, hi, room vg.Length) vg.Length {
 }
 
 // rowHeight is the height of n rows (layers) beside columns cellW wide:
-// square while columns are wide, never thinner than 12 points unless
+// square while columns are wide and rows few; many rows share about
+// rowsSpan points, none thinner than 14 (a cell's number fits) unless
 // there are more rows than maxSpan allows.
 func rowHeight(cellW vg.Length, n int) vg.Length {
-	return min(max(cellW, 12), maxSpan/vg.Length(n))
+	return min(max(cellW, 12), maxSpan/vg.Length(n), max(14, rowsSpan/vg.Length(n)))
 }
+
+// rowsSpan is the height many rows share: a 36-layer model's heatmap, or
+// one row per head, stays about a screen tall.
+const rowsSpan = 640
 
 // label makes a token's display string fit an axis: a piece of only
 // spaces shown as middle dots, long pieces cut, and control characters and

@@ -4,7 +4,8 @@ import "fmt"
 
 // HeadHeatmap draws one value per head, [layer][head], with layers as rows
 // (L0 at the bottom) and heads as columns, on a scale centred at 0: for
-// ablation effects, head patching and direct logit attribution per head.
+// ablation effects, head patching and direct logit attribution per head;
+// from 0 when no value is negative, as composition scores.
 func HeadHeatmap(scores [][]float64, title string) (*Figure, error) {
 	if len(scores) == 0 {
 		return nil, fmt.Errorf("viz: HeadHeatmap: no layers")
@@ -14,6 +15,18 @@ func HeadHeatmap(scores [][]float64, title string) (*Figure, error) {
 
 // LayerLabels are "L0".."L<n-1>", the row labels of per-layer figures.
 func LayerLabels(n int) []string { return indexLabels("L", n) }
+
+// LayerHeadLabels are "L0H0".."L<layers-1>H<heads-1>", layer by layer:
+// the row labels of a result with a row per head (nb.PatchHeadPositions).
+func LayerHeadLabels(layers, heads int) []string {
+	out := make([]string, 0, layers*heads)
+	for l := range layers {
+		for h := range heads {
+			out = append(out, fmt.Sprintf("L%dH%d", l, h))
+		}
+	}
+	return out
+}
 
 // HeadLabels are "H0".."H<n-1>".
 func HeadLabels(n int) []string { return indexLabels("H", n) }

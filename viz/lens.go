@@ -109,10 +109,20 @@ func cellText(piece string, size, width vg.Length) string {
 	return string(s) + "…"
 }
 
+// resultScale is centred on 0, or runs from 0 when no value is below it:
+// white then means nothing in both.
+func resultScale(z [][]float64) scale {
+	if lo, hi := finiteRange(z); lo >= 0 && hi >= lo {
+		return sequential(0, hi)
+	}
+	return diverging(maxAbs(z))
+}
+
 // PatchingHeatmap draws an activation-patching result: result[row][col],
 // rows (usually layers) stacked upward from row 0, columns (usually
-// positions) across, on a blue-white-red scale centred on zero, each cell
-// with its value where cells have room. Rows labelled as LayerLabels are
+// positions) across, on a blue-white-red scale centred on zero (white to
+// blue from 0 when no value is negative), each cell with its value where
+// cells have room. Rows labelled as LayerLabels are
 // named "layer", and then columns "head" (HeadLabels) or "position".
 func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title string) (*Figure, error) {
 	const name = "PatchingHeatmap"
@@ -141,7 +151,7 @@ func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title st
 	for i, s := range rowLabels {
 		g.rows[i] = label(s)
 	}
-	sc := diverging(maxAbs(result))
+	sc := resultScale(result)
 	extra := labelMargin(g.rows) + barWidth + 30
 	cellW := cellSize(cols, 520, 5, 32, maxWidth-extra)
 	cellH := rowHeight(cellW, len(result))

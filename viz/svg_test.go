@@ -329,3 +329,16 @@ func TestHeatmapNumbersAreNeverCut(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"1", "0", "0.5", "0", "0.25", "0", "-0.75", "0.1"}, got)
 }
+
+// A result with nothing below 0 runs white to blue from 0; one with negative
+// values is centred on 0. Either way 0 is the palest colour.
+func TestResultScalesMakeZeroPale(t *testing.T) {
+	pos := resultScale([][]float64{{0.05, 0.2}, {0.1, math.NaN()}})
+	require.Equal(t, [2]float64{0, 0.2}, [2]float64{pos.lo, pos.hi})
+	signed := resultScale([][]float64{{-1, 0.5}})
+	require.Equal(t, [2]float64{-1, 1}, [2]float64{signed.lo, signed.hi})
+	for _, sc := range []scale{pos, signed} {
+		require.Equal(t, color.Black, contrast(sc.color(0)), "0 is pale")
+		require.Equal(t, color.White, contrast(sc.color(sc.hi)), "the largest value is dark")
+	}
+}

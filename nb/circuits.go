@@ -1,0 +1,175 @@
+package nb
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model"
+	"gonum.org/v1/gonum/mat"
+)
+
+// HeadWeights are one attention head's matrices as TransformerLens names
+// them, in its row-vector convention (x times W): Q, K and V are
+// [d_model, d_head], O is [d_head, d_model]; K and V are the key/value head
+// the query head shares (GQA). The pre-attention norm is folded in as
+// TransformerLens's fold_ln does: its gain scales Q, K and V's rows, and a
+// LayerNorm's centring is taken out of their columns. Qwen3's per-head
+// Q/K norm gain scales Q's and K's columns. What is not linear is left out,
+// as TransformerLens's circuits leave it: the norms' divisions, RoPE and
+// biases.
+type HeadWeights struct {
+	Q, K, V, O *mat.Dense
+}
+
+// HeadWeights returns head's matrices in layer (see the type).
+func (m *Model) HeadWeights(layer, head int) HeadWeights {
+	m.ready()
+	c := &m.Model.Config
+	if layer < 0 || layer >= c.Layers {
+		panic(fmt.Errorf("nb.HeadWeights: layer %d: the model has %d layers (0-%d)", layer, c.Layers, c.Layers-1))
+	}
+	if head < 0 || head >= c.Heads {
+		panic(fmt.Errorf("nb.HeadWeights: head %d: the model has %d heads (0-%d)", head, c.Heads, c.Heads-1))
+	}
+	o := m.Model.Blocks[layer].O
+	return m.headWeights(layer, head, m.decode("HeadWeights", o, 0, o.Rows))
+}
+
+// headWeights is HeadWeights with the layer's W_O decoded, [d_model][heads*d_head].
+func (m *Model) headWeights(layer, head int, o []float32) HeadWeights {
+	c := &m.Model.Config
+	b := &m.Model.Blocks[layer]
+	kv := head / (c.Heads / c.KVHeads)
+	hd := c.HeadDim
+	reading := func(w *model.Weight, h int, outGain []float32) *mat.Dense {
+		rows := m.decode("HeadWeights", w, h*hd, (h+1)*hd) // [d_head][d_model]
+		x := mat.NewDense(c.DModel, hd, nil)
+		for i := range hd {
+			for j := range c.DModel {
+				v := float64(rows[i*c.DModel+j]) * float64(b.AttnNorm[j])
+				if outGain != nil {
+					v *= float64(outGain[i])
+				}
+				x.Set(j, i, v)
+			}
+		}
+		if c.Norm == model.NormLayer {
+			// The norm's output has mean 0 over d_model, so the part of each
+			// column along (1, ..., 1) reads nothing.
+			for i := range hd {
+				col := mat.Col(nil, i, x)
+				var mean float64
+				for _, v := range col {
+					mean += v
+				}
+				mean /= float64(len(col))
+				for j := range col {
+					x.Set(j, i, col[j]-mean)
+				}
+			}
+		}
+		return x
+	}
+	var qGain, kGain []float32
+	if c.QKNorm {
+		qGain, kGain = b.QNorm, b.KNorm
+	}
+	wO := mat.NewDense(hd, c.DModel, nil)
+	for i := range hd {
+		for j := range c.DModel {
+			wO.Set(i, j, float64(o[j*b.O.Cols+head*hd+i]))
+		}
+	}
+	return HeadWeights{Q: reading(b.Q, head, qGain), K: reading(b.K, kv, kGain), V: reading(b.V, kv, nil), O: wO}
+}
+
+// Composition names what of a later head an earlier head's output feeds.
+type Composition int
+
+const (
+	QComposition Composition = iota // its queries
+	KComposition                    // its keys
+	VComposition                    // its values
+)
+
+func (c Composition) String() string {
+	switch c {
+	case QComposition:
+		return "Q-composition"
+	case KComposition:
+		return "K-composition"
+	case VComposition:
+		return "V-composition"
+	}
+	return fmt.Sprintf("Composition(%d)", int(c))
+}
+
+// CompositionScores scores how much of what each head of the layers before
+// layer writes, head (layer, head) reads through its queries, keys or
+// values: TransformerLens's composition score ||W_OV·W||_F / (||W_OV||_F
+// ||W||_F), with the earlier head's W_OV = W_V W_O and the later head's W =
+// W_Q W_K^T (Q), its transpose (K) or its W_OV (V), from HeadWeights. Row l
+// of the result is layer l's heads; there are layer rows. Even unrelated
+// heads score above 0: read the scores against one another.
+func (m *Model) CompositionScores(kind Composition, layer, head int) trace.Scores {
+	m.ready()
+	if kind < QComposition || kind > VComposition {
+		panic(fmt.Errorf("nb.CompositionScores: %v is not Q-, K- or V-composition", kind))
+	}
+	dst := m.HeadWeights(layer, head)
+	// The later head's W = A B with A [d_model, d_head] and B [d_head, d_model].
+	a, b := dst.Q, dst.K.T()
+	switch kind {
+	case KComposition:
+		a, b = dst.K, dst.Q.T()
+	case VComposition:
+		a, b = dst.V, dst.O
+	}
+	gramA, gramB := gram(a, false), gram(b, true)
+	normW := math.Sqrt(traceOfProduct(gramA, gramB))
+	out := make(trace.Scores, layer)
+	for l := range out {
+		out[l] = make([]float64, m.Model.Heads)
+		o := m.Model.Blocks[l].O
+		wO := m.decode("CompositionScores", o, 0, o.Rows)
+		for h := range out[l] {
+			src := m.headWeights(l, h, wO)
+			// ||V O A B||^2 = tr(M^T (V^T V) M (B B^T)) with M = O A, all
+			// [d_head, d_head]: nothing of d_model x d_model is made.
+			var mid, left mat.Dense
+			mid.Mul(src.O, a)
+			gramV, gramO := gram(src.V, false), gram(src.O, true)
+			left.Mul(gramV, &mid)
+			var both mat.Dense
+			both.Mul(mid.T(), &left)
+			product := math.Sqrt(traceOfProduct(&both, gramB))
+			normOV := math.Sqrt(traceOfProduct(gramV, gramO))
+			out[l][h] = product / (normOV * normW)
+		}
+	}
+	return out
+}
+
+// gram is x^T x, or x x^T when rows.
+func gram(x mat.Matrix, rows bool) *mat.Dense {
+	var g mat.Dense
+	if rows {
+		g.Mul(x, x.T())
+	} else {
+		g.Mul(x.T(), x)
+	}
+	return &g
+}
+
+// traceOfProduct is tr(a b) for square a and b of one size.
+func traceOfProduct(a, b mat.Matrix) float64 {
+	n, _ := a.Dims()
+	var s float64
+	for i := range n {
+		for j := range n {
+			s += a.At(i, j) * b.At(j, i)
+		}
+	}
+	return s
+}

@@ -1,0 +1,188 @@
+package nb_test
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/nb"
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+)
+
+func openGenerated(t *testing.T, shape string) *nb.Model {
+	w, err := model.Generate(model.Shapes[shape], gguf.F32, 5)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), shape+".gguf")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	_, err = w.WriteTo(f)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	m, err := nb.Open(path, "cpu")
+	require.NoError(t, err)
+	return m
+}
+
+// HeadWeights are what the engine computes with: a position's residual
+// stream divided by its norm's scale, times W_Q, W_K and W_V, is hook_q,
+// hook_k and hook_v (less what the norm's bias and the projections' biases
+// add, for GPT-2); each head's hook_z times its W_O adds up to
+// hook_attn_out (less W_O's bias). Qwen3's hook_q and hook_k are that
+// divided by the per-head norm's scale, whose gain W_Q and W_K hold.
+func TestHeadWeightsAreWhatThePrefillMultipliesBy(t *testing.T) {
+	for _, shape := range []string{"tiny-llama", "tiny-gpt2", "tiny-qwen3"} {
+		t.Run(shape, func(t *testing.T) {
+			m := openGenerated(t, shape)
+			c := &m.Model.Config
+			tokens := []int32{72, 101, 108, 108, 111, 44, 32, 119}
+			const layer = 1
+			tr := m.Prefill(tokens, nb.Capture(gpu.LayerPoint(layer, "*")))
+			get := func(p string) []float32 { return nb.Must(tr.Get(gpu.LayerPoint(layer, p))).Data }
+			resid, scale := get("hook_resid_pre"), get("ln1.hook_scale")
+			b := &m.Model.Blocks[layer]
+			// What the folded weights leave out: the norm's bias through the
+			// projection, and the projection's bias.
+			offset := func(w *model.Weight, bias []float32, head int) []float64 {
+				out := make([]float64, c.HeadDim)
+				if b.AttnNormBias == nil && bias == nil {
+					return out
+				}
+				rows := make([]float32, w.Rows*w.Cols)
+				w.Format.Dequantize(rows, w.Data)
+				for i := range out {
+					r := head*c.HeadDim + i
+					for j, v := range b.AttnNormBias {
+						out[i] += float64(v) * float64(rows[r*w.Cols+j])
+					}
+					if bias != nil {
+						out[i] += float64(bias[r])
+					}
+				}
+				return out
+			}
+			group := c.Heads / c.KVHeads
+			for h := range c.Heads {
+				hw := m.HeadWeights(layer, h)
+				for _, p := range []struct {
+					point string
+					w     *mat.Dense
+					heads int
+					head  int
+					off   []float64
+				}{
+					{"attn.hook_q", hw.Q, c.Heads, h, offset(b.Q, b.QBias, h)},
+					{"attn.hook_k", hw.K, c.KVHeads, h / group, offset(b.K, b.KBias, h/group)},
+					{"attn.hook_v", hw.V, c.KVHeads, h / group, offset(b.V, b.VBias, h/group)},
+				} {
+					got := get(p.point)
+					gain := map[string][]float32{"attn.hook_q": b.QNorm, "attn.hook_k": b.KNorm}[p.point]
+					for pos := range tokens {
+						want := make([]float64, c.HeadDim)
+						for i := range want {
+							want[i] = p.off[i]
+							for j := range c.DModel {
+								want[i] += float64(resid[pos*c.DModel+j]) / float64(scale[pos]) * p.w.At(j, i)
+							}
+						}
+						if c.QKNorm && gain != nil {
+							var ss float64
+							for i, v := range want {
+								ss += (v / float64(gain[i])) * (v / float64(gain[i]))
+							}
+							rms := math.Sqrt(ss/float64(c.HeadDim) + float64(c.NormEps))
+							for i := range want {
+								want[i] /= rms
+							}
+						}
+						for i, w := range want {
+							// float32 sums of d_model terms of size ~1 against float64.
+							require.InDelta(t, w, got[(pos*p.heads+p.head)*c.HeadDim+i], 1e-4, "%s pos %d dim %d", p.point, pos, i)
+						}
+					}
+				}
+			}
+			z, out := get("attn.hook_z"), get("hook_attn_out")
+			heads := make([]*mat.Dense, c.Heads)
+			for h := range heads {
+				heads[h] = m.HeadWeights(layer, h).O
+			}
+			for pos := range tokens {
+				for j := range c.DModel {
+					var want float64
+					if b.OBias != nil {
+						want = float64(b.OBias[j])
+					}
+					for h, o := range heads {
+						for i := range c.HeadDim {
+							want += float64(z[(pos*c.Heads+h)*c.HeadDim+i]) * o.At(i, j)
+						}
+					}
+					require.InDelta(t, want, out[pos*c.DModel+j], 1e-4, "hook_attn_out pos %d col %d", pos, j)
+				}
+			}
+		})
+	}
+}
+
+// Composition scores, against the d_model x d_model products written out.
+func TestCompositionScoresAgainstTheProductsWrittenOut(t *testing.T) {
+	m := nb.MustOpen("")
+	const layer, head = 3, 0
+	dst := m.HeadWeights(layer, head)
+	product := func(a, b mat.Matrix) *mat.Dense {
+		var p mat.Dense
+		p.Mul(a, b)
+		return &p
+	}
+	frobenius := func(x *mat.Dense) float64 {
+		var s float64
+		r, c := x.Dims()
+		for i := range r {
+			for j := range c {
+				s += x.At(i, j) * x.At(i, j)
+			}
+		}
+		return math.Sqrt(s)
+	}
+	qk := product(dst.Q, dst.K.T())
+	for _, c := range []struct {
+		kind nb.Composition
+		w    mat.Matrix
+	}{
+		{nb.QComposition, qk},
+		{nb.KComposition, qk.T()},
+		{nb.VComposition, product(dst.V, dst.O)},
+	} {
+		scores := m.CompositionScores(c.kind, layer, head)
+		require.Len(t, scores, layer, c.kind)
+		w := mat.DenseCopyOf(c.w)
+		for l := range layer {
+			for h := range m.Model.Heads {
+				src := m.HeadWeights(l, h)
+				ov := product(src.V, src.O)
+				want := frobenius(product(ov, w)) / (frobenius(ov) * frobenius(w))
+				// Both in float64; the traces of products round differently.
+				require.InEpsilon(t, want, scores[l][h], 1e-9, "%v L%dH%d", c.kind, l, h)
+			}
+		}
+	}
+}
+
+// On the default model, the strongest induction head's keys read most
+// from the strongest previous-token head: the circuit that notebook 02
+// finds in attention patterns is in the weights too.
+func TestTheInductionHeadsKeysReadThePreviousTokenHead(t *testing.T) {
+	m := nb.MustOpen("")
+	seq := m.RepeatedRandom(40, 7)
+	ind, prev := m.HeadScores(seq, nb.Induction).Best(), m.HeadScores(seq, nb.PrevToken).Best()
+	k := m.CompositionScores(nb.KComposition, ind.Layer, ind.Head).Best()
+	require.Equal(t, [2]int{prev.Layer, prev.Head}, [2]int{k.Layer, k.Head})
+
+	require.PanicsWithError(t, "nb.HeadWeights: head 8: the model has 8 heads (0-7)", func() { m.HeadWeights(0, 8) })
+	require.PanicsWithError(t, "nb.HeadWeights: layer 4: the model has 4 layers (0-3)", func() { m.CompositionScores(nb.KComposition, 4, 0) })
+}
