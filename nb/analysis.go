@@ -171,10 +171,13 @@ func undisplay(text string) (string, bool) {
 func quotePieces(pieces []string) string {
 	quoted := make([]string, len(pieces))
 	for i, p := range pieces {
-		quoted[i] = `"` + strings.ReplaceAll(p, `"`, `\"`) + `"`
+		quoted[i] = quotePiece(p)
 	}
 	return "[" + strings.Join(quoted, " ") + "]"
 }
+
+// quotePiece quotes a piece as shown: its escapes are already written.
+func quotePiece(p string) string { return `"` + strings.ReplaceAll(p, `"`, `\"`) + `"` }
 
 // displayHint explains the mark token views draw for a space, when text
 // holds it.

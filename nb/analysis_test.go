@@ -672,3 +672,46 @@ func TestTokensAsShownAndAsTyped(t *testing.T) {
 	require.PanicsWithError(t, `nb.Position: no token of the prompt is "x"; its pieces are ["<|endoftext|>" "s" " :=" " \"" "a" "\"\n"]`,
 		func() { m.Position("s := \"a\"\n", "x") }, "quotes in pieces are escaped")
 }
+
+// TestPrompt, against a float64 softmax of the logits of one prefill of
+// prompt and answer: each answer token is rated at the position before it.
+func TestTestPromptRatesEachAnswerTokenWhereItIsPredicted(t *testing.T) {
+	m := cpuModel(t)
+	const prompt, answer = "\tn, err := r.Read(p)\n\tif err != nil {\n\t\treturn n,", " err\n"
+	got := m.TestPrompt(prompt, answer, 3)
+	ids, whole := m.Tokens(prompt), m.Tokens(prompt+answer)
+	require.Equal(t, ids, whole[:len(ids)], "the answer starts a token of its own")
+	ans := whole[len(ids):]
+	require.Equal(t, m.Pieces(ans), got.Answer)
+	require.Equal(t, m.Pieces(ids), got.Prompt)
+	tr := m.Prefill(append(slices.Clip(ids), ans...), nb.AllLogits())
+	logits := nb.Must(tr.Point("logits"))
+	require.Len(t, got.Steps, len(ans))
+	for i, id := range ans {
+		row := logits.Row(len(ids) - 1 + i)
+		var z float64
+		for _, v := range row {
+			z += math.Exp(float64(v))
+		}
+		rank := 0
+		for _, v := range row {
+			if v > row[id] {
+				rank++
+			}
+		}
+		s := got.Steps[i]
+		require.Equal(t, rank, s.Rank)
+		require.Equal(t, row[id], s.Logit)
+		// Logits of size ~20: exp in float64 keeps 1e-12 of the sum.
+		require.InDelta(t, math.Exp(float64(row[id]))/z, s.Prob, 1e-12)
+		require.Len(t, s.Top, 3)
+		for j, top := range s.Top {
+			require.InDelta(t, math.Exp(float64(top.Logit))/z, top.Prob, 1e-12)
+			if j > 0 {
+				require.LessOrEqual(t, top.Logit, s.Top[j-1].Logit)
+			}
+		}
+	}
+	require.Contains(t, got.String(), `answer token " err": rank 0`)
+	require.PanicsWithError(t, "nb.TestPrompt: k is 0; want at least 1", func() { m.TestPrompt(prompt, answer, 0) })
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/model/tokenizer"
 )
 
 // RepeatedRandom returns n random ordinary tokens followed by the same n
@@ -119,4 +120,75 @@ func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*tra
 		return Normalize(out, metric(src), m.score(metric, corruptIDs, opts...))
 	}
 	return out
+}
+
+// PromptTest is TransformerLens's utils.test_prompt: how the model rates
+// each token of an answer after a prompt (teacher-forced: each answer token
+// follows the ones before it), and what it ranks highest there. Print it.
+type PromptTest struct {
+	Prompt, Answer []string // their pieces; the prompt's with BOS
+	Steps          []AnswerStep
+}
+
+// AnswerStep is one answer token: its rank (0: the model's top choice),
+// logit and probability, and the k tokens the model ranks highest there.
+type AnswerStep struct {
+	Token string
+	Rank  int
+	Logit float32
+	Prob  float64
+	Top   []RankedToken
+}
+
+// RankedToken is one of the tokens a model ranks highest.
+type RankedToken struct {
+	Token string
+	Logit float32
+	Prob  float64
+}
+
+// TestPrompt prefills prompt followed by answer (tokenized as it continues
+// the prompt, so a leading space is the answer's own: " Mary") and reports
+// each answer token's rank and probability and the top k tokens there.
+func (m *Model) TestPrompt(prompt, answer string, k int) PromptTest {
+	m.ready()
+	if k < 1 {
+		panic(fmt.Errorf("nb.TestPrompt: k is %d; want at least 1", k))
+	}
+	ids := Must(m.tokens(prompt))
+	ans, err := m.Model.Tok.Encode(answer, tokenizer.Options{Continue: true})
+	if err != nil {
+		panic(fmt.Errorf("nb.TestPrompt: answer %q: %w", answer, err))
+	}
+	if len(ids) == 0 || len(ans) == 0 {
+		panic(fmt.Errorf("nb.TestPrompt: the prompt (%d tokens) and the answer (%d tokens) each need one token or more", len(ids), len(ans)))
+	}
+	tr := m.Prefill(append(slices.Clip(ids), ans...), AllLogits())
+	defer tr.Close()
+	out := PromptTest{Prompt: m.Pieces(ids), Answer: m.Pieces(ans)}
+	for i, id := range ans {
+		row := len(ids) - 1 + i
+		logits := Must(tr.Rows("logits", row, row+1)).Data
+		prob, rank := trace.ProbRank(logits, int(id))
+		step := AnswerStep{Token: out.Answer[i], Rank: rank, Logit: logits[id], Prob: prob}
+		for _, t := range Must(tr.TopLogits(row, k)) {
+			p, _ := trace.ProbRank(logits, int(t.ID))
+			step.Top = append(step.Top, RankedToken{Token: m.Pieces([]int32{t.ID})[0], Logit: t.Logit, Prob: p})
+		}
+		out.Steps = append(out.Steps, step)
+	}
+	return out
+}
+
+// String lays the test out as TransformerLens prints it.
+func (p PromptTest) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "prompt: %s\nanswer: %s\n", quotePieces(p.Prompt), quotePieces(p.Answer))
+	for _, s := range p.Steps {
+		fmt.Fprintf(&b, "answer token %s: rank %d, logit %.2f, probability %.2f%%\n", quotePiece(s.Token), s.Rank, s.Logit, 100*s.Prob)
+		for i, t := range s.Top {
+			fmt.Fprintf(&b, "  top %d: logit %.2f, probability %.2f%%, %s\n", i, t.Logit, 100*t.Prob, quotePiece(t.Token))
+		}
+	}
+	return b.String()
 }

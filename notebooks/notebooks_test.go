@@ -75,6 +75,7 @@ var stories = map[string]func(t *testing.T, out string){
 	},
 	"06-direct-logit-attribution.ipynb": func(t *testing.T, out string) {
 		assert.Equal(t, `" err"`, line(t, out, `the model continues with (.*)`), "the model gets the completion right")
+		assert.Regexp(t, `answer token " err": rank 0, logit [0-9.]+, probability [0-9.]+%\n  top 0: .*" err"`, out, "TestPrompt ranks it first")
 		diff := number(t, out, `logit\( err\) − logit\( nil\): ([-0-9.]+)`)
 		assert.Greater(t, diff, 3.0)
 		// The components sum to the difference (printed to 3 decimals).
