@@ -81,12 +81,23 @@ func (r *Run) applyHook(h *Hook, name string, x Tensor, off int, shape []int) er
 		if err := r.st.Read(x, off, data); err != nil {
 			return err
 		}
-		if err := h.Host(name, shape, data); err != nil {
+		if err := callHost(h, name, shape, data); err != nil {
 			return err
 		}
 		r.st.Write(x, off, data)
 	}
 	return nil
+}
+
+// callHost runs a hook's Host function, its panic (user code's) an error
+// of the prefill, which then ends as after any other error.
+func callHost(h *Hook, name string, shape []int, data []float32) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("hook at %s: its Host function panicked: %v", name, p)
+		}
+	}()
+	return h.Host(name, shape, data)
 }
 
 // edit checks an edit against the point's extent and records it.

@@ -16,7 +16,9 @@ import (
 // the filters that are set keep, in this order (each on what the one before
 // kept, renormalised): the TopK most likely tokens; the fewest most likely
 // whose probabilities add up to at least TopP; those at least MinP times as
-// likely as the most likely. Ties in likelihood go to the lower token id.
+// likely as the most likely. Ties in likelihood go to the lower token id
+// (so top-k keeps exactly k, where Hugging Face keeps every token tied with
+// the k-th).
 //
 // The zero Sampler is greedy: Temperature 0 takes the most likely token,
 // and then no filter may be set. The same Seed, prompt and model give the
@@ -47,8 +49,8 @@ func (s Sampler) Check() error {
 		return fmt.Errorf("sampling: top-p %v: it must be in [0, 1] (0 and 1 keep every token)", s.TopP)
 	case !(s.MinP >= 0 && s.MinP <= 1):
 		return fmt.Errorf("sampling: min-p %v: it must be in [0, 1] (0 keeps every token)", s.MinP)
-	case s.Greedy() && (s.TopK != 0 || s.TopP != 0 || s.MinP != 0):
-		return fmt.Errorf("sampling: top-k, top-p and min-p choose what to draw from, and temperature 0 draws nothing (it takes the most likely token): set a temperature above 0, 1 for the model's own distribution")
+	case s.Greedy() && (s.TopK != 0 || s.TopP != 0 || s.MinP != 0 || s.Seed != 0):
+		return fmt.Errorf("sampling: top-k, top-p, min-p and the seed choose what to draw and how, and temperature 0 draws nothing (it takes the most likely token): set a temperature above 0, 1 for the model's own distribution")
 	}
 	return nil
 }
@@ -111,13 +113,15 @@ func (s Sampler) distribution(logits []float32, ordered bool) (ids []int32, prob
 				}
 			}
 		} else if topP && !ordered {
+			// Past TopP by more than the sums here and the sorted sum below
+			// can differ in rounding (n terms of at most total each).
+			margin := float64(len(logits)) * 0x1p-52 * total
 			var mass float64
 			for last = 0; last < binCount-1; last++ {
-				if mass += binMass[last]; mass >= s.TopP*total {
+				if mass += binMass[last]; mass >= s.TopP*total+margin {
 					break
 				}
 			}
-			last = min(last+1, binCount-1) // a bin more, for rounding in the sums
 		}
 		for i, w := range weights {
 			if bin(w) <= last {
@@ -169,10 +173,16 @@ func (s Sampler) distribution(logits []float32, ordered bool) (ids []int32, prob
 		}
 		ids, probs = ids[:kept], probs[:kept]
 	}
-	for i := range probs {
-		probs[i] /= sum
+	// Tokens of weight 0 (a logit of -Inf, or one that underflowed) cannot
+	// be drawn, so they are not listed.
+	kept := 0
+	for i, p := range probs {
+		if p > 0 {
+			ids[kept], probs[kept] = ids[i], p/sum
+			kept++
+		}
 	}
-	return ids, probs, nil
+	return ids[:kept], probs[:kept], nil
 }
 
 const binCount = 64
@@ -188,7 +198,11 @@ func bin(w float64) int {
 func sortByLogit(ids []int32, logits []float32) {
 	keys := make([]uint64, len(ids))
 	for i, id := range ids {
-		b := math.Float32bits(logits[id])
+		v := logits[id]
+		if v == 0 {
+			v = 0 // -0 ties with +0
+		}
+		b := math.Float32bits(v)
 		if b>>31 == 1 { // negative: larger magnitude is smaller
 			b = ^b
 		} else {
@@ -226,7 +240,7 @@ func (d *Draws) Next(logits []float32) (int32, error) {
 		}
 		u -= p
 	}
-	return ids[len(ids)-1], nil // u within rounding of 1
+	return ids[len(ids)-1], nil // u within rounding of 1; every listed p > 0
 }
 
 // Pick is the token that follows a generation step's trace: the most

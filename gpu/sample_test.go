@@ -84,6 +84,23 @@ func TestSamplerDistributionMatchesItsDefinition(t *testing.T) {
 	require.Equal(t, []int32{1, 0}, ids)
 	require.InDeltaSlice(t, []float64{math.E / (math.E + 1), 1 / (math.E + 1)}, probs, 1e-15)
 
+	// Top-p within rounding of a cumulative sum, with empty powers of two
+	// between the last tokens: the draw once left token 1 out.
+	boundary := []float32{-1.0675546, -5.820199, -7.029344, -1.4705, -7.3936386, -2.8232694, -2.8191626, 0.5229998, -2.6416523}
+	s := gpu.Sampler{Temperature: 1, TopP: 0.9981805549585002}
+	want, _, err := s.Distribution(boundary)
+	require.NoError(t, err)
+	got, _, err := gpu.DrawDistribution(s, boundary)
+	require.NoError(t, err)
+	require.ElementsMatch(t, want, got)
+	// -0 ties with +0, so the lower id wins; -Inf can never be drawn.
+	ids, _, err = gpu.Sampler{Temperature: 1, TopK: 1}.Distribution([]float32{float32(math.Copysign(0, -1)), 0, -1})
+	require.NoError(t, err)
+	require.Equal(t, []int32{0}, ids)
+	ids, _, err = gpu.Sampler{Temperature: 1}.Distribution([]float32{1, float32(math.Inf(-1)), 2})
+	require.NoError(t, err)
+	require.Equal(t, []int32{2, 0}, ids)
+
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 600 {
 		var logits []float32
@@ -105,19 +122,33 @@ func TestSamplerDistributionMatchesItsDefinition(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			s.TopK = rng.IntN(n + 3)
 		}
+		atBoundary := false
 		if rng.IntN(2) == 0 {
 			s.TopP = rng.Float64()
+			if atBoundary = rng.IntN(2) == 0; atBoundary {
+				// Within rounding of where a token's mass ends.
+				_, probs, err := gpu.Sampler{Temperature: s.Temperature, TopK: s.TopK}.Distribution(logits)
+				require.NoError(t, err)
+				j := rng.IntN(len(probs))
+				var cum float64
+				for _, p := range probs[:j+1] {
+					cum += p
+				}
+				s.TopP = min(cum*(1+(rng.Float64()-0.5)*1e-15), 1)
+			}
 		}
 		if rng.IntN(2) == 0 {
 			s.MinP = rng.Float64() * 0.5
 		}
 		ids, probs, err := s.Distribution(logits)
 		require.NoError(t, err)
-		wantIDs, wantProbs := referenceDistribution(logits, s.Temperature, s.TopK, s.TopP, s.MinP)
-		require.Equal(t, wantIDs, ids, "trial %d: %+v", trial, s)
-		// Both sum the same terms in float64, in other orders: 1e-12 is a
-		// thousand roundings of the largest probability.
-		require.InDeltaSlice(t, wantProbs, probs, 1e-12, "trial %d: %+v", trial, s)
+		if !atBoundary { // there, whether the next token is in is rounding's call
+			wantIDs, wantProbs := referenceDistribution(logits, s.Temperature, s.TopK, s.TopP, s.MinP)
+			require.Equal(t, wantIDs, ids, "trial %d: %+v", trial, s)
+			// Both sum the same terms in float64, in other orders: 1e-12 is a
+			// thousand roundings of the largest probability.
+			require.InDeltaSlice(t, wantProbs, probs, 1e-12, "trial %d: %+v", trial, s)
+		}
 
 		// What a draw uses: the same tokens and probabilities, sorted only
 		// where a filter needs it.

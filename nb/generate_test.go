@@ -66,6 +66,23 @@ func TestSteeredGenerationSteersEveryStep(t *testing.T) {
 	}
 }
 
+// PromptHooks act in the prompt only: a hook at given rows given as Hooks
+// also acts on row 0 of each generated token's step.
+func TestPromptHooksActInThePromptOnly(t *testing.T) {
+	m := nb.MustOpen("")
+	const prompt = "for i := n; i < 0; i"
+	at := m.Position(prompt, " <")
+	vec := m.SteeringVector("for i := n; i > 0; i", prompt, 1, at)
+	add := gpu.AddVector(gpu.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{at})
+	steered := m.Generate(prompt, 8, nb.Steer(1, vec, 4, at))
+	require.Equal(t, steered, m.Generate(prompt, 8, nb.PromptHooks(add)))
+	first := gpu.AddVector(gpu.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{0})
+	require.NotEqual(t, m.Generate(prompt, 8, nb.PromptHooks(first)), m.Generate(prompt, 8, nb.Hooks(first)), "row 0 of every step")
+	tr := m.Prefill(prompt, nb.PromptHooks(add), nb.Capture("blocks.1.hook_resid_pre"))
+	require.Equal(t, nb.Must(m.Prefill(prompt, nb.Hooks(add), nb.Capture("blocks.1.hook_resid_pre")).Get("blocks.1.hook_resid_pre")).Data,
+		nb.Must(tr.Get("blocks.1.hook_resid_pre")).Data, "in a prefill, as Hooks")
+}
+
 func TestGenerateAndPrefillRefuseTheOthersOptions(t *testing.T) {
 	m := nb.MustOpen("")
 	for _, o := range []nb.Option{nb.Capture("*"), nb.AllLogits(), nb.Layers(0, 1), nb.Budget(1 << 20)} {

@@ -38,3 +38,27 @@ func TestACallWaitingBehindAHostFunctionSaysSo(t *testing.T) {
 	// The count of running Host functions is back to zero.
 	require.Zero(t, m.inHost.Load())
 }
+
+// A Host function that calls its own model gets an error at once; one that
+// panics fails the prefill, and the model goes on working.
+func TestAHostFunctionCallingItsModelIsAnError(t *testing.T) {
+	m := MustOpen("", "cpu")
+	before := m.Prefill("func main() {").Predicted
+	var inner error
+	calls := gpu.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
+		_, inner = m.Try("x")
+		return nil
+	}}
+	_, err := m.Try("func main() {", Hooks(calls))
+	require.NoError(t, err)
+	require.ErrorContains(t, inner, "a hook's Host function called the Model that runs it")
+
+	panics := gpu.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
+		m.Prefill("x")
+		return nil
+	}}
+	_, err = m.Try("func main() {", Hooks(panics))
+	require.ErrorContains(t, err, "hook at blocks.0.hook_resid_post: its Host function panicked: nb: a hook's Host function called the Model that runs it")
+	require.Equal(t, before, m.Prefill("func main() {").Predicted, "the model works after")
+	require.Zero(t, m.hostGoroutine.Load())
+}

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,8 +40,10 @@ type Model struct {
 
 	mu   sync.Mutex // serialises the calls that use sess
 	sess *gpu.Session
-	// inHost counts hooks' Host functions running in the call holding mu.
-	inHost atomic.Int32
+	// inHost counts hooks' Host functions running in the call holding mu,
+	// hostGoroutine is the goroutine running one (0: none).
+	inHost        atomic.Int32
+	hostGoroutine atomic.Uint64
 }
 
 // hostWaitWarning is how long a call waits behind a Host function before
@@ -63,21 +67,40 @@ func (m *Model) lock() error {
 	if m.mu.TryLock() {
 		return nil
 	}
-	if m.inHost.Load() > 0 {
-		// Another goroutine's call may be in a Host function; or this call
-		// is made from one, and no Go runtime check will say so.
-		waited := make(chan struct{})
-		defer close(waited)
-		go func() {
+	if id := m.hostGoroutine.Load(); id != 0 && id == goroutineID() {
+		return errors.New("nb: a hook's Host function called the Model that runs it: the model runs one call at a time, so this call would wait forever for the one running the hook")
+	}
+	// A Host function may have started a goroutine that made this call: it
+	// would wait forever, and no Go runtime check says so.
+	waited := make(chan struct{})
+	defer close(waited)
+	go func() {
+		tick := time.NewTicker(hostWaitWarning)
+		defer tick.Stop()
+		for {
 			select {
 			case <-waited:
-			case <-time.After(hostWaitWarning):
-				fmt.Fprintln(os.Stderr, "nb: this call waits for the model, whose call in progress is in a hook's Host function: if the Host function made this call, it waits forever (a Host function must not call the Model that runs it)")
+				return
+			case <-tick.C:
+				if m.inHost.Load() > 0 {
+					fmt.Fprintln(os.Stderr, "nb: this call waits for the model, whose call in progress is in a hook's Host function: if the Host function made this call, it waits forever (a Host function must not call the Model that runs it)")
+					return
+				}
 			}
-		}()
-	}
+		}
+	}()
 	m.mu.Lock()
 	return nil
+}
+
+// goroutineID reads the running goroutine's number from its stack's first
+// line ("goroutine 18 [running]:"): Go has no other way to tell that a
+// call comes from a Host function on the goroutine of the call it hooks.
+func goroutineID() uint64 {
+	var buf [64]byte
+	s := strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
+	id, _ := strconv.ParseUint(s[:max(strings.IndexByte(s, ' '), 0)], 10, 64)
+	return id
 }
 
 // watchHosts counts the Host functions of hooks while they run, for lock.
@@ -87,7 +110,11 @@ func (m *Model) watchHosts(hooks []gpu.Hook) []gpu.Hook {
 		if host := h.Host; host != nil {
 			hooks[i].Host = func(name string, shape []int, data []float32) error {
 				m.inHost.Add(1)
-				defer m.inHost.Add(-1)
+				m.hostGoroutine.Store(goroutineID())
+				defer func() {
+					m.hostGoroutine.Store(0)
+					m.inHost.Add(-1)
+				}()
 				return host(name, shape, data)
 			}
 		}
@@ -191,10 +218,26 @@ func Layers(first, last int) Option {
 }
 
 // Hooks intervenes during the prefill (gpu.AblateHead, gpu.Patch, ...), or
-// at every step of a generation. A hook's Host function must not call the
-// Model that runs it: the model runs one call at a time, so the inner call
-// would wait for the outer one forever (after 3 s, it says so on stderr).
+// at every step of a generation, each step seeing its own rows: after the
+// prompt, one row, so a hook at given rows (gpu.AddVector with positions,
+// gpu.Patch) or one that averages over rows (gpu.MeanAblateHead) means
+// something else there; give those as PromptHooks. A hook's Host function must not call the
+// Model that runs it: the model runs one call at a time, so such a call is
+// an error (a call from a goroutine the Host function starts would wait
+// forever; after 3 s it says so on stderr). A Host function's panic is an
+// error of the prefill.
 func Hooks(h ...gpu.Hook) Option { return func(s *settings) { s.o.Hooks = append(s.o.Hooks, h...) } }
+
+// PromptHooks are Hooks that act in a generation's prompt only (in a
+// prefill, everywhere, as Hooks).
+func PromptHooks(h ...gpu.Hook) Option {
+	return func(s *settings) {
+		for _, hook := range h {
+			s.o.Hooks = append(s.o.Hooks, hook)
+			s.promptOnly = append(s.promptOnly, len(s.o.Hooks)-1)
+		}
+	}
+}
 
 // AllLogits computes logits (and predictions) at every position, not only
 // the last; so do the final norm's points (ln_final.*).
@@ -414,9 +457,10 @@ type Generated struct {
 // TryGenerate continues the prompt (text or token ids) by up to n tokens,
 // from a fresh cache (or after the previous call with Continue()): the most
 // likely token at each step, or one drawn as Sample says. Hooks act at every
-// step (the prompt, then each new token); Steer at given positions acts in
-// the prompt's prefill only, before the other hooks; Steer without
-// positions adds at every position, generated ones included. Fast and
+// step (the prompt, then each new token's one row); PromptHooks, and Steer
+// at given positions, act in the prompt's prefill only, before the other
+// hooks; Steer without positions adds at every position, generated ones
+// included. Fast and
 // Context apply too; options that only a prefill has a use for (Capture,
 // AllLogits, Layers, Budget) are an error. Reaching the end of the context
 // is not an error: it returns what was generated with Stop
@@ -506,7 +550,9 @@ func (s *Steps) do(f func(r *gpu.Run)) {
 	if s == nil || s.r == nil {
 		panic(errors.New("nb: nil *Steps (use Model.Start)"))
 	}
-	s.m.mu.Lock()
+	if err := s.m.lock(); err != nil {
+		panic(err)
+	}
 	defer s.m.mu.Unlock()
 	f(s.r)
 }

@@ -112,7 +112,7 @@ func cellText(piece string, size, width vg.Length) string {
 // resultScale is centred on 0, or runs from 0 when no value is below it:
 // white then means nothing in both.
 func resultScale(z [][]float64) scale {
-	if lo, hi := finiteRange(z); lo >= 0 && hi >= lo {
+	if lo, hi := finiteRange(z); lo >= 0 && hi > 0 {
 		return sequential(0, hi)
 	}
 	return diverging(maxAbs(z))

@@ -337,6 +337,8 @@ func TestResultScalesMakeZeroPale(t *testing.T) {
 	require.Equal(t, [2]float64{0, 0.2}, [2]float64{pos.lo, pos.hi})
 	signed := resultScale([][]float64{{-1, 0.5}})
 	require.Equal(t, [2]float64{-1, 1}, [2]float64{signed.lo, signed.hi})
+	zeros := resultScale([][]float64{{0, 0}}) // a sweep where nothing changed
+	require.Equal(t, zeros.color(0), diverging(1).color(0))
 	for _, sc := range []scale{pos, signed} {
 		require.Equal(t, color.Black, contrast(sc.color(0)), "0 is pale")
 		require.Equal(t, color.White, contrast(sc.color(sc.hi)), "the largest value is dark")
