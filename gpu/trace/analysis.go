@@ -1,6 +1,9 @@
 package trace
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // PrevTokenScores returns each head's previous-token score from one layer's
 // hook_pattern [heads, T, pos0+T]: the mean over query positions i >= 1 of
@@ -110,14 +113,26 @@ func tensorScores(pattern *Tensor, sel func(t, keys int) (cells, error)) ([]floa
 // length), or 0 when tokens do not end with a repeat.
 func RepeatPeriod(tokens []int32) int {
 	n := len(tokens)
+	// same[p]: trailing positions whose token equals the one p before, the
+	// Z-function of the reversed tokens, in time linear in n.
+	rev := slices.Clone(tokens)
+	slices.Reverse(rev)
+	same := make([]int, n)
+	for i, l, r := 1, 0, 0; i < n; i++ {
+		if i < r {
+			same[i] = min(r-i, same[i-l])
+		}
+		for i+same[i] < n && rev[same[i]] == rev[i+same[i]] {
+			same[i]++
+		}
+		if i+same[i] > r {
+			l, r = i, i+same[i]
+		}
+	}
 	best, bestLen := 0, 0
 	for p := 1; 2*p <= n; p++ {
-		same := 0 // trailing positions whose token equals the one p before
-		for i := n - 1; i >= p && tokens[i] == tokens[i-p]; i-- {
-			same++
-		}
-		if same >= p && same+p > bestLen {
-			best, bestLen = p, same+p
+		if s := same[p]; s >= p && s+p > bestLen {
+			best, bestLen = p, s+p
 		}
 	}
 	return best

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -139,4 +140,34 @@ func TestRepeatPeriod(t *testing.T) {
 	require.Equal(t, 2, RepeatPeriod([]int32{5, 6, 5, 6, 5, 6, 5, 6}), "four copies of 2 beat two copies of 4")
 	require.Equal(t, 4, RepeatPeriod([]int32{1, 10, 11, 12, 12, 10, 11, 12, 12}), "the doubled last token is a shorter repeat")
 	require.Equal(t, 0, RepeatPeriod([]int32{1, 9, 8, 7, 9, 8, 6}))
+
+	// Against the definition, counted plainly for every period.
+	plain := func(tokens []int32) int {
+		n := len(tokens)
+		best, bestLen := 0, 0
+		for p := 1; 2*p <= n; p++ {
+			same := 0
+			for i := n - 1; i >= p && tokens[i] == tokens[i-p]; i-- {
+				same++
+			}
+			if same >= p && same+p > bestLen {
+				best, bestLen = p, same+p
+			}
+		}
+		return best
+	}
+	rng := rand.New(rand.NewPCG(4, 5))
+	for range 2000 {
+		tokens := make([]int32, rng.IntN(40))
+		for i := range tokens {
+			tokens[i] = int32(rng.IntN(3))
+		}
+		if k := rng.IntN(len(tokens) + 1); k > 0 && rng.IntN(2) == 0 { // end in copies of the last k
+			tokens = append(tokens, tokens[len(tokens)-k:]...)
+		}
+		require.Equal(t, plain(tokens), RepeatPeriod(tokens), "%v", tokens)
+	}
+	// Two million equal tokens, as a loaded manifest may hold: linear, not
+	// the hours the plain count takes.
+	require.Equal(t, 1, RepeatPeriod(make([]int32, 2_000_000)))
 }

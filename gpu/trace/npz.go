@@ -224,15 +224,18 @@ func writeNpy(z *zip.Writer, name string, shape []int, data []float32) error {
 // and the manifest's positions and model its arrays.
 func Load(dir string) (*Trace, error) {
 	path := filepath.Join(dir, "trace.npz")
-	z, err := zip.OpenReader(path)
-	if err != nil {
-		return nil, fmt.Errorf("trace: %w", err)
-	}
-	defer z.Close()
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
+	if !st.Mode().IsRegular() { // a FIFO would hang the read
+		return nil, fmt.Errorf("trace: %s is not a regular file (%v)", path, st.Mode().Type())
+	}
+	z, err := zip.OpenReader(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %s: %w", path, err)
+	}
+	defer z.Close()
 	fileSize := st.Size()
 	entries := map[string]*zip.File{}
 	for _, f := range z.File {
@@ -335,16 +338,27 @@ func (m *Manifest) fits(name string, shape []int) error {
 		if len(shape) < 1 || shape[0] != keys {
 			return fmt.Errorf("shape %v does not start with the %d positions cached", shape, keys)
 		}
+	case (name == "logits" || strings.HasPrefix(name, "ln_final.")) && len(shape) == 2:
+		if shape[0] != 1 && shape[0] != len(m.Tokens) {
+			return fmt.Errorf("shape %v does not start with the last position or all %d", shape, len(m.Tokens))
+		}
+	case strings.HasPrefix(name, "blocks.") || strings.HasPrefix(name, "hook_"): // a row per token
+		if len(shape) < 1 || shape[0] != len(m.Tokens) {
+			return fmt.Errorf("shape %v does not start with the %d tokens", shape, len(m.Tokens))
+		}
 	}
 	return nil
 }
 
 // readNpy reads one array written by writeNpy: float32, little-endian, C
-// order, from an archive of fileSize bytes. Memory follows the bytes in
-// the file, not the shape its header claims: what is made up front is at
-// most what a stored entry's bytes can hold, and the rest grows as
-// (deflated) data arrives. The zip's checksum is checked at the end.
+// order, stored (not compressed, so no array takes more memory than its
+// bytes in the archive of fileSize bytes). Memory follows the bytes in the
+// file, not the shape its header claims. The zip's checksum is checked at
+// the end.
 func readNpy(f *zip.File, fileSize int64) ([]int, []float32, error) {
+	if f.Method != zip.Store {
+		return nil, nil, fmt.Errorf("the array is compressed (zip method %d): Strata reads the uncompressed arrays it writes (numpy.savez, not savez_compressed), whose memory is bounded by the file", f.Method)
+	}
 	r, err := f.Open()
 	if err != nil {
 		return nil, nil, err
@@ -389,13 +403,7 @@ func readNpy(f *zip.File, fileSize int64) ([]int, []float32, error) {
 		}
 		count *= d
 	}
-	upFront := int64(count)
-	if f.Method == zip.Store {
-		upFront = min(upFront, int64(min(f.UncompressedSize64, uint64(fileSize)))/4)
-	} else {
-		upFront = min(upFront, fileSize/4)
-	}
-	data := make([]float32, 0, upFront)
+	data := make([]float32, 0, min(int64(count), int64(min(f.UncompressedSize64, uint64(fileSize)))/4))
 	var buf [64 << 10]byte
 	for len(data) < count {
 		n, err := io.ReadFull(br, buf[:4*min(count-len(data), len(buf)/4)])

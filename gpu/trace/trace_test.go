@@ -191,12 +191,12 @@ func TestLoadRefusesWhatTheFilesCannotHold(t *testing.T) {
 		}
 		return m
 	}
-	write := func(m string, x []byte) string {
+	writeAs := func(m, array string, x []byte, method uint16) string {
 		dir := t.TempDir()
 		var buf bytes.Buffer
 		z := zip.NewWriter(&buf)
-		for name, data := range map[string][]byte{"manifest.json": []byte(m), "x.npy": x} {
-			w, err := z.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Store})
+		for name, data := range map[string][]byte{"manifest.json": []byte(m), array + ".npy": x} {
+			w, err := z.CreateHeader(&zip.FileHeader{Name: name, Method: method})
 			require.NoError(t, err)
 			_, err = w.Write(data)
 			require.NoError(t, err)
@@ -205,6 +205,7 @@ func TestLoadRefusesWhatTheFilesCannotHold(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "trace.npz"), buf.Bytes(), 0o644))
 		return dir
 	}
+	write := func(m string, x []byte) string { return writeAs(m, "x", x, zip.Store) }
 	good := write(manifest(""), npy(f4("3, 4"), 12))
 	_, err := Load(good)
 	require.NoError(t, err, "the well-formed one")
@@ -230,6 +231,10 @@ func TestLoadRefusesWhatTheFilesCannotHold(t *testing.T) {
 		"pos_start is 4294967296, outside 0..16777216":        write(manifest(`"pos_start":4294967296`), npy(f4("3, 4"), 12)),
 		"model.layers is 1073741824, outside 0..65536":        write(strings.Replace(manifest(""), `"layers":2`, `"layers":1073741824`, 1), npy(f4("3, 4"), 12)),
 		"2 pieces for 3 tokens":                               write(strings.Replace(manifest(""), `"pieces":["a","b","c"]`, `"pieces":["a","b"]`, 1), npy(f4("3, 4"), 12)),
+		// Deflated zeros would make gigabytes of a small file.
+		"array x: the array is compressed (zip method 8)": writeAs(manifest(""), "x", npy(f4("3, 4"), 12), zip.Deflate),
+		"array hook_embed: shape [4 4] does not start with the 3 tokens": writeAs(strings.Replace(manifest(""), `"name":"x","shape":[3,4]`, `"name":"hook_embed","shape":[4,4]`, 1),
+			"hook_embed", npy(f4("4, 4"), 16), zip.Store),
 	} {
 		_, err := Load(dir)
 		require.ErrorContains(t, err, want)
