@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -210,7 +211,11 @@ func (w *Writer) header(e *encoder) {
 // WriteFile writes the file to a temporary name in path's directory, syncs
 // it and renames it over path, so an interrupted write never leaves a
 // partial file under path.
-func (w *Writer) WriteFile(path string) (err error) {
+func (w *Writer) WriteFile(path string) error { return w.WriteFileContext(context.Background(), path) }
+
+// WriteFileContext is WriteFile that ctx can stop: then path is as it was
+// and no temporary file stays.
+func (w *Writer) WriteFileContext(ctx context.Context, path string) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("gguf: %w", err)
@@ -221,7 +226,7 @@ func (w *Writer) WriteFile(path string) (err error) {
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	if _, err = w.WriteTo(tmp); err != nil {
+	if _, err = w.WriteTo(ctxWriter{ctx, tmp}); err != nil {
 		return fmt.Errorf("gguf: writing %s: %w", tmp.Name(), err)
 	}
 	if err = tmp.Chmod(0o644); err != nil {
@@ -237,6 +242,19 @@ func (w *Writer) WriteFile(path string) (err error) {
 		return fmt.Errorf("gguf: %w", err)
 	}
 	return nil
+}
+
+// ctxWriter stops writing once ctx ends.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }
 
 // encoder writes little-endian values, keeping the first error and the

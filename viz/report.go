@@ -2,6 +2,7 @@ package viz
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"encoding/base64"
 	"fmt"
@@ -33,22 +34,30 @@ const minRepeat = 4
 // files of another trace never stay beside the report, while trace.npz and
 // manifest.json of this same trace (from Trace.Save) are kept.
 func Report(tr *trace.Trace, dir string) error {
-	return tr.ReplaceFolder(dir, func(tmp string) error { return writeReport(tr, tmp) })
+	return tr.ReplaceFolder(dir, func(tmp string) error { return writeReport(context.Background(), tr, tmp) })
 }
 
 // Export writes the whole trace folder that `strata trace` makes, in one
 // replacement: trace.npz and manifest.json (Trace.Save) and the report.
-func Export(tr *trace.Trace, dir string) error {
+func Export(tr *trace.Trace, dir string) error { return ExportContext(context.Background(), tr, dir) }
+
+// ExportContext is Export that ctx can stop before the folder is replaced:
+// then the folder holds what it held.
+func ExportContext(ctx context.Context, tr *trace.Trace, dir string) error {
 	return tr.ReplaceFolder(dir, func(tmp string) error {
 		if err := tr.WriteFiles(tmp); err != nil {
 			return err
 		}
-		return writeReport(tr, tmp)
+		if err := writeReport(ctx, tr, tmp); err != nil {
+			return err
+		}
+		return ctx.Err()
 	})
 }
 
-// writeReport writes the report's files into dir, a new folder.
-func writeReport(tr *trace.Trace, dir string) error {
+// writeReport writes the report's files into dir, a new folder, unless ctx
+// ends first.
+func writeReport(ctx context.Context, tr *trace.Trace, dir string) error {
 	page := reportPage{Model: tr.Model, Backend: tr.Backend, Pos0: tr.Pos0}
 	for i, id := range tr.Tokens {
 		page.Tokens = append(page.Tokens, reportToken{Pos: tr.Pos0 + i, ID: id, Text: stripText(pieceAt(tr, i))})
@@ -65,6 +74,9 @@ func writeReport(tr *trace.Trace, dir string) error {
 		page.Captures = append(page.Captures, c)
 	}
 	for _, e := range reportFigures(tr) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		fig, png, svg, err := e.draw()
 		if err != nil {
 			page.Skipped = append(page.Skipped, reportSkip{Name: e.name, Why: err.Error()})

@@ -126,7 +126,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	budget := fs.Float64("budget", 16, "capture memory a prefill may use, in GiB (device memory on a GPU, host memory on the CPU); a point over it is reported as refused")
 	jsonOut := fs.String("json", "", "also write the rows as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the host's work to this file (go tool pprof)")
-	if _, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	// The budget becomes bytes in an int64: refuse what has no such value.
@@ -135,6 +135,9 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if *jsonOut != "" {
 		if err := checkOutFile("--json", *jsonOut); err != nil {
+			return err
+		}
+		if err := checkReplaceable("--json", *jsonOut, "rows strata bench wrote", benchRows); err != nil {
 			return err
 		}
 	}
@@ -362,4 +365,22 @@ func timePrefill(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Opti
 	}
 	slices.Sort(times)
 	return times[len(times)/2], nil
+}
+
+// benchRows says whether path holds rows strata bench --json wrote.
+func benchRows(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) > 64<<20 {
+		return false
+	}
+	var rows []map[string]json.RawMessage
+	if json.Unmarshal(b, &rows) != nil {
+		return false
+	}
+	for _, r := range rows {
+		if _, ok := r["median_ms"]; !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/stratalab/strata/gguf"
@@ -60,7 +61,7 @@ func usage(w io.Writer) {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := dispatch(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "strata:", err)
@@ -129,6 +130,17 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+}
+
+// parseFlags is parse for a command that takes no arguments but its
+// flags: a stray word (an unquoted prompt's second word) is an error, not
+// silently dropped.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	pos, err := parse(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = fmt.Errorf("unexpected argument %q: %s takes only flags (a value of several words goes in quotes: --prompt \"Once upon a time\")", pos[0], fs.Name())
+	}
+	return err
 }
 
 // isSet reports whether the flag was given on the command line, so that an
@@ -430,7 +442,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	fs.Float64Var(&sampler.TopP, "top-p", 0, "draw only from the fewest most likely tokens whose probabilities add up to at least p (0: no limit)")
 	fs.Float64Var(&sampler.MinP, "min-p", 0, "draw only from tokens at least p times as likely as the most likely (0: no limit)")
 	fs.Uint64Var(&sampler.Seed, "seed", 0, "seed of the draws: the same seed, prompt and model give the same text")
-	if _, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	prec, err := precision()
@@ -571,7 +583,7 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	placement := placementFlag(fs)
 	precision := precisionFlag(fs)
-	if _, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	prec, err := precision()
@@ -649,7 +661,10 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	}
 	// The lens needs every layer's resid_post; without it the report says the lens was not drawn.
 	_ = e.LogitLens(tr)
-	if err := viz.Export(tr, *dir); err != nil {
+	if err := viz.ExportContext(ctx, tr, *dir); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: --out %s was not replaced (it is as it was)", *dir)
+		}
 		// The error names the folder already: say it as the flag the user gave.
 		return &rewordedError{"--out " + *dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+*dir+": "), err}
 	}
@@ -688,6 +703,26 @@ func checkOutFile(flag, path string) error {
 	return nil
 }
 
+// checkReplaceable refuses to write over a file that is not one this
+// command wrote (a user's notes, a real model): what says so is ours.
+func checkReplaceable(flag, path, what string, ours func(path string) bool) error {
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() || ours(path) {
+		return nil // absent, or not a file: the writer says what is wrong
+	}
+	return fmt.Errorf("%s %s: the file exists and is not %s, so it is left as it is: remove it first, or write elsewhere", flag, path, what)
+}
+
+// generatedModel says whether path is a model strata gen wrote.
+func generatedModel(path string) bool {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	name, err := f.String("general.name")
+	return err == nil && strings.HasPrefix(name, "random ")
+}
+
 // outFileError names the flag and the user's file, not the temporary file
 // the writer renames into place.
 func outFileError(flag, path string, err error) error {
@@ -708,13 +743,13 @@ func (e *rewordedError) Unwrap() error { return e.err }
 // defaultPrompt suits the default model, trained on Go source.
 const defaultPrompt = "func (s *Server) Close() error {\n\ts.mu.Lock()\n\tdefer s.mu.Unlock()\n\treturn s.listener.Close()\n}\n"
 
-func cmdGen(_ context.Context, args []string, out io.Writer) error {
+func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	fs := flags("gen", out)
 	shape := fs.String("shape", "", "one of: "+strings.Join(model.ShapeNames(), ", "))
 	typName := fs.String("type", "F32", "tensor type of the matrices, e.g. Q1_0_g128, TQ2_0_g128, Q8_0, F16")
 	dst := fs.String("out", "", "output .gguf file")
 	seed := fs.Uint64("seed", 1, "random seed")
-	if _, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	s, ok := model.Shapes[*shape]
@@ -727,6 +762,9 @@ func cmdGen(_ context.Context, args []string, out io.Writer) error {
 	if err := checkOutFile("--out", *dst); err != nil {
 		return err
 	}
+	if err := checkReplaceable("--out", *dst, "a model strata gen wrote", generatedModel); err != nil {
+		return err
+	}
 	typ, err := gguf.ParseType(*typName)
 	if err != nil {
 		return err
@@ -735,7 +773,10 @@ func cmdGen(_ context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := w.WriteFile(*dst); err != nil {
+	if err := w.WriteFileContext(ctx, *dst); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: %s was not written (it is as it was)", *dst)
+		}
 		return outFileError("--out", *dst, err)
 	}
 	fmt.Fprintf(out, "wrote %s: %s shape, %s weights, seed %d\n", *dst, *shape, typ, *seed)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"math"
 	"math/rand/v2"
@@ -459,4 +460,61 @@ func TestRunSizesTheCacheByPromptAndN(t *testing.T) {
 		require.NoError(t, err, backend)
 		require.NotEmpty(t, out, backend)
 	}
+}
+
+// A stray word (an unquoted prompt's second word) is refused, not dropped.
+func TestStrayArgumentsAreRefused(t *testing.T) {
+	for stray, args := range map[string][]string{
+		"upon":  {"run", "--prompt", "Once", "upon", "-n", "1"},
+		"there": {"trace", "--prompt", "hi", "there", "--out", t.TempDir()},
+		"x":     {"gen", "--shape", "tiny-llama", "--out", filepath.Join(t.TempDir(), "m.gguf"), "x"},
+		"y":     {"bench", "--shape", "tiny-llama", "--type", "F32", "--tokens", "4", "y"},
+	} {
+		_, err := strata(t, args...)
+		require.ErrorContains(t, err, fmt.Sprintf("unexpected argument %q: strata %s takes only flags", stray, args[0]))
+	}
+}
+
+// gen and bench write over what they wrote before, and nothing else: a
+// user's notes and a real model stay.
+func TestGenAndBenchKeepFilesTheyDidNotWrite(t *testing.T) {
+	dir := t.TempDir()
+	notes := filepath.Join(dir, "notes.txt")
+	require.NoError(t, os.WriteFile(notes, []byte("precious"), 0o644))
+	model := filepath.Join(dir, "m.gguf")
+	real := filepath.Join(dir, "real.gguf")
+	b, err := os.ReadFile("../../models/gostd-qwen3-4m.gguf")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(real, b, 0o644))
+	for _, args := range [][]string{
+		{"gen", "--shape", "tiny-llama", "--out", notes},
+		{"gen", "--shape", "tiny-llama", "--out", real},
+		{"bench", "--shape", "tiny-llama", "--type", "F32", "--tokens", "4", "--iters", "1", "--json", notes},
+	} {
+		_, err := strata(t, args...)
+		require.ErrorContains(t, err, "the file exists and is not", args)
+	}
+	b, err = os.ReadFile(notes)
+	require.NoError(t, err)
+	require.Equal(t, "precious", string(b))
+	for range 2 {
+		_, err := strata(t, "gen", "--shape", "tiny-llama", "--out", model)
+		require.NoError(t, err, "its own model, again")
+		_, err = strata(t, "bench", "--model", model, "--tokens", "4", "--iters", "1", "--json", filepath.Join(dir, "b.json"))
+		require.NoError(t, err, "its own rows, again")
+	}
+}
+
+// An interrupted gen leaves no file, and an interrupted trace leaves the
+// folder as it was.
+func TestInterruptedWritesLeaveWhatWasThere(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out bytes.Buffer
+	err := dispatch(ctx, []string{"gen", "--shape", "tiny-llama", "--out", filepath.Join(dir, "m.gguf")}, &out)
+	require.ErrorContains(t, err, "interrupted: "+filepath.Join(dir, "m.gguf")+" was not written")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no temporary file")
 }

@@ -79,11 +79,14 @@ func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
 	}
+	if st, err := os.Stat(abs); err == nil && old != nil && st.Mode().Perm()&0o200 == 0 {
+		return fmt.Errorf("trace: %s: the folder is read-only (%v), and replacing it deletes the old trace's files: make it writable, or choose another folder; nothing was written", dir, st.Mode().Perm())
+	}
 	fp, err := t.Fingerprint()
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
 	}
-	tmp, err := os.MkdirTemp(parent, "."+base+".new-")
+	tmp, err := os.MkdirTemp(parent, "."+base+".new-*") // the random part at the last *, not at one in base
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
 	}
@@ -303,7 +306,10 @@ func swapIn(tmp, dir string, exists bool) error {
 		return os.Rename(tmp, dir)
 	}
 	if err := exchange(tmp, dir); err == nil {
-		return os.RemoveAll(tmp) // now the old folder
+		if err := os.RemoveAll(tmp); err != nil { // now the old folder
+			return fmt.Errorf("the new trace is in place, but the old one could not be deleted from %s: %w", tmp, err)
+		}
+		return nil
 	}
 	// Two renames: dir is absent between them; recoverFolder undoes the first
 	// after a crash there.

@@ -37,6 +37,34 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	require.Equal(t, []string{folderIndex, "manifest.json", "trace.npz"}, names, "no temporary files are left behind")
 }
 
+// A read-only trace folder is refused before anything is written (the new
+// trace was swapped in, then deleting the old one failed, and it stayed
+// beside it for good).
+func TestReadOnlyAndOddlyNamedFolders(t *testing.T) {
+	tr := New()
+	tr.Tokens, tr.Pieces = []int32{1}, []string{"a"}
+	tr.Put("hook_embed", &Tensor{Shape: []int{1, 2}, Data: seq(2)})
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "we*rd?")
+	require.NoError(t, tr.Save(dir))
+	require.NoError(t, os.Chmod(dir, 0o555))
+	t.Cleanup(func() { os.Chmod(dir, 0o755) })
+	other := New()
+	other.Tokens, other.Pieces = []int32{2}, []string{"b"}
+	err := other.Save(dir)
+	require.ErrorContains(t, err, "the folder is read-only (-r-xr-xr-x)")
+	got, err := Load(dir)
+	require.NoError(t, err)
+	require.Equal(t, []int32{1}, got.Tokens, "the old trace is as it was")
+	entries, err := os.ReadDir(parent)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.True(t, e.Name() == "we*rd?" || strings.HasSuffix(e.Name(), ".lock"), "left behind: %s", e.Name())
+	}
+	require.NoError(t, os.Chmod(dir, 0o755))
+	require.NoError(t, other.Save(dir))
+}
+
 func TestLoadNamesTheProblem(t *testing.T) {
 	dir := t.TempDir()
 	_, err := Load(dir)
