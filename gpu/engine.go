@@ -424,6 +424,68 @@ func (s *Session) Reset() error {
 	return nil
 }
 
+// Grow makes the session's KV cache hold capacity positions (at most the
+// model's context), keeping the positions it holds: a session can start
+// small and grow as prompts need, where a cache of a long context would
+// take gigabytes of device memory for a short prompt. A smaller capacity
+// changes nothing. An unfinished step-wise run ends.
+func (s *Session) Grow(capacity int) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.unlock()
+	c := &s.e.Model.Config
+	switch {
+	case capacity <= s.capacity:
+		return nil
+	case capacity > c.Context:
+		return fmt.Errorf("engine: KV cache of %d positions exceeds the model's context length %d", capacity, c.Context)
+	}
+	longRope := c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext
+	if longRope != s.longRope && s.Pos() > 0 {
+		return fmt.Errorf("engine: a KV cache of %d positions takes the model's long RoPE factors for every position, and the %d cached positions were made with the short ones: start a session of %d positions", capacity, s.Pos(), capacity)
+	}
+	s.endRun(errSuperseded)
+	kvd, keep := c.KVDim(), s.Pos()*c.KVDim()
+	k, v := make([]Tensor, c.Layers), make([]Tensor, c.Layers)
+	free := func() {
+		for l := range c.Layers {
+			st := s.tiers[s.e.place.Layers[l]].st
+			for _, t := range []Tensor{k[l], v[l]} {
+				if t != nil {
+					st.Free(t)
+				}
+			}
+		}
+	}
+	for l := range c.Layers {
+		st := s.tiers[s.e.place.Layers[l]].st
+		var err error
+		if k[l], err = st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_k", l), capacity*kvd); err == nil {
+			v[l], err = st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_v", l), capacity*kvd)
+		}
+		if err != nil {
+			free()
+			return err
+		}
+		if keep > 0 {
+			st.Copy(k[l], 0, s.cacheK[l], 0, keep)
+			st.Copy(v[l], 0, s.cacheV[l], 0, keep)
+		}
+	}
+	for i := range s.tiers {
+		if err := s.tiers[i].st.Sync(); err != nil {
+			free()
+			return err
+		}
+	}
+	k, s.cacheK = s.cacheK, k
+	v, s.cacheV = s.cacheV, v
+	free() // the old caches
+	s.capacity, s.longRope = capacity, longRope
+	return nil
+}
+
 // Rewind moves the position back to pos, as when a speculative draft is rejected.
 func (s *Session) Rewind(pos int) error {
 	if err := s.lock(); err != nil {

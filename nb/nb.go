@@ -367,10 +367,15 @@ func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
 	return m.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
 }
 
-// session returns the model's session, fresh unless continuing; m.mu is held.
-func (m *Model) session(cont bool) (*gpu.Session, error) {
+// session returns the model's session, fresh unless continuing, with room
+// for need more positions where the context allows (past it, the call's
+// own error says so); m.mu is held. The KV cache starts small and grows:
+// one of a long context (a 32k-token 8B model's is 10 GB) would take the
+// device's memory for a short prompt.
+func (m *Model) session(cont bool, need int) (*gpu.Session, error) {
+	limit := m.Model.Context
 	if m.sess == nil {
-		s, err := m.NewSession(0)
+		s, err := m.NewSession(min(limit, max(need, minCache)))
 		if err != nil {
 			return nil, err
 		}
@@ -381,8 +386,16 @@ func (m *Model) session(cont bool) (*gpu.Session, error) {
 			return nil, err
 		}
 	}
+	if want := min(limit, m.sess.Pos()+need); want > m.sess.Capacity() {
+		if err := m.sess.Grow(min(limit, max(want, 2*m.sess.Capacity()))); err != nil {
+			return nil, err
+		}
+	}
 	return m.sess, nil
 }
+
+// minCache is the positions a model's first KV cache holds at least.
+const minCache = 2048
 
 // FreeSpare lets go of what the model's closed traces left for its next
 // ones on a GPU: their device memory, and the host memory their captures
@@ -415,7 +428,7 @@ func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := m.session(s.cont)
+	sess, err := m.session(s.cont, len(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -479,7 +492,7 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 	if err != nil {
 		return Generated{Stop: gpu.StopError}, err
 	}
-	sess, err := m.session(s.cont)
+	sess, err := m.session(s.cont, len(ids)+max(n, 0))
 	if err != nil {
 		return Generated{Stop: gpu.StopError}, err
 	}
@@ -534,7 +547,7 @@ func (m *Model) Start(prompt any, opts ...Option) *Steps {
 	if !s.captured {
 		s.o.Capture.Globs = []string{"*"}
 	}
-	sess, err := m.session(s.cont)
+	sess, err := m.session(s.cont, len(ids))
 	if err != nil {
 		panic(err)
 	}

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/janpfeifer/gonb/gonbui"
@@ -39,7 +41,10 @@ type Table struct {
 // ShowDir is where Show writes figures when not running under GoNB.
 var ShowDir = filepath.Join(os.TempDir(), "strata-show")
 
-var shown int
+var (
+	showMu sync.Mutex // Show is called from several goroutines
+	shown  int
+)
 
 // Show displays each item in the notebook and never panics: a problem is
 // shown as an error box with its message. It takes
@@ -164,16 +169,38 @@ func showMade(f *viz.Figure, err error) error {
 }
 
 // showFile writes a file named kind-NNN.ext under ShowDir and prints its
-// path.
+// path. NNN is the next number no file has: another run's figures in the
+// same folder stay.
 func showFile(kind, ext string, write func(path string) error) error {
-	shown++
-	path := filepath.Join(ShowDir, fmt.Sprintf("%s-%03d.%s", kind, shown, ext))
+	showMu.Lock()
+	defer showMu.Unlock()
 	if err := os.MkdirAll(ShowDir, 0o755); err != nil {
 		return err
 	}
+	var path string
+	for {
+		shown++
+		path = filepath.Join(ShowDir, fmt.Sprintf("%s-%03d.%s", kind, shown, ext))
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		f.Close() // the number is taken; write replaces the empty file
+		break
+	}
+	written := false
+	defer func() {
+		if !written { // an error, or a panic Show recovers from
+			os.Remove(path)
+		}
+	}()
 	if err := write(path); err != nil {
 		return err
 	}
+	written = true
 	fmt.Println(path)
 	return nil
 }

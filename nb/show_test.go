@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -143,4 +144,29 @@ func TestShowWritesHTMLViewsToFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), "<p>hi</p>")
 	require.Contains(t, out, "error: and an error")
+}
+
+// Figures shown from several goroutines, and by another run into the same
+// folder, each get a file of their own.
+func TestShownFiguresNeverOverwriteEachOther(t *testing.T) {
+	nb.ShowDir = t.TempDir()
+	earlier := filepath.Join(nb.ShowDir, "figure-001.png")
+	require.NoError(t, os.WriteFile(earlier, []byte("another run's"), 0o644))
+	stdout(t, func() {
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				nb.Show([]float64{1, float64(i)})
+			}()
+		}
+		wg.Wait()
+	})
+	entries, err := os.ReadDir(nb.ShowDir)
+	require.NoError(t, err)
+	require.Len(t, entries, 9)
+	b, err := os.ReadFile(earlier)
+	require.NoError(t, err)
+	require.Equal(t, "another run's", string(b))
 }
