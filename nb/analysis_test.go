@@ -579,6 +579,13 @@ func TestSweepsRefuseOptionsThatBreakThem(t *testing.T) {
 		require.PanicsWithError(t, "nb."+name+": Layers(1, 2) narrows captures, and the sweep runs over every layer; leave it out",
 			func() { sweep(nb.Layers(1, 2)) }, name)
 	}
+	for name, sweep := range map[string]func(){
+		"AblateHeads": func() { m.AblateHeads(clean, nb.ZeroAblation, nil) },
+		"PatchResid":  func() { m.PatchResid(clean, corrupt, nil) },
+		"PatchHeads":  func() { m.PatchHeads(clean, corrupt, nil) },
+	} {
+		require.PanicsWithError(t, "nb."+name+": the metric is nil: give a function of a trace, such as m.LogitDiff(good, bad) or nb.MeanLoss(0)", sweep)
+	}
 	require.PanicsWithError(t, "nb.AblateHeads: Ablation(7) is neither nb.ZeroAblation nor nb.MeanAblation",
 		func() { m.AblateHeads(clean, nb.Ablation(7), metric) })
 }

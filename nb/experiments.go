@@ -102,7 +102,7 @@ func (m *Model) PatchPositions(clean, corrupt any, metric func(*trace.Trace) flo
 // with the normalised metric when normalized: the clean run that is the
 // patches' source gives the clean metric.
 func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*trace.Trace) float64, point string, normalized bool, opts []Option) [][]float64 {
-	m.checkSweep(name, opts)
+	m.checkSweep(name, metric, opts)
 	if !slices.Contains(patchable, point) {
 		panic(fmt.Errorf("nb.%s: %q is not one of %s", name, point, strings.Join(patchable, ", ")))
 	}

@@ -21,7 +21,7 @@ const (
 // AllLogits()).
 func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) float64, opts ...Option) trace.Scores {
 	m.ready()
-	m.checkSweep("AblateHeads", opts)
+	m.checkSweep("AblateHeads", metric, opts)
 	var ablate func(layer, head int) gpu.Hook
 	switch how {
 	case ZeroAblation:
@@ -42,9 +42,13 @@ func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) 
 	return out
 }
 
-// checkSweep refuses options that would make a sweep's runs wrong: each
-// run starts over, and the sweep covers every layer.
-func (m *Model) checkSweep(name string, opts []Option) {
+// checkSweep refuses a missing metric and options that would make a
+// sweep's runs wrong: each run starts over, and the sweep covers every
+// layer.
+func (m *Model) checkSweep(name string, metric func(*trace.Trace) float64, opts []Option) {
+	if metric == nil {
+		panic(fmt.Errorf("nb.%s: the metric is nil: give a function of a trace, such as m.LogitDiff(good, bad) or nb.MeanLoss(0)", name))
+	}
 	s := m.settings(opts)
 	if s.cont {
 		panic(fmt.Errorf("nb.%s: Continue() would append each of the sweep's runs to the one before; a sweep starts every run over, so leave it out", name))
@@ -126,7 +130,7 @@ func (m *Model) PatchPositionsNormalized(clean, corrupt any, metric func(*trace.
 // Both prompts must have the same number of tokens; opts go to every prefill.
 func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
 	m.ready()
-	m.checkSweep("PatchHeads", opts)
+	m.checkSweep("PatchHeads", metric, opts)
 	ids, src, p := m.baselines("PatchHeads", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
 	defer src.Close()
 	p.Patched = make([][]float64, m.Model.Layers)
@@ -148,7 +152,7 @@ func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64
 // tokens; opts go to every prefill.
 func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
 	m.ready()
-	m.checkSweep("PatchHeadPositions", opts)
+	m.checkSweep("PatchHeadPositions", metric, opts)
 	ids, src, p := m.baselines("PatchHeadPositions", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
 	defer src.Close()
 	heads := m.Model.Heads
