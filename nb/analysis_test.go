@@ -3,18 +3,14 @@ package nb_test
 import (
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
-	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/nb"
 	"github.com/stratalab/strata/viz"
 )
@@ -493,16 +489,7 @@ func TestHeadDLAByHand(t *testing.T) {
 // scaling it, learned positions are a component of their own, and the
 // components sum to the logit less the norm's bias along the direction.
 func TestDLAOnALayerNormModelByHand(t *testing.T) {
-	w, err := model.Generate(model.Shapes["tiny-gpt2"], gguf.F32, 5)
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "tiny-gpt2.gguf")
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	_, err = w.WriteTo(f)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
-	m, err := nb.Open(path, "cpu")
-	require.NoError(t, err)
+	m := openGenerated(t, "tiny-gpt2")
 
 	tr := m.Prefill([]int32{72, 101, 108, 108, 111, 44, 32, 119}, nb.CaptureDLA(), nb.Capture("logits"))
 	d, last := m.Model.DModel, len(tr.Tokens)-1
