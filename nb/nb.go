@@ -221,11 +221,12 @@ func Layers(first, last int) Option {
 // at every step of a generation, each step seeing its own rows: after the
 // prompt, one row, so a hook at given rows (gpu.AddVector with positions,
 // gpu.Patch) or one that averages over rows (gpu.MeanAblateHead) means
-// something else there; give those as PromptHooks. A hook's Host function must not call the
-// Model that runs it: the model runs one call at a time, so such a call is
-// an error (a call from a goroutine the Host function starts would wait
-// forever; after 3 s it says so on stderr). A Host function's panic is an
-// error of the prefill.
+// something else there; give those as PromptHooks.
+//
+// A hook's Host function must not call the Model that runs it: the model
+// runs one call at a time, so such a call is an error (a call from a
+// goroutine the Host function starts would wait forever; after 3 s it says
+// so on stderr). A Host function's panic is an error of the prefill.
 func Hooks(h ...gpu.Hook) Option { return func(s *settings) { s.o.Hooks = append(s.o.Hooks, h...) } }
 
 // PromptHooks are Hooks that act in a generation's prompt only (in a
