@@ -846,7 +846,9 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, n int) (Generati
 // position 0). A prompt that does not fit is an error wrapping ErrCacheFull,
 // and bad options an error, before any work. An error part way (a cancelled
 // ctx) returns the tokens generated so far, Stop set to StopError, and the
-// error. The session is held for the whole call.
+// error. The session is held for the whole call. The last token generated
+// is not in the KV cache (nothing has followed it): a prefill that goes on
+// from the generation starts with it.
 func (s *Session) GenerateWith(ctx context.Context, prompt []int32, n int, o GenerateOptions) (Generation, error) {
 	var g Generation
 	if err := s.lock(); err != nil {
@@ -879,7 +881,11 @@ func (s *Session) GenerateWith(ctx context.Context, prompt []int32, n int, o Gen
 		if err != nil {
 			g.Stop = StopError
 			if len(g.Tokens) > 0 {
-				err = fmt.Errorf("engine: generating token %d (position %d): %w", len(g.Tokens)+1, s.Pos(), err)
+				hint := ""
+				if len(o.Hooks) > 0 {
+					hint = " (each step after the prompt has one row: a hook at given rows, or over all of them, belongs in PromptHooks)"
+				}
+				err = fmt.Errorf("engine: generating token %d (position %d): %w%s", len(g.Tokens)+1, s.Pos(), err, hint)
 			}
 			return g, err
 		}

@@ -94,7 +94,7 @@ func (r *Run) applyHook(h *Hook, name string, x Tensor, off int, shape []int) er
 func callHost(h *Hook, name string, shape []int, data []float32) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("hook at %s: its Host function panicked: %v", name, p)
+			err = fmt.Errorf("its Host function panicked: %v", p)
 		}
 	}()
 	return h.Host(name, shape, data)

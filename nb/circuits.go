@@ -1,6 +1,7 @@
 package nb
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -116,6 +117,9 @@ func (m *Model) CompositionScores(kind Composition, layer, head int) trace.Score
 	m.ready()
 	if kind < QComposition || kind > VComposition {
 		panic(fmt.Errorf("nb.CompositionScores: %v is not Q-, K- or V-composition", kind))
+	}
+	if layer == 0 {
+		panic(errors.New("nb.CompositionScores: layer 0 has no earlier heads to compose with: choose a later layer"))
 	}
 	dst := m.HeadWeights(layer, head)
 	// The later head's W = A B with A [d_model, d_head] and B [d_head, d_model].

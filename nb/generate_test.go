@@ -1,6 +1,7 @@
 package nb_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stratalab/strata/gpu"
@@ -95,4 +96,31 @@ func TestGenerateAndPrefillRefuseTheOthersOptions(t *testing.T) {
 	require.ErrorContains(t, err, "Sample draws the tokens Generate adds")
 	_, err = m.TryGenerate("x", 2, nb.Sample(gpu.Sampler{TopP: 0.5}))
 	require.ErrorContains(t, err, "set a temperature above 0")
+}
+
+// Continuing after a generation goes on from all of it: its last token,
+// chosen but not yet run, runs first.
+func TestContinuingAfterAGenerationKeepsItsLastToken(t *testing.T) {
+	m := nb.MustOpen("")
+	ids := m.Tokens("func main() {")
+	a, err := m.TryGenerate(ids, 3)
+	require.NoError(t, err)
+	require.Equal(t, gpu.StopLength, a.Stop)
+	next := []int32{m.Token("\n")}
+	b, err := m.TryGenerate(next, 4, nb.Continue())
+	require.NoError(t, err)
+	whole := append(append(slices.Clip(ids), a.Tokens...), next...)
+	fresh, err := m.TryGenerate(whole, 4)
+	require.NoError(t, err)
+	require.Equal(t, fresh.Tokens, b.Tokens)
+
+	m.Generate("func main() {", 3)
+	tr := m.Prefill(next, nb.Continue())
+	require.Equal(t, len(ids)+2, tr.Pos0, "the generation's last token is in this prefill")
+	require.Equal(t, append(a.Tokens[2:3:3], next...), tr.Tokens)
+	m.Generate("func main() {", 3)
+	m.Prefill(ids)
+	tr = m.Prefill(next, nb.Continue())
+	require.Equal(t, next, tr.Tokens, "a call that starts over forgets it")
+	require.Equal(t, len(ids), tr.Pos0)
 }

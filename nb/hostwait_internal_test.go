@@ -58,6 +58,7 @@ func TestAHostFunctionCallingItsModelIsAnError(t *testing.T) {
 		return nil
 	}}
 	_, err = m.Try("func main() {", Hooks(panics))
+	require.NotContains(t, err.Error(), "hook_resid_post: hook at")
 	require.ErrorContains(t, err, "hook at blocks.0.hook_resid_post: its Host function panicked: nb: a hook's Host function called the Model that runs it")
 	require.Equal(t, before, m.Prefill("func main() {").Predicted, "the model works after")
 	require.Zero(t, m.hostGoroutine.Load())

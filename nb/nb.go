@@ -40,6 +40,9 @@ type Model struct {
 
 	mu   sync.Mutex // serialises the calls that use sess
 	sess *gpu.Session
+	// pending is the last token a generation chose, which a continuing
+	// call runs first (under mu).
+	pending []int32
 	// inHost counts hooks' Host functions running in the call holding mu,
 	// hostGoroutine is the goroutine running one (0: none).
 	inHost        atomic.Int32
@@ -359,13 +362,21 @@ func (m *Model) tokens(prompt any) ([]int32, error) {
 
 // promptTokens is tokens, with text that continues the session's tokens
 // encoded as part of them: without a BOS, and without the space prefix a
-// SentencePiece tokenizer puts at the start of a prompt. m.mu is held.
+// SentencePiece tokenizer puts at the start of a prompt; after a
+// generation, its last token (not in the cache yet) first. m.mu is held.
 func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
+	pending := m.pending
+	m.pending = nil
 	text, ok := prompt.(string)
 	if !ok || !cont || m.sess == nil || m.sess.Pos() == 0 {
-		return m.tokens(prompt)
+		ids, err := m.tokens(prompt)
+		if cont && err == nil {
+			ids = append(slices.Clip(pending), ids...)
+		}
+		return ids, err
 	}
-	return m.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+	ids, err := m.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+	return append(slices.Clip(pending), ids...), err
 }
 
 // session returns the model's session, fresh unless continuing, with room
@@ -498,6 +509,9 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 		return Generated{Stop: gpu.StopError}, err
 	}
 	g, err := sess.GenerateWith(s.ctx, ids, n, s.generateOptions())
+	if len(g.Tokens) > 0 && g.Stop != gpu.StopEOS {
+		m.pending = g.Tokens[len(g.Tokens)-1:] // chosen, not yet run: see promptTokens
+	}
 	out := Generated{Tokens: g.Tokens, Stop: g.Stop}
 	text, derr := m.Model.Tok.Decode(g.Tokens)
 	out.Text = text

@@ -109,6 +109,16 @@ func cellText(piece string, size, width vg.Length) string {
 	return string(s) + "…"
 }
 
+// headsIn is how many heads a layer has in LayerHeadLabels rows: the
+// number of rows of layer 0.
+func headsIn(rows []string) int {
+	n := 0
+	for n < len(rows) && strings.HasPrefix(rows[n], "L0H") {
+		n++
+	}
+	return max(n, 1)
+}
+
 // resultScale is centred on 0, or runs from 0 when no value is below it:
 // white then means nothing in both.
 func resultScale(z [][]float64) scale {
@@ -144,6 +154,8 @@ func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title st
 		if slices.Equal(colLabels, HeadLabels(cols)) {
 			g.xName = "head"
 		}
+	} else if h := headsIn(rowLabels); len(rowLabels)%h == 0 && slices.Equal(rowLabels, LayerHeadLabels(len(rowLabels)/h, h)) {
+		g.yName, g.xName = "layer and head", "position"
 	}
 	for i, s := range colLabels {
 		g.cols[i] = label(s)

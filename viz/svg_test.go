@@ -344,3 +344,20 @@ func TestResultScalesMakeZeroPale(t *testing.T) {
 		require.Equal(t, color.White, contrast(sc.color(sc.hi)), "the largest value is dark")
 	}
 }
+
+// A result with a row per head names its axes as one per layer does.
+func TestHeadRowsNameTheirAxes(t *testing.T) {
+	rows := LayerHeadLabels(2, 3)
+	require.Equal(t, []string{"L0H0", "L0H1", "L0H2", "L1H0", "L1H1", "L1H2"}, rows)
+	z := make([][]float64, len(rows))
+	for i := range z {
+		z[i] = []float64{0.1, float64(i)}
+	}
+	var b bytes.Buffer
+	require.NoError(t, must(PatchingHeatmap(z, rows, []string{"a", "b"}, "t")).Encode(&b, "svg"))
+	require.Contains(t, b.String(), ">layer and head</text>")
+	require.Contains(t, b.String(), ">position</text>")
+	b.Reset()
+	require.NoError(t, must(PatchingHeatmap(z, []string{"a", "b", "c", "d", "e", "f"}, []string{"a", "b"}, "t")).Encode(&b, "svg"))
+	require.NotContains(t, b.String(), ">position</text>", "rows of its own: no names guessed")
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -441,7 +442,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&sampler.TopK, "top-k", 0, "draw only from the k most likely tokens (0: no limit)")
 	fs.Float64Var(&sampler.TopP, "top-p", 0, "draw only from the fewest most likely tokens whose probabilities add up to at least p (0: no limit)")
 	fs.Float64Var(&sampler.MinP, "min-p", 0, "draw only from tokens at least p times as likely as the most likely (0: no limit)")
-	fs.Uint64Var(&sampler.Seed, "seed", 0, "seed of the draws: the same seed, prompt and model give the same text")
+	fs.Uint64Var(&sampler.Seed, "seed", 0, "seed of the draws: the same seed, prompt and model give the same text (without it, a new seed each run, printed)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -451,6 +452,10 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if *n < 0 {
 		return fmt.Errorf("-n %d: the number of tokens to generate cannot be negative", *n)
+	}
+	if !isSet(fs, "seed") && !sampler.Greedy() {
+		sampler.Seed = rand.Uint64()
+		fmt.Fprintf(stderr, "strata: drawing with --seed %d\n", sampler.Seed)
 	}
 	if err := sampler.Check(); err != nil {
 		return err

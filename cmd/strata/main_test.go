@@ -188,6 +188,13 @@ func TestRunDrawsAsTheLibraryDoes(t *testing.T) {
 	other, err := strata(t, append(args, "--seed", "8")...)
 	require.NoError(t, err)
 	require.NotEqual(t, out, other)
+	// Without --seed, each run draws anew (12 tokens alike by chance: far
+	// below one in a million for this model at temperature 0.9).
+	first, err := strata(t, args...)
+	require.NoError(t, err)
+	second, err := strata(t, args...)
+	require.NoError(t, err)
+	require.NotEqual(t, first, second)
 
 	_, err = strata(t, "run", "--prompt", prompt, "--top-k", "5")
 	require.ErrorContains(t, err, "set a temperature above 0")
