@@ -42,3 +42,19 @@ func TestWriteReadCopyOffsetsDoNotWrap(t *testing.T) {
 	require.NotPanics(t, func() { _ = st.Read(x, huge, make([]float32, 4)) })
 	require.ErrorContains(t, st.Read(x, huge, make([]float32, 4)), "read of 4 elements at")
 }
+
+// A closed backend refuses work, as a GPU backend does: no new memory, and
+// a stream's work fails at its Sync.
+func TestClosedBackendRefusesWork(t *testing.T) {
+	b := cpu.New(1)
+	s := b.NewStream()
+	x, err := s.Alloc("x", 4)
+	require.NoError(t, err)
+	s.Write(x, 0, []float32{1, 2, 3, 4})
+	require.NoError(t, b.Close())
+	require.NoError(t, b.Close(), "closing twice is harmless")
+	s.Copy(x, 0, x, 2, 2)
+	require.ErrorContains(t, s.Sync(), "cpu: the backend is closed")
+	_, err = b.NewStream().Alloc("y", 4)
+	require.ErrorContains(t, err, "cpu: the backend is closed")
+}

@@ -159,6 +159,9 @@ func (s *stream) RecycleArena(t gpu.Tensor) { s.b.arenas.recycle(t.(*tensor)) }
 
 // AllocArena implements gpu.HostTensors.
 func (s *stream) AllocArena(name string, n int) (gpu.Tensor, error) {
+	if s.b.closed.Load() {
+		return nil, errClosed
+	}
 	if err := checkAlloc(name, n); err != nil {
 		return nil, err
 	}

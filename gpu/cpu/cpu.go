@@ -4,11 +4,13 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/stratalab/strata/gguf"
@@ -20,6 +22,7 @@ import (
 type Backend struct {
 	threads int
 	arenas  *arenaPool
+	closed  atomic.Bool
 }
 
 // New returns a CPU backend using threads goroutines per kernel (0: all cores).
@@ -32,7 +35,14 @@ func New(threads int) *Backend {
 
 func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", b.threads) }
 
-func (b *Backend) Close() error { return nil }
+// Close makes later work fail, as a GPU backend's does; traces already
+// made are host memory and stay readable.
+func (b *Backend) Close() error {
+	b.closed.Store(true)
+	return nil
+}
+
+var errClosed = errors.New("cpu: the backend is closed")
 
 // tensor is host memory.
 type tensor struct {
@@ -129,6 +139,9 @@ type stream struct {
 func data(t gpu.Tensor) []float32 { return t.(*tensor).data }
 
 func (s *stream) Alloc(name string, n int) (gpu.Tensor, error) {
+	if s.b.closed.Load() {
+		return nil, errClosed
+	}
 	if err := checkAlloc(name, n); err != nil {
 		return nil, err
 	}
@@ -187,6 +200,9 @@ func (s *stream) Sync() error {
 	defer s.mu.Unlock()
 	err := s.err
 	s.err = nil
+	if err == nil && s.b.closed.Load() {
+		err = errClosed
+	}
 	return err
 }
 
