@@ -133,6 +133,9 @@ func TestPatchHeadsIsAHostCopyOfTheCleanHead(t *testing.T) {
 		}
 	}
 	require.Panics(t, func() { nb.Normalize(n, 1, 1) })
+	require.PanicsWithError(t, "nb.Normalize: the clean metric is NaN and the corrupted 1: every cell would be NaN; the model or the metric went non-finite (a trace with nb.Capture(\"*\") names the first point that did)",
+		func() { nb.Normalize(n, math.NaN(), 1) })
+	require.Panics(t, func() { nb.Normalize(n, math.Inf(1), 1) })
 	require.Panics(t, func() { m.PatchHeads("a", "a b c", metric) })
 }
 

@@ -2,6 +2,7 @@ package nb
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -79,6 +80,9 @@ func (p *Patching) Normalized() [][]float64 { return Normalize(p.Patched, p.Clea
 
 // Normalize maps each value x to (x - corrupt) / (clean - corrupt).
 func Normalize(x [][]float64, clean, corrupt float64) [][]float64 {
+	if math.IsNaN(clean-corrupt) || math.IsInf(clean-corrupt, 0) {
+		panic(fmt.Errorf("nb.Normalize: the clean metric is %g and the corrupted %g: every cell would be NaN; the model or the metric went non-finite (a trace with nb.Capture(\"*\") names the first point that did)", clean, corrupt))
+	}
 	if clean == corrupt {
 		panic(fmt.Errorf("nb.Normalize: the clean and corrupted metric are both %g; nothing to normalise by", clean))
 	}
