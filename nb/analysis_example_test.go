@@ -274,3 +274,30 @@ func ExampleModel_StackHeadResults() {
 	// 32 [L0H0 L0H1 L0H2]
 	// L2H4 2.90
 }
+
+func ExampleModel_CompositionScores() {
+	m := cpu()
+	// Which earlier heads' outputs the induction head L3H0 reads with its keys.
+	fmt.Println(m.CompositionScores(nb.KComposition, 3, 0).Top(2))
+	// Output:
+	// L2H3 0.197, L2H2 0.187
+}
+
+func ExampleModel_TestPrompt() {
+	m := cpu()
+	t := m.TestPrompt("\tif err != nil {\n\t\treturn", " err", 2)
+	s := t.Steps[0]
+	fmt.Printf("%q: rank %d, %.0f%%; the model's first choice %q, %.0f%%\n", s.Token, s.Rank, 100*s.Prob, s.Top[0].Token, 100*s.Top[0].Prob)
+	// Output:
+	// " err": rank 1, 12%; the model's first choice " nil", 68%
+}
+
+func ExampleSample() {
+	m := cpu()
+	draw := func(seed uint64) string {
+		return m.Generate("func main() {", 6, nb.Sample(gpu.Sampler{Temperature: 0.8, TopP: 0.95, Seed: seed}))
+	}
+	fmt.Println(draw(1) == draw(1), draw(1) == draw(2))
+	// Output:
+	// true false
+}
