@@ -68,10 +68,10 @@ var stories = map[string]func(t *testing.T, out string){
 			number(t, out, `alpha 0.00: logit\(--\) − logit\(\+\+\) = ([-+0-9.]+)`)+5, "steering moves the metric by 5 or more")
 		assert.Equal(t, "++", line(t, out, `plain:   (.*)`))
 		assert.Equal(t, "--", line(t, out, `steered: (.*)`), "the steering vector turns the loop around")
-		assert.Regexp(t, `^"\+\+`, line(t, out, `unsteered: +(.*)`), "unsteered, the generated loop counts up")
+		assert.Regexp(t, `^"for j := 0; j < m; j\+\+`, line(t, out, `unsteered: +(.*)`), "unsteered, the generated loop counts up")
 		assert.Regexp(t, `L0H\d restores 0\.[3-9]\d of the way at " >" alone`, out, "a layer-0 head reads the comparison")
 		assert.Regexp(t, `L3H\d restores 0\.[3-9]\d of the way at " i" alone`, out, "a layer-3 head carries it at the last position")
-		assert.Regexp(t, `^"--`, line(t, out, `steered at " <": +(.*)`), "steered at the comparison, it counts down")
+		assert.Regexp(t, `^"for j := 0; j < m; j--`, line(t, out, `steered at " <": +(.*)`), "steered at the comparison, it counts down")
 	},
 	"06-direct-logit-attribution.ipynb": func(t *testing.T, out string) {
 		assert.Equal(t, `" err"`, line(t, out, `the model continues with (.*)`), "the model gets the completion right")
