@@ -97,8 +97,9 @@ func (s Sampler) distribution(logits []float32, ordered bool) (ids []int32, prob
 		w := math.Exp((float64(l) - top) / s.Temperature)
 		weights[i] = w
 		total += w
-		binMass[bin(w)] += w
-		binTokens[bin(w)]++
+		b := bin(w)
+		binMass[b] += w
+		binTokens[b]++
 	}
 	topP := s.TopP > 0 && s.TopP < 1
 	if s.TopK > 0 || topP || ordered {
@@ -139,15 +140,17 @@ func (s Sampler) distribution(logits []float32, ordered bool) (ids []int32, prob
 		ids = ids[:s.TopK]
 	}
 	probs = make([]float64, len(ids))
-	var sum float64
 	for i, id := range ids {
 		probs[i] = weights[id]
-		sum += probs[i]
-	}
-	if s.TopK == 0 {
-		sum = total // what top-p takes its share of: every token
 	}
 	if topP {
+		sum := total // what top-p takes its share of: every token, or top-k's
+		if s.TopK > 0 {
+			sum = 0
+			for _, p := range probs {
+				sum += p
+			}
+		}
 		// The most likely tokens until they reach TopP of what is left.
 		var before float64
 		keep := len(ids)
@@ -158,29 +161,21 @@ func (s Sampler) distribution(logits []float32, ordered bool) (ids []int32, prob
 			}
 			before += p
 		}
-		ids, probs, sum = ids[:keep], probs[:keep], before
+		ids, probs = ids[:keep], probs[:keep]
 	}
-	if s.MinP > 0 {
-		// Weights are relative to the most likely token, which stays.
-		kept := 0
-		sum = 0
-		for i, p := range probs {
-			if p >= s.MinP {
-				ids[kept], probs[kept] = ids[i], p
-				sum += p
-				kept++
-			}
-		}
-		ids, probs = ids[:kept], probs[:kept]
-	}
-	// Tokens of weight 0 (a logit of -Inf, or one that underflowed) cannot
-	// be drawn, so they are not listed.
-	kept := 0
+	// Min-p (weights are relative to the most likely token, which stays),
+	// and tokens of weight 0 (a logit of -Inf, or one that underflowed),
+	// which cannot be drawn, so are not listed.
+	kept, sum := 0, 0.0
 	for i, p := range probs {
-		if p > 0 {
-			ids[kept], probs[kept] = ids[i], p/sum
+		if p > 0 && p >= s.MinP {
+			ids[kept], probs[kept] = ids[i], p
+			sum += p
 			kept++
 		}
+	}
+	for i := range probs[:kept] {
+		probs[i] /= sum
 	}
 	return ids[:kept], probs[:kept], nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -41,48 +42,57 @@ func (m *Model) HeadWeights(layer, head int) HeadWeights {
 func (m *Model) headWeights(layer, head int, o []float32) HeadWeights {
 	c := &m.Model.Config
 	b := &m.Model.Blocks[layer]
-	kv := head / (c.Heads / c.KVHeads)
-	hd := c.HeadDim
-	reading := func(w *model.Weight, h int, outGain []float32) *mat.Dense {
-		rows := m.decode("HeadWeights", w, h*hd, (h+1)*hd) // [d_head][d_model]
-		x := mat.NewDense(c.DModel, hd, nil)
-		for i := range hd {
-			for j := range c.DModel {
-				v := float64(rows[i*c.DModel+j]) * float64(b.AttnNorm[j])
-				if outGain != nil {
-					v *= float64(outGain[i])
-				}
-				x.Set(j, i, v)
-			}
-		}
-		if c.Norm == model.NormLayer {
-			// The norm's output has mean 0 over d_model, so the part of each
-			// column along (1, ..., 1) reads nothing.
-			for i := range hd {
-				col := mat.Col(nil, i, x)
-				var mean float64
-				for _, v := range col {
-					mean += v
-				}
-				mean /= float64(len(col))
-				for j := range col {
-					x.Set(j, i, col[j]-mean)
-				}
-			}
-		}
-		return x
-	}
 	var qGain, kGain []float32
 	if c.QKNorm {
 		qGain, kGain = b.QNorm, b.KNorm
 	}
-	wO := mat.NewDense(hd, c.DModel, nil)
+	v, wO := m.ov(layer, head, o)
+	kv := head / (c.Heads / c.KVHeads)
+	return HeadWeights{Q: m.reading(layer, b.Q, head, qGain), K: m.reading(layer, b.K, kv, kGain), V: v, O: wO}
+}
+
+// ov is a head's W_V and W_O: all that composing with its output needs.
+func (m *Model) ov(layer, head int, o []float32) (v, wO *mat.Dense) {
+	c := &m.Model.Config
+	hd, cols := c.HeadDim, m.Model.Blocks[layer].O.Cols
+	wO = mat.NewDense(hd, c.DModel, nil)
 	for i := range hd {
 		for j := range c.DModel {
-			wO.Set(i, j, float64(o[j*b.O.Cols+head*hd+i]))
+			wO.Set(i, j, float64(o[j*cols+head*hd+i]))
 		}
 	}
-	return HeadWeights{Q: reading(b.Q, head, qGain), K: reading(b.K, kv, kGain), V: reading(b.V, kv, nil), O: wO}
+	return m.reading(layer, m.Model.Blocks[layer].V, head/(c.Heads/c.KVHeads), nil), wO
+}
+
+// reading is head h's rows of w, a projection that reads the residual
+// stream, as [d_model, d_head] with the layer's norm folded in (see
+// HeadWeights) and its columns scaled by outGain when given.
+func (m *Model) reading(layer int, w *model.Weight, h int, outGain []float32) *mat.Dense {
+	c := &m.Model.Config
+	gain, hd := m.Model.Blocks[layer].AttnNorm, c.HeadDim
+	rows := m.decode("HeadWeights", w, h*hd, (h+1)*hd) // [d_head][d_model]
+	x := mat.NewDense(c.DModel, hd, nil)
+	for i := range hd {
+		for j := range c.DModel {
+			v := float64(rows[i*c.DModel+j]) * float64(gain[j])
+			if outGain != nil {
+				v *= float64(outGain[i])
+			}
+			x.Set(j, i, v)
+		}
+	}
+	if c.Norm == model.NormLayer {
+		// The norm's output has mean 0 over d_model, so the part of each
+		// column along (1, ..., 1) reads nothing.
+		for i := range hd {
+			col := mat.Col(nil, i, x)
+			mean := floats.Sum(col) / float64(len(col))
+			for j := range col {
+				x.Set(j, i, col[j]-mean)
+			}
+		}
+	}
+	return x
 }
 
 // Composition names what of a later head an earlier head's output feeds.
@@ -138,12 +148,12 @@ func (m *Model) CompositionScores(kind Composition, layer, head int) trace.Score
 		o := m.Model.Blocks[l].O
 		wO := m.decode("CompositionScores", o, 0, o.Rows)
 		for h := range out[l] {
-			src := m.headWeights(l, h, wO)
+			srcV, srcO := m.ov(l, h, wO)
 			// ||V O A B||^2 = tr(M^T (V^T V) M (B B^T)) with M = O A, all
 			// [d_head, d_head]: nothing of d_model x d_model is made.
 			var mid, left mat.Dense
-			mid.Mul(src.O, a)
-			gramV, gramO := gram(src.V, false), gram(src.O, true)
+			mid.Mul(srcO, a)
+			gramV, gramO := gram(srcV, false), gram(srcO, true)
 			left.Mul(gramV, &mid)
 			var both mat.Dense
 			both.Mul(mid.T(), &left)

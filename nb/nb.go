@@ -367,16 +367,17 @@ func (m *Model) tokens(prompt any) ([]int32, error) {
 func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
 	pending := m.pending
 	m.pending = nil
-	text, ok := prompt.(string)
-	if !ok || !cont || m.sess == nil || m.sess.Pos() == 0 {
-		ids, err := m.tokens(prompt)
-		if cont && err == nil {
-			ids = append(slices.Clip(pending), ids...)
-		}
+	var ids []int32
+	var err error
+	if text, ok := prompt.(string); ok && cont && m.sess != nil && m.sess.Pos() > 0 {
+		ids, err = m.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+	} else {
+		ids, err = m.tokens(prompt)
+	}
+	if !cont || err != nil {
 		return ids, err
 	}
-	ids, err := m.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
-	return append(slices.Clip(pending), ids...), err
+	return append(slices.Clip(pending), ids...), nil
 }
 
 // session returns the model's session, fresh unless continuing, with room
