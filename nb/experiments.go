@@ -116,6 +116,7 @@ func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*tra
 			out[l][p] = m.score(metric, corruptIDs, append(opts[:len(opts):len(opts)], patch)...)
 		}
 	}
+	warnNonFinite(name, out, layerPos)
 	if normalized {
 		return Normalize(out, metric(src), m.score(metric, corruptIDs, opts...))
 	}

@@ -2,7 +2,9 @@ package nb
 
 import (
 	"fmt"
+	"io"
 	"math"
+	"os"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -40,8 +42,36 @@ func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) 
 			out[l][h] = m.score(metric, prompt, append(opts[:len(opts):len(opts)], Hooks(ablate(l, h)))...) - base
 		}
 	}
+	warnNonFinite("AblateHeads", out, layerHead)
 	return out
 }
+
+// warnings is where a sweep says that some of its cells are not finite.
+var warnings io.Writer = os.Stderr
+
+// warnNonFinite says, on warnings, how many of a sweep's cells are NaN or
+// infinite and names the first by cell(row, column): such a cell is kept,
+// but a heatmap draws it blank and a sum over it is NaN.
+func warnNonFinite(name string, cells [][]float64, cell func(i, j int) string) {
+	n, total, first := 0, 0, ""
+	for i, row := range cells {
+		for j, v := range row {
+			total++
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				if n == 0 {
+					first = fmt.Sprintf("%s: %g", cell(i, j), v)
+				}
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(warnings, "nb.%s: the metric is not finite in %d of %d cells (the first, %s): the model or the metric went non-finite there; a trace of that run with nb.Capture(\"*\") names the first point that did\n", name, n, total, first)
+	}
+}
+
+func layerHead(l, h int) string { return fmt.Sprintf("layer %d, head %d", l, h) }
+func layerPos(l, p int) string  { return fmt.Sprintf("layer %d, position %d", l, p) }
 
 // checkSweep refuses a missing metric and options that would make a
 // sweep's runs wrong: each run starts over, and the sweep covers every
@@ -144,6 +174,7 @@ func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64
 			p.Patched[l][h] = m.score(metric, ids, append(opts[:len(opts):len(opts)], Hooks(PatchHead(l, h, src)))...)
 		}
 	}
+	warnNonFinite("PatchHeads", p.Patched, layerHead)
 	return p
 }
 
@@ -170,6 +201,9 @@ func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace)
 			p.Patched[l*heads+h] = row
 		}
 	}
+	warnNonFinite("PatchHeadPositions", p.Patched, func(i, pos int) string {
+		return fmt.Sprintf("layer %d, head %d, position %d", i/heads, i%heads, pos)
+	})
 	return p
 }
 
