@@ -240,10 +240,9 @@ func BenchmarkCopy(b *testing.B) {
 
 // BenchmarkPrefillTiles times whole bonsai-1.7b prefills (random
 // Q1_0_g128 weights, capture none) with coopTileFor's tiles and with the
-// tiles it took before fast products loaded late (128 x 128 prefetching:
-// 2 x 4 accumulators per subgroup and k steps of 64 at fast precision, 4 x
-// 2 at exact, which is also the usual exact tile: a control), alternating
-// twice, so the two are compared in one process.
+// 128 x 128 tile of 4 x 2 accumulators per subgroup loading each way:
+// prefetching and late. They alternate twice, so they are compared in one
+// process.
 func BenchmarkPrefillTiles(b *testing.B) {
 	e := benchEngine(b, model.Shapes["bonsai-1.7b"], gguf.Q1_0_G128)
 	v := e.Backend.(*vulkan.Backend)
@@ -251,10 +250,9 @@ func BenchmarkPrefillTiles(b *testing.B) {
 		b.Skip("no cooperative-matrix GEMMs")
 	}
 	defer vulkan.ForceCoopTile(v, -1, true, false)
-	before := map[gpu.Precision]int{gpu.PrecisionFast: vulkan.CoopTileIndex(2, 4, 4, 64, false), gpu.PrecisionExact: vulkan.CoopTileIndex(4, 2, 2, 32, false)}
-	for _, i := range before {
-		if i < 0 {
-			b.Fatal("a tile of before is not in coopTiles")
+	for _, late := range []bool{false, true} {
+		if vulkan.CoopTileIndex4x2(late) < 0 {
+			b.Fatalf("no 4 x 2 tile with late %v in coopTiles", late)
 		}
 	}
 	for _, T := range []int{128, 512, 2048} {
@@ -266,11 +264,11 @@ func BenchmarkPrefillTiles(b *testing.B) {
 		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
 			o := gpu.Options{Precision: prec}
 			for _, round := range []int{1, 2} {
-				for _, tiles := range []string{"usual", "before"} {
+				for _, tiles := range []string{"usual", "prefetch", "late"} {
 					b.Run(fmt.Sprintf("T=%d/%v/%s/%d", T, prec, tiles, round), func(b *testing.B) {
 						i := -1
-						if tiles == "before" {
-							i = before[prec]
+						if tiles != "usual" {
+							i = vulkan.CoopTileIndex4x2(tiles == "late")
 						}
 						if !vulkan.ForceCoopTile(v, i, prec == gpu.PrecisionExact, false) {
 							b.Skip("the tile needs more shared memory than the device has")
@@ -308,6 +306,38 @@ func BenchmarkPrefillSplitK(b *testing.B) {
 						if rule == "below64" {
 							defer vulkan.SetCoopSplitBelow(64)()
 						}
+						timePrefills(b, s, tokens, o)
+					})
+				}
+			}
+			s.Close()
+		}
+	}
+}
+
+// BenchmarkPrefillSplitExact times whole exact prefills (random Q1_0_g128
+// weights, capture none) with products split along K below 64 workgroups
+// (the rule before), below 65 (the rule: bonsai-1.7b's Q, O and down
+// projections at T=512 have 64, on the H200's 132 SMs, one workgroup each)
+// and below 97 (bonsai-8b's gate and up at T=128 have 96), alternating
+// twice.
+func BenchmarkPrefillSplitExact(b *testing.B) {
+	o := gpu.Options{Precision: gpu.PrecisionExact}
+	for _, shape := range []string{"bonsai-1.7b", "bonsai-8b"} {
+		e := benchEngine(b, model.Shapes[shape], gguf.Q1_0_G128)
+		if !vulkan.Coop(e.Backend.(*vulkan.Backend)) {
+			b.Skip("no cooperative-matrix GEMMs")
+		}
+		for _, T := range []int{128, 512} {
+			tokens := benchTokens(T, e.Model.Vocab)
+			s, err := e.NewSession(T)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, round := range []int{1, 2} {
+				for _, below := range []int{64, 65, 97} {
+					b.Run(fmt.Sprintf("%s/T=%d/below%d/%d", shape, T, below, round), func(b *testing.B) {
+						defer vulkan.SetCoopSplitBelow(below)()
 						timePrefills(b, s, tokens, o)
 					})
 				}

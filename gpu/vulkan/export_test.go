@@ -79,11 +79,10 @@ func ForceCoopTile(b *Backend, i int, exact, splitW bool) bool {
 	return true
 }
 
-// CoopTileIndex is the index in CoopTiles of the tile with tm x tn
-// accumulators per subgroup, wgm subgroups along the rows, k step bk, loading
-// late or not; -1 if there is none.
-func CoopTileIndex(tm, tn, wgm, bk int, late bool) int {
-	return slices.Index(coopTiles, coopTile{tm: tm, tn: tn, wgm: wgm, bk: bk, late: late})
+// CoopTileIndex4x2 is the index in CoopTiles of the 128 x 128 tile of 4 x 2
+// accumulators per subgroup that loads late or not; -1 if there is none.
+func CoopTileIndex4x2(late bool) int {
+	return slices.Index(coopTiles, coopTile{tm: 4, tn: 2, wgm: 2, bk: 32, late: late})
 }
 
 // Coop reports whether the device was opened with cooperative-matrix GEMMs.

@@ -488,11 +488,16 @@ var coopExactInTileElems = coopHalfWSmallElems
 // Where the products of one call (Q, K and V) have coopSplitTotal
 // workgroups together, none of them on the late tile is split: at T=1024
 // and 2048, splitting K and V where Q and they had 256 to 768 ran 1-2%
-// slower. Other tiles keep the rule measured for them, per product.
+// slower. Other tiles keep the rule measured for them, per product: split
+// below 65 workgroups, where those of 64 (bonsai-1.7b's Q, O and down
+// projections at T=512) fill under half of the 132 places; exact prefills
+// ran 1.11-1.17x faster there than with the rule before, below 64, and
+// splitting bonsai-8b's 96 (gate and up at T=128) ran 1.02x slower
+// (BenchmarkPrefillSplitExact).
 var coopSplitK = true
 
 // Variables for the benchmarks.
-var coopSplitBelow, coopSplitBelowLate, coopSplitTotal = 64, 160, coopSplitGroups
+var coopSplitBelow, coopSplitBelowLate, coopSplitTotal = 65, 160, coopSplitGroups
 
 const (
 	coopSplitGroups = 256
