@@ -35,6 +35,7 @@ func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) 
 		panic(fmt.Errorf("nb.AblateHeads: Ablation(%d) is neither nb.ZeroAblation nor nb.MeanAblation", how))
 	}
 	base := m.score(metric, prompt, opts...)
+	plainFinite := !warnRun("AblateHeads", "the plain run", base, "so is every cell, a difference from it")
 	out := make(trace.Scores, m.Model.Layers)
 	for l := range out {
 		out[l] = make([]float64, m.Model.Heads)
@@ -42,12 +43,18 @@ func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) 
 			out[l][h] = m.score(metric, prompt, append(opts[:len(opts):len(opts)], Hooks(ablate(l, h)))...) - base
 		}
 	}
-	warnNonFinite("AblateHeads", out, layerHead)
+	if plainFinite {
+		warnNonFinite("AblateHeads", out, layerHead)
+	}
 	return out
 }
 
-// warnings is where a sweep says that some of its cells are not finite.
+// warnings is where a sweep says that some of its results are not finite.
+// Tests swap it, so none of them may run in parallel with a sweep.
 var warnings io.Writer = os.Stderr
+
+// findHow is how to find where a run went non-finite.
+const findHow = `run it again with nb.Capture("*"), and its trace's FirstNonFinite() names the first point that went non-finite (if none did, the metric made the NaN or Inf)`
 
 // warnNonFinite says, on warnings, how many of a sweep's cells are NaN or
 // infinite and names the first by cell(row, column): such a cell is kept,
@@ -57,18 +64,31 @@ func warnNonFinite(name string, cells [][]float64, cell func(i, j int) string) {
 	for i, row := range cells {
 		for j, v := range row {
 			total++
-			if math.IsNaN(v) || math.IsInf(v, 0) {
+			if !finite(v) {
 				if n == 0 {
-					first = fmt.Sprintf("%s: %g", cell(i, j), v)
+					first = fmt.Sprintf("%s (%g)", cell(i, j), v)
 				}
 				n++
 			}
 		}
 	}
 	if n > 0 {
-		fmt.Fprintf(warnings, "nb.%s: the metric is not finite in %d of %d cells (the first, %s): the model or the metric went non-finite there; a trace of that run with nb.Capture(\"*\") names the first point that did\n", name, n, total, first)
+		fmt.Fprintf(warnings, "nb.%s: %d of %d cells are not finite; the first is %s. To see why, take that cell's run: %s\n", name, n, total, first, findHow)
 	}
 }
+
+// warnRun says, on warnings, that one of a sweep's own runs (a baseline)
+// gave a metric that is not finite, and what follows; it reports whether
+// it did.
+func warnRun(name, run string, v float64, follows string) bool {
+	if finite(v) {
+		return false
+	}
+	fmt.Fprintf(warnings, "nb.%s: %s's metric is %g, %s. To see why, %s\n", name, run, v, follows, findHow)
+	return true
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 func layerHead(l, h int) string { return fmt.Sprintf("layer %d, head %d", l, h) }
 func layerPos(l, p int) string  { return fmt.Sprintf("layer %d, position %d", l, p) }
@@ -141,7 +161,11 @@ func (m *Model) patchSource(name string, clean, corrupt any, capture string, opt
 // baselines is patchSource and both prompts' metrics, unpatched.
 func (m *Model) baselines(name string, clean, corrupt any, metric func(*trace.Trace) float64, capture string, opts []Option) ([]int32, *trace.Trace, *Patching) {
 	x, src := m.patchSource(name, clean, corrupt, capture, opts)
-	return x, src, &Patching{Clean: metric(src), Corrupt: m.score(metric, x, opts...)}
+	p := &Patching{Clean: metric(src), Corrupt: m.score(metric, x, opts...)}
+	const follows = "so the result cannot be normalised"
+	warnRun(name, "the clean run", p.Clean, follows)
+	warnRun(name, "the corrupted run", p.Corrupt, follows)
+	return x, src, p
 }
 
 // PatchResidNormalized is PatchResid with the normalised metric: [layer][position].

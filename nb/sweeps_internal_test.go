@@ -12,7 +12,8 @@ import (
 )
 
 // A sweep whose metric is NaN or infinite in some cells keeps them and says
-// how many there are and which came first.
+// how many there are and which came first; a baseline run that is not
+// finite is named as such, not blamed on a cell.
 func TestSweepsSayWhichCellsAreNotFinite(t *testing.T) {
 	m := MustOpen("", "cpu")
 	defer func(w io.Writer) { warnings = w }(warnings)
@@ -20,7 +21,7 @@ func TestSweepsSayWhichCellsAreNotFinite(t *testing.T) {
 	warnings = &said
 	clean, corrupt := "func add(a, b int) int {\n", "func sub(a, b int) int {\n"
 	logitDiff := m.LogitDiff("\n", " ")
-	// bad makes the metric of the given runs, counted from 1, NaN or +Inf.
+	// bad makes the metric of the given runs, counted from 1, NaN or ±Inf.
 	bad := func(runs map[int]float64) func(*trace.Trace) float64 {
 		n := 0
 		return func(tr *trace.Trace) float64 {
@@ -35,28 +36,40 @@ func TestSweepsSayWhichCellsAreNotFinite(t *testing.T) {
 	ids, err := m.tokens(corrupt)
 	require.NoError(t, err)
 	T := len(ids)
+	// said is what was said since the last call, which it forgets.
+	saidNow := func() string { s := said.String(); said.Reset(); return s }
+	cells := func(name string, n, total int, first string) string {
+		return fmt.Sprintf("nb.%s: %d of %d cells are not finite; the first is %s. To see why, take that cell's run: %s\n", name, n, total, first, findHow)
+	}
 
 	// Run 1 is the plain run; runs 2, 3, ... ablate L0H0, L0H1, ...
-	got := m.AblateHeads(clean, ZeroAblation, bad(map[int]float64{3: math.NaN(), heads + 3: math.Inf(1)}))
+	got := m.AblateHeads(clean, ZeroAblation, bad(map[int]float64{3: math.NaN(), heads + 4: math.Inf(1)}))
 	require.True(t, math.IsNaN(got[0][1]))
-	require.True(t, math.IsInf(got[1][1], 1))
-	require.Equal(t, "nb.AblateHeads: the metric is not finite in 2 of "+fmt.Sprint(layers*heads)+" cells (the first, layer 0, head 1: NaN): the model or the metric went non-finite there; a trace of that run with nb.Capture(\"*\") names the first point that did\n", said.String())
+	require.True(t, math.IsInf(got[1][2], 1))
+	require.Equal(t, cells("AblateHeads", 2, layers*heads, "layer 0, head 1 (NaN)"), saidNow())
+	m.AblateHeads(clean, ZeroAblation, bad(map[int]float64{1: math.NaN()}))
+	require.Equal(t, "nb.AblateHeads: the plain run's metric is NaN, so is every cell, a difference from it. To see why, "+findHow+"\n", saidNow())
 
-	// Runs 1 and 2 are the clean and corrupted baselines.
-	said.Reset()
-	p := m.PatchHeadPositions(clean, corrupt, bad(map[int]float64{2 + T*2 + 5 + 1: math.NaN()}))
-	require.True(t, math.IsNaN(p.Patched[2][5]))
-	require.Contains(t, said.String(), fmt.Sprintf("nb.PatchHeadPositions: the metric is not finite in 1 of %d cells", layers*heads*T))
-	require.Contains(t, said.String(), "(the first, layer 0, head 2, position 5: NaN)")
+	// Runs 1 and 2 are the clean and corrupted baselines, then a run per
+	// head (layer by layer) and, for PatchHeadPositions, per position.
+	p := m.PatchHeads(clean, corrupt, bad(map[int]float64{2 + heads + 2 + 1: math.Inf(-1)}))
+	require.True(t, math.IsInf(p.Patched[1][2], -1))
+	require.Equal(t, cells("PatchHeads", 1, layers*heads, "layer 1, head 2 (-Inf)"), saidNow())
+	m.PatchHeads(clean, corrupt, bad(map[int]float64{2: math.NaN()}))
+	require.Equal(t, "nb.PatchHeads: the corrupted run's metric is NaN, so the result cannot be normalised. To see why, "+findHow+"\n", saidNow())
+
+	p = m.PatchHeadPositions(clean, corrupt, bad(map[int]float64{2 + (heads+2)*T + 3 + 1: math.NaN()}))
+	require.True(t, math.IsNaN(p.Patched[heads+2][3]))
+	require.Equal(t, cells("PatchHeadPositions", 1, layers*heads*T, "layer 1, head 2, position 3 (NaN)"), saidNow())
 
 	// PatchResid takes no baselines: run 1 patches layer 0, position 0.
-	said.Reset()
 	m.PatchResid(clean, corrupt, bad(map[int]float64{T + 1 + 1: math.Inf(-1)}))
-	require.Contains(t, said.String(), fmt.Sprintf("nb.PatchResid: the metric is not finite in 1 of %d cells", layers*T))
-	require.Contains(t, said.String(), "(the first, layer 1, position 1: -Inf)")
+	require.Equal(t, cells("PatchResid", 1, layers*T, "layer 1, position 1 (-Inf)"), saidNow())
+	// The normalised sweep says so once, before normalising.
+	m.PatchResidNormalized(clean, corrupt, bad(map[int]float64{2*T + 3 + 1: math.NaN()}))
+	require.Equal(t, cells("PatchResidNormalized", 1, layers*T, "layer 2, position 3 (NaN)"), saidNow())
 
 	// A finite sweep says nothing.
-	said.Reset()
 	m.PatchHeads(clean, corrupt, logitDiff)
-	require.Empty(t, said.String())
+	require.Empty(t, saidNow())
 }

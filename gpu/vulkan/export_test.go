@@ -144,8 +144,10 @@ func SetCoopSplitK(on bool) bool { return swap(&coopSplitK, on) }
 // along K, whatever their tile and however many the call's products have
 // together, and returns a function that restores the usual thresholds.
 func SetCoopSplitBelow(n int) func() {
-	old, oldLate, oldTotal := swap(&coopSplitBelow, n), swap(&coopSplitBelowLate, n), swap(&coopSplitTotal, math.MaxInt)
-	return func() { coopSplitBelow, coopSplitBelowLate, coopSplitTotal = old, oldLate, oldTotal }
+	old, oldLate, oldExact, oldTotal := swap(&coopSplitBelow, n), swap(&coopSplitBelowLate, n), swap(&coopSplitBelowExact, n), swap(&coopSplitTotal, math.MaxInt)
+	return func() {
+		coopSplitBelow, coopSplitBelowLate, coopSplitBelowExact, coopSplitTotal = old, oldLate, oldExact, oldTotal
+	}
 }
 
 // SumParts records splitk.comp: dst (rows x cols) is the sum of the parts

@@ -475,7 +475,7 @@ var coopExactInTileElems = coopHalfWSmallElems
 // coopSplitK splits cooperative products with too few tiles to fill the
 // device along K (tests turn it off to check and time both). A product of
 // fewer than coopSplitBelow workgroups (coopSplitBelowLate for tiles that
-// load late) is cut into enough parts for about coopSplitGroups, at most
+// load late, coopSplitBelowExact at exact precision) is cut into enough parts for about coopSplitGroups, at most
 // coopSplitMax of at least coopSplitChunk columns of K each, and
 // splitk.comp adds the parts. On the H200 (BenchmarkSplitK, 4096 columns
 // of K) that ran 1.7-3x faster for 8-32 workgroups (4096 x 4096 and
@@ -488,16 +488,16 @@ var coopExactInTileElems = coopHalfWSmallElems
 // Where the products of one call (Q, K and V) have coopSplitTotal
 // workgroups together, none of them on the late tile is split: at T=1024
 // and 2048, splitting K and V where Q and they had 256 to 768 ran 1-2%
-// slower. Other tiles keep the rule measured for them, per product: split
-// below 65 workgroups, where those of 64 (bonsai-1.7b's Q, O and down
-// projections at T=512) fill under half of the 132 places; exact prefills
-// ran 1.11-1.17x faster there than with the rule before, below 64, and
-// splitting bonsai-8b's 96 (gate and up at T=128) ran 1.02x slower
-// (BenchmarkPrefillSplitExact).
+// slower. Other tiles keep the rule measured for them, per product. At
+// exact precision that is below 65 workgroups: products of 64 (bonsai-1.7b's
+// Q, O and down projections at T=512) fill under half of the 132 places, and
+// split, their products took 21.0 ms of device time against 26.3 (bonsai-1.7b
+// exact prefills at T=512 1.17x faster, strata bench); splitting bonsai-8b's
+// 96 (gate and up at T=128) was no faster (BenchmarkPrefillSplitExact).
 var coopSplitK = true
 
 // Variables for the benchmarks.
-var coopSplitBelow, coopSplitBelowLate, coopSplitTotal = 65, 160, coopSplitGroups
+var coopSplitBelow, coopSplitBelowLate, coopSplitBelowExact, coopSplitTotal = 64, 160, 65, coopSplitGroups
 
 const (
 	coopSplitGroups = 256
@@ -536,6 +536,9 @@ func (s *stream) splitPlans(rows, cols int, outs []gpu.Proj, halfW []halfRange) 
 	for i, p := range outs {
 		t, n := tiles[i], groups[i]
 		below := coopSplitBelow
+		if s.precision == gpu.PrecisionExact {
+			below = coopSplitBelowExact
+		}
 		if t.late {
 			below = coopSplitBelowLate
 			if total >= coopSplitTotal {
