@@ -283,6 +283,14 @@ func ExampleModel_CompositionScores() {
 	// L2H3 0.197, L2H2 0.187
 }
 
+func ExampleModel_CopyingScores() {
+	m := cpu()
+	// The heads whose OV circuits copy most: the induction head L3H0 first.
+	fmt.Println(m.CopyingScores().Top(3))
+	// Output:
+	// L3H0 0.981, L3H1 0.971, L3H5 0.935
+}
+
 func ExampleModel_TestPrompt() {
 	m := cpu()
 	t := m.TestPrompt("\tif err != nil {\n\t\treturn", " err", 2)

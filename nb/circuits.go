@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/cmplx"
 
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
@@ -186,4 +187,95 @@ func traceOfProduct(a, b mat.Matrix) float64 {
 		}
 	}
 	return s
+}
+
+// CopyingScores scores, for every head, how much its full OV circuit
+// copies: what attending to a token does to the logit of each token, W_E
+// W_V W_O W_U (vocab x vocab, TransformerLens's model.OV with W_E and W_U
+// around it), as the sum of its eigenvalues over the sum of their absolute
+// values (Elhage et al., "A Mathematical Framework for Transformer
+// Circuits"). Near 1, attending to a token raises that token's logit, as an
+// induction head's does; near -1 it lowers it. W_V and W_O are
+// HeadWeights'; W_E is the token embedding with the architecture's scale
+// (Gemma's sqrt(d_model)), without positions; W_U is the LM head with the
+// final norm folded in as HeadWeights folds the others. The eigenvalues are
+// those of W_O (W_U W_E) W_V, [d_head, d_head], which has the same non-zero
+// ones: W_U W_E is made once, vocab x d_model^2 multiply-adds, and each
+// key/value head's W_U W_E W_V. On a random model of bonsai-1.7b's shape
+// (151,936 tokens, d_model 2,048, 28 x 16 heads) that took 2.1 minutes on 2
+// cores and 340 MB.
+func (m *Model) CopyingScores() trace.Scores {
+	m.ready()
+	c := &m.Model.Config
+	ue := m.unembedEmbed()
+	out := make(trace.Scores, c.Layers)
+	for l := range out {
+		out[l] = make([]float64, c.Heads)
+		o := m.Model.Blocks[l].O
+		wO := m.decode("CopyingScores", o, 0, o.Rows)
+		ueV := make([]*mat.Dense, c.KVHeads) // W_U W_E W_V of each key/value head
+		for h := range out[l] {
+			v, wo := m.ov(l, h, wO)
+			kv := h / (c.Heads / c.KVHeads)
+			if ueV[kv] == nil {
+				ueV[kv] = new(mat.Dense)
+				ueV[kv].Mul(ue, v)
+			}
+			var circuit mat.Dense
+			circuit.Mul(wo, ueV[kv])
+			var eig mat.Eigen
+			if !eig.Factorize(&circuit, mat.EigenNone) {
+				panic(fmt.Errorf("nb.CopyingScores: the eigenvalues of layer %d head %d's OV circuit did not converge", l, h))
+			}
+			var sum, abs float64
+			for _, e := range eig.Values(nil) {
+				sum += real(e)
+				abs += cmplx.Abs(e)
+			}
+			if abs > 0 {
+				out[l][h] = sum / abs
+			}
+		}
+	}
+	return out
+}
+
+// unembedEmbed is W_U W_E, [d_model, d_model] (see CopyingScores), summed
+// over the vocabulary a block of tokens at a time, so that neither is
+// decoded whole.
+func (m *Model) unembedEmbed() *mat.Dense {
+	c := &m.Model.Config
+	d, scale := c.DModel, float64(c.EmbedScale)
+	if scale == 0 {
+		scale = 1
+	}
+	sum := mat.NewDense(d, d, nil)
+	const block = 1024
+	for lo := 0; lo < c.Vocab; lo += block {
+		hi := min(lo+block, c.Vocab)
+		e := m.decode("CopyingScores", m.Model.Embed, lo, hi)
+		u := e
+		if m.Model.Output != m.Model.Embed {
+			u = m.decode("CopyingScores", m.Model.Output, lo, hi)
+		}
+		// W_E a token a row, W_U a token a column: gonum multiplied a
+		// transposed operand 4.8x slower (2.7 against 12.7 GFLOP/s here).
+		we, wu := mat.NewDense(hi-lo, d, nil), mat.NewDense(d, hi-lo, nil)
+		row := make([]float64, d)
+		for t := range hi - lo {
+			for i := range d {
+				we.Set(t, i, scale*float64(e[t*d+i]))
+				row[i] = float64(u[t*d+i]) * float64(m.Model.OutNorm[i])
+			}
+			if c.Norm == model.NormLayer {
+				// As in reading: the norm's output has mean 0 over d_model.
+				floats.AddConst(-floats.Sum(row)/float64(d), row)
+			}
+			wu.SetCol(t, row)
+		}
+		var part mat.Dense
+		part.Mul(wu, we)
+		sum.Add(sum, &part)
+	}
+	return sum
 }

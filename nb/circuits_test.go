@@ -2,6 +2,7 @@ package nb_test
 
 import (
 	"math"
+	"math/cmplx"
 	"os"
 	"path/filepath"
 	"testing"
@@ -185,4 +186,70 @@ func TestTheInductionHeadsKeysReadThePreviousTokenHead(t *testing.T) {
 
 	require.PanicsWithError(t, "nb.HeadWeights: head 8: the model has 8 heads (0-7)", func() { m.HeadWeights(0, 8) })
 	require.PanicsWithError(t, "nb.HeadWeights: layer 4: the model has 4 layers (0-3)", func() { m.CompositionScores(nb.KComposition, 4, 0) })
+}
+
+// Copying scores against the vocabulary-sized OV circuit W_E W_V W_O W_U
+// written out in float64, with W_E and W_U built here from the model's
+// tensors, and its eigenvalues: the score takes them from a d_head x d_head
+// product instead, and sums W_U W_E a block of tokens at a time.
+func TestCopyingScoresAgainstTheWholeCircuit(t *testing.T) {
+	for _, shape := range []string{"tiny-llama", "tiny-gpt2", "tiny-gemma2"} {
+		t.Run(shape, func(t *testing.T) {
+			m := openGenerated(t, shape)
+			c := &m.Model.Config
+			vocab, d := c.Vocab, c.DModel
+			rows := func(w *model.Weight) []float32 {
+				out := make([]float32, w.Rows*w.Cols)
+				w.Format.Dequantize(out, w.Data)
+				return out
+			}
+			scale := float64(c.EmbedScale)
+			if scale == 0 {
+				scale = 1
+			}
+			e, u := rows(m.Model.Embed), rows(m.Model.Output)
+			wE, wU := mat.NewDense(vocab, d, nil), mat.NewDense(d, vocab, nil)
+			for tok := range vocab {
+				var mean float64
+				for i := range d {
+					wE.Set(tok, i, scale*float64(e[tok*d+i]))
+					wU.Set(i, tok, float64(u[tok*d+i])*float64(m.Model.OutNorm[i]))
+					mean += wU.At(i, tok) / float64(d)
+				}
+				if c.Norm == model.NormLayer { // a LayerNorm's output has mean 0
+					for i := range d {
+						wU.Set(i, tok, wU.At(i, tok)-mean)
+					}
+				}
+			}
+			got := m.CopyingScores()
+			for _, at := range [][2]int{{0, 0}, {1, c.Heads - 1}} {
+				hw := m.HeadWeights(at[0], at[1])
+				var ev, evo, circuit mat.Dense
+				ev.Mul(wE, hw.V)
+				evo.Mul(&ev, hw.O)
+				circuit.Mul(&evo, wU)
+				var eig mat.Eigen
+				require.True(t, eig.Factorize(&circuit, mat.EigenNone))
+				var sum, abs float64
+				for _, v := range eig.Values(nil) {
+					sum += real(v)
+					abs += cmplx.Abs(v)
+				}
+				// All but d_head of the vocabulary's eigenvalues are 0 in
+				// exact arithmetic; rounding leaves them near 1e-13 of the
+				// largest, so the two sums agree to far better than 1e-9.
+				require.InDelta(t, sum/abs, got[at[0]][at[1]], 1e-9, "L%dH%d", at[0], at[1])
+			}
+		})
+	}
+}
+
+// The default model's induction head (MODEL.md: L3H0) copies most.
+func TestTheInductionHeadCopies(t *testing.T) {
+	m := nb.MustOpen("", "cpu")
+	s := m.CopyingScores()
+	best := s.Best()
+	require.Equal(t, [2]int{3, 0}, [2]int{best.Layer, best.Head}, "%v", s.Top(5))
+	require.Greater(t, best.Score, 0.9)
 }
