@@ -475,8 +475,9 @@ var coopExactInTileElems = coopHalfWSmallElems
 // coopSplitK splits cooperative products with too few tiles to fill the
 // device along K (tests turn it off to check and time both). A product of
 // fewer than coopSplitBelow workgroups (coopSplitBelowLate for tiles that
-// load late, coopSplitBelowExact at exact precision) is cut into enough parts for about coopSplitGroups, at most
-// coopSplitMax of at least coopSplitChunk columns of K each, and
+// load late, coopSplitBelowExact at exact precision) is cut into enough
+// parts for about coopSplitGroups, at most coopSplitMax of at least
+// coopSplitChunk columns of K each, and
 // splitk.comp adds the parts. On the H200 (BenchmarkSplitK, 4096 columns
 // of K) that ran 1.7-3x faster for 8-32 workgroups (4096 x 4096 and
 // 1024 x 4096 weights at T=128, 1024 x 4096 at T=512), and slower for 96
