@@ -239,10 +239,10 @@ func BenchmarkCopy(b *testing.B) {
 }
 
 // BenchmarkPrefillTiles times whole bonsai-1.7b prefills (random
-// Q1_0_g128 weights, capture none) with coopTileFor's tiles and with the
-// 128 x 128 tile of 4 x 2 accumulators per subgroup loading each way:
-// prefetching and late. They alternate twice, so they are compared in one
-// process.
+// Q1_0_g128 weights, capture none) on the 128 x 128 tile of 4 x 2
+// accumulators per subgroup loading each way, prefetching (the usual exact
+// tile) and late (the usual fast one), alternating twice, so the two are
+// compared in one process.
 func BenchmarkPrefillTiles(b *testing.B) {
 	e := benchEngine(b, model.Shapes["bonsai-1.7b"], gguf.Q1_0_G128)
 	v := e.Backend.(*vulkan.Backend)
@@ -264,13 +264,9 @@ func BenchmarkPrefillTiles(b *testing.B) {
 		for _, prec := range []gpu.Precision{gpu.PrecisionExact, gpu.PrecisionFast} {
 			o := gpu.Options{Precision: prec}
 			for _, round := range []int{1, 2} {
-				for _, tiles := range []string{"usual", "prefetch", "late"} {
+				for _, tiles := range []string{"prefetch", "late"} {
 					b.Run(fmt.Sprintf("T=%d/%v/%s/%d", T, prec, tiles, round), func(b *testing.B) {
-						i := -1
-						if tiles != "usual" {
-							i = vulkan.CoopTileIndex4x2(tiles == "late")
-						}
-						if !vulkan.ForceCoopTile(v, i, prec == gpu.PrecisionExact, false) {
+						if !vulkan.ForceCoopTile(v, vulkan.CoopTileIndex4x2(tiles == "late"), prec == gpu.PrecisionExact, false) {
 							b.Skip("the tile needs more shared memory than the device has")
 						}
 						defer vulkan.ForceCoopTile(v, -1, true, false)
