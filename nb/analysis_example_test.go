@@ -288,7 +288,7 @@ func ExampleModel_CopyingScores() {
 	// The heads whose OV circuits copy most: the induction head L3H0 first.
 	fmt.Println(m.CopyingScores().Top(3))
 	// Output:
-	// L3H0 0.981, L3H1 0.971, L3H5 0.935
+	// L3H0 0.978, L3H1 0.972, L3H5 0.943
 }
 
 func ExampleModel_TestPrompt() {

@@ -198,7 +198,10 @@ func traceOfProduct(a, b mat.Matrix) float64 {
 // induction head's does; near -1 it lowers it. W_V and W_O are
 // HeadWeights'; W_E is the token embedding with the architecture's scale
 // (Gemma's sqrt(d_model)), without positions; W_U is the LM head with the
-// final norm folded in as HeadWeights folds the others. The eigenvalues are
+// final norm folded in as HeadWeights folds the others, and centred over the
+// vocabulary as TransformerLens's center_unembed does by default: a
+// direction that raises every logit alike changes no probability, so it is
+// not copying. The eigenvalues are
 // those of W_O (W_U W_E) W_V, [d_head, d_head], which has the same non-zero
 // ones: W_U W_E is made once, vocab x d_model^2 multiply-adds, and each
 // key/value head's W_U W_E W_V. On a random model of bonsai-1.7b's shape
@@ -250,6 +253,7 @@ func (m *Model) unembedEmbed() *mat.Dense {
 		scale = 1
 	}
 	sum := mat.NewDense(d, d, nil)
+	eSum, uSum := make([]float64, d), make([]float64, d)
 	const block = 1024
 	for lo := 0; lo < c.Vocab; lo += block {
 		hi := min(lo+block, c.Vocab)
@@ -272,10 +276,16 @@ func (m *Model) unembedEmbed() *mat.Dense {
 				floats.AddConst(-floats.Sum(row)/float64(d), row)
 			}
 			wu.SetCol(t, row)
+			floats.Add(uSum, row)
+			floats.Add(eSum, we.RawRowView(t))
 		}
 		var part mat.Dense
 		part.Mul(wu, we)
 		sum.Add(sum, &part)
 	}
+	// Centring W_U's rows over the vocabulary takes (sum of u)(sum of e)^T / vocab.
+	var shift mat.Dense
+	shift.Outer(-1/float64(c.Vocab), mat.NewVecDense(d, uSum), mat.NewVecDense(d, eSum))
+	sum.Add(sum, &shift)
 	return sum
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/nb"
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -221,6 +222,10 @@ func TestCopyingScoresAgainstTheWholeCircuit(t *testing.T) {
 						wU.Set(i, tok, wU.At(i, tok)-mean)
 					}
 				}
+			}
+			for i := range d { // center_unembed: each row of W_U has mean 0
+				row := wU.RawRowView(i)
+				floats.AddConst(-floats.Sum(row)/float64(vocab), row)
 			}
 			got := m.CopyingScores()
 			for _, at := range [][2]int{{0, 0}, {1, c.Heads - 1}} {
