@@ -96,6 +96,11 @@ func TestSteppedRunIsBitIdentical(t *testing.T) {
 	r, err := s.Start(context.Background(), testTokens, o)
 	require.NoError(t, err)
 	require.NoError(t, r.RunTo("blocks.0.attn.hook_pattern"))
+	require.NoError(t, r.RunTo("blocks.0.attn.hook_pattern"), "where the run is")
+	// A point already passed, or a typo, is named at once, the run not
+	// advanced to its end.
+	require.EqualError(t, r.RunTo("blocks.0.attn.hook_q"), "engine: the run is past blocks.0.attn.hook_q already: it is at blocks.0.attn.hook_pattern")
+	require.EqualError(t, r.RunTo("blocks.1.hook_z"), `engine: no capture point named "blocks.1.hook_z": did you mean blocks.1.attn.hook_z?`)
 	mid, err := r.Trace()
 	require.NoError(t, err)
 	require.True(t, mid.Has("blocks.0.attn.hook_pattern"))

@@ -90,6 +90,12 @@ func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, err
 // scratch tensor of T elements.
 func (e *Engine) lens(tr *trace.Trace, what string, layer func(st Stream, logits, scratch Tensor, t int) error) error {
 	c := &e.Model.Config
+	if tr == nil {
+		return fmt.Errorf("%s of a nil trace", what)
+	}
+	if err := tr.Model.Matches(TraceModel(c)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	var t int
 	for l := range c.Layers {
 		name := LayerPoint(l, "hook_resid_post")

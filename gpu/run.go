@@ -353,7 +353,13 @@ func (r *Run) RunTo(name string) error {
 	}
 	defer r.s.unlock()
 	if _, ok := r.l.index[name]; !ok {
-		return fmt.Errorf("engine: no capture point named %q", name)
+		return fmt.Errorf("engine: no capture point named %q%s", name, pointHint(&r.s.e.Model.Config, name))
+	}
+	if r.point == name {
+		return nil
+	}
+	if r.point != "" && r.reached(name) {
+		return fmt.Errorf("engine: the run is past %s already: it is at %s", name, r.point)
 	}
 	for r.step() {
 		if r.point == name {
@@ -584,17 +590,8 @@ func (r *Run) release() {
 }
 
 func (r *Run) newTrace() *trace.Trace {
-	c := &r.s.e.Model.Config
 	tr := trace.New()
-	tr.Model = trace.Model{Name: c.Name, Arch: c.Arch, Layers: c.Layers, DModel: c.DModel, FFN: c.FFN,
-		Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Vocab: c.Vocab, LearnedPos: c.Pos == model.PosLearned}
-	tr.Model.Experts = c.Experts
-	if c.SWAPattern > 0 {
-		tr.Model.Windows = make([]int, c.Layers)
-		for l := range c.Layers {
-			tr.Model.Windows[l] = c.Window(l)
-		}
-	}
+	tr.Model = TraceModel(&r.s.e.Model.Config)
 	tr.Backend = r.s.e.BackendName()
 	tr.Tokens = slices.Clone(r.tokens)
 	tr.Pos0 = r.l.pos0
@@ -604,4 +601,18 @@ func (r *Run) newTrace() *trace.Trace {
 		}
 	}
 	return tr
+}
+
+// TraceModel is what a trace records of the model c.
+func TraceModel(c *model.Config) trace.Model {
+	m := trace.Model{Name: c.Name, Arch: c.Arch, Layers: c.Layers, DModel: c.DModel, FFN: c.FFN,
+		Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Vocab: c.Vocab, LearnedPos: c.Pos == model.PosLearned,
+		Experts: c.Experts}
+	if c.SWAPattern > 0 {
+		m.Windows = make([]int, c.Layers)
+		for l := range c.Layers {
+			m.Windows[l] = c.Window(l)
+		}
+	}
+	return m
 }

@@ -233,12 +233,9 @@ func (m *Model) decode(what string, w *model.Weight, lo, hi int) []float32 {
 // output to the residual stream, [T, heads, d_model], from the trace's
 // captured hook_z and the layer's W_O, computed on the host.
 func (m *Model) HeadResults(tr *trace.Trace, layer int) *trace.Tensor {
-	m.ready()
+	m.owns("HeadResults", tr)
 	if layer < 0 || layer >= m.Model.Layers {
 		panic(fmt.Errorf("nb.HeadResults: layer %d: the model has %d", layer, m.Model.Layers))
-	}
-	if tr == nil {
-		panic(errors.New("nb.HeadResults of a nil trace"))
 	}
 	o := m.Model.Blocks[layer].O
 	return Must(tr.HeadResults(layer, m.decode("HeadResults", o, 0, o.Rows)))
@@ -257,7 +254,7 @@ func CaptureDLA() Option {
 // apply_ln_to_stack): trace.Stack.ApplyFinalNorm for an RMSNorm,
 // ApplyFinalLayerNorm (which centres each component) for a LayerNorm.
 func (m *Model) FinalNorm(tr *trace.Trace, s *trace.Stack) *trace.Stack {
-	m.ready()
+	m.owns("FinalNorm", tr)
 	final, err := tr.Resid(m.Model.Layers)
 	final = needsDLA("FinalNorm", final, err)
 	if m.Model.Norm == model.NormLayer {
@@ -286,7 +283,7 @@ func (m *Model) maybeNorm(tr *trace.Trace, s *trace.Stack, applyLN bool) *trace.
 // AccumulatedResid is TransformerLens's accumulated_resid(apply_ln=...):
 // the residual stream before each layer and after the last.
 func (m *Model) AccumulatedResid(tr *trace.Trace, applyLN bool) *trace.Stack {
-	m.ready()
+	m.owns("AccumulatedResid", tr)
 	s, err := tr.AccumulatedResid()
 	return m.maybeNorm(tr, needsDLA("AccumulatedResid", s, err), applyLN)
 }
@@ -295,7 +292,7 @@ func (m *Model) AccumulatedResid(tr *trace.Trace, applyLN bool) *trace.Stack {
 // embedding and every layer's attention and MLP output, which sum to the
 // final resid_post.
 func (m *Model) DecomposeResid(tr *trace.Trace, applyLN bool) *trace.Stack {
-	m.ready()
+	m.owns("DecomposeResid", tr)
 	s, err := tr.DecomposeResid()
 	return m.maybeNorm(tr, needsDLA("DecomposeResid", s, err), applyLN)
 }
@@ -303,7 +300,7 @@ func (m *Model) DecomposeResid(tr *trace.Trace, applyLN bool) *trace.Stack {
 // StackHeadResults is TransformerLens's stack_head_results(apply_ln=...):
 // every head's output, labelled "L0H0", ...
 func (m *Model) StackHeadResults(tr *trace.Trace, applyLN bool) *trace.Stack {
-	m.ready()
+	m.owns("StackHeadResults", tr)
 	wO := make([][]float32, m.Model.Layers)
 	for l := range wO {
 		o := m.Model.Blocks[l].O
@@ -329,7 +326,7 @@ func (c Contribution) String() string { return fmt.Sprintf("%s %+.3f", c.Label, 
 // for Gemma 2, to the logit before its soft-cap.
 // The trace needs CaptureDLA().
 func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
-	m.ready()
+	m.owns("DLA", tr)
 	s := m.DecomposeResid(tr, true)
 	v := Must(s.Dot(dir, pos))
 	out := make([]Contribution, len(v))
@@ -345,7 +342,7 @@ func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
 // projection's bias where the model has one (GPT-2's b_O), and not at all
 // where attn_out is normalised after the heads are summed (Gemma).
 func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
-	m.ready()
+	m.owns("HeadDLA", tr)
 	v := Must(m.StackHeadResults(tr, true).Dot(dir, pos))
 	h := m.Model.Heads
 	out := make(trace.Scores, m.Model.Layers)
@@ -359,7 +356,7 @@ func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 // probability and rank at each layer and position. The trace needs every
 // layer's resid_post (Capture("blocks.*.hook_resid_post")).
 func (m *Model) TokenLens(tr *trace.Trace, token any) *trace.TokenLens {
-	m.ready()
+	m.owns("TokenLens", tr)
 	return Must(m.Engine.TokenLens(tr, m.Token(token)))
 }
 

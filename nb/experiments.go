@@ -52,6 +52,7 @@ func (m *Model) LogitDiff(good, bad any) func(*trace.Trace) float64 {
 		panic(fmt.Errorf("nb.LogitDiff: %#v and %#v are the same token %q: their difference is always 0", good, bad, m.Pieces([]int32{g})[0]))
 	}
 	return func(tr *trace.Trace) float64 {
+		m.owns("LogitDiff", tr)
 		shape := tr.Shape("logits")
 		if shape == nil {
 			_, err := tr.Get("logits") // says what was captured

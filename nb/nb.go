@@ -62,6 +62,18 @@ func (m *Model) ready() {
 	}
 }
 
+// owns panics unless tr is a trace this model could have made: call's
+// numbers would otherwise index another model's weights.
+func (m *Model) owns(call string, tr *trace.Trace) {
+	m.ready()
+	if tr == nil {
+		panic(fmt.Errorf("nb.%s of a nil trace", call))
+	}
+	if err := tr.Model.Matches(gpu.TraceModel(&m.Model.Config)); err != nil {
+		panic(fmt.Errorf("nb.%s: %w", call, err))
+	}
+}
+
 // lock serialises a call on the model's session.
 func (m *Model) lock() error {
 	if m == nil || m.Engine == nil {
@@ -528,10 +540,7 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 // true) differs on both counts, as TransformerLens's does: row l is before
 // layer l, and every row takes the scale of the final residual.
 func (m *Model) Lens(tr *trace.Trace) *trace.Trace {
-	m.ready()
-	if tr == nil {
-		panic(errors.New("nb: Lens of a nil trace"))
-	}
+	m.owns("Lens", tr)
 	if err := m.LogitLens(tr); err != nil {
 		panic(err)
 	}

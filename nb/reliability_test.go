@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/nb"
 )
@@ -143,4 +144,35 @@ func TestNilModelsAndTracesAreNamed(t *testing.T) {
 	require.PanicsWithError(t, "nb: nil *Model (Open failed, or the model was never opened)", func() { m.Pieces([]int32{1}) })
 	open := cpuModel(t)
 	require.PanicsWithError(t, "nb.HeadResults of a nil trace", func() { open.HeadResults(nil, 0) })
+}
+
+// A trace that another model made is refused by name: its vocabulary,
+// layers and d_model would index this model's weights wrongly (HeadResults
+// returned garbage, LogitDiff a number, DLA a panic about layers).
+func TestTracesOfAnotherModelAreRefused(t *testing.T) {
+	other := cpuModel(t)
+	tr := other.Prefill("func f() {", nb.CaptureDLA(), nb.Capture("blocks.*.hook_resid_post"), nb.AllLogits())
+	m := openGenerated(t, "tiny-llama")
+	dir := m.Unembed(int32(1))
+	for name, call := range map[string]func(){
+		"HeadResults":      func() { m.HeadResults(tr, 0) },
+		"AccumulatedResid": func() { m.AccumulatedResid(tr, false) },
+		"DecomposeResid":   func() { m.DecomposeResid(tr, true) },
+		"StackHeadResults": func() { m.StackHeadResults(tr, true) },
+		"DLA":              func() { m.DLA(tr, dir, -1) },
+		"HeadDLA":          func() { m.HeadDLA(tr, dir, -1) },
+		"Lens":             func() { m.Lens(tr) },
+		"TokenLens":        func() { m.TokenLens(tr, int32(1)) },
+		"LogitDiff":        func() { m.LogitDiff(int32(1), int32(2))(tr) },
+	} {
+		var got error
+		func() {
+			defer func() { got, _ = recover().(error) }()
+			call()
+		}()
+		require.ErrorIs(t, got, trace.ErrOtherModel, name)
+		require.ErrorContains(t, got, "nb."+name+": the trace is from another model: it was made by gostd-qwen3-4m (qwen3)", name)
+	}
+	// Its own model reads it.
+	require.Len(t, other.DLA(tr, other.Unembed(" {"), -1), 1+2*other.Model.Layers)
 }

@@ -53,6 +53,9 @@ var (
 //   - any viz figure, and a gonum *plot.Plot, drawn as SVG;
 //   - []float64 or []float32 as a line, [][]float64 as a heatmap, and a
 //     *trace.Tensor by its shape (ShowTensor labels a capture's tokens);
+//   - per-head scores (trace.Scores: HeadScores, AblateHeads, HeadDLA,
+//     CopyingScores) as a layer x head heatmap, and a ranking (.Top(k)) as
+//     a table;
 //   - DLA's []Contribution as bars, one per component;
 //   - an HTML view (viz.HTML) as itself;
 //   - a *trace.Trace as a table of what was captured;
@@ -68,6 +71,9 @@ func Show(items ...any) {
 			if err, ok := items[i+1].(error); ok && err != nil {
 				continue
 			}
+		}
+		if it == nil && i > 0 { // the nil error after a figure
+			continue
 		}
 		showOne(it)
 	}
@@ -110,7 +116,7 @@ func isNil(it any) bool {
 
 func show(it any) error {
 	if it == nil {
-		return nil
+		return errors.New("nb.Show: nil, nothing to show")
 	}
 	if isNil(it) {
 		return fmt.Errorf("nb.Show: a nil %T, nothing to show", it)
@@ -128,6 +134,14 @@ func show(it any) error {
 		return showMade(viz.Tensor("", &trace.Tensor{Shape: []int{len(x)}, Data: x}))
 	case [][]float64:
 		return showMade(viz.Heatmap("", x))
+	case trace.Scores:
+		return showMade(viz.HeadHeatmap(x, "score of each head"))
+	case trace.HeadList:
+		t := Table{Header: []string{"head", "score"}}
+		for _, h := range x {
+			t.Rows = append(t.Rows, []string{fmt.Sprintf("L%dH%d", h.Layer, h.Head), fmt.Sprintf("%.3f", h.Score)})
+		}
+		return showTable(t)
 	case []Contribution:
 		labels, values := make([]string, len(x)), make([]float64, len(x))
 		for i, c := range x {
@@ -156,7 +170,7 @@ func show(it any) error {
 			fmt.Println(x)
 		}
 	default:
-		return fmt.Errorf("nb.Show: cannot show a %T: it shows figures, *plot.Plot, []float64, [][]float64, *trace.Tensor, *trace.Trace, HTML views, nb.Table, [][]string, strings and errors", it)
+		return fmt.Errorf("nb.Show: cannot show a %T: it shows figures, *plot.Plot, []float64, [][]float64, trace.Scores, trace.HeadList, *trace.Tensor, *trace.Trace, HTML views, nb.Table, [][]string, strings and errors", it)
 	}
 	return nil
 }

@@ -95,9 +95,16 @@ func TestShowDrawsWhatUsersHave(t *testing.T) {
 		tr.Tensor("blocks.0.hook_resid_post"),   // 2-D
 		tr.Tensor("blocks.0.attn.hook_pattern"), // 3-D
 		&trace.Tensor{Shape: []int{3}, Data: []float32{1, 2, 3}},
+		trace.Scores{{0.5, -0.25}, {1, 0}},
 	)
 	out, files := showFiles(t, items...)
-	require.Len(t, files, 8, "one per item, the grid's nil error skipped: %s", out)
+	require.Len(t, files, 9, "one per item, the grid's nil error skipped: %s", out)
+	out, files = showFiles(t, trace.Scores{{0.5, -0.25}, {1, 0}}.Top(2))
+	require.Empty(t, files)
+	require.Contains(t, out, "L1H0")
+	require.Contains(t, out, "0.500")
+	out, _ = showFiles(t, nil)
+	require.Contains(t, out, "nb.Show: nil, nothing to show")
 	for _, f := range files {
 		r, err := os.Open(f)
 		require.NoError(t, err)

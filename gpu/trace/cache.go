@@ -19,11 +19,23 @@ type Matrix struct {
 	Data       []float32 // row-major
 }
 
-// Row returns row i, aliasing Data.
-func (m *Matrix) Row(i int) []float32 { return m.Data[i*m.Cols : (i+1)*m.Cols] }
+// Row returns row i, aliasing Data; it panics, naming the range, when i is
+// out of it.
+func (m *Matrix) Row(i int) []float32 {
+	if i < 0 || i >= m.Rows {
+		panic(fmt.Sprintf("trace: %s: row %d is out of range 0..%d", m.Name, i, m.Rows-1))
+	}
+	return m.Data[i*m.Cols : (i+1)*m.Cols]
+}
 
-// At returns element (i, j).
-func (m *Matrix) At(i, j int) float32 { return m.Data[i*m.Cols+j] }
+// At returns element (i, j); it panics, naming the range, when either is out
+// of it (a column past the end would otherwise read the next row).
+func (m *Matrix) At(i, j int) float32 {
+	if i < 0 || i >= m.Rows || j < 0 || j >= m.Cols {
+		panic(fmt.Sprintf("trace: %s: At(%d, %d) is out of range: the matrix is %d x %d", m.Name, i, j, m.Rows, m.Cols))
+	}
+	return m.Data[i*m.Cols+j]
+}
 
 // Slices returns the rows as [][]float32, aliasing Data.
 func (m *Matrix) Slices() [][]float32 {

@@ -234,3 +234,20 @@ func drop(tr *Trace, name string) {
 	delete(tr.shapes, name)
 	tr.Names = slices.DeleteFunc(tr.Names, func(n string) bool { return n == name })
 }
+
+// An index out of range names itself instead of reading another element:
+// (2, 5) of a 5 x 5 matrix is (3, 0) in memory, and four coordinates on a
+// three-dimensional tensor were read as its first three.
+func TestAtRefusesWhatIsOutOfRange(t *testing.T) {
+	x := randTensor(rand.New(rand.NewPCG(1, 2)), 8, 5, 5)
+	require.Equal(t, x.Data[(1*5+2)*5+3], x.At(1, 2, 3))
+	require.PanicsWithValue(t, "trace: At[0 2 5] on a tensor of shape [8 5 5]: coordinate 2 is 5, out of range 0..4", func() { x.At(0, 2, 5) })
+	require.PanicsWithValue(t, "trace: At[0 0 0 0] on a tensor of shape [8 5 5]: want 3 coordinates, one per dimension", func() { x.At(0, 0, 0, 0) })
+	require.Panics(t, func() { x.At(0, 0) })
+	require.Panics(t, func() { x.At(-1, 0, 0) })
+	m := &Matrix{Name: "blocks.1.attn.hook_pattern head 3", Rows: 5, Cols: 5, Data: x.Data[:25]}
+	require.Equal(t, x.Data[13], m.At(2, 3))
+	require.PanicsWithValue(t, "trace: blocks.1.attn.hook_pattern head 3: At(2, 5) is out of range: the matrix is 5 x 5", func() { m.At(2, 5) })
+	require.Panics(t, func() { m.At(3, -1) })
+	require.PanicsWithValue(t, "trace: blocks.1.attn.hook_pattern head 3: row 5 is out of range 0..4", func() { m.Row(5) })
+}

@@ -76,11 +76,16 @@ func (t *Trace) TopLogits(row, k int) (top []TokenLogit, err error) {
 			return fmt.Errorf("trace: logits have shape %v, want [rows, vocab]", l.Shape)
 		}
 		rows, v := l.Shape[0], l.Shape[1]
+		asked := row
 		if row < 0 {
 			row += rows
 		}
 		if row < 0 || row >= rows {
-			return fmt.Errorf("trace: TopLogits: row %d of %d logit rows is out of range (-1 is the last)", row, rows)
+			hint := ""
+			if rows == 1 && len(t.Tokens) > 1 {
+				hint = "; the trace kept the last position's logits only (capture every position's with nb.AllLogits() or gpu.LogitsAll)"
+			}
+			return fmt.Errorf("trace: TopLogits: row %d of %d logit rows is out of range (-1 is the last)%s", asked, rows, hint)
 		}
 		if k < 1 {
 			return fmt.Errorf("trace: TopLogits: k is %d; want at least 1", k)

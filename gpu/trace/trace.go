@@ -21,14 +21,26 @@ type Tensor struct {
 	Data  []float32
 }
 
-// At returns the element at the given index, one coordinate per dimension.
+// At returns the element at the given index, one coordinate per dimension;
+// it panics, naming the dimension, for a wrong count or a coordinate out of
+// range (either would otherwise read some other element).
 func (t *Tensor) At(idx ...int) float32 {
+	if len(idx) != len(t.Shape) {
+		panic(fmt.Sprintf("trace: At%v on a tensor of shape %v: want %d coordinates, one per dimension", idx, t.Shape, len(t.Shape)))
+	}
 	off := 0
 	for i, d := range t.Shape {
+		if idx[i] < 0 || idx[i] >= d {
+			panic(fmt.Sprintf("trace: At%v on a tensor of shape %v: coordinate %d is %d, out of range 0..%d", idx, t.Shape, i, idx[i], d-1))
+		}
 		off = off*d + idx[i]
 	}
 	return t.Data[off]
 }
+
+// ErrOtherModel is the error of an analysis given a trace that another
+// model made: its numbers would index the wrong weights.
+var ErrOtherModel = errors.New("the trace is from another model")
 
 // Model is what a reader of a trace needs to know about the model.
 type Model struct {
@@ -141,7 +153,7 @@ var ErrNotCaptured = errors.New("not captured")
 // memory was freed (Trace.Close, or the session or engine closed) before
 // it was read, or whose host memory Close handed back (all but what Get
 // returned).
-var ErrClosed = errors.New("trace: its memory was freed (the trace, its session or its engine was closed) and Get had not returned this capture")
+var ErrClosed = errors.New("its memory was freed (the trace, its session or its engine was closed) and Get had not returned this capture")
 
 // Lens is the logit lens: the final norm and unembedding applied to each
 // layer's resid_post. Prob[l][t] is the top token's probability at layer l
@@ -798,4 +810,35 @@ func (l *Lens) UnmarshalJSON(b []byte) error {
 		}
 	}
 	return nil
+}
+
+// Matches says whether a trace made by model m can be read with the weights
+// of model want: their shapes are the same. A fact that m does not record
+// (0, as in a manifest written before it existed) is not compared; names are
+// not either, as a fine-tune keeps its base's shape.
+func (m Model) Matches(want Model) error {
+	facts := []struct {
+		what      string
+		got, want int
+	}{
+		{"layers", m.Layers, want.Layers}, {"d_model", m.DModel, want.DModel}, {"ffn", m.FFN, want.FFN},
+		{"heads", m.Heads, want.Heads}, {"kv_heads", m.KVHeads, want.KVHeads}, {"head_dim", m.HeadDim, want.HeadDim},
+		{"vocab", m.Vocab, want.Vocab}, {"experts", m.Experts, want.Experts},
+	}
+	for _, f := range facts {
+		if f.got != 0 && f.got != f.want {
+			return fmt.Errorf("%w: it was made by %s, with %s %d, not by %s, with %d", ErrOtherModel, m.describe(), f.what, f.got, want.describe(), f.want)
+		}
+	}
+	if m.Arch != "" && m.Arch != want.Arch {
+		return fmt.Errorf("%w: it was made by %s, not by %s", ErrOtherModel, m.describe(), want.describe())
+	}
+	return nil
+}
+
+func (m Model) describe() string {
+	if m.Name == "" {
+		return fmt.Sprintf("a %s model", m.Arch)
+	}
+	return fmt.Sprintf("%s (%s)", m.Name, m.Arch)
 }

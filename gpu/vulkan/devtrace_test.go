@@ -121,7 +121,7 @@ func TestDeviceTraceOwnsItsMemory(t *testing.T) {
 	require.NotNil(t, second.Tensor(name), "what was read stays readable")
 	_, err = second.Get("blocks.0.hook_resid_post")
 	require.ErrorIs(t, err, trace.ErrClosed)
-	require.ErrorContains(t, err, "trace: reading blocks.0.hook_resid_post: trace: its memory was freed")
+	require.ErrorContains(t, err, "trace: reading blocks.0.hook_resid_post: its memory was freed")
 
 	// The next prefill of the same layout takes the closed trace's arenas
 	// instead of allocating, and what it captures is its own.
