@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -162,11 +161,11 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	var lengths []int
 	for _, f := range strings.Split(*tokenList, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
+		n, ok := decimal(strings.TrimSpace(f))
+		if !ok || n <= 0 {
 			return fmt.Errorf("--tokens: %q is not a positive length", f)
 		}
-		lengths = append(lengths, n)
+		lengths = append(lengths, int(n))
 	}
 	m, modelName, typ, err := benchModel(*path, *shape, *typName)
 	if err != nil {

@@ -31,6 +31,6 @@ func TestInfoRefusesAFIFO(t *testing.T) {
 		}
 		t.Fatal("strata info on a FIFO hangs")
 	}
-	_, err := strata(t, "run", "--model", filepath.Dir(fifo), "-n", "1")
+	_, err := strata(t, "run", "--model", filepath.Dir(fifo), "--prompt", "a", "-n", "1")
 	require.ErrorContains(t, err, "not a regular file", "a folder as the model is refused the same way")
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -71,7 +72,11 @@ func main() {
 }
 
 func dispatch(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 { // a script that lost its command fails, as an unknown one does
+		usage(stderr)
+		return errors.New("no command given (strata help lists them)")
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		if len(args) == 2 && args[0] == "help" { // strata help COMMAND
 			args = []string{args[1], "--help"}
 		} else {
@@ -88,7 +93,7 @@ func dispatch(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
-	usage(os.Stderr)
+	usage(stderr)
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
@@ -142,6 +147,31 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		err = fmt.Errorf("unexpected argument %q: %s takes only flags (a value of several words goes in quotes: --prompt \"Once upon a time\")", pos[0], fs.Name())
 	}
 	return err
+}
+
+// decimal parses a token id, length or layer as plain digits: strconv
+// would take a sign too, and "+5" is not how anyone writes token 5.
+func decimal(s string) (int64, bool) {
+	if s == "" || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+// seedFlag is a --seed that says what it wants: the flag package's own
+// uint64 answers "-1" with "parse error".
+type seedFlag uint64
+
+func (s *seedFlag) String() string { return strconv.FormatUint(uint64(*s), 10) }
+
+func (s *seedFlag) Set(v string) error {
+	n, err := strconv.ParseUint(v, 0, 64)
+	if err != nil {
+		return fmt.Errorf("the seed is an unsigned integer, 0 to %d", uint64(math.MaxUint64))
+	}
+	*s = seedFlag(n)
+	return nil
 }
 
 // isSet reports whether the flag was given on the command line, so that an
@@ -400,11 +430,14 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 	if len(pos) == 0 {
 		return errors.New("tokenize needs TEXT")
 	}
+	if len(pos) > 1 { // joining them would lose the user's spacing
+		return fmt.Errorf("unexpected argument %q: %s takes one TEXT (a text of several words goes in quotes: strata tokenize \"Once upon a time\")", pos[1], fs.Name())
+	}
 	m, err := openModel(*path)
 	if err != nil {
 		return err
 	}
-	ids, err := m.Tok.Encode(strings.Join(pos, " "), tokenizer.Options{ParseSpecial: *special})
+	ids, err := m.Tok.Encode(pos[0], tokenizer.Options{ParseSpecial: *special})
 	if err != nil {
 		return err
 	}
@@ -442,7 +475,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&sampler.TopK, "top-k", 0, "draw only from the k most likely tokens (0: no limit)")
 	fs.Float64Var(&sampler.TopP, "top-p", 0, "draw only from the fewest most likely tokens whose probabilities add up to at least p (0: no limit)")
 	fs.Float64Var(&sampler.MinP, "min-p", 0, "draw only from tokens at least p times as likely as the most likely (0: no limit)")
-	fs.Uint64Var(&sampler.Seed, "seed", 0, "seed of the draws: the same seed, prompt and model give the same text (without it, a new seed each run, printed)")
+	fs.Var((*seedFlag)(&sampler.Seed), "seed", "seed of the draws, an unsigned `integer`: the same seed, prompt and model give the same text (without it, a new seed each run, printed)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -453,12 +486,19 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	if *n < 0 {
 		return fmt.Errorf("-n %d: the number of tokens to generate cannot be negative", *n)
 	}
+	switch {
+	case !isSet(fs, "prompt"):
+		return errors.New("run needs --prompt: give the text to continue, e.g. --prompt \"Once upon a time\"")
+	case *prompt == "":
+		return errors.New("--prompt is empty: give the text to continue")
+	}
+	// Checked before the seed is printed, so a refused run says only why.
+	if err := sampler.Check(); err != nil {
+		return err
+	}
 	if !isSet(fs, "seed") && !sampler.Greedy() {
 		sampler.Seed = rand.Uint64()
 		fmt.Fprintf(stderr, "strata: drawing with --seed %d\n", sampler.Seed)
-	}
-	if err := sampler.Check(); err != nil {
-		return err
 	}
 	draws := sampler.Start()
 	m, err := openModel(*path)
@@ -613,11 +653,11 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	var tokens []int32
 	if *tokenList != "" {
 		for _, f := range strings.Split(*tokenList, ",") {
-			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
-			if err != nil {
+			id, ok := decimal(strings.TrimSpace(f))
+			if !ok {
 				return fmt.Errorf("--tokens: %q is not a token id", f)
 			}
-			if id < 0 || id >= int64(c.Vocab) {
+			if id >= int64(c.Vocab) {
 				return fmt.Errorf("--tokens: %d is not a token id of this model: its vocabulary is 0 to %d", id, c.Vocab-1)
 			}
 			tokens = append(tokens, int32(id))
@@ -637,15 +677,15 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	plan := gpu.Capture{Globs: strings.Split(*capture, ","), LastLayer: -1}
 	if *layers != "" {
 		a, b, ok := strings.Cut(*layers, ":")
-		first, err1 := strconv.Atoi(a)
-		last, err2 := strconv.Atoi(b)
-		if !ok || err1 != nil || err2 != nil || first < 0 || last < first {
+		first, ok1 := decimal(a)
+		last, ok2 := decimal(b)
+		if !ok || !ok1 || !ok2 || last < first {
 			return fmt.Errorf("--layers %q: want FIRST:LAST with 0 <= FIRST <= LAST, e.g. 0:3", *layers)
 		}
-		if last >= c.Layers {
+		if last >= int64(c.Layers) {
 			return fmt.Errorf("--layers %s: the model has %d layers, 0 to %d", *layers, c.Layers, c.Layers-1)
 		}
-		plan.FirstLayer, plan.LastLayer = first, last
+		plan.FirstLayer, plan.LastLayer = int(first), int(last)
 	}
 	o := gpu.Options{Capture: plan, Logits: gpu.LogitsAll, Precision: prec}
 	if err := o.Capture.Validate(c); err != nil { // before a plan counts its bytes
@@ -753,7 +793,8 @@ func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	shape := fs.String("shape", "", "one of: "+strings.Join(model.ShapeNames(), ", "))
 	typName := fs.String("type", "F32", "tensor type of the matrices, e.g. Q1_0_g128, TQ2_0_g128, Q8_0, F16")
 	dst := fs.String("out", "", "output .gguf file")
-	seed := fs.Uint64("seed", 1, "random seed")
+	seed := uint64(1)
+	fs.Var((*seedFlag)(&seed), "seed", "random seed, an unsigned `integer`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -774,7 +815,7 @@ func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w, err := model.Generate(s, typ, *seed)
+	w, err := model.Generate(s, typ, seed)
 	if err != nil {
 		return err
 	}
@@ -784,6 +825,6 @@ func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 		}
 		return outFileError("--out", *dst, err)
 	}
-	fmt.Fprintf(out, "wrote %s: %s shape, %s weights, seed %d\n", *dst, *shape, typ, *seed)
+	fmt.Fprintf(out, "wrote %s: %s shape, %s weights, seed %d\n", *dst, *shape, typ, seed)
 	return nil
 }

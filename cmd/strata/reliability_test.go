@@ -82,6 +82,21 @@ func TestHelpSucceedsForEveryCommand(t *testing.T) {
 	require.ErrorContains(t, err, "flag provided but not defined: -frob (strata tokenize --help lists the flags)")
 }
 
+// strata with no command fails (main exits 1), with the usage on stderr;
+// asked for, the usage goes to stdout and succeeds.
+func TestNoCommandFails(t *testing.T) {
+	out, notes, err := strataErr(t)
+	require.EqualError(t, err, "no command given (strata help lists them)")
+	require.Empty(t, out)
+	require.Contains(t, notes, "usage: strata COMMAND")
+	for _, arg := range []string{"help", "-h", "--help"} {
+		out, notes, err := strataErr(t, arg)
+		require.NoError(t, err, arg)
+		require.Contains(t, out, "usage: strata COMMAND", arg)
+		require.Empty(t, notes, arg)
+	}
+}
+
 // Case 13: info's prompt length must be one the model can prefill.
 func TestInfoRefusesAPromptLengthOutOfRange(t *testing.T) {
 	path := writeModel(t, tinyShape, "")
@@ -136,7 +151,7 @@ func TestRunStopsAtTheEndOfTheContext(t *testing.T) {
 	require.NotContains(t, notes2, "stopped")
 	require.True(t, strings.HasPrefix(out.String(), strings.TrimSuffix(short, "\n")), "%q is not the start of %q", short, out.String())
 
-	_, err = strata(t, "run", "--model", path, "-n", "-1")
+	_, err = strata(t, "run", "--model", path, "--prompt", "ab", "-n", "-1")
 	require.ErrorContains(t, err, "-n -1: the number of tokens to generate cannot be negative")
 }
 
@@ -168,13 +183,16 @@ func TestTraceRefusesEmptyAndOutOfRangeFlags(t *testing.T) {
 		{[]string{"--prompt", ""}, "--prompt is empty"},
 		{[]string{"--tokens", "1", "--prompt", "a"}, "trace takes --prompt or --tokens, not both"},
 		{[]string{"--tokens", "1,300"}, "--tokens: 300 is not a token id of this model: its vocabulary is 0 to 299"},
-		{[]string{"--tokens", "1,-1"}, "--tokens: -1 is not a token id of this model"},
+		{[]string{"--tokens", "1,-1"}, `--tokens: "-1" is not a token id`},
+		{[]string{"--tokens", "+5"}, `--tokens: "+5" is not a token id`},
+		{[]string{"--tokens", "1, +2"}, `--tokens: " +2" is not a token id`},
 		{[]string{"--tokens", "4294967301"}, "--tokens: 4294967301 is not a token id of this model"},
 		{[]string{"--tokens", "1,,2"}, `--tokens: "" is not a token id`},
 		{[]string{"--tokens", "1", "--layers", "5:9"}, "--layers 5:9: the model has 2 layers, 0 to 1"},
 		{[]string{"--tokens", "1", "--layers", "1:2"}, "--layers 1:2: the model has 2 layers, 0 to 1"},
 		{[]string{"--tokens", "1", "--layers", "-1:1"}, `--layers "-1:1": want FIRST:LAST`},
 		{[]string{"--tokens", "1", "--layers", "1:0"}, `--layers "1:0": want FIRST:LAST`},
+		{[]string{"--tokens", "1", "--layers", "+0:1"}, `--layers "+0:1": want FIRST:LAST`},
 		{[]string{"--tokens", "1", "--out", ""}, "--out is empty"},
 		{[]string{"--tokens", "1", "--precision", "bf16"}, `--precision: "bf16" is not a precision: want exact or fast`},
 	} {
@@ -293,6 +311,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--iters", "0"}, "--iters 0: want at least 1 timed run"},
 		{[]string{"--capture", "some"}, `--capture "some": want none or all`},
 		{[]string{"--tokens", "8,-3"}, `--tokens: "-3" is not a positive length`},
+		{[]string{"--tokens", "+5"}, `--tokens: "+5" is not a positive length`},
 		{[]string{"--tokens", "600"}, "--tokens 600: the prompt is 600 tokens; the model's context is 512"},
 		{[]string{"--precision", "exact,half"}, `--precision: "half" is not a precision: want exact or fast`},
 	} {
@@ -473,6 +492,34 @@ func TestStrayArgumentsAreRefused(t *testing.T) {
 		_, err := strata(t, args...)
 		require.ErrorContains(t, err, fmt.Sprintf("unexpected argument %q: strata %s takes only flags", stray, args[0]))
 	}
+	// tokenize takes one TEXT: joining words would lose their spacing.
+	_, err := strata(t, "tokenize", "--model", sharedtest.Stories(t), "Once", "upon")
+	require.ErrorContains(t, err, `unexpected argument "upon": strata tokenize takes one TEXT (a text of several words goes in quotes`)
+}
+
+// run needs a prompt, as trace refuses an empty one, and checks every
+// flag before it says what it draws with.
+func TestRunRefusesBadFlagsBeforeDrawing(t *testing.T) {
+	path := writeModel(t, tinyShape, "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "run needs --prompt: give the text to continue"},
+		{[]string{"--prompt", ""}, "--prompt is empty: give the text to continue"},
+		{[]string{"--prompt", "ab", "--temperature", "-1"}, "sampling: temperature -1: it must be a finite number"},
+		{[]string{"--prompt", "ab", "--temperature", "inf"}, "sampling: temperature +Inf: it must be a finite number"},
+		{[]string{"--prompt", "ab", "--temperature", "1", "--top-p", "1.5"}, "sampling: top-p 1.5: it must be in [0, 1]"},
+		{[]string{"--prompt", "ab", "--temperature", "1", "--seed", "-1"}, `invalid value "-1" for flag -seed: the seed is an unsigned integer, 0 to 18446744073709551615`},
+	} {
+		args := append([]string{"run", "--model", path, "--backend", "cpu"}, c.args...)
+		out, notes, err := strataErr(t, args...)
+		require.ErrorContains(t, err, c.want, "%v", c.args)
+		require.Empty(t, out, "%v", c.args)
+		require.Empty(t, notes, "%v: nothing is said before the refusal", c.args)
+	}
+	_, err := strata(t, "gen", "--shape", "tiny-llama", "--out", filepath.Join(t.TempDir(), "m.gguf"), "--seed", "-1")
+	require.ErrorContains(t, err, "the seed is an unsigned integer")
 }
 
 // gen and bench write over what they wrote before, and nothing else: a
