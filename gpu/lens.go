@@ -84,6 +84,33 @@ func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, err
 	return out, nil
 }
 
+// LensLogits is the logit lens at one position (negative counts from the
+// end): the logits of every token after each layer, [layer][vocab], made
+// as LogitLens makes them; one row a layer comes back from the backend.
+func (e *Engine) LensLogits(tr *trace.Trace, pos int) ([][]float32, error) {
+	v := e.Model.Vocab
+	p := pos
+	if tr != nil && len(tr.Shape(LayerPoint(0, "hook_resid_post"))) > 0 { // else lens says what is missing
+		t := tr.Shape(LayerPoint(0, "hook_resid_post"))[0]
+		if p < 0 {
+			p += t
+		}
+		if p < 0 || p >= t {
+			return nil, fmt.Errorf("logit lens: position %d is out of range: the trace has %d (-1 is the last)", pos, t)
+		}
+	}
+	var out [][]float32
+	err := e.lens(tr, "logit lens", func(st Stream, logits, _ Tensor, t int) error {
+		row := make([]float32, v)
+		if err := st.ReadBatch([]ReadRequest{{Src: logits, Off: p * v, Dst: row}}); err != nil {
+			return err
+		}
+		out = append(out, row)
+		return nil
+	})
+	return out, err
+}
+
 // lens runs the final norm and the unembedding on the backend over every
 // layer's hook_resid_post (read without keeping it in the trace) and hands
 // each layer's logits [T, vocab], still on the backend, to layer, with a

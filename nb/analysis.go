@@ -1,6 +1,7 @@
 package nb
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -358,6 +359,61 @@ func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 func (m *Model) TokenLens(tr *trace.Trace, token any) *trace.TokenLens {
 	m.owns("TokenLens", tr)
 	return Must(m.Engine.TokenLens(tr, m.Token(token)))
+}
+
+// LensTop is the logit lens at one position with the k tokens each layer
+// ranks highest: what the model would predict there if it stopped after
+// each layer (the final norm with that layer's own scale, then the
+// unembedding, as Lens). TransformerLens has it as the top k of
+// model.unembed(ln_final(resid)) per layer. The trace needs every layer's
+// resid_post (Capture("blocks.*.hook_resid_post")); pos counts from the
+// end when negative.
+func (m *Model) LensTop(tr *trace.Trace, pos, k int) LensTop {
+	m.owns("LensTop", tr)
+	if k < 1 {
+		panic(fmt.Errorf("nb.LensTop: k is %d; want at least 1", k))
+	}
+	rows := Must(m.Engine.LensLogits(tr, pos))
+	if pos < 0 {
+		pos += len(tr.Tokens)
+	}
+	out := LensTop{Position: tr.Pos0 + pos, Token: m.Pieces(tr.Tokens[pos : pos+1])[0]}
+	for _, logits := range rows {
+		order := make([]int32, len(logits))
+		for i := range order {
+			order[i] = int32(i)
+		}
+		slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(logits[b], logits[a]) })
+		top := make([]RankedToken, 0, k)
+		for _, id := range order[:min(k, len(order))] {
+			p, _ := trace.ProbRank(logits, int(id))
+			top = append(top, RankedToken{Token: m.Pieces([]int32{id})[0], Logit: logits[id], Prob: p})
+		}
+		out.Layers = append(out.Layers, top)
+	}
+	return out
+}
+
+// LensTop is what LensTop returns: Layers[l] are the top tokens after
+// layer l, highest first.
+type LensTop struct {
+	Position int    // absolute, as the trace's Pos0 counts
+	Token    string // the token there, whose successor is predicted
+	Layers   [][]RankedToken
+}
+
+// String lays the lens out a layer a line.
+func (l LensTop) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "logit lens at position %d, after %s:\n", l.Position, quotePiece(l.Token))
+	for i, top := range l.Layers {
+		fmt.Fprintf(&b, "  layer %d:", i)
+		for _, t := range top {
+			fmt.Fprintf(&b, " %s %.1f%%", quotePiece(t.Token), 100*t.Prob)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // SteeringVector is the difference of the residual stream entering layer

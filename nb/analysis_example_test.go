@@ -109,6 +109,18 @@ func ExampleModel_TokenLens() {
 	// layer 3: p(" err") = 0.19, rank 1
 }
 
+func ExampleModel_LensTop() {
+	m := cpu()
+	tr := m.Prefill("if err != nil {\n\treturn", nb.Capture("blocks.*.hook_resid_post"))
+	fmt.Print(m.LensTop(tr, -1, 3))
+	// Output:
+	// logit lens at position 6, after "\treturn":
+	//   layer 0: " nil" 27.0% " fmt" 25.3% " &" 11.2%
+	//   layer 1: " nil" 55.0% " false" 18.4% " true" 6.5%
+	//   layer 2: " nil" 46.8% " err" 27.9% " false" 4.4%
+	//   layer 3: " nil" 25.2% " err" 19.1% "\n" 8.1%
+}
+
 func ExampleModel_SteeringVector() {
 	m := cpu()
 	v := m.SteeringVector("var x string", "var x int", 1, -1)

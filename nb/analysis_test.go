@@ -1,6 +1,7 @@
 package nb_test
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -711,4 +712,62 @@ func TestTestPromptRatesEachAnswerTokenWhereItIsPredicted(t *testing.T) {
 	}
 	require.Contains(t, got.String(), `answer token " err": rank 0`)
 	require.PanicsWithError(t, "nb.TestPrompt: k is 0; want at least 1", func() { m.TestPrompt(prompt, answer, 0) })
+}
+
+// LensTop is the final norm (with each layer's own scale) and the
+// unembedding of each layer's resid_post at one position, written here in
+// float64 from the captured row, m.Model.OutNorm and m.Unembed: the engine
+// sums 256 float32 products a logit, so 1e-4 of logits near 10 is float32
+// rounding, not a difference of method.
+func TestLensTopAgainstTheNormAndUnembeddingWrittenOut(t *testing.T) {
+	m := cpuModel(t)
+	tr := m.Prefill("for i := 0; i < len(s); i++ {\n\tif", nb.Capture("blocks.*.hook_resid_post"), nb.AllLogits())
+	const k = 5
+	for _, pos := range []int{-1, 3} {
+		got := m.LensTop(tr, pos, k)
+		p := pos
+		if p < 0 {
+			p += len(tr.Tokens)
+		}
+		require.Equal(t, p, got.Position)
+		require.Equal(t, m.Pieces(tr.Tokens[p : p+1])[0], got.Token)
+		require.Len(t, got.Layers, m.Model.Layers)
+		c := &m.Model.Config
+		for l, top := range got.Layers {
+			x := nb.Must(tr.Resid(l + 1)).Row(p) // resid_post of layer l
+			var ss float64
+			for _, v := range x {
+				ss += float64(v) * float64(v)
+			}
+			rms := math.Sqrt(ss/float64(c.DModel) + float64(c.NormEps))
+			logits := make([]float64, c.Vocab)
+			for tok := range logits {
+				u := m.Unembed(int32(tok))
+				for i, v := range x {
+					logits[tok] += float64(v) / rms * float64(m.Model.OutNorm[i]) * float64(u[i])
+				}
+			}
+			order := make([]int, c.Vocab)
+			for i := range order {
+				order[i] = i
+			}
+			slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(logits[b], logits[a]) })
+			var sum float64
+			for _, v := range logits {
+				sum += math.Exp(v - logits[order[0]])
+			}
+			require.Len(t, top, k)
+			for r, tok := range order[:k] {
+				require.Equal(t, m.Pieces([]int32{int32(tok)})[0], top[r].Token, "layer %d rank %d", l, r)
+				require.InDelta(t, logits[tok], float64(top[r].Logit), 1e-4, "layer %d rank %d", l, r)
+				require.InDelta(t, math.Exp(logits[tok]-logits[order[0]])/sum, top[r].Prob, 1e-5, "layer %d rank %d", l, r)
+			}
+		}
+	}
+	// The last layer's lens is the model's own output.
+	last := m.LensTop(tr, -1, 1).Layers[m.Model.Layers-1][0]
+	final := nb.Must(tr.TopLogits(-1, 1))[0]
+	require.Equal(t, m.Pieces([]int32{final.ID})[0], last.Token)
+	require.PanicsWithError(t, "logit lens: position 99 is out of range: the trace has 16 (-1 is the last)", func() { m.LensTop(tr, 99, 1) })
+	require.Contains(t, fmt.Sprint(m.LensTop(tr, -1, 2)), "layer 3: \" s\"")
 }

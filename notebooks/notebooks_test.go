@@ -41,7 +41,7 @@ var stories = map[string]func(t *testing.T, out string){
 			strings.Replace(line(t, out, `keys read most: L(\d+H\d+) `), "H", " head ", 1), "the induction head's keys read the previous-token head most")
 	},
 	"03-logit-lens.ipynb": func(t *testing.T, out string) {
-		assert.Regexp(t, `after layer 3 the last position predicts`, out)
+		assert.Regexp(t, `logit lens at position \d+, after "\\tif":\n(  layer \d: .*\n){3}  layer 3: " s"`, out, "the lens of the last position, the prediction on top at the last layer")
 		assert.GreaterOrEqual(t, number(t, out, `final layer's probability for the prediction: ([0-9.]+)`),
 			number(t, out, `first layer's probability for the prediction: ([0-9.]+)`),
 			"the prediction firms up through the layers")

@@ -188,6 +188,13 @@ func TestAnalysesOfADeviceTraceMatchCPU(t *testing.T) {
 			require.InDelta(t, wl.Prob[l][p], gl.Prob[l][p], pointTol, "token lens at layer %d position %d", l, p)
 		}
 	}
+	wr, err := ce.LensLogits(want, 3)
+	require.NoError(t, err)
+	gr, err := ve.LensLogits(got, 3)
+	require.NoError(t, err)
+	for l := range wr {
+		requireClose(t, gr[l], wr[l], pointTol, fmt.Sprintf("lens logits at layer %d position 3", l))
+	}
 	for l := range m.Layers {
 		name := gpu.LayerPoint(l, "hook_resid_post")
 		w, err := want.RowNorms(name)
