@@ -21,9 +21,10 @@ import (
 )
 
 // scale maps values in [lo, hi] to colours; values outside are clamped.
+// Its colour bar is ticked at the multiples of step.
 type scale struct {
-	lo, hi float64
-	at     func(t float64) color.Color // t in [0, 1]
+	lo, hi, step float64
+	at           func(t float64) color.Color // t in [0, 1]
 }
 
 var (
@@ -59,16 +60,155 @@ func colorAt(m palette.ColorMap, t float64) color.Color {
 	return c
 }
 
-// sequential is white at lo and dark blue at hi.
+// sequential is white at lo and dark blue at hi, each end rounded out to
+// a tick of its colour bar (barEnds).
 func sequential(lo, hi float64) scale {
 	lo, hi = widen(lo, hi)
-	return scale{lo, hi, func(t float64) color.Color { return colorAt(blues, 1-t) }}
+	lo, hi, step := barEnds(lo, hi, 2, 5)
+	return scale{lo, hi, step, func(t float64) color.Color { return colorAt(blues, 1-t) }}
 }
 
-// diverging is blue below zero, white at zero and red above, symmetric.
+// diverging is blue below zero, white at zero and red above, symmetric,
+// its ends rounded out to a tick of its colour bar (barEnds), which is
+// ticked at 0 and symmetrically about it.
 func diverging(lim float64) scale {
 	_, lim = widen(-lim, lim)
-	return scale{-lim, lim, func(t float64) color.Color { return colorAt(blueRed, t) }}
+	_, lim, step := barEnds(0, lim, 1, 4)
+	return scale{-lim, lim, step, func(t float64) color.Color { return colorAt(blueRed, t) }}
+}
+
+// barEnds rounds lo and hi out to multiples of a round step (1, 2, 2.5 or
+// 5 times a power of ten), between fewest and most steps apart, so that a
+// colour bar has a tick at each end: its top tick had been 0.18 on a bar
+// running to 0.197, and nothing marked where the colours ended. An end
+// within a twentieth of the range of a tick stays where it is (0.41 beside
+// a tick at 0.4): moving it would pale the colours for no gain. Of the
+// steps that fit it takes the one that stretches the range least, the
+// larger one when two stretch it alike.
+func barEnds(lo, hi float64, fewest, most int) (float64, float64, float64) {
+	span := hi - lo
+	if !(span > 0) || math.IsInf(span, 0) {
+		return lo, hi, 0
+	}
+	tol := span / 20
+	out := func(v, step float64, up bool) float64 {
+		if up {
+			if t := math.Floor(v/step) * step; v-t <= tol {
+				return v
+			}
+			return math.Ceil(v/step) * step
+		}
+		if t := math.Ceil(v/step) * step; t-v <= tol {
+			return v
+		}
+		return math.Floor(v/step) * step
+	}
+	bestLo, bestHi, best, cost := lo, hi, 0.0, math.Inf(1)
+	for _, step := range roundSteps(span/float64(most+1), span, true) {
+		l, h := out(lo, step, false), out(hi, step, true)
+		n := int(math.Floor(h/step+1e-9) - math.Ceil(l/step-1e-9)) // steps between the outer ticks
+		if n < fewest || n > most {
+			continue
+		}
+		if c := (h - l) / span; c <= cost*(1+1e-9) {
+			bestLo, bestHi, best, cost = l, h, step, c
+		}
+	}
+	return bestLo, bestHi, best
+}
+
+// roundSteps are the round steps (1, 2, 2.5 and 5 times a power of ten;
+// without quarters, no 2.5) from about lo up to hi, in increasing order.
+func roundSteps(lo, hi float64, quarters bool) []float64 {
+	mantissas := []float64{1, 2, 2.5, 5}
+	if !quarters {
+		mantissas = []float64{1, 2, 5}
+	}
+	var out []float64
+	for p := math.Pow(10, math.Floor(math.Log10(lo))); p <= 10*hi; p *= 10 {
+		for _, m := range mantissas {
+			if s := m * p; s >= lo/2 && s <= hi {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// roundTicks ticks an axis at the multiples of a round step (1, 2 or 5
+// times a power of ten), so 0 is labelled wherever the axis crosses
+// it: gonum's ticker, free to start anywhere, labelled -9, -3 and 3 on an
+// axis from -9 to 3.4. It labels the fewest multiples that are still at
+// least fewest, with unlabelled ticks halfway between; step, when not 0,
+// is the smallest step it may take (a colour bar's, whose ends are its
+// multiples, and which may be 2.5 times a power of ten).
+type roundTicks struct {
+	fewest int
+	step   float64
+}
+
+func (rt roundTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) || math.IsInf(hi-lo, 0) {
+		return nil
+	}
+	count := func(step float64) int {
+		return int(math.Floor(hi/step+1e-9) - math.Ceil(lo/step-1e-9) + 1)
+	}
+	steps := roundSteps((hi-lo)/20, hi-lo, rt.step > 0) // 2.5 only as a colour bar's step
+	step := steps[0]
+	outer := func(step float64) [2]float64 {
+		return [2]float64{math.Ceil(lo/step-1e-9) * step, math.Floor(hi/step+1e-9) * step}
+	}
+	for _, s := range steps {
+		if s < rt.step*(1-1e-9) || rt.step > 0 && (!wholeMultiple(s, rt.step) || !sameTicks(outer(s), outer(rt.step), rt.step)) {
+			continue // a bar keeps the ticks at (or next to) its ends
+		}
+		if count(s) < rt.fewest {
+			break
+		}
+		step = s
+	}
+	if rt.step > 0 && step < rt.step {
+		step = rt.step
+	}
+	e := math.Floor(math.Log10(step) + 1e-9)
+	quarter := 0 // 0.25 needs a decimal more than 0.2
+	if math.Abs(step/math.Pow(10, e)-2.5) < 1e-9 {
+		quarter = 1
+	}
+	decimals := max(0, quarter-int(e))
+	var ticks []plot.Tick
+	for k := math.Ceil(2*lo/step - 1e-9); k <= math.Floor(2*hi/step+1e-9); k++ {
+		v := k * step / 2
+		t := plot.Tick{Value: v}
+		if math.Mod(k, 2) == 0 {
+			t.Label = fixed(v, decimals)
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
+}
+
+// sameTicks says whether a and b are the same ticks, to a millionth of
+// step.
+func sameTicks(a, b [2]float64, step float64) bool {
+	return math.Abs(a[0]-b[0]) < step*1e-6 && math.Abs(a[1]-b[1]) < step*1e-6
+}
+
+// wholeMultiple says whether a is a whole multiple of b.
+func wholeMultiple(a, b float64) bool {
+	r := a / b
+	return math.Abs(r-math.Round(r)) < 1e-9
+}
+
+// fixed writes v with the given number of decimals, and as "0" where it
+// rounds to zero at them: never "-0.00", and no "0.00" beside "0.41".
+func fixed(v float64, decimals int) string {
+	s := strconv.FormatFloat(v, 'f', decimals, 64)
+	if strings.Trim(s, "-0.") == "" {
+		return "0"
+	}
+	return s
 }
 
 // widen keeps a colour scale from collapsing when every value is equal.
@@ -330,6 +470,7 @@ func barPlot(sc scale, label string) *plot.Plot {
 	p.HideX()
 	p.X.Padding, p.Y.Padding = 0, 0
 	p.Y.Label.Text = label
+	p.Y.Tick.Marker = roundTicks{fewest: 3, step: sc.step}
 	return p
 }
 
@@ -377,15 +518,20 @@ func rowHeight(cellW vg.Length, n int) vg.Length {
 // one row per head, stays about a screen tall.
 const rowsSpan = 640
 
-// label makes a token's display string fit an axis: a piece of only
-// spaces shown as middle dots, long pieces cut, and control characters and
-// bytes that are not UTF-8 escaped as the tokenizer's pieces already are
-// (\n, \t, \r, \xAB), so a piece is escaped once whichever it comes as.
+// label makes a token's display string fit an axis: leading spaces (and a
+// piece of only spaces) shown as middle dots, as the HTML views show them
+// (" (" is "·(", which a bare space had drawn as "("), long pieces cut, and
+// control characters and bytes that are not UTF-8 escaped as the
+// tokenizer's pieces already are (\n, \t, \r, \xAB), so a piece is
+// escaped once whichever it comes as. Spaces after the first other
+// character stay: a caller's label "layer 0" reads as it is.
 func label(piece string) string {
 	const maxRunes = 14
-	if piece != "" && strings.Trim(piece, " ") == "" {
-		piece = strings.Repeat("·", len(piece))
+	rest := strings.TrimLeft(piece, " ")
+	if rest == "" {
+		rest = strings.TrimRight(piece, " ") // only spaces: every one a dot
 	}
+	piece = strings.Repeat("·", len(piece)-len(rest)) + rest
 	var b strings.Builder
 	for i := 0; i < len(piece); {
 		r, size := utf8.DecodeRuneInString(piece[i:])

@@ -5,12 +5,13 @@ import "fmt"
 // HeadHeatmap draws one value per head, [layer][head], with layers as rows
 // (L0 at the bottom) and heads as columns, on a scale centred at 0: for
 // ablation effects, head patching and direct logit attribution per head;
-// from 0 when no value is negative, as composition scores.
-func HeadHeatmap(scores [][]float64, title string) (*Figure, error) {
+// from 0 when no value is negative, as composition scores. The colour bar
+// is labelled barLabel (at most one), or "value".
+func HeadHeatmap(scores [][]float64, title string, barLabel ...string) (*Figure, error) {
 	if len(scores) == 0 {
 		return nil, fmt.Errorf("viz: HeadHeatmap: no layers")
 	}
-	return PatchingHeatmap(scores, LayerLabels(len(scores)), HeadLabels(len(scores[0])), title)
+	return PatchingHeatmap(scores, LayerLabels(len(scores)), HeadLabels(len(scores[0])), title, barLabel...)
 }
 
 // LayerLabels are "L0".."L<n-1>", the row labels of per-layer figures.

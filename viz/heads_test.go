@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/recorder"
 )
 
@@ -195,4 +196,122 @@ func TestWholeNumberAxesTickAtWholeNumbers(t *testing.T) {
 		}
 	}
 	require.Positive(t, fractions, "fractions keep gonum's ticks")
+}
+
+// drawnStrings are the strings fig draws at size points.
+func drawnStrings(fig *Figure, size float64) []string {
+	var rec recorder.Canvas
+	fig.paint(&rec)
+	var out []string
+	for _, a := range rec.Actions {
+		if s, ok := a.(*recorder.FillString); ok && float64(s.Font.Size) == size {
+			out = append(out, s.String)
+		}
+	}
+	return out
+}
+
+// Every cell of a heatmap prints its number with the same decimals, enough
+// for two significant digits of the largest: cell by cell, notebook 02's
+// K-composition put "0.2" beside "0.19", and notebook 05's head patching
+// "-0.0033" and "0.00064" beside "0.41".
+func TestHeatmapCellsShareTheirDecimals(t *testing.T) {
+	// Notebook 02: K-composition into the induction head, layer 2's row.
+	k := [][]float64{{0.0805, 0.056, 0.1875, 0.1969, 0.0329, 0.0242, 0.047, 0.0648}}
+	require.Equal(t, [][]string{{"0.08", "0.06", "0.19", "0.20", "0.03", "0.02", "0.05", "0.06"}}, cellNumbers(k, 30))
+	// Notebook 05: head patching; what rounds to 0 at two decimals is "0".
+	p := [][]float64{{0.2484, 0.4124, -0.0033, 0.0408}, {0.0177, 0.00064, -0.00053, -0.0055}}
+	require.Equal(t, [][]string{{"0.25", "0.41", "0", "0.04"}, {"0.02", "0", "0", "-0.01"}}, cellNumbers(p, 30))
+	require.Equal(t, [][]string{{"24", "3", "0", "-12"}}, cellNumbers([][]float64{{24.3, 3.2, 0.4, -11.9}}, 30))
+	require.Equal(t, [][]string{{"168", "40", "9"}}, cellNumbers([][]float64{{168, 39.6, 8.7}}, 30))
+	require.Equal(t, [][]string{{"1.0", "0.5", "0"}}, cellNumbers([][]float64{{0.996, 0.5, -0.01}}, 30), "0.996 has two digits as 1.0")
+	// A cell too narrow for two decimals takes one, for every cell.
+	narrow := measured(7).Width("-0.4")
+	require.Equal(t, [][]string{{"0.2", "0.4", "-0.4", "0"}}, cellNumbers([][]float64{{0.2484, 0.4124, -0.41, -0.0033}}, narrow))
+	require.Nil(t, cellNumbers([][]float64{{1234, 5}}, measured(7).Width("123")), "a number is never cut")
+
+	// What a figure draws in its cells (7 points).
+	fig := must(HeadHeatmap([][]float64{{0.057, 0.063}, {0.052, 0.041}, {0.187, 0.197}}, "K-composition"))
+	require.ElementsMatch(t, []string{"0.06", "0.06", "0.05", "0.04", "0.19", "0.20"}, drawnStrings(fig, 7))
+}
+
+// A colour bar is ticked at round numbers with a tick at (or within a
+// twentieth of) each end, and named: notebook 02's K-composition bar ran
+// to 0.197 with its top tick at 0.18, nothing at the top and no name.
+func TestColourBarsTickTheirEnds(t *testing.T) {
+	ticks := func(sc scale) (labels []string) {
+		for _, tk := range (roundTicks{fewest: 3, step: sc.step}).Ticks(sc.lo, sc.hi) {
+			if tk.Label != "" {
+				labels = append(labels, tk.Label)
+			}
+		}
+		return labels
+	}
+	seq := resultScale([][]float64{{0.024, 0.197}})
+	require.Equal(t, [2]float64{0, 0.2}, [2]float64{seq.lo, seq.hi}, "the scale runs to the round number past the data")
+	require.Equal(t, []string{"0", "0.1", "0.2"}, ticks(seq))
+	div := resultScale([][]float64{{-0.039, 0.4124}})
+	require.Equal(t, [2]float64{-0.4124, 0.4124}, [2]float64{div.lo, div.hi}, "0.4 is close enough to the end: the colours keep their depth")
+	require.Equal(t, []string{"-0.4", "-0.2", "0", "0.2", "0.4"}, ticks(div), "centred on 0")
+	abl := resultScale([][]float64{{-6.68, 1.6}})
+	require.Equal(t, [2]float64{-7.5, 7.5}, [2]float64{abl.lo, abl.hi})
+	require.Equal(t, []string{"-7.5", "-5.0", "-2.5", "0", "2.5", "5.0", "7.5"}, ticks(abl))
+	require.Equal(t, []string{"0", "0.5", "1.0"}, ticks(sequential(0, 1)), "probabilities keep 0 to 1")
+	norms := sequential(10.3, 72)
+	require.Equal(t, [2]float64{0, 75}, [2]float64{norms.lo, norms.hi})
+	require.Equal(t, []string{"0", "25", "50", "75"}, ticks(norms))
+
+	fig := must(HeadHeatmap([][]float64{{0.057, 0.063}, {0.052, 0.041}, {0.187, 0.197}}, "K-composition"))
+	require.Subset(t, drawnStrings(fig, 8), []string{"0", "0.1", "0.2"}, "the bar's ticks")
+	require.Contains(t, drawnStrings(fig, 10), "value", "the bar is named")
+	fig = must(HeadHeatmap([][]float64{{0.1, 0.2}}, "K-composition", "composition score"))
+	require.Contains(t, drawnStrings(fig, 10), "composition score")
+	_, err := HeadHeatmap([][]float64{{0.1, 0.2}}, "x", "a", "b")
+	require.ErrorContains(t, err, "2 colour bar labels; at most one")
+}
+
+// Where a line crosses zero its y axis labels 0, which the dashed line
+// marks: notebook 05's steering figure labelled -9, -3 and 3.
+func TestLinesLabelZeroWhereTheyCrossIt(t *testing.T) {
+	steer := []float64{-9.008, -6.725, -3.890, -1.454, 0.511, 2.269, 3.445}
+	fig := must(XY("steering toward counting down", "step", "logit(--) − logit(++)", []float64{1, 2, 3, 4, 5, 6, 7}, steer))
+	labels := drawnStrings(fig, 8) // x: 1 to 7; y: the rest
+	require.Subset(t, labels, []string{"-8", "-6", "-4", "-2", "0", "2"})
+	require.NotContains(t, labels, "-9")
+	require.NotContains(t, labels, "-3")
+}
+
+// A legend stands clear of the y axis and of the lines: in notebook 01's
+// AttnMLPNorms it sat on the axis's line at the top left.
+func TestLegendsStandClearOfAxesAndLines(t *testing.T) {
+	where := func(fig *Figure, name string) (legend, axisLeft vg.Length) {
+		var rec recorder.Canvas
+		fig.paint(&rec)
+		for _, a := range rec.Actions {
+			if s, ok := a.(*recorder.FillString); ok {
+				switch s.String {
+				case name:
+					legend = s.Point.X
+				case "0": // the first x tick, centred on the plotting area's left edge (padded 5 points)
+					if axisLeft == 0 {
+						axisLeft = s.Point.X + measured(8).Width("0")/2 - 5
+					}
+				}
+			}
+		}
+		return legend, axisLeft
+	}
+	x := []float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	rising, falling := make([]float64, len(x)), make([]float64, len(x))
+	for i := range x {
+		rising[i], falling[i] = x[i], 10-x[i]
+	}
+	thumb := plot.New().Legend.ThumbnailWidth + measured(9).Width(" ")
+	fig := must(Lines("rising", "layer", "v", x, Series{"up", rising}))
+	legend, axis := where(fig, "up")
+	require.GreaterOrEqual(t, float64(legend-thumb-axis), 8.0, "the legend's swatch stands clear of the y axis")
+	require.Less(t, float64(legend), float64(fig.Width/2), "top left is free")
+	fig = must(Lines("falling", "layer", "v", x, Series{"down", falling}))
+	legend, _ = where(fig, "down")
+	require.Greater(t, float64(legend), float64(fig.Width/2), "the line runs through the top left: the legend moves right")
 }

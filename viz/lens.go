@@ -67,22 +67,26 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	return newFigure(title, vg.Length(t)*cellW+barWidth+90, vg.Length(len(g.rows))*18+xLabelRoom(g.cols, cellW)+60, withBar(p, barPlot(sc, "probability"))), nil
 }
 
-// cellNumbers writes every value of z in one format that fits width at 7
-// points, two significant digits or else one; nil when neither fits every
-// cell (a number is never cut: "-0.0…" reads as 0). Values under a
-// thousandth of the largest print as 0: patching's noise (-0.00029) was
-// too wide and took every cell's number with it.
+// cellNumbers writes every value of z with one number of decimals, the
+// same in every cell so the numbers compare at a glance: enough for two
+// significant digits of the largest |value| (0.41: "%.2f"; 24.3: "24",
+// 168: "168"), or one fewer where those do not fit width at 7 points. A
+// value that rounds to zero at that precision prints as "0": "-0.00" read
+// as a sign and "0.00" as clutter. Cell by cell, two significant digits
+// had put "0.2" beside "0.19" and "0.0037" beside "0.98". nil when neither
+// fits every cell: a number is never cut ("-0.0…" reads as 0).
 func cellNumbers(z [][]float64, width vg.Length) [][]string {
 	sty := measured(7)
-	floor := maxAbs(z) / 1000
-	for _, digits := range []int{2, 1} {
+	decimals := 0
+	if top := maxAbs(z); top > 0 {
+		top, _ = strconv.ParseFloat(strconv.FormatFloat(top, 'g', 2, 64), 64) // 0.996 is 1.0
+		decimals = max(0, 1-int(math.Floor(math.Log10(top))))
+	}
+	for d := decimals; d >= max(0, decimals-1); d-- {
 		texts, fits := make([][]string, len(z)), true
 		for r, row := range z {
 			for _, v := range row {
-				if math.Abs(v) < floor || v == 0 {
-					v = 0 // and -0 prints as 0
-				}
-				s := strconv.FormatFloat(v, 'g', digits, 64)
+				s := fixed(v, d)
 				fits = fits && sty.Width(s) <= width
 				texts[r] = append(texts[r], s)
 			}
@@ -94,16 +98,28 @@ func cellNumbers(z [][]float64, width vg.Length) [][]string {
 	return nil
 }
 
-// cellText fits a predicted token into width at size points, cut with an
-// ellipsis where it is wider. Its leading space goes: the axis shows it,
-// and in a narrow cell it took the room of a letter.
+// cellText fits a predicted token into width at size points, its leading
+// space a middle dot as on the axes (" i" and "i" are different
+// predictions), cut with an ellipsis where it is wider. A cut keeps two
+// letters after the dot where they fit, else drops the dot for them.
 func cellText(piece string, size, width vg.Length) string {
 	sty := measured(size)
-	s := []rune(strings.TrimLeft(label(piece), " "))
+	s := []rune(label(piece))
 	if sty.Width(string(s)) <= width {
 		return string(s)
 	}
-	for len(s) > 1 && sty.Width(string(s)+"…") > width {
+	fits := func(s []rune) bool { return sty.Width(string(s)+"…") <= width }
+	dots := len(s) - len([]rune(strings.TrimLeft(string(s), "·")))
+	if dots == len(s) {
+		dots = 0 // spaces only: the dots are the name
+	}
+	for len(s) > dots+2 && !fits(s) {
+		s = s[:len(s)-1]
+	}
+	if !fits(s) {
+		s = s[dots:]
+	}
+	for len(s) > 1 && !fits(s) {
 		s = s[:len(s)-1]
 	}
 	return string(s) + "…"
@@ -133,11 +149,20 @@ func resultScale(z [][]float64) scale {
 // positions) across, on a blue-white-red scale centred on zero (white to
 // blue from 0 when no value is negative), each cell with its value where
 // cells have room. Rows labelled as LayerLabels are
-// named "layer", and then columns "head" (HeadLabels) or "position".
-func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title string) (*Figure, error) {
+// named "layer", and then columns "head" (HeadLabels) or "position". The
+// colour bar is labelled barLabel (at most one: what the values are, in a
+// few words), or "value".
+func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title string, barLabel ...string) (*Figure, error) {
 	const name = "PatchingHeatmap"
 	if len(result) == 0 || len(result[0]) == 0 {
 		return nil, fmt.Errorf("viz: %s: the result is empty", name)
+	}
+	if len(barLabel) > 1 {
+		return nil, fmt.Errorf("viz: %s: %d colour bar labels; at most one", name, len(barLabel))
+	}
+	valueName := "value"
+	if len(barLabel) == 1 {
+		valueName = barLabel[0]
 	}
 	cols := len(result[0])
 	for r, row := range result {
@@ -173,6 +198,5 @@ func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title st
 			return nil, fmt.Errorf("viz: %s: %w", name, err)
 		}
 	}
-	// The title says what the values are: the bar only gives the scale.
-	return newFigure(title, vg.Length(cols)*cellW+extra, vg.Length(len(result))*cellH+xLabelRoom(g.cols, cellW)+60, withBar(p, barPlot(sc, ""))), nil
+	return newFigure(title, vg.Length(cols)*cellW+extra, vg.Length(len(result))*cellH+xLabelRoom(g.cols, cellW)+60, withBar(p, barPlot(sc, valueName))), nil
 }

@@ -100,6 +100,8 @@ func AttnMLPNorms(tr *trace.Trace) (*Figure, error) {
 	p := newPlot(title)
 	p.X.Label.Text, p.Y.Label.Text = "layer", "mean L2 norm over positions"
 	drawn := 0
+	var names []string
+	var paths []plotter.XYs
 	for i, local := range []string{"hook_attn_out", "hook_mlp_out"} {
 		layers, err := layersWith(tr, name, local)
 		if err != nil {
@@ -120,21 +122,22 @@ func AttnMLPNorms(tr *trace.Trace) (*Figure, error) {
 		line.Color, points.Color = seriesColors[i], seriesColors[i]
 		line.Width = 2
 		p.Add(line, points)
-		p.Legend.Add(map[string]string{"hook_attn_out": "attention out", "hook_mlp_out": "MLP out"}[local], line, points)
+		names = append(names, map[string]string{"hook_attn_out": "attention out", "hook_mlp_out": "MLP out"}[local])
+		paths = append(paths, xy)
+		p.Legend.Add(names[len(names)-1], line, points)
 		drawn++
 	}
 	if drawn == 0 {
 		return nil, missing(name, "blocks.*.hook_attn_out or blocks.*.hook_mlp_out",
 			`capture "blocks.*.hook_attn_out" and "blocks.*.hook_mlp_out"`)
 	}
-	p.Legend.Top, p.Legend.Left = true, true
 	var ticks []string
 	for l := range tr.Model.Layers {
 		ticks = append(ticks, layerName(l))
 	}
 	p.X.Tick.Marker = nominal(ticks, false, 420/vg.Length(max(1, len(ticks))), 24)
 	p.Y.Min = 0
-	return newFigure(title, 480, 320, p.Draw), nil
+	return newFigure(title, 480, 320, legendInCorner(p, names, paths)), nil
 }
 
 var seriesColors = []color.Color{color.RGBA{31, 119, 180, 255}, color.RGBA{214, 39, 40, 255}}

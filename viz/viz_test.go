@@ -8,6 +8,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/plot/vg/recorder"
 
 	"github.com/stratalab/strata/gpu"
@@ -62,7 +64,9 @@ func TestFiguresExportToPNGSVGAndPDF(t *testing.T) {
 }
 
 func TestFiguresOfTrainedModelShowItsTokens(t *testing.T) {
-	for _, c := range figureCases(storiesTrace(t, storyPrompt+" "+storyPrompt), "&lt;s&gt;", " Once", " upon", " Lily") {
+	// A leading space shows as a middle dot, as in the HTML views: a bare
+	// space drew " (" as "(".
+	for _, c := range figureCases(storiesTrace(t, storyPrompt+" "+storyPrompt), "&lt;s&gt;", "·Once", "·upon", "·Lily") {
 		fig, err := c.make()
 		require.NoError(t, err, c.name)
 		var b bytes.Buffer
@@ -261,12 +265,93 @@ func TestPCALeavesOutAnOutgrownFirstPosition(t *testing.T) {
 	}
 	put(100)
 	title, pieces := labels(must(PCA(tr)))
-	require.Contains(t, title, "(position 0, of norm")
+	require.Contains(t, title, "(position 0 left out: norm to ")
 	require.Equal(t, []string{"tok1", "tok2", "tok3", "tok4", "tok5"}, pieces)
 	put(1)
 	title, pieces = labels(must(PCA(tr)))
 	require.Equal(t, "Hidden states on their first two principal components", title)
 	require.Len(t, pieces, T)
+}
+
+// On the default model with notebook 03's prompt, layer 2's states of
+// positions 0 and 1 have norms 168 and 112 where the others are about 39:
+// position 0 is not twice position 1, so one rule over the whole figure
+// kept both, and they took the first component (x from -140 to 20, the
+// rest between -20 and 20). Against each layer's median both go.
+func TestPCALeavesOutEveryStateFarPastItsLayer(t *testing.T) {
+	const T, d, layers = 8, 3, 3
+	tr := trace.New()
+	tr.Model = trace.Model{Name: "hand", Layers: layers, DModel: d, Heads: 1, KVHeads: 1, HeadDim: d, Vocab: 8}
+	for p := range T {
+		tr.Tokens, tr.Pieces = append(tr.Tokens, int32(p)), append(tr.Pieces, fmt.Sprintf("tok%d", p))
+	}
+	norms := make([][]float64, layers)
+	for l := range layers {
+		x := &trace.Tensor{Shape: []int{T, d}, Data: make([]float32, T*d)}
+		for p := range T {
+			a := float64(p+l) * 0.7
+			v := []float64{math.Cos(a), math.Sin(a), 0.3 * float64(l-1)}
+			n := 39.0
+			if l == 1 && p < 2 {
+				n = []float64{168, 112}[p]
+			}
+			for j := range d {
+				x.Data[p*d+j] = float32(n * v[j] / floats.Norm(v, 2))
+			}
+			norms[l] = append(norms[l], n)
+		}
+		tr.Put(fmt.Sprintf("blocks.%d.hook_resid_post", l), x)
+	}
+	_, ok := outgrownFirst(tr, norms)
+	require.False(t, ok, "168 is not twice 112: the first position alone does not outgrow the rest")
+	fig := must(PCA(tr))
+	require.Contains(t, fig.Title, "(positions 0 and 1 left out: norms to 168, over 2× their layer's median)")
+	var rec recorder.Canvas
+	fig.paint(&rec)
+	var drawn []string
+	legend := false
+	for _, a := range rec.Actions {
+		if s, ok := a.(*recorder.FillString); ok {
+			if strings.HasPrefix(s.String, "tok") {
+				drawn = append(drawn, s.String)
+			}
+			legend = legend || s.String == pathName
+		}
+	}
+	require.Equal(t, []string{"tok2", "tok3", "tok4", "tok5", "tok6", "tok7"}, drawn)
+	require.True(t, legend, "the legend names the grey lines joining a position's states")
+}
+
+// Consecutive layers' points differ in hue as well as lightness: on the
+// light-to-dark blues, L1 and L2 of four stages were 26 apart in CIELAB
+// (ΔE76), every step under 30; along viridis they are 53, none under 37.
+func TestPCALayerColoursStandApart(t *testing.T) {
+	for _, n := range []int{4, 5} {
+		for i := 1; i < n; i++ {
+			require.Greater(t, deltaE(stageColor(i-1, n), stageColor(i, n)), 90/float64(n-1), "%d stages: %d and %d", n, i-1, i)
+		}
+	}
+	require.Greater(t, deltaE(stageColor(1, 4), stageColor(2, 4)), 40.0, "L1 and L2 of four")
+}
+
+// deltaE is the CIELAB distance (ΔE76) of two opaque sRGB colours.
+func deltaE(a, b color.Color) float64 {
+	lab := func(c color.Color) [3]float64 {
+		r, g, b, _ := c.RGBA()
+		R, G, B := linear(r), linear(g), linear(b)
+		x := (0.4124*R + 0.3576*G + 0.1805*B) / 0.95047
+		y := 0.2126*R + 0.7152*G + 0.0722*B
+		z := (0.0193*R + 0.1192*G + 0.9505*B) / 1.08883
+		f := func(t float64) float64 {
+			if t > 216.0/24389 {
+				return math.Cbrt(t)
+			}
+			return (24389.0/27*t + 16) / 116
+		}
+		return [3]float64{116*f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))}
+	}
+	p, q := lab(a), lab(b)
+	return math.Sqrt((p[0]-q[0])*(p[0]-q[0]) + (p[1]-q[1])*(p[1]-q[1]) + (p[2]-q[2])*(p[2]-q[2]))
 }
 
 func must(f *Figure, err error) *Figure {
@@ -363,7 +448,12 @@ func TestLabelsShowWhitespaceAndStayShort(t *testing.T) {
 	require.Equal(t, `\n`, label("\n"))
 	require.Equal(t, `a\tb`, label("a\tb"))
 	require.Equal(t, "··", label("  "))
-	require.Equal(t, " x", label(" x"), "a leading space is kept: the piece is more than spaces")
+	require.Equal(t, "·x", label(" x"), "a leading space shows, as the HTML views show it")
+	require.Equal(t, "·(", label(" ("))
+	require.Equal(t, "··x", label("  x"))
+	require.Equal(t, "x y", label("x y"), "a caller's label keeps the spaces between its words")
+	require.Equal(t, "·i", cellText(" i", 7, 40), "the logit lens's cells show it too")
+	require.Equal(t, "ab…", cellText(" abcdefgh", 7, measured(7).Width("ab…")), "a cut name drops the dot before its letters")
 	require.Equal(t, `\x00`, label("\x00"))
 	require.Equal(t, `\r`, label("\r"))
 	require.Equal(t, `a\tb`, label(`a\tb`), "a tokenizer's piece, escaped already, is not escaped again")

@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // XY draws y against x as a line with points, axes labelled: a metric over
@@ -55,6 +56,8 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 	p.X.Label.Text, p.Y.Label.Text = xLabel, yLabel
 	p.Add(plotter.NewGrid())
 	var ys [][]float64
+	var paths []plotter.XYs
+	var names []string
 	for i, s := range series {
 		if len(x) == 0 || len(x) != len(s.Y) {
 			return nil, fmt.Errorf("viz: %s: %d x values and %d y values%s; want the same number, at least one", name, len(x), len(s.Y), seriesName(s))
@@ -64,6 +67,7 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 			xy[j] = plotter.XY{X: x[j], Y: s.Y[j]}
 		}
 		ys = append(ys, s.Y)
+		paths = append(paths, xy)
 		line, points, err := plotter.NewLinePoints(xy)
 		if err != nil {
 			return nil, fmt.Errorf("viz: %s%s: %w", name, seriesName(s), err)
@@ -73,6 +77,7 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 		p.Add(line, points)
 		if s.Name != "" {
 			p.Legend.Add(s.Name, line, points)
+			names = append(names, s.Name)
 		}
 	}
 	if lo, hi := finiteRange(ys); lo < 0 && hi > 0 {
@@ -83,8 +88,74 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 	if wholeNumbers(x) {
 		p.X.Tick.Marker = integerTicks{}
 	}
-	p.Legend.Top, p.Legend.Left, p.Legend.Padding = true, true, 2
-	return newFigure(title, 480, 320, p.Draw), nil
+	p.Y.Tick.Marker = roundTicks{fewest: 4} // 0 labelled where the dashed line marks it
+	p.Legend.Padding = 2
+	return newFigure(title, 480, 320, legendInCorner(p, names, paths)), nil
+}
+
+// legendInCorner draws p with its legend (of entries names) in whichever
+// corner of the plotting area, set in from the axes, covers the least of
+// the lines through paths: top left, where gonum put it on the y axis's
+// line, unless the lines pass there.
+func legendInCorner(p *plot.Plot, names []string, paths []plotter.XYs) func(draw.Canvas) {
+	return func(c draw.Canvas) {
+		if len(names) > 0 {
+			placeLegend(p, c, names, paths)
+		}
+		p.Draw(c)
+	}
+}
+
+// legendInset is the gap between a legend and the axes or the plot's edge.
+const legendInset = 10
+
+func placeLegend(p *plot.Plot, c draw.Canvas, names []string, paths []plotter.XYs) {
+	dc := p.DataCanvas(c)
+	tx, ty := p.Transforms(&dc)
+	// The area gonum places the legend in: the data canvas before padding.
+	area := dc.Rectangle
+	area.Min.X, area.Max.X = area.Min.X-p.X.Padding, area.Max.X+p.X.Padding
+	area.Min.Y, area.Max.Y = area.Min.Y-p.Y.Padding, area.Max.Y+p.Y.Padding
+	sty := p.Legend.TextStyle
+	var w, h vg.Length
+	for i, n := range names {
+		w = max(w, p.Legend.ThumbnailWidth+sty.Width(" "+n))
+		h += sty.Height(n)
+		if i > 0 {
+			h += p.Legend.Padding
+		}
+	}
+	best := -1
+	for _, corner := range []struct{ top, left bool }{{true, true}, {true, false}, {false, false}, {false, true}} {
+		xo, yo := vg.Length(legendInset), vg.Length(-legendInset)
+		box := vg.Rectangle{Min: vg.Point{X: area.Min.X + xo}, Max: vg.Point{Y: area.Max.Y + yo}}
+		if !corner.left {
+			xo = -legendInset
+			box.Min.X = area.Max.X - w + xo
+		}
+		if !corner.top {
+			yo = legendInset
+			box.Max.Y = area.Min.Y + h + yo
+		}
+		box.Max.X, box.Min.Y = box.Min.X+w, box.Max.Y-h
+		covered := 0
+		for _, path := range paths {
+			for i := range path {
+				prev := path[max(i-1, 0)]
+				for k := range 16 {
+					f := float64(k) / 16
+					x, y := tx(prev.X+f*(path[i].X-prev.X)), ty(prev.Y+f*(path[i].Y-prev.Y))
+					if x >= box.Min.X-3 && x <= box.Max.X+3 && y >= box.Min.Y-3 && y <= box.Max.Y+3 {
+						covered++
+					}
+				}
+			}
+		}
+		if best < 0 || covered < best {
+			best = covered
+			p.Legend.Top, p.Legend.Left, p.Legend.XOffs, p.Legend.YOffs = corner.top, corner.left, xo, yo
+		}
+	}
 }
 
 // wholeNumbers reports whether every x is a whole number (layers,
