@@ -135,7 +135,7 @@ func show(it any) error {
 	case [][]float64:
 		return showMade(viz.Heatmap("", x))
 	case trace.Scores:
-		return showMade(viz.HeadHeatmap(x, "score of each head"))
+		return showMade(viz.HeadHeatmap(x, "score of each head", "score"))
 	case trace.HeadList:
 		t := Table{Header: []string{"head", "score"}}
 		for _, h := range x {

@@ -119,5 +119,5 @@ func TokenLoss(tr *trace.Trace, scale ...ColorScale) (HTML, error) {
 	if err != nil {
 		return HTML{}, fmt.Errorf("viz: TokenLoss: %w", err)
 	}
-	return TokenValues(tr.Pieces, append([]float64{math.NaN()}, loss...), "loss of predicting each token", scale...)
+	return TokenValues(tr.Pieces, append([]float64{math.NaN()}, loss...), "loss of predicting each token (nats)", scale...)
 }
