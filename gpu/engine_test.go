@@ -601,3 +601,16 @@ func TestCaptureErrorsSayWhy(t *testing.T) {
 		require.ErrorContains(t, err, "strata info --points", c.pattern)
 	}
 }
+
+// The lens refuses a trace another model made: its rows would go through
+// this model's norm and unembedding.
+func TestLensRefusesAnotherModelsTrace(t *testing.T) {
+	a, b := newEngine(t, genModel(t, "tiny-qwen3", gguf.F32, 3)), newEngine(t, genModel(t, "tiny-llama", gguf.F32, 3))
+	tr := prefill(t, a, testTokens, gpu.Options{Capture: gpu.CaptureOf("blocks.*.hook_resid_post")})
+	require.NoError(t, a.LogitLens(tr))
+	require.ErrorIs(t, b.LogitLens(tr), trace.ErrOtherModel)
+	_, err := b.TokenLens(tr, 1)
+	require.ErrorIs(t, err, trace.ErrOtherModel)
+	_, err = b.LensLogits(tr, -1)
+	require.ErrorIs(t, err, trace.ErrOtherModel)
+}

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -13,7 +14,7 @@ import (
 // backend: per layer, T token ids and T probabilities come back.
 func (e *Engine) LogitLens(tr *trace.Trace) error {
 	lens := &trace.Lens{}
-	err := e.lens(tr, "logit lens", func(st Stream, logits, scratch Tensor, t int) error {
+	err := e.lens(tr, "logit lens", -1, func(st Stream, logits, scratch Tensor, t int) error {
 		v := e.Model.Vocab
 		st.Argmax(scratch, logits, t, v)
 		st.Softmax(logits, logits, t, v)
@@ -60,7 +61,7 @@ func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, err
 	if e.Model.Tok != nil {
 		out.Piece = e.Model.Tok.Piece(target)
 	}
-	err := e.lens(tr, "token lens", func(st Stream, logits, scratch Tensor, t int) error {
+	err := e.lens(tr, "token lens", -1, func(st Stream, logits, scratch Tensor, t int) error {
 		st.Rank(scratch, logits, t, v, int(target)) // on the logits: softmax can round distinct ones to equal
 		st.Softmax(logits, logits, t, v)
 		ranks, probs := make([]float32, t), make([]float32, t)
@@ -86,23 +87,23 @@ func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, err
 
 // LensLogits is the logit lens at one position (negative counts from the
 // end): the logits of every token after each layer, [layer][vocab], made
-// as LogitLens makes them; one row a layer comes back from the backend.
+// as LogitLens makes them, for that position's row alone.
 func (e *Engine) LensLogits(tr *trace.Trace, pos int) ([][]float32, error) {
 	v := e.Model.Vocab
-	p := pos
-	if tr != nil && len(tr.Shape(LayerPoint(0, "hook_resid_post"))) > 0 { // else lens says what is missing
-		t := tr.Shape(LayerPoint(0, "hook_resid_post"))[0]
-		if p < 0 {
-			p += t
-		}
-		if p < 0 || p >= t {
-			return nil, fmt.Errorf("logit lens: position %d is out of range: the trace has %d (-1 is the last)", pos, t)
+	row := pos
+	if tr == nil {
+		return nil, errors.New("logit lens of a nil trace")
+	}
+	if shape := tr.Shape(LayerPoint(0, "hook_resid_post")); pos < 0 && len(shape) > 0 { // else lens says what is missing
+		row += shape[0]
+		if row < 0 {
+			return nil, fmt.Errorf("logit lens: position %d is out of range: the trace has %d (-1 is the last)", pos, shape[0])
 		}
 	}
 	var out [][]float32
-	err := e.lens(tr, "logit lens", func(st Stream, logits, _ Tensor, t int) error {
+	err := e.lens(tr, "logit lens", max(row, 0), func(st Stream, logits, _ Tensor, _ int) error {
 		row := make([]float32, v)
-		if err := st.ReadBatch([]ReadRequest{{Src: logits, Off: p * v, Dst: row}}); err != nil {
+		if err := st.ReadBatch([]ReadRequest{{Src: logits, Dst: row}}); err != nil {
 			return err
 		}
 		out = append(out, row)
@@ -114,8 +115,9 @@ func (e *Engine) LensLogits(tr *trace.Trace, pos int) ([][]float32, error) {
 // lens runs the final norm and the unembedding on the backend over every
 // layer's hook_resid_post (read without keeping it in the trace) and hands
 // each layer's logits [T, vocab], still on the backend, to layer, with a
-// scratch tensor of T elements.
-func (e *Engine) lens(tr *trace.Trace, what string, layer func(st Stream, logits, scratch Tensor, t int) error) error {
+// scratch tensor of T elements. With only >= 0 it runs that row alone (T
+// is 1): the logits of every row would be T x vocab floats.
+func (e *Engine) lens(tr *trace.Trace, what string, only int, layer func(st Stream, logits, scratch Tensor, t int) error) error {
 	c := &e.Model.Config
 	if tr == nil {
 		return fmt.Errorf("%s of a nil trace", what)
@@ -137,6 +139,13 @@ func (e *Engine) lens(tr *trace.Trace, what string, layer func(st Stream, logits
 			return fmt.Errorf("%s: %s has shape %v, want [%d %d]", what, name, shape, t, c.DModel)
 		}
 	}
+	from := 0
+	if only >= 0 {
+		if only >= t {
+			return fmt.Errorf("%s: position %d is out of range: the trace has %d (-1 is the last)", what, only, t)
+		}
+		from, t = only, 1
+	}
 	st := e.tiers[e.place.Head].NewStream() // where the final norm and the head are
 	defer st.Close()
 	var ts []Tensor
@@ -154,7 +163,7 @@ func (e *Engine) lens(tr *trace.Trace, what string, layer func(st Stream, logits
 	}
 	h, logits, scratch := ts[0], ts[1], ts[2]
 	for l := range c.Layers {
-		x, err := tr.Rows(LayerPoint(l, "hook_resid_post"), 0, t)
+		x, err := tr.Rows(LayerPoint(l, "hook_resid_post"), from, from+t)
 		if err != nil {
 			return err
 		}

@@ -346,7 +346,8 @@ func (r *Run) Next() bool {
 	return false
 }
 
-// RunTo advances until the named point has been reached (and captured).
+// RunTo advances until the named point has been reached (and captured); a
+// point the run has passed is an error at once, as the run cannot go back.
 func (r *Run) RunTo(name string) error {
 	if err := r.lock(); err != nil {
 		return err
@@ -356,7 +357,7 @@ func (r *Run) RunTo(name string) error {
 		return fmt.Errorf("engine: no capture point named %q%s", name, pointHint(&r.s.e.Model.Config, name))
 	}
 	if r.point == name {
-		return nil
+		return r.err
 	}
 	if r.point != "" && r.reached(name) {
 		return fmt.Errorf("engine: the run is past %s already: it is at %s", name, r.point)

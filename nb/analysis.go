@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -373,20 +374,27 @@ func (m *Model) LensTop(tr *trace.Trace, pos, k int) LensTop {
 	if k < 1 {
 		panic(fmt.Errorf("nb.LensTop: k is %d; want at least 1", k))
 	}
-	rows := Must(m.Engine.LensLogits(tr, pos))
+	rows, err := m.Engine.LensLogits(tr, pos)
+	if err != nil {
+		panic(fmt.Errorf("nb.LensTop: %w", err))
+	}
 	if pos < 0 {
 		pos += len(tr.Tokens)
 	}
-	out := LensTop{Position: tr.Pos0 + pos, Token: m.Pieces(tr.Tokens[pos : pos+1])[0]}
+	out := LensTop{Position: pos, Pos0: tr.Pos0, Token: m.Pieces(tr.Tokens[pos : pos+1])[0]}
 	for _, logits := range rows {
 		order := make([]int32, len(logits))
 		for i := range order {
 			order[i] = int32(i)
 		}
 		slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(logits[b], logits[a]) })
-		top := make([]RankedToken, 0, k)
+		var sum float64 // the softmax's, from the largest logit
+		for _, v := range logits {
+			sum += math.Exp(float64(v - logits[order[0]]))
+		}
+		top := make([]RankedToken, 0, min(k, len(order)))
 		for _, id := range order[:min(k, len(order))] {
-			p, _ := trace.ProbRank(logits, int(id))
+			p := math.Exp(float64(logits[id]-logits[order[0]])) / sum
 			top = append(top, RankedToken{Token: m.Pieces([]int32{id})[0], Logit: logits[id], Prob: p})
 		}
 		out.Layers = append(out.Layers, top)
@@ -397,7 +405,8 @@ func (m *Model) LensTop(tr *trace.Trace, pos, k int) LensTop {
 // LensTop is what LensTop returns: Layers[l] are the top tokens after
 // layer l, highest first.
 type LensTop struct {
-	Position int    // absolute, as the trace's Pos0 counts
+	Position int    // the trace's row, as LensTop took it (from 0)
+	Pos0     int    // the trace's first row's position in the KV cache
 	Token    string // the token there, whose successor is predicted
 	Layers   [][]RankedToken
 }
@@ -405,7 +414,11 @@ type LensTop struct {
 // String lays the lens out a layer a line.
 func (l LensTop) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "logit lens at position %d, after %s:\n", l.Position, quotePiece(l.Token))
+	fmt.Fprintf(&b, "logit lens at position %d", l.Position)
+	if l.Pos0 > 0 {
+		fmt.Fprintf(&b, " of this prefill (%d in the KV cache)", l.Pos0+l.Position)
+	}
+	fmt.Fprintf(&b, ", after %s:\n", quotePiece(l.Token))
 	for i, top := range l.Layers {
 		fmt.Fprintf(&b, "  layer %d:", i)
 		for _, t := range top {

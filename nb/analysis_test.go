@@ -768,6 +768,30 @@ func TestLensTopAgainstTheNormAndUnembeddingWrittenOut(t *testing.T) {
 	last := m.LensTop(tr, -1, 1).Layers[m.Model.Layers-1][0]
 	final := nb.Must(tr.TopLogits(-1, 1))[0]
 	require.Equal(t, m.Pieces([]int32{final.ID})[0], last.Token)
-	require.PanicsWithError(t, "logit lens: position 99 is out of range: the trace has 16 (-1 is the last)", func() { m.LensTop(tr, 99, 1) })
+	require.PanicsWithError(t, "nb.LensTop: logit lens: position 99 is out of range: the trace has 16 (-1 is the last)", func() { m.LensTop(tr, 99, 1) })
+	require.PanicsWithError(t, "nb.LensTop: logit lens: position -17 is out of range: the trace has 16 (-1 is the last)", func() { m.LensTop(tr, -17, 1) })
 	require.Contains(t, fmt.Sprint(m.LensTop(tr, -1, 2)), "layer 3: \" s\"")
+	all := m.LensTop(tr, -1, math.MaxInt) // k past the vocabulary: all of it
+	require.Len(t, all.Layers[0], m.Model.Vocab)
+	var sum float64
+	for _, r := range all.Layers[0] {
+		sum += r.Prob
+	}
+	require.InDelta(t, 1, sum, 1e-9)
+
+	// A continued prefill's rows count from its own first token, as the
+	// argument does; the KV cache's position is said beside.
+	ids := m.Tokens("for i := 0; i < len(s); i++ {\n\tif")
+	m.Prefill(ids[:10])
+	rest := m.Prefill(ids[10:], nb.Continue(), nb.Capture("blocks.*.hook_resid_post"))
+	cont := m.LensTop(rest, -1, 3)
+	require.Equal(t, len(ids)-11, cont.Position)
+	for l, top := range m.LensTop(tr, -1, 3).Layers { // the same position, in one pass: float32 sums in another order
+		for r := range top {
+			require.Equal(t, top[r].Token, cont.Layers[l][r].Token)
+			require.InDelta(t, top[r].Logit, cont.Layers[l][r].Logit, 1e-4)
+		}
+	}
+	require.Contains(t, cont.String(), fmt.Sprintf("logit lens at position %d of this prefill (%d in the KV cache)", len(ids)-11, len(ids)-1))
+	require.Equal(t, cont.Layers, m.LensTop(rest, cont.Position, 3).Layers)
 }

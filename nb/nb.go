@@ -615,7 +615,8 @@ func (s *Steps) Layer() (l int) {
 	return l
 }
 
-// To runs until the named point, e.g. "blocks.2.attn.hook_pattern".
+// To runs until the named point, e.g. "blocks.2.attn.hook_pattern"; a point
+// already passed panics at once (a run goes forward only).
 func (s *Steps) To(point string) *Steps {
 	var err error
 	s.do(func(r *gpu.Run) { err = r.RunTo(point) })

@@ -164,6 +164,8 @@ func TestTracesOfAnotherModelAreRefused(t *testing.T) {
 		"Lens":             func() { m.Lens(tr) },
 		"TokenLens":        func() { m.TokenLens(tr, int32(1)) },
 		"LogitDiff":        func() { m.LogitDiff(int32(1), int32(2))(tr) },
+		"FinalNorm":        func() { m.FinalNorm(tr, nil) },
+		"LensTop":          func() { m.LensTop(tr, -1, 3) },
 	} {
 		var got error
 		func() {

@@ -72,9 +72,7 @@ func Show(items ...any) {
 				continue
 			}
 		}
-		if it == nil && i > 0 { // the nil error after a figure
-			continue
-		}
+
 		showOne(it)
 	}
 }
@@ -115,8 +113,8 @@ func isNil(it any) bool {
 }
 
 func show(it any) error {
-	if it == nil {
-		return errors.New("nb.Show: nil, nothing to show")
+	if it == nil { // a nil error: nb.Show(m.LogitLens(tr)) that went well
+		return nil
 	}
 	if isNil(it) {
 		return fmt.Errorf("nb.Show: a nil %T, nothing to show", it)

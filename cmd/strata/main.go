@@ -486,11 +486,8 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	if *n < 0 {
 		return fmt.Errorf("-n %d: the number of tokens to generate cannot be negative", *n)
 	}
-	switch {
-	case !isSet(fs, "prompt"):
-		return errors.New("run needs --prompt: give the text to continue, e.g. --prompt \"Once upon a time\"")
-	case *prompt == "":
-		return errors.New("--prompt is empty: give the text to continue")
+	if !isSet(fs, "prompt") {
+		return errors.New("run needs --prompt: give the text to continue, e.g. --prompt \"Once upon a time\" (--prompt \"\" starts from the start-of-text token alone)")
 	}
 	// Checked before the seed is printed, so a refused run says only why.
 	if err := sampler.Check(); err != nil {
@@ -508,6 +505,9 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	tokens, err := m.Tok.Encode(*prompt, tokenizer.Options{})
 	if err != nil {
 		return err
+	}
+	if len(tokens) == 0 {
+		return errors.New("--prompt \"\" has no tokens: this model's tokenizer adds no start-of-text token to begin from; give a prompt")
 	}
 	if len(tokens) > m.Context {
 		return promptTooLong(len(tokens), m.Context)

@@ -497,8 +497,8 @@ func TestStrayArgumentsAreRefused(t *testing.T) {
 	require.ErrorContains(t, err, `unexpected argument "upon": strata tokenize takes one TEXT (a text of several words goes in quotes`)
 }
 
-// run needs a prompt, as trace refuses an empty one, and checks every
-// flag before it says what it draws with.
+// run needs a prompt (an empty one asked for starts from the start-of-text
+// token alone), and checks every flag before it says what it draws with.
 func TestRunRefusesBadFlagsBeforeDrawing(t *testing.T) {
 	path := writeModel(t, tinyShape, "")
 	for _, c := range []struct {
@@ -506,7 +506,7 @@ func TestRunRefusesBadFlagsBeforeDrawing(t *testing.T) {
 		want string
 	}{
 		{nil, "run needs --prompt: give the text to continue"},
-		{[]string{"--prompt", ""}, "--prompt is empty: give the text to continue"},
+		{[]string{"--prompt", ""}, `--prompt "" has no tokens: this model's tokenizer adds no start-of-text token`},
 		{[]string{"--prompt", "ab", "--temperature", "-1"}, "sampling: temperature -1: it must be a finite number"},
 		{[]string{"--prompt", "ab", "--temperature", "inf"}, "sampling: temperature +Inf: it must be a finite number"},
 		{[]string{"--prompt", "ab", "--temperature", "1", "--top-p", "1.5"}, "sampling: top-p 1.5: it must be in [0, 1]"},
@@ -520,6 +520,10 @@ func TestRunRefusesBadFlagsBeforeDrawing(t *testing.T) {
 	}
 	_, err := strata(t, "gen", "--shape", "tiny-llama", "--out", filepath.Join(t.TempDir(), "m.gguf"), "--seed", "-1")
 	require.ErrorContains(t, err, "the seed is an unsigned integer")
+	// An empty prompt asked for generates from the start-of-text token alone.
+	out, err := strata(t, "run", "--backend", "cpu", "--prompt", "", "-n", "4")
+	require.NoError(t, err)
+	require.NotEmpty(t, strings.TrimSpace(out))
 }
 
 // gen and bench write over what they wrote before, and nothing else: a

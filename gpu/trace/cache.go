@@ -23,7 +23,7 @@ type Matrix struct {
 // out of it.
 func (m *Matrix) Row(i int) []float32 {
 	if i < 0 || i >= m.Rows {
-		panic(fmt.Sprintf("trace: %s: row %d is out of range 0..%d", m.Name, i, m.Rows-1))
+		panic(fmt.Sprintf("trace: %s: row %d is out of range: the matrix has %d rows", m.Name, i, m.Rows))
 	}
 	return m.Data[i*m.Cols : (i+1)*m.Cols]
 }

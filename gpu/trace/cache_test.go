@@ -249,5 +249,5 @@ func TestAtRefusesWhatIsOutOfRange(t *testing.T) {
 	require.Equal(t, x.Data[13], m.At(2, 3))
 	require.PanicsWithValue(t, "trace: blocks.1.attn.hook_pattern head 3: At(2, 5) is out of range: the matrix is 5 x 5", func() { m.At(2, 5) })
 	require.Panics(t, func() { m.At(3, -1) })
-	require.PanicsWithValue(t, "trace: blocks.1.attn.hook_pattern head 3: row 5 is out of range 0..4", func() { m.Row(5) })
+	require.PanicsWithValue(t, "trace: blocks.1.attn.hook_pattern head 3: row 5 is out of range: the matrix has 5 rows", func() { m.Row(5) })
 }

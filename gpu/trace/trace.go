@@ -25,17 +25,31 @@ type Tensor struct {
 // it panics, naming the dimension, for a wrong count or a coordinate out of
 // range (either would otherwise read some other element).
 func (t *Tensor) At(idx ...int) float32 {
+	// The panics format a copy: formatting idx itself would move every
+	// call's coordinates to the heap (viz reads patterns through At).
 	if len(idx) != len(t.Shape) {
-		panic(fmt.Sprintf("trace: At%v on a tensor of shape %v: want %d coordinates, one per dimension", idx, t.Shape, len(t.Shape)))
+		panic(outOfRange(slices.Clone(idx), t.Shape))
 	}
 	off := 0
 	for i, d := range t.Shape {
 		if idx[i] < 0 || idx[i] >= d {
-			panic(fmt.Sprintf("trace: At%v on a tensor of shape %v: coordinate %d is %d, out of range 0..%d", idx, t.Shape, i, idx[i], d-1))
+			panic(outOfRange(slices.Clone(idx), t.Shape))
 		}
 		off = off*d + idx[i]
 	}
 	return t.Data[off]
+}
+
+func outOfRange(idx, shape []int) string {
+	if len(idx) != len(shape) {
+		return fmt.Sprintf("trace: At%v on a tensor of shape %v: want %d coordinates, one per dimension", idx, shape, len(shape))
+	}
+	for i, d := range shape {
+		if idx[i] < 0 || idx[i] >= d {
+			return fmt.Sprintf("trace: At%v on a tensor of shape %v: coordinate %d is %d, out of range 0..%d", idx, shape, i, idx[i], d-1)
+		}
+	}
+	return ""
 }
 
 // ErrOtherModel is the error of an analysis given a trace that another

@@ -301,3 +301,30 @@ func TestWriteAtomicKeepsModesAndLinks(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o644), st.Mode().Perm())
 }
+
+// Matches compares every fact of a model's shape that the trace recorded,
+// skips those it did not (0: a manifest older than the fact), and not the
+// name.
+func TestMatchesComparesEveryRecordedFact(t *testing.T) {
+	want := Model{Name: "m", Arch: "qwen3", Layers: 4, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 2048}
+	require.NoError(t, want.Matches(want))
+	renamed := want
+	renamed.Name = "a fine-tune"
+	require.NoError(t, renamed.Matches(want), "a fine-tune keeps its base's shape")
+	require.NoError(t, Model{Arch: "qwen3", Layers: 4}.Matches(want), "facts an old manifest lacks are not compared")
+	for name, change := range map[string]func(*Model){
+		"layers 5": func(m *Model) { m.Layers = 5 }, "d_model 128": func(m *Model) { m.DModel = 128 },
+		"ffn 512": func(m *Model) { m.FFN = 512 }, "heads 4": func(m *Model) { m.Heads = 4 },
+		"kv_heads 8": func(m *Model) { m.KVHeads = 8 }, "head_dim 64": func(m *Model) { m.HeadDim = 64 },
+		"vocab 512": func(m *Model) { m.Vocab = 512 }, "experts 8": func(m *Model) { m.Experts = 8 },
+	} {
+		other := want
+		change(&other)
+		err := other.Matches(want)
+		require.ErrorIs(t, err, ErrOtherModel, name)
+		require.ErrorContains(t, err, "with "+name+", not by m (qwen3)", name)
+	}
+	llama := want
+	llama.Arch = "llama"
+	require.EqualError(t, llama.Matches(want), "the trace is from another model: it was made by m (llama), not by m (qwen3)")
+}
