@@ -14,6 +14,7 @@ import (
 	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
+	"gonum.org/v1/gonum/floats"
 )
 
 // Must returns v, or panics with err: for trace calls in notebook cells,
@@ -350,6 +351,119 @@ func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 	out := make(trace.Scores, m.Model.Layers)
 	for l := range out {
 		out[l] = v[l*h : (l+1)*h]
+	}
+	return out
+}
+
+// CaptureNeuronDLA captures what NeuronDLA reads: every layer's MLP
+// activations (mlp.hook_post, what W_out multiplies) and resid_post (the
+// final one sets the norm's scale).
+func CaptureNeuronDLA() Option {
+	return Capture("blocks.*.mlp.hook_post", "blocks.*.hook_resid_post")
+}
+
+// NeuronDLA is direct logit attribution per MLP neuron, [layer][neuron], at
+// position pos (negative counts from the end): each neuron's activation
+// times its column of W_out, through the final norm, dotted with dir.
+// TransformerLens has it as stack_neuron_results(apply_ln=True) @ dir. A
+// layer's neurons sum to its mlp_out term of DLA, less W_out's bias where
+// the model has one (GPT-2). Neither a mixture of experts nor an MLP whose
+// output is normalised again (Gemma) has per-neuron terms, and both are
+// refused. The trace needs CaptureNeuronDLA().
+func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores {
+	m.owns("NeuronDLA", tr)
+	c := &m.Model.Config
+	switch {
+	case c.MoE():
+		panic(errors.New("nb.NeuronDLA: the model's MLPs are mixtures of experts: each token's neurons are its experts', with no one W_out to attribute through"))
+	case c.PostNorms:
+		panic(errors.New("nb.NeuronDLA: the model normalises each MLP's output after its neurons are summed, so a neuron has no direct term of its own"))
+	case len(dir) != c.DModel:
+		panic(fmt.Errorf("nb.NeuronDLA: a direction of %d values; the residual stream has %d", len(dir), c.DModel))
+	}
+	final, err := tr.Resid(c.Layers)
+	final = needsNeuronDLA(final, err)
+	if pos < 0 {
+		pos += final.Rows
+	}
+	if pos < 0 || pos >= final.Rows {
+		panic(fmt.Errorf("nb.NeuronDLA: position %d is out of range: the trace has %d (-1 is the last)", pos, final.Rows))
+	}
+	// What the final norm makes of a component x along dir is x . v.
+	v := make([]float64, c.DModel)
+	x := final.Row(pos)
+	var mean, ss float64
+	if c.Norm == model.NormLayer {
+		for i := range v {
+			mean += float64(x[i]) / float64(c.DModel)
+		}
+	}
+	for i, xi := range x {
+		ss += (float64(xi) - mean) * (float64(xi) - mean)
+		v[i] = float64(m.Model.OutNorm[i]) * float64(dir[i])
+	}
+	if c.Norm == model.NormLayer { // centring x is centring v, its dual
+		floats.AddConst(-floats.Sum(v)/float64(c.DModel), v)
+	}
+	floats.Scale(1/math.Sqrt(ss/float64(c.DModel)+float64(c.NormEps)), v)
+	out := make(NeuronScores, c.Layers)
+	for l := range out {
+		post := needsNeuronDLA(tr.Rows(gpu.LayerPoint(l, "mlp.hook_post"), pos, pos+1))
+		down := m.Model.Blocks[l].Down // [d_model rows, ffn columns]
+		w := m.decode("NeuronDLA", down, 0, down.Rows)
+		out[l] = make([]float64, down.Cols)
+		for i, vi := range v {
+			for n, wi := range w[i*down.Cols : (i+1)*down.Cols] {
+				out[l][n] += float64(wi) * vi
+			}
+		}
+		for n := range out[l] {
+			out[l][n] *= float64(post.Data[n])
+		}
+	}
+	return out
+}
+
+// needsNeuronDLA is Must naming CaptureNeuronDLA where a point is missing.
+func needsNeuronDLA[T any](v T, err error) T {
+	if errors.Is(err, trace.ErrNotCaptured) {
+		panic(fmt.Errorf("nb.NeuronDLA: %w (prefill with nb.CaptureNeuronDLA(): it captures all that NeuronDLA reads)", err))
+	}
+	return Must(v, err)
+}
+
+// NeuronScores holds one value per MLP neuron, [layer][neuron].
+type NeuronScores [][]float64
+
+// NeuronScore is one neuron's value; it prints as "L2N37 +1.234".
+type NeuronScore struct {
+	Layer, Neuron int
+	Score         float64
+}
+
+func (n NeuronScore) String() string { return fmt.Sprintf("L%dN%d %+.3f", n.Layer, n.Neuron, n.Score) }
+
+// NeuronList is neurons in rank order.
+type NeuronList []NeuronScore
+
+func (l NeuronList) String() string {
+	parts := make([]string, len(l))
+	for i, n := range l {
+		parts[i] = n.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Top returns the k highest-scoring neurons (ties by layer, then neuron).
+func (s NeuronScores) Top(k int) NeuronList { return neuronList(trace.Scores(s).Top(k)) }
+
+// Bottom returns the k lowest-scoring neurons, lowest first.
+func (s NeuronScores) Bottom(k int) NeuronList { return neuronList(trace.Scores(s).Bottom(k)) }
+
+func neuronList(h trace.HeadList) NeuronList {
+	out := make(NeuronList, len(h))
+	for i, x := range h {
+		out[i] = NeuronScore{x.Layer, x.Head, x.Score}
 	}
 	return out
 }

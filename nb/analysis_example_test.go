@@ -109,6 +109,17 @@ func ExampleModel_TokenLens() {
 	// layer 3: p(" err") = 0.19, rank 1
 }
 
+func ExampleModel_NeuronDLA() {
+	m := cpu()
+	tr := m.Prefill("\tn, err := r.Read(p)\n\tif err != nil {\n\t\treturn n,", nb.CaptureNeuronDLA())
+	neurons := m.NeuronDLA(tr, m.LogitDirection(" err", " nil"), -1)
+	fmt.Println("for:", neurons.Top(2))
+	fmt.Println("against:", neurons.Bottom(2))
+	// Output:
+	// for: L3N304 +0.777, L3N113 +0.623
+	// against: L3N388 -0.810, L3N261 -0.794
+}
+
 func ExampleModel_LensTop() {
 	m := cpu()
 	tr := m.Prefill("if err != nil {\n\treturn", nb.Capture("blocks.*.hook_resid_post"))

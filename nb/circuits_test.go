@@ -1,6 +1,7 @@
 package nb_test
 
 import (
+	"fmt"
 	"math"
 	"math/cmplx"
 	"os"
@@ -257,4 +258,81 @@ func TestTheInductionHeadCopies(t *testing.T) {
 	best := s.Best()
 	require.Equal(t, [2]int{3, 0}, [2]int{best.Layer, best.Head}, "%v", s.Top(5))
 	require.Greater(t, best.Score, 0.9)
+}
+
+// A layer's neurons sum to its mlp_out term of DLA (less W_out's bias, by
+// hand here): DLA reads the engine's captured mlp_out, NeuronDLA the
+// captured activations and the decoded W_out, so the two meet only if the
+// neuron terms and the final norm's treatment are right. Both are float32
+// sums of ~1 terms over d_model and ffn, hence 1e-4.
+func TestNeuronDLASumsToTheMLPTerm(t *testing.T) {
+	for _, shape := range []string{"tiny-llama", "tiny-gpt2", "tiny-qwen3"} {
+		t.Run(shape, func(t *testing.T) {
+			m := openGenerated(t, shape)
+			c := &m.Model.Config
+			ids := []int32{1, 5, 9, 2, 7, 3}
+			tr := m.Prefill(ids, nb.CaptureDLA(), nb.CaptureNeuronDLA())
+			dir := m.LogitDirection(int32(4), int32(6))
+			for _, pos := range []int{-1, 2} {
+				neurons := m.NeuronDLA(tr, dir, pos)
+				terms := map[string]float64{}
+				for _, p := range m.DLA(tr, dir, pos) {
+					terms[p.Label] = p.Logit
+				}
+				final := nb.Must(tr.Resid(c.Layers))
+				p := pos
+				if p < 0 {
+					p += len(ids)
+				}
+				for l := range c.Layers {
+					sum := floats.Sum(neurons[l])
+					if b := m.Model.Blocks[l].DownBias; b != nil {
+						// The bias through the final norm, as DLA's term has it.
+						x := final.Row(p)
+						var mean, ss, mb, dot float64
+						for i := range x {
+							mean += float64(x[i]) / float64(c.DModel)
+							mb += float64(b[i]) / float64(c.DModel)
+						}
+						for i := range x {
+							ss += (float64(x[i]) - mean) * (float64(x[i]) - mean)
+							dot += (float64(b[i]) - mb) * float64(m.Model.OutNorm[i]) * float64(dir[i])
+						}
+						sum += dot / math.Sqrt(ss/float64(c.DModel)+float64(c.NormEps))
+					}
+					want := terms[fmt.Sprintf("%d_mlp_out", l)]
+					require.InDelta(t, want, sum, 1e-4*max(1, math.Abs(want)), "layer %d position %d", l, pos)
+				}
+			}
+			top := m.NeuronDLA(tr, dir, -1).Top(3)
+			require.Len(t, top, 3)
+			require.GreaterOrEqual(t, top[0].Score, top[1].Score)
+			require.Regexp(t, `^L\dN\d+ [+-]\d\.\d{3}, `, top.String())
+		})
+	}
+}
+
+func TestNeuronDLARefusesWhatHasNoNeurons(t *testing.T) {
+	for shape, want := range map[string]string{
+		"tiny-gemma2":   "nb.NeuronDLA: the model normalises each MLP's output after its neurons are summed",
+		"tiny-qwen3moe": "nb.NeuronDLA: the model's MLPs are mixtures of experts",
+	} {
+		m := openGenerated(t, shape)
+		tr := m.Prefill([]int32{1, 2, 3}, nb.Capture("blocks.*.hook_resid_post"))
+		require.PanicsWithError(t, want+func() string {
+			if shape == "tiny-gemma2" {
+				return ", so a neuron has no direct term of its own"
+			}
+			return ": each token's neurons are its experts', with no one W_out to attribute through"
+		}(), func() { m.NeuronDLA(tr, m.Unembed(int32(1)), -1) }, shape)
+	}
+	m := openGenerated(t, "tiny-llama")
+	tr := m.Prefill([]int32{1, 2, 3}, nb.Capture("blocks.*.hook_resid_post"))
+	var err error
+	func() {
+		defer func() { err, _ = recover().(error) }()
+		m.NeuronDLA(tr, m.Unembed(int32(1)), -1)
+	}()
+	require.ErrorContains(t, err, "nb.NeuronDLA: trace: blocks.0.mlp.hook_post was not captured")
+	require.ErrorContains(t, err, "(prefill with nb.CaptureNeuronDLA(): it captures all that NeuronDLA reads)")
 }

@@ -80,6 +80,10 @@ var stories = map[string]func(t *testing.T, out string){
 		assert.Greater(t, diff, 3.0)
 		// The components sum to the difference (printed to 3 decimals).
 		assert.InDelta(t, diff, sumOfParts(t, out), 0.01, "the parts add up to the logit difference")
+		for l := range 4 { // a layer's neurons add up to its MLP's part
+			assert.InDelta(t, number(t, out, fmt.Sprintf(`\n%d_mlp_out ([-+0-9.]+)`, l)),
+				number(t, out, fmt.Sprintf(`layer %d's neurons sum to ([-+0-9.]+)`, l)), 0.002, "layer %d", l)
+		}
 		head := line(t, out, `strongest head: (layer \d+ head \d+) writes`)
 		assert.Greater(t, number(t, out, `strongest head: layer \d+ head \d+ writes ([-0-9.]+)`), 1.5)
 		assert.Equal(t, `" err"`, line(t, out, `attends most to (".*") \(`), "the head reads the token it writes")
