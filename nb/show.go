@@ -54,8 +54,8 @@ var (
 //   - []float64 or []float32 as a line, [][]float64 as a heatmap, and a
 //     *trace.Tensor by its shape (ShowTensor labels a capture's tokens);
 //   - per-head scores (trace.Scores: HeadScores, AblateHeads, HeadDLA,
-//     CopyingScores) as a layer x head heatmap, and a ranking (.Top(k)) as
-//     a table;
+//     CopyingScores) as a layer x head heatmap, and a ranking of heads or
+//     neurons (.Top(k)) as a table;
 //   - DLA's []Contribution as bars, one per component;
 //   - an HTML view (viz.HTML) as itself;
 //   - a *trace.Trace as a table of what was captured;
@@ -140,6 +140,12 @@ func show(it any) error {
 			t.Rows = append(t.Rows, []string{fmt.Sprintf("L%dH%d", h.Layer, h.Head), fmt.Sprintf("%.3f", h.Score)})
 		}
 		return showTable(t)
+	case NeuronList:
+		t := Table{Header: []string{"neuron", "score"}}
+		for _, n := range x {
+			t.Rows = append(t.Rows, []string{fmt.Sprintf("L%dN%d", n.Layer, n.Neuron), fmt.Sprintf("%+.3f", n.Score)})
+		}
+		return showTable(t)
 	case []Contribution:
 		labels, values := make([]string, len(x)), make([]float64, len(x))
 		for i, c := range x {
@@ -168,7 +174,7 @@ func show(it any) error {
 			fmt.Println(x)
 		}
 	default:
-		return fmt.Errorf("nb.Show: cannot show a %T: it shows figures, *plot.Plot, []float64, [][]float64, trace.Scores, trace.HeadList, *trace.Tensor, *trace.Trace, HTML views, nb.Table, [][]string, strings and errors", it)
+		return fmt.Errorf("nb.Show: cannot show a %T: it shows figures, *plot.Plot, []float64, [][]float64, trace.Scores, trace.HeadList, nb.NeuronList, *trace.Tensor, *trace.Trace, HTML views, nb.Table, [][]string, strings and errors", it)
 	}
 	return nil
 }
