@@ -11,9 +11,10 @@ import (
 	"github.com/stratalab/strata/model/tokenizer"
 )
 
-// RepeatedRandom returns n random ordinary tokens followed by the same n
-// again (BOS first where the tokenizer adds one): the standard probe for
-// induction heads, whose period is n.
+// RepeatedRandom returns n random ordinary tokens (tokenizer.IsOrdinary:
+// no special, unused or byte-fallback tokens, half of a small SPM
+// vocabulary) followed by the same n again (BOS first where the tokenizer
+// adds one): the standard probe for induction heads, whose period is n.
 func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	m.ready()
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -28,7 +29,7 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	var half []int32
 	for len(half) < n {
 		id := int32(r.IntN(m.Model.Vocab))
-		if !tok.IsSpecial(id) {
+		if tok.IsOrdinary(id) {
 			half = append(half, id)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/nb"
 )
 
@@ -149,4 +150,16 @@ func TestDefaultModelHasInductionAndPreviousTokenHeads(t *testing.T) {
 	t.Logf("induction: layer %d head %d scores %.3f; previous-token: layer %d head %d scores %.3f", bi/H, bi%H, ind[bi], bp/H, bp%H, prev[bp])
 	require.GreaterOrEqual(t, ind[bi], 0.5)
 	require.GreaterOrEqual(t, prev[bp], 0.5)
+}
+
+// On a SentencePiece vocabulary half of whose ids are byte fallback
+// (stories260K: 256 of 512), the induction probe draws only tokens of
+// text: byte tokens made its first copy cost 15.9 nats a token, past
+// a uniform guess's ln(512) = 6.2.
+func TestRepeatedRandomDrawsOrdinaryTokens(t *testing.T) {
+	m := nb.MustOpen(sharedtest.Stories(t), "cpu")
+	ids := m.RepeatedRandom(100, 3)
+	for _, id := range ids[1:] {
+		require.True(t, m.Model.Tok.IsOrdinary(id), "token %d %q", id, m.Pieces([]int32{id})[0])
+	}
 }

@@ -78,6 +78,10 @@ func TestStoriesOnceUponATime(t *testing.T) {
 	require.True(t, tok.IsSpecial(2))
 	require.False(t, tok.IsSpecial(403))
 	require.False(t, tok.IsSpecial(3), "byte tokens are not special")
+	require.True(t, tok.IsOrdinary(403))
+	require.False(t, tok.IsOrdinary(3), "nor are they ordinary: byte fallback")
+	require.False(t, tok.IsOrdinary(1))
+	require.False(t, tok.IsOrdinary(512))
 }
 
 func TestStoriesRoundTrip(t *testing.T) {

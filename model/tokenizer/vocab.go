@@ -260,6 +260,18 @@ func (t *Tokenizer) IsSpecial(id int32) bool {
 	return int(id) == v.BOS || int(id) == v.EOS || int(id) == v.UNK || int(id) == v.PAD
 }
 
+// IsOrdinary reports whether id is a token of text the model reads in
+// training: not special (IsSpecial), not unused, and not a byte of SPM's
+// byte fallback (<0xNN>), which stands in only for text the vocabulary
+// cannot spell.
+func (t *Tokenizer) IsOrdinary(id int32) bool {
+	if !t.inRange(id) || t.IsSpecial(id) {
+		return false
+	}
+	typ := t.typeOf(id)
+	return typ != TypeUnused && typ != TypeByte
+}
+
 // Piece is id's text for display: SPM "▁" as a space, byte tokens and
 // gpt2 byte-level characters as the bytes they stand for, special tokens as
 // written. Bytes that are not printable text (ASCII controls, invalid UTF-8)
