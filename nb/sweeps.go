@@ -18,6 +18,16 @@ const (
 	MeanAblation                 // its mean over the prompt's positions (gpu.MeanAblateHead)
 )
 
+func (a Ablation) String() string {
+	switch a {
+	case ZeroAblation:
+		return "zero ablation"
+	case MeanAblation:
+		return "mean ablation"
+	}
+	return fmt.Sprintf("Ablation(%d)", int(a))
+}
+
 // AblateHeads ablates each head in turn and returns, [layer][head], the
 // metric of the ablated run minus that of the plain run: negative where a
 // head helps the metric. opts go to every prefill (a loss metric needs

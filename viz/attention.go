@@ -1,6 +1,7 @@
 package viz
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
 	"math"
@@ -144,8 +145,13 @@ func PrevTokenScores(tr *trace.Trace) (*Figure, error) {
 
 // InductionScores draws each head's induction score (see
 // trace.InductionScores) by layer and head, for a prompt that ends with two
-// copies of a period-token sequence (trace.RepeatPeriod finds it).
+// copies of a period-token sequence; period 0 finds it (trace.RepeatPeriod).
 func InductionScores(tr *trace.Trace, period int) (*Figure, error) {
+	if tr != nil && period == 0 {
+		if period = trace.RepeatPeriod(tr.Tokens); period == 0 {
+			return nil, errors.New("viz: InductionScores: the prompt does not end in two copies of a sequence (nb.RepeatedRandom makes one), so an induction head has nothing to look back to")
+		}
+	}
 	if tr != nil && tr.Pos0 == 0 && period > 0 && !endsInTwoCopies(tr.Tokens, period) {
 		return nil, fmt.Errorf("viz: InductionScores: the prompt does not end in two copies of a sequence of %d tokens (nb.RepeatedRandom makes one), so an induction head has nothing to look back to", period)
 	}

@@ -43,7 +43,7 @@ func figureCases(tr *trace.Trace, tokens ...string) []figureCase {
 		{"AttentionHead", func() (*Figure, error) { return AttentionHead(tr, 1, 2) }, append([]string{"query", "key"}, tokens...)},
 		{"AttentionGrid", func() (*Figure, error) { return AttentionGrid(tr) }, []string{"L0", "L1", "H0", "H7"}},
 		{"PrevTokenScores", func() (*Figure, error) { return PrevTokenScores(tr) }, []string{"L0", "H7"}},
-		{"InductionScores", func() (*Figure, error) { return InductionScores(tr, trace.RepeatPeriod(tr.Tokens)) }, []string{"L1", "H0"}},
+		{"InductionScores", func() (*Figure, error) { return InductionScores(tr, 0) }, []string{"L1", "H0", fmt.Sprintf("Induction score by head (period %d)", trace.RepeatPeriod(tr.Tokens))}},
 		{"ResidNorms", func() (*Figure, error) { return ResidNorms(tr) }, append([]string{"embed", "L1"}, tokens...)},
 		{"AttnMLPNorms", func() (*Figure, error) { return AttnMLPNorms(tr) }, []string{"attention out", "MLP out"}},
 		{"LogitLens", func() (*Figure, error) { return LogitLens(tr) }, append([]string{"L0"}, tokens...)},
@@ -411,8 +411,13 @@ func TestBadArgumentsAreNamed(t *testing.T) {
 		require.ErrorContains(t, c.err, c.want)
 	}
 
+	plain := trace.New()
+	plain.Tokens = []int32{1, 2, 3, 4}
+	_, err := InductionScores(plain, 0)
+	require.ErrorContains(t, err, "InductionScores: the prompt does not end in two copies of a sequence (nb.RepeatedRandom makes one)")
+
 	tr.Lens = &trace.Lens{Prob: [][]float32{{0.5}}, Piece: [][]string{{"a"}}}
-	_, err := LogitLens(tr)
+	_, err = LogitLens(tr)
 	require.ErrorContains(t, err, "logit lens layer 0 has 1 probabilities and 1 pieces, want 13 (one per token)")
 
 	tr.Put("blocks.1.attn.hook_pattern", &trace.Tensor{Shape: []int{8, 13, 12}, Data: make([]float32, 8*13*12)})
