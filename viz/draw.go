@@ -267,8 +267,6 @@ func raster(z [][]float64, sc scale, px int) *image.RGBA {
 	return img
 }
 
-var sans = font.Font{Typeface: "Liberation", Variant: "Sans"}
-
 // measured is a style of sans at size points, for measuring text.
 func measured(size vg.Length) text.Style {
 	return text.Style{Font: font.From(sans, size), Handler: plot.DefaultTextHandler}

@@ -17,7 +17,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/floats"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/recorder"
+	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -609,4 +612,33 @@ func TestCapturedPatternLabelsHeadsAndTokens(t *testing.T) {
 	none.Put("blocks.0.attn.hook_pattern", &trace.Tensor{Shape: []int{0, 3, 3}})
 	_, err := Captured(none, "blocks.0.attn.hook_pattern")
 	require.ErrorContains(t, err, "has no entries to draw")
+}
+
+// "0.11" in a heatmap cell: at 7 points and the PNG's resolution each
+// "1" is its own run of inked columns, where the font's kerning had drawn
+// the second over the first.
+func TestOnesInACellStandApart(t *testing.T) {
+	c := vgimg.NewWith(vgimg.UseWH(40, 12), vgimg.UseDPI(PNGDPI))
+	dc := draw.New(c)
+	c.SetColor(color.White)
+	c.Fill(dc.Rectangle.Path())
+	sty := measured(7)
+	sty.Color = color.Black
+	dc.FillText(sty, vg.Point{X: 2, Y: 3}, "11")
+	img := c.Image()
+	runs, inked := 0, false
+	for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+		col := false
+		for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+			if r, _, _, _ := img.At(x, y).RGBA(); r < 0x8000 {
+				col = true
+			}
+		}
+		if col && !inked {
+			runs++
+		}
+		inked = col
+	}
+	require.Equal(t, 2, runs, "the two ones of \"11\" as separate runs of ink")
+	require.Equal(t, 2*sty.Width("1"), sty.Width("11"), "no kerning in the widths gonum measures")
 }
