@@ -23,7 +23,7 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	}
 	lens := tr.Lens
 	if lens == nil {
-		return nil, missing(name, "the logit lens", "capture blocks.*.hook_resid_post and compute it (nb: m.Lens(tr); gpu: Engine.LogitLens; strata trace does both) before drawing")
+		return nil, missing(name, "the logit lens", "capture every layer's resid_post (blocks.*.hook_resid_post, no --layers range) and compute it before drawing: strata trace does when the trace has them; nb: m.Lens(tr); gpu: Engine.LogitLens")
 	}
 	t := len(tr.Tokens)
 	if len(lens.Prob) == 0 || len(lens.Piece) != len(lens.Prob) {
@@ -46,7 +46,7 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	// prompts so the figure stays a readable size.
 	cellW := cellSize(t, 1600, 10, 46, maxWidth-barWidth-90)
 	if cellW < 16 {
-		title += " (too many positions to name the tokens: tr.Lens.Piece has them)"
+		title += " (too many positions to name the tokens: tr.Lens has them)"
 	}
 	p := heatPlot(title, g, sc, cellW, 18)
 	if cellW >= 16 {

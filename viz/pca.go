@@ -133,10 +133,14 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		tokens.Offset = vg.Point{X: 4}
 	}
 	p.Add(tokens)
-	legend.Add(pathName, pathLine)
+	entries := stages
+	if len(names) > 1 { // one stage has no lines between layers
+		legend.Add(pathName, pathLine)
+		entries = append(slices.Clip(stages), pathName)
+	}
 	legend.Top, legend.Left = true, true
 	var legendW vg.Length
-	for _, entry := range append(stages, pathName) {
+	for _, entry := range entries {
 		legendW = max(legendW, legend.TextStyle.Width(entry))
 	}
 	legendW += legend.ThumbnailWidth + 16

@@ -162,7 +162,7 @@ func reportFigures(tr *trace.Trace) []reportEntry {
 			func() (*Figure, error) { return ResidNorms(tr) }},
 		reportEntry{"attn_mlp_norms", "How much attention and the MLP write into the residual stream, by layer.",
 			func() (*Figure, error) { return AttnMLPNorms(tr) }},
-		reportEntry{"logit_lens", "Final norm and unembedding applied to each layer's output: the top next token and its probability.",
+		reportEntry{"logit_lens", "Final norm and unembedding applied to each layer's output: the top next token and its probability (manifest.json's logit_lens lists every cell's token).",
 			func() (*Figure, error) { return LogitLens(tr) }},
 		reportEntry{"kv_cache", fmt.Sprintf("Layer %d, KV head 0: what later tokens will attend to.", kvLayer),
 			func() (*Figure, error) { return KVCache(tr, kvLayer, 0) }},

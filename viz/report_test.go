@@ -147,6 +147,13 @@ func TestReportSaysWhatWasNotCaptured(t *testing.T) {
 		require.FileExists(t, filepath.Join(dir, n+".svg"))
 	}
 	require.NoFileExists(t, filepath.Join(dir, "resid_norms.png"), "the first report's figure is gone with its capture")
+	require.NotContains(t, html, "None: what the figures read was not captured")
+
+	// Nothing to draw: the heading says so instead of standing empty.
+	require.NoError(t, Report(prefill(t, m, synthTokens[:7], gpu.CaptureOf("blocks.1.attn.hook_q")), dir))
+	page, err = os.ReadFile(filepath.Join(dir, "index.html"))
+	require.NoError(t, err)
+	require.Contains(t, string(page), "<h2>Figures</h2>\n<p>None: what the figures read was not captured")
 
 	file := filepath.Join(dir, "index.html")
 	require.Error(t, Report(tr, filepath.Join(file, "sub")), "a directory under a file cannot be made")

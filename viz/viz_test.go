@@ -642,3 +642,35 @@ func TestOnesInACellStandApart(t *testing.T) {
 	require.Equal(t, 2, runs, "the two ones of \"11\" as separate runs of ink")
 	require.Equal(t, 2*sty.Width("1"), sty.Width("11"), "no kerning in the widths gonum measures")
 }
+
+// With one layer's states there are no lines from layer to layer, and the
+// legend does not name them.
+func TestPCAOfOneLayerNamesNoLines(t *testing.T) {
+	const T, d = 5, 3
+	tr := trace.New()
+	tr.Model = trace.Model{Name: "hand", Layers: 2, DModel: d, Heads: 1, KVHeads: 1, HeadDim: d, Vocab: 8}
+	for p := range T {
+		tr.Tokens, tr.Pieces = append(tr.Tokens, int32(p)), append(tr.Pieces, fmt.Sprintf("tok%d", p))
+	}
+	x := &trace.Tensor{Shape: []int{T, d}, Data: make([]float32, T*d)}
+	for i := range x.Data {
+		x.Data[i] = float32((i*7)%5) - 2
+	}
+	tr.Put("blocks.1.hook_resid_post", x)
+	count := func(tr *trace.Trace) int {
+		fig, err := PCA(tr)
+		require.NoError(t, err)
+		var rec recorder.Canvas
+		fig.paint(&rec)
+		n := 0
+		for _, a := range rec.Actions {
+			if s, ok := a.(*recorder.FillString); ok && s.String == pathName {
+				n++
+			}
+		}
+		return n
+	}
+	require.Zero(t, count(tr))
+	tr.Put("blocks.0.hook_resid_post", x)
+	require.Equal(t, 1, count(tr), "two layers: the lines are named")
+}
