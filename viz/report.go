@@ -9,7 +9,6 @@ import (
 	"html/template"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/stratalab/strata/gpu"
 	"github.com/stratalab/strata/gpu/trace"
@@ -60,7 +59,7 @@ func ExportContext(ctx context.Context, tr *trace.Trace, dir string) error {
 func writeReport(ctx context.Context, tr *trace.Trace, dir string) error {
 	page := reportPage{Model: tr.Model, Backend: tr.Backend, Pos0: tr.Pos0}
 	for i, id := range tr.Tokens {
-		page.Tokens = append(page.Tokens, reportToken{Pos: tr.Pos0 + i, ID: id, Text: stripText(pieceAt(tr, i))})
+		page.Tokens = append(page.Tokens, reportToken{Pos: tr.Pos0 + i, ID: id, Text: showPiece(pieceAt(tr, i))})
 	}
 	for _, n := range tr.Names {
 		c := reportCapture{Name: n, Shape: fmt.Sprint(tr.Shape(n))}
@@ -219,11 +218,6 @@ func strongestPrevTokenHead(tr *trace.Trace) (layer, head int) {
 		}
 	}
 	return max(layer, 0), head
-}
-
-// stripText shows a token's whitespace in the page's token strip.
-func stripText(piece string) string {
-	return strings.NewReplacer("\n", "↵", "\t", "→", "\r", "␍").Replace(piece)
 }
 
 type reportPage struct {
