@@ -345,7 +345,11 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	sort.Slice(types, func(i, j int) bool { return types[i] < types[j] })
 	fmt.Fprintf(out, "tensors       %d\n", len(m.File.Tensors))
 	for _, t := range types {
-		fmt.Fprintf(out, "  %-12s %4d tensors  %s\n", t, byType[t][0], gpu.HumanBytes(byType[t][1]))
+		noun := "tensors"
+		if byType[t][0] == 1 {
+			noun = "tensor"
+		}
+		fmt.Fprintf(out, "  %-12s %4d %-8s %s\n", t, byType[t][0], noun, gpu.HumanBytes(byType[t][1]))
 	}
 	kind, _ := m.File.String("tokenizer.ggml.model")
 	id := func(v int32) string { // -1: the vocabulary has none
