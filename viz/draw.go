@@ -118,14 +118,20 @@ func barEnds(lo, hi float64, fewest, most int) (float64, float64, float64) {
 }
 
 // roundSteps are the round steps (1, 2, 2.5 and 5 times a power of ten;
-// without quarters, no 2.5) from about lo up to hi, in increasing order.
+// without quarters, no 2.5) from about lo up to hi, in increasing order;
+// none unless 0 < lo <= hi, both finite (a range that underflows to 0 or
+// overflows to Inf would otherwise never end the loop).
 func roundSteps(lo, hi float64, quarters bool) []float64 {
 	mantissas := []float64{1, 2, 2.5, 5}
 	if !quarters {
 		mantissas = []float64{1, 2, 5}
 	}
+	if !(lo > 0 && lo <= hi) || math.IsInf(hi, 0) {
+		return nil
+	}
 	var out []float64
-	for p := math.Pow(10, math.Floor(math.Log10(lo))); p <= 10*hi; p *= 10 {
+	for e := math.Floor(math.Log10(lo)); e <= math.Floor(math.Log10(hi)); e++ {
+		p := math.Pow(10, e)
 		for _, m := range mantissas {
 			if s := m * p; s >= lo/2 && s <= hi {
 				out = append(out, s)
@@ -154,7 +160,12 @@ func (rt roundTicks) Ticks(lo, hi float64) []plot.Tick {
 	count := func(step float64) int {
 		return int(math.Floor(hi/step+1e-9) - math.Ceil(lo/step-1e-9) + 1)
 	}
-	steps := roundSteps((hi-lo)/20, hi-lo, rt.step > 0) // 2.5 only as a colour bar's step
+	// 2.5 times a power of ten only as a colour bar's step; none for a
+	// range too small or too large for float64 steps.
+	steps := roundSteps((hi-lo)/20, hi-lo, rt.step > 0)
+	if len(steps) == 0 {
+		return plot.DefaultTicks{}.Ticks(lo, hi)
+	}
 	step := steps[0]
 	outer := func(step float64) [2]float64 {
 		return [2]float64{math.Ceil(lo/step-1e-9) * step, math.Floor(hi/step+1e-9) * step}
@@ -177,6 +188,9 @@ func (rt roundTicks) Ticks(lo, hi float64) []plot.Tick {
 		quarter = 1
 	}
 	decimals := max(0, quarter-int(e))
+	if max(math.Abs(lo), math.Abs(hi))/step > 1<<51 { // k++ below would not count
+		return plot.DefaultTicks{}.Ticks(lo, hi)
+	}
 	var ticks []plot.Tick
 	for k := math.Ceil(2*lo/step - 1e-9); k <= math.Floor(2*hi/step+1e-9); k++ {
 		v := k * step / 2

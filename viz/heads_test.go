@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/plot"
@@ -314,4 +315,23 @@ func TestLegendsStandClearOfAxesAndLines(t *testing.T) {
 	fig = must(Lines("falling", "layer", "v", x, Series{"down", falling}))
 	legend, _ = where(fig, "down")
 	require.Greater(t, float64(legend), float64(fig.Width/2), "the line runs through the top left: the legend moves right")
+}
+
+// Ranges at float64's ends get ticks (gonum's where round steps cannot be
+// counted) and colour bars, never a loop that does not end: a step that
+// underflowed to 0 or a count past 2^53 had looped forever.
+func TestTicksAtTheEndsOfFloat64(t *testing.T) {
+	for _, r := range [][2]float64{{0, 1e-320}, {1e22, 1e22 + 1e7}, {-1e307, 1e307}, {5, 5 + 1e-12}, {-3, 7}} {
+		done := make(chan []plot.Tick)
+		go func() { done <- roundTicks{fewest: 4}.Ticks(r[0], r[1]) }()
+		select {
+		case ticks := <-done:
+			require.NotEmpty(t, ticks, "%v", r)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ticks of %v did not end", r)
+		}
+		lo, hi, _ := barEnds(r[0], r[1], 2, 5)
+		require.LessOrEqual(t, lo, r[0], "%v", r)
+		require.GreaterOrEqual(t, hi, r[1], "%v", r)
+	}
 }
