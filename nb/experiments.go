@@ -1,6 +1,7 @@
 package nb
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -25,6 +26,15 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	}
 	if n < 0 || n > (m.Model.Context-len(ids))/2 {
 		panic(fmt.Errorf("nb.RepeatedRandom: n = %d: twice n tokens must fit the model's context of %d (n is 0..%d)", n, m.Model.Context, (m.Model.Context-len(ids))/2))
+	}
+	drawable := false // else the draws below would never end
+	for id := range int32(m.Model.Vocab) {
+		if drawable = tok.IsOrdinary(id); drawable {
+			break
+		}
+	}
+	if n > 0 && !drawable {
+		panic(errors.New("nb.RepeatedRandom: the vocabulary has no ordinary token to draw (every one is special, unused or a byte)"))
 	}
 	var half []int32
 	for len(half) < n {
