@@ -383,12 +383,14 @@ func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores 
 	}
 	final, err := tr.Resid(c.Layers)
 	final = needsNeuronDLA(final, err)
-	if pos < 0 {
-		pos += final.Rows
+	row := pos
+	if row < 0 {
+		row += final.Rows
 	}
-	if pos < 0 || pos >= final.Rows {
+	if row < 0 || row >= final.Rows {
 		panic(fmt.Errorf("nb.NeuronDLA: position %d is out of range: the trace has %d (-1 is the last)", pos, final.Rows))
 	}
+	pos = row
 	// What the final norm makes of a component x along dir is x . v.
 	v := make([]float64, c.DModel)
 	x := final.Row(pos)
@@ -410,11 +412,17 @@ func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores 
 	for l := range out {
 		post := needsNeuronDLA(tr.Rows(gpu.LayerPoint(l, "mlp.hook_post"), pos, pos+1))
 		down := m.Model.Blocks[l].Down // [d_model rows, ffn columns]
-		w := m.decode("NeuronDLA", down, 0, down.Rows)
 		out[l] = make([]float64, down.Cols)
-		for i, vi := range v {
-			for n, wi := range w[i*down.Cols : (i+1)*down.Cols] {
-				out[l][n] += float64(wi) * vi
+		// W_out^T v, decoded a block of rows at a time: a large model's
+		// whole W_out is half a gigabyte of float32s a layer.
+		const block = 256
+		for lo := 0; lo < down.Rows; lo += block {
+			hi := min(lo+block, down.Rows)
+			w := m.decode("NeuronDLA", down, lo, hi)
+			for i := lo; i < hi; i++ {
+				for n, wi := range w[(i-lo)*down.Cols : (i-lo+1)*down.Cols] {
+					out[l][n] += float64(wi) * v[i]
+				}
 			}
 		}
 		for n := range out[l] {

@@ -80,6 +80,7 @@ func TestAblateHeadsIsTheHookByHand(t *testing.T) {
 	m := cpuModel(t)
 	prompt := "func add(a, b int) int {\n\treturn a + b\n"
 	metric := m.LogitDiff("}", ")")
+	require.Equal(t, "zero ablation, mean ablation, Ablation(7)", fmt.Sprintf("%v, %v, %v", nb.ZeroAblation, nb.MeanAblation, nb.Ablation(7)))
 	for _, how := range []nb.Ablation{nb.ZeroAblation, nb.MeanAblation} {
 		got := m.AblateHeads(prompt, how, metric)
 		require.Len(t, got, m.Model.Layers)

@@ -149,6 +149,9 @@ func PrevTokenScores(tr *trace.Trace) (*Figure, error) {
 func InductionScores(tr *trace.Trace, period int) (*Figure, error) {
 	if tr != nil && period == 0 {
 		if period = trace.RepeatPeriod(tr.Tokens); period == 0 {
+			if tr.Pos0 > 0 { // the copies may be in an earlier prefill, out of sight
+				return nil, errors.New("viz: InductionScores: this prefill's tokens do not end in two copies of a sequence; it continues an earlier one, so give the period")
+			}
 			return nil, errors.New("viz: InductionScores: the prompt does not end in two copies of a sequence (nb.RepeatedRandom makes one), so an induction head has nothing to look back to")
 		}
 	}

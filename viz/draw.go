@@ -188,11 +188,15 @@ func (rt roundTicks) Ticks(lo, hi float64) []plot.Tick {
 		quarter = 1
 	}
 	decimals := max(0, quarter-int(e))
-	if max(math.Abs(lo), math.Abs(hi))/step > 1<<51 { // k++ below would not count
+	// Half steps k from first to last, counted as an int: a float k stops
+	// counting past 2^53, and 2*hi overflows near float64's end.
+	first, last := math.Ceil(lo/step*2-1e-9), math.Floor(hi/step*2+1e-9)
+	if !(last-first < 1000) || max(math.Abs(first), math.Abs(last)) > 1<<51 {
 		return plot.DefaultTicks{}.Ticks(lo, hi)
 	}
 	var ticks []plot.Tick
-	for k := math.Ceil(2*lo/step - 1e-9); k <= math.Floor(2*hi/step+1e-9); k++ {
+	for i := range int(last-first) + 1 {
+		k := first + float64(i)
 		v := k * step / 2
 		t := plot.Tick{Value: v}
 		if math.Mod(k, 2) == 0 {

@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"image/png"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -333,5 +334,31 @@ func TestTicksAtTheEndsOfFloat64(t *testing.T) {
 		lo, hi, _ := barEnds(r[0], r[1], 2, 5)
 		require.LessOrEqual(t, lo, r[0], "%v", r)
 		require.GreaterOrEqual(t, hi, r[1], "%v", r)
+	}
+	// Figures of values equal but for rounding, or at float64's ends.
+	for name, draw := range map[string]func() (*Figure, error){
+		"XY 0.1+0.2":    func() (*Figure, error) { return XY("", "x", "y", []float64{0, 1}, []float64{0.1 + 0.2, 0.3}) },
+		"XY 2.5":        func() (*Figure, error) { return XY("", "x", "y", []float64{0, 1}, []float64{2.5, 2.5000000000000004}) },
+		"Heatmap":       func() (*Figure, error) { return Heatmap("", [][]float64{{0.1 + 0.2, 0.3}}) },
+		"XY 1e-322":     func() (*Figure, error) { return XY("", "x", "y", []float64{0, 1}, []float64{0, 1e-322}) },
+		"HeadHeatmap 0": func() (*Figure, error) { return HeadHeatmap([][]float64{{0, 5e-324}}, "") },
+		"HeadHeatmap 1e308": func() (*Figure, error) {
+			return HeadHeatmap([][]float64{{0, 1e308}}, "")
+		},
+	} {
+		done := make(chan error)
+		go func() {
+			f, err := draw()
+			if err == nil {
+				err = f.Save(filepath.Join(t.TempDir(), "f.png"))
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			require.NoError(t, err, name)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not end", name)
+		}
 	}
 }

@@ -250,9 +250,10 @@ func stageColor(i, n int) color.Color {
 	return viridis(0.85 - 0.85*float64(i)/float64(max(1, n-1)))
 }
 
-// viridisStops are matplotlib's viridis at 0, 1/8, ..., 1.
-var viridisStops = [...][3]float64{{68, 1, 84}, {72, 40, 120}, {62, 73, 137}, {49, 104, 142}, {38, 130, 142},
-	{31, 158, 137}, {53, 183, 121}, {110, 206, 88}, {253, 231, 37}}
+// viridisStops are viridis at 0, 1/9, ..., 1 (R's viridis(10), from
+// matplotlib's colour map).
+var viridisStops = [...][3]float64{{68, 1, 84}, {72, 40, 120}, {62, 74, 137}, {49, 104, 142}, {38, 130, 142},
+	{31, 158, 137}, {53, 183, 121}, {109, 205, 89}, {180, 222, 44}, {253, 231, 37}}
 
 // viridis is the colour at t in [0, 1] of viridis, between its stops
 // linearly.

@@ -63,6 +63,14 @@ func TestReportRendersInChromium(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(view), "<script src=", "a view is self-contained")
 	require.True(t, strings.Contains(html, `title="position 2, token 300">&lt;|unused_300|&gt;</span>`), "the token strip shows the pieces")
+	spaced := trace.New()
+	spaced.Model, spaced.Tokens, spaced.Pieces = tr.Model, []int32{1, 2}, []string{" x", "  "}
+	spacedDir := t.TempDir()
+	require.NoError(t, Report(spaced, spacedDir))
+	page, err = os.ReadFile(filepath.Join(spacedDir, "index.html"))
+	require.NoError(t, err)
+	require.Contains(t, string(page), `token 1">·x</span>`, "a leading space is a dot, as in the views")
+	require.Contains(t, string(page), `token 2">··</span>`, "a space-only token is not an empty box")
 	require.True(t, strings.Contains(html, "<code>blocks.1.attn.hook_pattern</code></td><td>[8 13 13]</td>"), "the capture list gives shapes")
 
 	// The check can fail: a page whose image does not decode says so.

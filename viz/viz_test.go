@@ -418,6 +418,9 @@ func TestBadArgumentsAreNamed(t *testing.T) {
 	plain.Tokens = []int32{1, 2, 3, 4}
 	_, err := InductionScores(plain, 0)
 	require.ErrorContains(t, err, "InductionScores: the prompt does not end in two copies of a sequence (nb.RepeatedRandom makes one)")
+	plain.Pos0 = 4
+	_, err = InductionScores(plain, 0)
+	require.ErrorContains(t, err, "InductionScores: this prefill's tokens do not end in two copies of a sequence; it continues an earlier one, so give the period")
 
 	tr.Lens = &trace.Lens{Prob: [][]float32{{0.5}}, Piece: [][]string{{"a"}}}
 	_, err = LogitLens(tr)
@@ -673,4 +676,15 @@ func TestPCAOfOneLayerNamesNoLines(t *testing.T) {
 	require.Zero(t, count(tr))
 	tr.Put("blocks.0.hook_resid_post", x)
 	require.Equal(t, 1, count(tr), "two layers: the lines are named")
+}
+
+// Layers' colours follow matplotlib's viridis: its value at 0.5 is
+// #21918C, and the stops, a ninth apart, interpolate to within 3 of it.
+func TestViridisIsViridis(t *testing.T) {
+	c := viridis(0.5).(color.RGBA)
+	for i, want := range []uint8{0x21, 0x91, 0x8C} {
+		require.InDelta(t, want, []uint8{c.R, c.G, c.B}[i], 3, "channel %d of %v", i, c)
+	}
+	require.Equal(t, color.RGBA{68, 1, 84, 255}, viridis(0))
+	require.Equal(t, color.RGBA{253, 231, 37, 255}, viridis(1))
 }
