@@ -364,7 +364,8 @@ func CaptureNeuronDLA() Option {
 
 // NeuronDLA is direct logit attribution per MLP neuron, [layer][neuron], at
 // position pos (negative counts from the end): each neuron's activation
-// times its column of W_out, through the final norm, dotted with dir.
+// times its row of W_out (TransformerLens's [d_mlp, d_model]; a column of
+// the GGUF's ffn_down), through the final norm, dotted with dir.
 // TransformerLens has it as stack_neuron_results(apply_ln=True) @ dir. A
 // layer's neurons sum to its mlp_out term of DLA, less W_out's bias where
 // the model has one (GPT-2). Neither a mixture of experts nor an MLP whose

@@ -367,7 +367,9 @@ func captureTable(tr *trace.Trace) string {
 		html.EscapeString(tr.Model.Name), tr.Model.Arch, tr.Model.Layers, html.EscapeString(tr.Backend), len(tr.Tokens), tr.Pos0)
 	b.WriteString(`<p style="font-family:monospace">`)
 	for i, p := range tr.Pieces {
-		fmt.Fprintf(&b, `<span title="id %d" style="background:#eef;margin:1px;padding:0 2px;white-space:pre">%s</span>`, tr.Tokens[i], html.EscapeString(p))
+		// Spaces as ·, as the token views show them: a space in a box read
+		// as a gap between tokens.
+		fmt.Fprintf(&b, `<span title="id %d" style="background:#eef;margin:1px;padding:0 2px;white-space:pre">%s</span>`, tr.Tokens[i], html.EscapeString(strings.ReplaceAll(p, " ", "·")))
 	}
 	// Jupyter right-aligns table cells, for numbers; names read left-aligned.
 	b.WriteString(`</p><table><tr><th style="text-align:left">capture point</th><th style="text-align:left">shape</th></tr>`)

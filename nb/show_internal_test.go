@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/viz"
 )
 
@@ -65,4 +66,13 @@ func TestErrorsAndTablesAreEscaped(t *testing.T) {
 	require.Contains(t, errorHTML(errors.New("want <b>")), "want &lt;b&gt;</div>")
 	h := tableHTML(Table{Header: []string{"a<"}, Rows: [][]string{{"<td>"}}})
 	require.Equal(t, "<table><tr><th>a&lt;</th></tr><tr><td>&lt;td&gt;</td></tr></table>", h)
+}
+
+// The trace's token strip shows spaces as the token views do.
+func TestCaptureTableDotsSpaces(t *testing.T) {
+	tr := trace.New()
+	tr.Tokens, tr.Pieces = []int32{7, 8}, []string{" (", "<s>"}
+	h := captureTable(tr)
+	require.Contains(t, h, `>·(</span>`)
+	require.Contains(t, h, `>&lt;s&gt;</span>`)
 }

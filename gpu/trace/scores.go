@@ -56,6 +56,19 @@ func (l HeadList) String() string {
 // Scores holds one value per head, [layer][head].
 type Scores [][]float64
 
+// Minus returns a copy with v taken from every score: scores against a
+// baseline (chance, or a clean run), which a figure then centres at 0.
+func (s Scores) Minus(v float64) Scores {
+	out := make(Scores, len(s))
+	for l, row := range s {
+		out[l] = make([]float64, len(row))
+		for h, x := range row {
+			out[l][h] = x - v
+		}
+	}
+	return out
+}
+
 // Ranked returns every head, highest score first (ties by layer, then head).
 func (s Scores) Ranked() HeadList {
 	var out HeadList

@@ -109,3 +109,9 @@ func TestBestOfNoScoresIsNotAHead(t *testing.T) {
 	require.Empty(t, Scores{{}}.Top(3))
 	require.Equal(t, "(none)", Scores{{}}.Top(3).String())
 }
+
+func TestMinusLeavesTheScoresAlone(t *testing.T) {
+	s := Scores{{0.25, 0.5}, {1}}
+	require.Equal(t, Scores{{0, 0.25}, {0.75}}, s.Minus(0.25))
+	require.Equal(t, Scores{{0.25, 0.5}, {1}}, s, "a copy")
+}
