@@ -235,15 +235,22 @@ func TestResidNormsKeepTheirScaleBesideAnOutgrownFirstPosition(t *testing.T) {
 	require.InDelta(t, 2, float64(two)/float64(one), 0.2, "positions 0 and 1 both take the deepest colour beside the outgrown one")
 }
 
+// tokTrace is a trace of t tokens "tok0".. of a model of the given
+// layers and width, with nothing captured.
+func tokTrace(t, d, layers int) *trace.Trace {
+	tr := trace.New()
+	tr.Model = trace.Model{Name: "hand", Layers: layers, DModel: d, Heads: 1, KVHeads: 1, HeadDim: d, Vocab: 8}
+	for p := range t {
+		tr.Tokens, tr.Pieces = append(tr.Tokens, int32(p)), append(tr.Pieces, fmt.Sprintf("tok%d", p))
+	}
+	return tr
+}
+
 // PCA leaves out a first position that outgrows the rest, saying so, and
 // labels every other position; without one it draws them all.
 func TestPCALeavesOutAnOutgrownFirstPosition(t *testing.T) {
 	const T, d = 6, 3
-	tr := trace.New()
-	tr.Model = trace.Model{Name: "hand", Layers: 2, DModel: d, Heads: 1, KVHeads: 1, HeadDim: d, Vocab: 8}
-	for p := range T {
-		tr.Tokens, tr.Pieces = append(tr.Tokens, int32(p)), append(tr.Pieces, fmt.Sprintf("tok%d", p))
-	}
+	tr := tokTrace(T, d, 2)
 	put := func(first float32) {
 		for l := range 2 {
 			x := &trace.Tensor{Shape: []int{T, d}, Data: make([]float32, T*d)}
@@ -283,11 +290,7 @@ func TestPCALeavesOutAnOutgrownFirstPosition(t *testing.T) {
 // rest between -20 and 20). Against each layer's median both go.
 func TestPCALeavesOutEveryStateFarPastItsLayer(t *testing.T) {
 	const T, d, layers = 8, 3, 3
-	tr := trace.New()
-	tr.Model = trace.Model{Name: "hand", Layers: layers, DModel: d, Heads: 1, KVHeads: 1, HeadDim: d, Vocab: 8}
-	for p := range T {
-		tr.Tokens, tr.Pieces = append(tr.Tokens, int32(p)), append(tr.Pieces, fmt.Sprintf("tok%d", p))
-	}
+	tr := tokTrace(T, d, layers)
 	norms := make([][]float64, layers)
 	for l := range layers {
 		x := &trace.Tensor{Shape: []int{T, d}, Data: make([]float32, T*d)}
@@ -650,11 +653,7 @@ func TestOnesInACellStandApart(t *testing.T) {
 // legend does not name them.
 func TestPCAOfOneLayerNamesNoLines(t *testing.T) {
 	const T, d = 5, 3
-	tr := trace.New()
-	tr.Model = trace.Model{Name: "hand", Layers: 2, DModel: d, Heads: 1, KVHeads: 1, HeadDim: d, Vocab: 8}
-	for p := range T {
-		tr.Tokens, tr.Pieces = append(tr.Tokens, int32(p)), append(tr.Pieces, fmt.Sprintf("tok%d", p))
-	}
+	tr := tokTrace(T, d, 2)
 	x := &trace.Tensor{Shape: []int{T, d}, Data: make([]float32, T*d)}
 	for i := range x.Data {
 		x.Data[i] = float32((i*7)%5) - 2
