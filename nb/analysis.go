@@ -513,11 +513,11 @@ func (m *Model) LensTop(tr *trace.Trace, pos, k int) LensTop {
 		slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(logits[b], logits[a]) })
 		var sum float64 // the softmax's, from the largest logit
 		for _, v := range logits {
-			sum += math.Exp(float64(v - logits[order[0]]))
+			sum += math.Exp(float64(v) - float64(logits[order[0]]))
 		}
 		top := make([]RankedToken, 0, min(k, len(order)))
 		for _, id := range order[:min(k, len(order))] {
-			p := math.Exp(float64(logits[id]-logits[order[0]])) / sum
+			p := math.Exp(float64(logits[id])-float64(logits[order[0]])) / sum
 			top = append(top, RankedToken{Token: m.Pieces([]int32{id})[0], Logit: logits[id], Prob: p})
 		}
 		out.Layers = append(out.Layers, top)

@@ -120,6 +120,14 @@ func ExampleModel_NeuronDLA() {
 	// against: L3N388 -0.810, L3N261 -0.794
 }
 
+func ExampleModel_TopTokens() {
+	m := cpu()
+	tr := m.Prefill("if err != nil {\n\treturn")
+	fmt.Println(m.TopTokens(tr, -1, 2))
+	// Output:
+	// [" nil" 25.2% (logit 11.63) " err" 19.1% (logit 11.35)]
+}
+
 func ExampleModel_LensTop() {
 	m := cpu()
 	tr := m.Prefill("if err != nil {\n\treturn", nb.Capture("blocks.*.hook_resid_post"))

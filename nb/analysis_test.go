@@ -796,3 +796,27 @@ func TestLensTopAgainstTheNormAndUnembeddingWrittenOut(t *testing.T) {
 	require.Contains(t, cont.String(), fmt.Sprintf("logit lens at position %d of this prefill (%d in the KV cache)", len(ids)-11, len(ids)-1))
 	require.Equal(t, cont.Layers, m.LensTop(rest, cont.Position, 3).Layers)
 }
+
+// TopTokens ranks the last row's logits with their text and a softmax
+// written here in float64; Pieces print quoted, leading spaces kept.
+func TestTopTokensAndQuotedPieces(t *testing.T) {
+	m := cpuModel(t)
+	tr := m.Prefill("if err != nil {\n\treturn")
+	top := m.TopTokens(tr, -1, 3)
+	logits := nb.Must(tr.Rows("logits", 0, 1)).Data
+	var mx, sum float64 = math.Inf(-1), 0
+	for _, v := range logits {
+		mx = max(mx, float64(v))
+	}
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - mx)
+	}
+	for i, want := range nb.Must(tr.TopLogits(-1, 3)) {
+		require.Equal(t, m.Pieces([]int32{want.ID})[0], top[i].Token)
+		require.Equal(t, want.Logit, top[i].Logit)
+		require.InDelta(t, math.Exp(float64(want.Logit)-mx)/sum, top[i].Prob, 1e-12)
+	}
+	require.Equal(t, `" nil" 25.2% (logit `, fmt.Sprint(top[0])[:20])
+	require.Equal(t, `["<|endoftext|>" "if" " err" " !=" " nil" " {\n" "\treturn"]`, nb.Quote(m.Pieces(tr.Tokens)))
+	require.PanicsWithError(t, "nb.TopTokens: trace: TopLogits: row -2 of 1 logit rows is out of range (-1 is the last); the trace kept the last position's logits only (capture every position's with nb.AllLogits() or gpu.LogitsAll)", func() { m.TopTokens(tr, -2, 3) })
+}

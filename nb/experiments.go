@@ -3,6 +3,7 @@ package nb
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -158,6 +159,36 @@ type RankedToken struct {
 	Token string
 	Logit float32
 	Prob  float64
+}
+
+// String is the token quoted, its probability and its logit.
+func (r RankedToken) String() string {
+	return fmt.Sprintf("%s %.1f%% (logit %.2f)", quotePiece(r.Token), 100*r.Prob, r.Logit)
+}
+
+// TopTokens are the k tokens the model ranks highest at row of tr's
+// logits (negative counts from the end; every row's with AllLogits), with
+// their text and probability: TopLogits with what a reader wants of it.
+func (m *Model) TopTokens(tr *trace.Trace, row, k int) []RankedToken {
+	m.owns("TopTokens", tr)
+	top, err := tr.TopLogits(row, k)
+	if err != nil {
+		panic(fmt.Errorf("nb.TopTokens: %w", err))
+	}
+	rows := tr.Shape("logits")[0]
+	if row < 0 {
+		row += rows
+	}
+	logits := Must(tr.Rows("logits", row, row+1)).Data
+	var sum float64 // the softmax's, from the largest logit
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - float64(top[0].Logit))
+	}
+	out := make([]RankedToken, len(top))
+	for i, t := range top {
+		out[i] = RankedToken{Token: m.Pieces([]int32{t.ID})[0], Logit: t.Logit, Prob: math.Exp(float64(t.Logit)-float64(top[0].Logit)) / sum}
+	}
+	return out
 }
 
 // TestPrompt prefills prompt followed by answer (tokenized as it continues

@@ -341,7 +341,8 @@ func (m *Model) Tokens(text string) []int32 {
 	return ids
 }
 
-// Pieces are the display strings of ids.
+// Pieces are the display strings of ids (TransformerLens's
+// to_str_tokens); Quote prints them so that a leading space shows.
 func (m *Model) Pieces(ids []int32) []string {
 	m.ready()
 	out := make([]string, len(ids))
@@ -350,6 +351,10 @@ func (m *Model) Pieces(ids []int32) []string {
 	}
 	return out
 }
+
+// Quote lists pieces (m.Pieces) in quotes, as Python prints
+// to_str_tokens: ["<|endoftext|>" "func" " ("].
+func Quote(pieces []string) string { return quotePieces(pieces) }
 
 func (m *Model) tokens(prompt any) ([]int32, error) {
 	switch p := prompt.(type) {
