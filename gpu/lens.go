@@ -89,11 +89,10 @@ func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, err
 // end): the logits of every token after each layer, [layer][vocab], made
 // as LogitLens makes them, for that position's row alone.
 func (e *Engine) LensLogits(tr *trace.Trace, pos int) ([][]float32, error) {
-	v := e.Model.Vocab
-	row := pos
 	if tr == nil {
 		return nil, errors.New("logit lens of a nil trace")
 	}
+	v, row := e.Model.Vocab, pos
 	if shape := tr.Shape(LayerPoint(0, "hook_resid_post")); pos < 0 && len(shape) > 0 { // else lens says what is missing
 		row += shape[0]
 		if row < 0 {
@@ -102,11 +101,11 @@ func (e *Engine) LensLogits(tr *trace.Trace, pos int) ([][]float32, error) {
 	}
 	var out [][]float32
 	err := e.lens(tr, "logit lens", max(row, 0), func(st Stream, logits, _ Tensor, _ int) error {
-		row := make([]float32, v)
-		if err := st.ReadBatch([]ReadRequest{{Src: logits, Dst: row}}); err != nil {
+		layerLogits := make([]float32, v)
+		if err := st.ReadBatch([]ReadRequest{{Src: logits, Dst: layerLogits}}); err != nil {
 			return err
 		}
-		out = append(out, row)
+		out = append(out, layerLogits)
 		return nil
 	})
 	return out, err
