@@ -1,7 +1,6 @@
 package nb
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -506,21 +505,7 @@ func (m *Model) LensTop(tr *trace.Trace, pos, k int) LensTop {
 	}
 	out := LensTop{Position: pos, Pos0: tr.Pos0, Token: m.Pieces(tr.Tokens[pos : pos+1])[0]}
 	for _, logits := range rows {
-		order := make([]int32, len(logits))
-		for i := range order {
-			order[i] = int32(i)
-		}
-		slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(logits[b], logits[a]) })
-		var sum float64 // the softmax's, from the largest logit
-		for _, v := range logits {
-			sum += math.Exp(float64(v) - float64(logits[order[0]]))
-		}
-		top := make([]RankedToken, 0, min(k, len(order)))
-		for _, id := range order[:min(k, len(order))] {
-			p := math.Exp(float64(logits[id])-float64(logits[order[0]])) / sum
-			top = append(top, RankedToken{Token: m.Pieces([]int32{id})[0], Logit: logits[id], Prob: p})
-		}
-		out.Layers = append(out.Layers, top)
+		out.Layers = append(out.Layers, m.ranked(trace.TopOf(logits, len(logits)), k))
 	}
 	return out
 }

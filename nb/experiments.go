@@ -171,22 +171,26 @@ func (r RankedToken) String() string {
 // their text and probability: TopLogits with what a reader wants of it.
 func (m *Model) TopTokens(tr *trace.Trace, row, k int) []RankedToken {
 	m.owns("TopTokens", tr)
-	top, err := tr.TopLogits(row, k)
+	if k < 1 {
+		panic(fmt.Errorf("nb.TopTokens: k is %d; want at least 1", k))
+	}
+	all, err := tr.TopLogits(row, m.Model.Vocab) // the softmax reads them all
 	if err != nil {
 		panic(fmt.Errorf("nb.TopTokens: %w", err))
 	}
-	rows := tr.Shape("logits")[0]
-	if row < 0 {
-		row += rows
+	return m.ranked(all, k)
+}
+
+// ranked is the first k of a row's whole ranking (trace.TopOf, highest
+// first) with each token's text and probability under the row's softmax.
+func (m *Model) ranked(all []trace.TokenLogit, k int) []RankedToken {
+	var sum float64 // from the largest logit, all[0]'s
+	for _, t := range all {
+		sum += math.Exp(float64(t.Logit) - float64(all[0].Logit))
 	}
-	logits := Must(tr.Rows("logits", row, row+1)).Data
-	var sum float64 // the softmax's, from the largest logit
-	for _, v := range logits {
-		sum += math.Exp(float64(v) - float64(top[0].Logit))
-	}
-	out := make([]RankedToken, len(top))
-	for i, t := range top {
-		out[i] = RankedToken{Token: m.Pieces([]int32{t.ID})[0], Logit: t.Logit, Prob: math.Exp(float64(t.Logit)-float64(top[0].Logit)) / sum}
+	out := make([]RankedToken, min(k, len(all)))
+	for i, t := range all[:len(out)] {
+		out[i] = RankedToken{Token: m.Pieces([]int32{t.ID})[0], Logit: t.Logit, Prob: math.Exp(float64(t.Logit)-float64(all[0].Logit)) / sum}
 	}
 	return out
 }
@@ -214,11 +218,7 @@ func (m *Model) TestPrompt(prompt, answer string, k int) PromptTest {
 		row := len(ids) - 1 + i
 		logits := Must(tr.Rows("logits", row, row+1)).Data
 		prob, rank := trace.ProbRank(logits, int(id))
-		step := AnswerStep{Token: out.Answer[i], Rank: rank, Logit: logits[id], Prob: prob}
-		for _, t := range Must(tr.TopLogits(row, k)) {
-			p, _ := trace.ProbRank(logits, int(t.ID))
-			step.Top = append(step.Top, RankedToken{Token: m.Pieces([]int32{t.ID})[0], Logit: t.Logit, Prob: p})
-		}
+		step := AnswerStep{Token: out.Answer[i], Rank: rank, Logit: logits[id], Prob: prob, Top: m.ranked(trace.TopOf(logits, len(logits)), k)}
 		out.Steps = append(out.Steps, step)
 	}
 	return out

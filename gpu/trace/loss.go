@@ -90,18 +90,25 @@ func (t *Trace) TopLogits(row, k int) (top []TokenLogit, err error) {
 		if k < 1 {
 			return fmt.Errorf("trace: TopLogits: k is %d; want at least 1", k)
 		}
-		x := l.Data[row*v : (row+1)*v]
-		order := make([]int32, v)
-		for i := range order {
-			order[i] = int32(i)
-		}
-		slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(x[b], x[a]) })
-		for _, id := range order[:min(k, v)] {
-			top = append(top, TokenLogit{id, x[id]})
-		}
+		top = TopOf(l.Data[row*v:(row+1)*v], k)
 		return nil
 	})
 	return top, err
+}
+
+// TopOf is the k highest of a row of logits x with their tokens, highest
+// first; ties go to the lower id.
+func TopOf(x []float32, k int) []TokenLogit {
+	order := make([]int32, len(x))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(x[b], x[a]) })
+	top := make([]TokenLogit, min(max(k, 0), len(x)))
+	for i, id := range order[:len(top)] {
+		top[i] = TokenLogit{id, x[id]}
+	}
+	return top
 }
 
 // TokenLogProbs returns, for each position i < T-1, the log-probability the
