@@ -216,35 +216,42 @@ func (c *Config) QDim() int { return c.Heads * c.HeadDim }
 // KVDim is the width of all key (or value) heads together.
 func (c *Config) KVDim() int { return c.KVHeads * c.HeadDim }
 
-// archTraits is what sets an architecture apart: the layer program and the
+// Arch is what sets an architecture apart: the layer program and the
 // loader read these, never the architecture's name.
-type archTraits struct {
-	rope      RopeMode
-	norm      NormKind
-	pos       PosKind
-	mlp       MLPKind
-	qkvBias   bool
-	qkNorm    bool
-	bias      bool
-	fusedQKV  bool
-	fusedUp   bool // gate and up in one ffn_up tensor
-	gemma     bool // embedding times sqrt(d_model), post-norms, 27B-class query scale
-	softcaps  bool // reads attn_ and final_logit_softcapping
-	swa       int  // sliding-window pattern (llama.cpp's set_swa_pattern)
-	localBase float64
+type Arch struct {
+	Rope      RopeMode
+	Norm      NormKind
+	Pos       PosKind
+	MLP       MLPKind
+	QKVBias   bool
+	QKNorm    bool
+	Bias      bool
+	FusedQKV  bool
+	FusedUp   bool // gate and up in one ffn_up tensor
+	Gemma     bool // embedding times sqrt(d_model), post-norms, 27B-class query scale
+	Softcaps  bool // reads attn_ and final_logit_softcapping
+	SWA       int  // sliding-window pattern (llama.cpp's set_swa_pattern)
+	LocalBase float64
 }
 
-var architectures = map[string]archTraits{
-	"llama":  {rope: RopeAdjacent},
-	"qwen2":  {rope: RopeNeoX, qkvBias: true},
-	"qwen3":  {rope: RopeNeoX, qkNorm: true},
-	"gpt2":   {norm: NormLayer, pos: PosLearned, mlp: MLPGELU, qkvBias: true, bias: true, fusedQKV: true},
-	"gemma2": {rope: RopeNeoX, mlp: MLPGeGLU, gemma: true, softcaps: true, swa: 2},
-	"gemma3": {rope: RopeNeoX, mlp: MLPGeGLU, gemma: true, qkNorm: true, swa: 6, localBase: 10000},
-	"phi3":   {rope: RopeNeoX, fusedQKV: true, fusedUp: true},
+var architectures = map[string]Arch{
+	"llama":  {Rope: RopeAdjacent},
+	"qwen2":  {Rope: RopeNeoX, QKVBias: true},
+	"qwen3":  {Rope: RopeNeoX, QKNorm: true},
+	"gpt2":   {Norm: NormLayer, Pos: PosLearned, MLP: MLPGELU, QKVBias: true, Bias: true, FusedQKV: true},
+	"gemma2": {Rope: RopeNeoX, MLP: MLPGeGLU, Gemma: true, Softcaps: true, SWA: 2},
+	"gemma3": {Rope: RopeNeoX, MLP: MLPGeGLU, Gemma: true, QKNorm: true, SWA: 6, LocalBase: 10000},
+	"phi3":   {Rope: RopeNeoX, FusedQKV: true, FusedUp: true},
 	// Experts come from the metadata (expert_count), so llama files with
 	// experts (Mixtral) are mixtures too.
-	"qwen3moe": {rope: RopeNeoX, qkNorm: true},
+	"qwen3moe": {Rope: RopeNeoX, QKNorm: true},
+}
+
+// ArchOf is the architecture named by general.architecture, as data: what its
+// layers have and how they are read.
+func ArchOf(name string) (Arch, bool) {
+	a, ok := architectures[name]
+	return a, ok
 }
 
 // Architectures lists the supported general.architecture values.
@@ -267,8 +274,8 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	if !ok {
 		return Config{}, fmt.Errorf("model: architecture %q is not supported (supported: %s)", arch, strings.Join(Architectures(), ", "))
 	}
-	c := Config{Arch: arch, Norm: traits.norm, Pos: traits.pos, MLP: traits.mlp,
-		QKVBias: traits.qkvBias, QKNorm: traits.qkNorm, Bias: traits.bias, FusedQKV: traits.fusedQKV, FusedGateUp: traits.fusedUp}
+	c := Config{Arch: arch, Norm: traits.Norm, Pos: traits.Pos, MLP: traits.MLP,
+		QKVBias: traits.QKVBias, QKNorm: traits.QKNorm, Bias: traits.Bias, FusedQKV: traits.FusedQKV, FusedGateUp: traits.FusedUp}
 	c.Name, _ = f.String("general.name")
 	p := arch + "."
 	need := func(key string, dst *int) {
@@ -325,7 +332,7 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	if c.Rope.Dim > c.HeadDim || c.Rope.Dim%2 != 0 {
 		return c, fmt.Errorf("model: rope.dimension_count %d must be even and at most the head dimension %d", c.Rope.Dim, c.HeadDim)
 	}
-	c.Rope.Mode = traits.rope
+	c.Rope.Mode = traits.Rope
 	if c.Rope.Theta, err = optFloat(f, p+"rope.freq_base", 10000, 1, 1e12); err != nil {
 		return c, err
 	}
@@ -347,14 +354,14 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	if err := c.readExperts(f, p); err != nil {
 		return c, err
 	}
-	if traits.gemma {
+	if traits.Gemma {
 		c.PostNorms = true
 		c.EmbedScale = float32(math.Sqrt(float64(c.DModel)))
 		if c.Layers == gemmaLargeLayers[arch] {
 			c.AttnScale = float32(1 / math.Sqrt(float64(c.DModel/c.Heads)))
 		}
 	}
-	if traits.softcaps {
+	if traits.Softcaps {
 		var v float64
 		if v, err = optFloat(f, p+"attn_logit_softcapping", 0, 0, 1e6); err != nil {
 			return c, err
@@ -365,14 +372,14 @@ func ReadConfig(f *gguf.File) (Config, error) {
 		}
 		c.FinalSoftcap = float32(v)
 	}
-	if traits.swa > 0 {
-		c.SWAPattern = traits.swa
+	if traits.SWA > 0 {
+		c.SWAPattern = traits.SWA
 		opt("attention.sliding_window", &c.SlidingWindow, 4096) // gemma2's, where llama.cpp defaults it
 		if err != nil {
 			return c, err
 		}
-		if traits.localBase > 0 {
-			local := Rope{Mode: c.Rope.Mode, Dim: c.Rope.Dim, Theta: traits.localBase,
+		if traits.LocalBase > 0 {
+			local := Rope{Mode: c.Rope.Mode, Dim: c.Rope.Dim, Theta: traits.LocalBase,
 				Scaling: RopeScaling{Type: "none", Factor: 1, BetaFast: 32, BetaSlow: 1, AttnFactor: 1}}
 			c.LocalRope = &local
 		}
@@ -417,13 +424,13 @@ func (c *Config) readExperts(f *gguf.File, p string) error {
 	return nil
 }
 
-// maxDim bounds every size read from metadata; the tensors' shapes bound
+// MaxDim bounds every size read from metadata; the tensors' shapes bound
 // them further when the model is loaded.
-const maxDim = 1 << 24
+const MaxDim = 1 << 24
 
 func intInRange(key string, v int) error {
-	if v <= 0 || v > maxDim {
-		return fmt.Errorf("model: %s = %d is out of range: want 1..%d", key, v, maxDim)
+	if v <= 0 || v > MaxDim {
+		return fmt.Errorf("model: %s = %d is out of range: want 1..%d", key, v, MaxDim)
 	}
 	return nil
 }

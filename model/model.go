@@ -206,16 +206,16 @@ func Load(f *gguf.File) (*Model, error) {
 			l.DownBias = b.vector(n("ffn_down.bias"), c.DModel)
 		}
 	}
-	if _, ok := f.Tensor(ropeLong); ok {
+	if _, ok := f.Tensor(RopeLongTensor); ok {
 		if err := c.loadLongRope(f, &b); err != nil {
 			return nil, err
 		}
 	}
-	if _, ok := f.Tensor(ropeFreqs); ok {
-		c.Rope.FreqFactors = b.vector(ropeFreqs, c.Rope.Dim/2)
+	if _, ok := f.Tensor(RopeFreqsTensor); ok {
+		c.Rope.FreqFactors = b.vector(RopeFreqsTensor, c.Rope.Dim/2)
 		for i, v := range c.Rope.FreqFactors {
 			if !(v > 0 && !math.IsInf(float64(v), 0)) {
-				return nil, fmt.Errorf("model: tensor %s: factor %d is %g, want a positive number", ropeFreqs, i, v)
+				return nil, fmt.Errorf("model: tensor %s: factor %d is %g, want a positive number", RopeFreqsTensor, i, v)
 			}
 		}
 	}
@@ -232,12 +232,12 @@ func Load(f *gguf.File) (*Model, error) {
 	return m, nil
 }
 
-// ropeFreqs is the tensor of RoPE frequency factors (Rope.FreqFactors).
-const ropeFreqs = "rope_freqs.weight"
+// RopeFreqsTensor is the tensor of RoPE frequency factors (Rope.FreqFactors).
+const RopeFreqsTensor = "rope_freqs.weight"
 
 // Phi-3's long-context RoPE factors: long for a context past the original
 // one, short within it.
-const ropeLong, ropeShort = "rope_factors_long.weight", "rope_factors_short.weight"
+const RopeLongTensor, RopeShortTensor = "rope_factors_long.weight", "rope_factors_short.weight"
 
 // loadLongRope reads Phi-3's two sets of RoPE factors and the original
 // context that chooses between them.
@@ -245,16 +245,16 @@ func (c *Config) loadLongRope(f *gguf.File, b *binder) error {
 	key := c.Arch + ".rope.scaling.original_context_length"
 	orig, err := f.Int(key)
 	if err != nil {
-		return fmt.Errorf("model: %s has %s but %w", c.Arch, ropeLong, err)
+		return fmt.Errorf("model: %s has %s but %w", c.Arch, RopeLongTensor, err)
 	}
 	if err := intInRange(key, orig); err != nil {
 		return err
 	}
-	long, short := b.vector(ropeLong, c.Rope.Dim/2), b.vector(ropeShort, c.Rope.Dim/2)
+	long, short := b.vector(RopeLongTensor, c.Rope.Dim/2), b.vector(RopeShortTensor, c.Rope.Dim/2)
 	if b.err != nil {
 		return b.err
 	}
-	for name, v := range map[string][]float32{ropeLong: long, ropeShort: short} {
+	for name, v := range map[string][]float32{RopeLongTensor: long, RopeShortTensor: short} {
 		for i, x := range v {
 			if !(x > 0 && !math.IsInf(float64(x), 0)) {
 				return fmt.Errorf("model: tensor %s: factor %d is %g, want a positive number", name, i, x)

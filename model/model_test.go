@@ -15,13 +15,14 @@ import (
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
 )
 
 // rebuild generates a model of shape and re-writes it through edit, which
 // may change keys and drop or reshape tensors.
 func rebuild(t *testing.T, shape string, edit func(key string, v any) (any, bool), tensor func(ti *gguf.TensorInfo) ([]int64, bool)) (*model.Model, error) {
 	t.Helper()
-	w, err := model.Generate(model.Shapes[shape], gguf.F32, 1)
+	w, err := synth.Generate(synth.Shapes[shape], gguf.F32, 1)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	_, err = w.WriteTo(&buf)
@@ -176,7 +177,7 @@ func TestGemmaLayouts(t *testing.T) {
 
 	// The 27B of each generation scales queries by 1/sqrt(d_model/heads).
 	for arch, layers := range map[string]uint32{"gemma2": 46, "gemma3": 62} {
-		w, err := model.Generate(model.Shapes["tiny-"+arch], gguf.F32, 1)
+		w, err := synth.Generate(synth.Shapes["tiny-"+arch], gguf.F32, 1)
 		require.NoError(t, err)
 		var buf bytes.Buffer
 		_, err = w.WriteTo(&buf)
@@ -230,7 +231,7 @@ func TestPhi3Layout(t *testing.T) {
 
 	// The same weights with Q, K and V stored apart load the same.
 	q, k, v := m.QDim(), m.KVDim(), m.KVDim()
-	w, err := model.Generate(model.Shapes["tiny-phi3"], gguf.F32, 1)
+	w, err := synth.Generate(synth.Shapes["tiny-phi3"], gguf.F32, 1)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	_, err = w.WriteTo(&buf)
@@ -277,7 +278,7 @@ func TestMixtureLayouts(t *testing.T) {
 	for _, shape := range []string{"tiny-qwen3moe", "tiny-mixtral"} {
 		m, err := rebuild(t, shape, nil, nil)
 		require.NoError(t, err, shape)
-		sh := model.Shapes[shape]
+		sh := synth.Shapes[shape]
 		require.Equal(t, [3]int{sh.Experts, sh.ExpertsUsed, sh.ExpertFFN}, [3]int{m.Experts, m.ExpertsUsed, m.ExpertFFN}, shape)
 		require.Len(t, m.Blocks[1].Experts, sh.Experts)
 		require.Nil(t, m.Blocks[1].Gate)
@@ -372,7 +373,7 @@ func TestRopeScalingFromMetadata(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "none", m.Rope.Scaling.Type)
 	add := func(kvs map[string]any) (*model.Model, error) {
-		w, err := model.Generate(model.Shapes["tiny-qwen3"], gguf.F32, 1)
+		w, err := synth.Generate(synth.Shapes["tiny-qwen3"], gguf.F32, 1)
 		require.NoError(t, err)
 		for k, v := range kvs {
 			require.NoError(t, w.AddKV(k, v))
@@ -427,7 +428,7 @@ func TestLlama3FrequencyFactorsFromTheFile(t *testing.T) {
 	require.Nil(t, plain.Rope.FreqFactors, "no rope_freqs.weight: no factors")
 
 	withFactors := func(ff []float32) error {
-		w, err := model.Generate(model.Shapes["tiny-llama"], gguf.F32, 1)
+		w, err := synth.Generate(synth.Shapes["tiny-llama"], gguf.F32, 1)
 		require.NoError(t, err)
 		raw := make([]byte, 4*len(ff))
 		for i, v := range ff {
@@ -458,11 +459,11 @@ func TestLlama3FrequencyFactorsFromTheFile(t *testing.T) {
 // of about 70 MB allocates a small part of that (before, every tensor was
 // made first and held until the file was written).
 func TestGenerateHoldsOneTensorAtATime(t *testing.T) {
-	s := model.Shapes["tiny-qwen3"]
+	s := synth.Shapes["tiny-qwen3"]
 	s.Layers = 40
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	w, err := model.Generate(s, gguf.F32, 1)
+	w, err := synth.Generate(s, gguf.F32, 1)
 	require.NoError(t, err)
 	size := w.Size()
 	n, err := w.WriteTo(io.Discard)

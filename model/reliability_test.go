@@ -12,6 +12,7 @@ import (
 
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
 )
 
 // withKeys generates a model of shape and writes it again with the keys in
@@ -19,7 +20,7 @@ import (
 // bytes.
 func withKeys(t *testing.T, shape string, set map[string]any) []byte {
 	t.Helper()
-	w, err := model.Generate(model.Shapes[shape], gguf.F32, 1)
+	w, err := synth.Generate(synth.Shapes[shape], gguf.F32, 1)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	_, err = w.WriteTo(&buf)

@@ -10,5 +10,5 @@ const DefaultName = "gostd-qwen3-4m"
 //go:embed gostd-qwen3-4m.gguf
 var defaultGGUF []byte
 
-// Default returns the default model's GGUF file. The slice is shared: do not modify it.
-func Default() []byte { return defaultGGUF }
+// GGUF returns the default model's GGUF file. The slice is shared: do not modify it.
+func GGUF() []byte { return defaultGGUF }

@@ -23,7 +23,7 @@ const (
 )
 
 func TestDefaultIsTheTrainedQwen3(t *testing.T) {
-	data := Default()
+	data := GGUF()
 	assert.LessOrEqual(t, len(data), 12<<20, "the embedded model should stay within about 12 MB")
 	f, err := gguf.Parse(data, DefaultName+".gguf")
 	require.NoError(t, err)
@@ -120,7 +120,7 @@ func TestReferenceShapes(t *testing.T) {
 // The tokenizer stored in the GGUF, run by the project's tokenizer, must give the ids the
 // reference was computed on (bpe wrote them; the BOS comes from add_bos_token).
 func TestEmbeddedTokenizerGivesReferenceTokens(t *testing.T) {
-	f, err := gguf.Parse(Default(), DefaultName+".gguf")
+	f, err := gguf.Parse(GGUF(), DefaultName+".gguf")
 	require.NoError(t, err)
 	tok, err := tokenizer.FromGGUF(f)
 	require.NoError(t, err)

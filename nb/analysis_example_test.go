@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/nb"
 )
 
@@ -144,7 +144,7 @@ func ExampleModel_SteeringVector() {
 	m := cpu()
 	v := m.SteeringVector("var x string", "var x int", 1, -1)
 	steered := m.Prefill("func f() ", nb.Steer(1, v, 4))
-	same := m.Prefill("func f() ", nb.Hooks(gpu.AddVector(gpu.LayerPoint(1, "hook_resid_pre"), v, 4, nil)))
+	same := m.Prefill("func f() ", nb.Hooks(engine.AddVector(engine.LayerPoint(1, "hook_resid_pre"), v, 4, nil)))
 	plain := m.Prefill("func f() ")
 	fmt.Println(len(v), m.Pieces(plain.Predicted), m.Pieces(steered.Predicted), m.Pieces(same.Predicted))
 	// Output:
@@ -334,7 +334,7 @@ func ExampleModel_TestPrompt() {
 func ExampleSample() {
 	m := cpu()
 	draw := func(seed uint64) string {
-		return m.Generate("func main() {", 6, nb.Sample(gpu.Sampler{Temperature: 0.8, TopP: 0.95, Seed: seed}))
+		return m.Generate("func main() {", 6, nb.Sample(engine.Sampler{Temperature: 0.8, TopP: 0.95, Seed: seed}))
 	}
 	fmt.Println(draw(1) == draw(1), draw(1) == draw(2))
 	// Output:

@@ -4,18 +4,19 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stratalab/strata/gguf"
-	"github.com/stratalab/strata/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/model/synth"
 )
 
 // The KV cache starts at minCache positions, not the model's context, and
 // grows as prompts need, keeping what it holds: a continued prefill across
 // a growth gives the logits of one pass.
 func TestTheCacheGrowsAsPromptsNeed(t *testing.T) {
-	shape := model.Shapes["tiny-llama"]
+	shape := synth.Shapes["tiny-llama"]
 	shape.Context = 1 << 16
-	w, err := model.Generate(shape, gguf.F32, 3)
+	w, err := synth.Generate(shape, gguf.F32, 3)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "long.gguf")
 	require.NoError(t, w.WriteFile(path))

@@ -6,10 +6,11 @@ import (
 	"math"
 	"math/cmplx"
 
-	"github.com/stratalab/strata/gpu/trace"
-	"github.com/stratalab/strata/model"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/trace"
 )
 
 // HeadWeights are one attention head's matrices as TransformerLens names

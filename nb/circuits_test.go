@@ -8,17 +8,19 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stratalab/strata/gguf"
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/model"
-	"github.com/stratalab/strata/nb"
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
+	"github.com/stratalab/strata/nb"
 )
 
 func openGenerated(t *testing.T, shape string) *nb.Model {
-	w, err := model.Generate(model.Shapes[shape], gguf.F32, 5)
+	w, err := synth.Generate(synth.Shapes[shape], gguf.F32, 5)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), shape+".gguf")
 	f, err := os.Create(path)
@@ -44,8 +46,8 @@ func TestHeadWeightsAreWhatThePrefillMultipliesBy(t *testing.T) {
 			c := &m.Model.Config
 			tokens := []int32{72, 101, 108, 108, 111, 44, 32, 119}
 			const layer = 1
-			tr := m.Prefill(tokens, nb.Capture(gpu.LayerPoint(layer, "*")))
-			get := func(p string) []float32 { return nb.Must(tr.Get(gpu.LayerPoint(layer, p))).Data }
+			tr := m.Prefill(tokens, nb.Capture(engine.LayerPoint(layer, "*")))
+			get := func(p string) []float32 { return nb.Must(tr.Get(engine.LayerPoint(layer, p))).Data }
 			resid, scale := get("hook_resid_pre"), get("ln1.hook_scale")
 			b := &m.Model.Blocks[layer]
 			// What the folded weights leave out: the norm's bias through the

@@ -10,13 +10,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/backend/vulkan"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
-	"github.com/stratalab/strata/gpu/vulkan"
 	"github.com/stratalab/strata/internal/sharedtest"
-	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
 	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/trace"
 )
 
 // Issue 15.1: one nb.Model used from many goroutines (as GoNB cells and
@@ -133,7 +133,7 @@ func equal(a, b []float32) bool {
 // stops at the end of the context, returns what it made and says why.
 func TestGenerateStopsAtTheEndOfTheContext(t *testing.T) {
 	// A small random model (context 512) keeps filling the context quick.
-	w, err := model.Generate(model.Shapes["tiny-llama"], gguf.F32, 3)
+	w, err := synth.Generate(synth.Shapes["tiny-llama"], gguf.F32, 3)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "tiny.gguf")
 	require.NoError(t, w.WriteFile(path))
@@ -150,9 +150,9 @@ func TestGenerateStopsAtTheEndOfTheContext(t *testing.T) {
 	}
 	t.Logf("%d tokens, stopped by %v", len(g.Tokens), g.Stop)
 	switch g.Stop {
-	case gpu.StopContext:
+	case engine.StopContext:
 		require.Len(t, g.Tokens, c-len(ids)+1, "the whole context was used")
-	case gpu.StopEOS:
+	case engine.StopEOS:
 		require.Less(t, len(g.Tokens), c-len(ids)+1)
 	default:
 		t.Fatalf("stopped by %v", g.Stop)
@@ -162,19 +162,19 @@ func TestGenerateStopsAtTheEndOfTheContext(t *testing.T) {
 	m.Prefill(make([]int32, c-3))
 	g, err = m.TryGenerate([]int32{5}, 100, nb.Continue())
 	require.NoError(t, err)
-	if g.Stop != gpu.StopEOS {
-		require.Equal(t, gpu.StopContext, g.Stop)
+	if g.Stop != engine.StopEOS {
+		require.Equal(t, engine.StopContext, g.Stop)
 		require.Len(t, g.Tokens, 3)
 	}
 
 	g, err = m.TryGenerate(prompt, 2)
 	require.NoError(t, err)
-	if g.Stop != gpu.StopEOS {
-		require.Equal(t, gpu.StopLength, g.Stop)
+	if g.Stop != engine.StopEOS {
+		require.Equal(t, engine.StopLength, g.Stop)
 		require.Len(t, g.Tokens, 2)
 	}
 	_, err = m.TryGenerate(make([]int32, c+1), 5)
-	require.ErrorIs(t, err, gpu.ErrCacheFull)
+	require.ErrorIs(t, err, engine.ErrCacheFull)
 	require.ErrorContains(t, err, fmt.Sprintf("the prompt is %d tokens, which exceed the KV cache of %d positions (the model's context is %d tokens)", c+1, c, c))
 }
 

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/model/tokenizer"
+	"github.com/stratalab/strata/trace"
 )
 
 // RepeatedRandom returns n random ordinary tokens (tokenizer.IsOrdinary:
@@ -125,7 +125,7 @@ func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*tra
 	for l := range out {
 		out[l] = make([]float64, len(corruptIDs))
 		for p := range corruptIDs {
-			patch := Hooks(gpu.Patch(gpu.LayerPoint(l, point), src, []int{p}))
+			patch := Hooks(engine.Patch(engine.LayerPoint(l, point), src, []int{p}))
 			out[l][p] = m.score(metric, corruptIDs, append(opts[:len(opts):len(opts)], patch)...)
 		}
 	}

@@ -4,15 +4,16 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/nb"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/nb"
 )
 
 // generateByPrefills is a generation written the slow, plain way: the whole
 // sequence prefilled again for each token, from a fresh cache, with the
 // same options; the token is the prediction, or a draw from the last row.
-func generateByPrefills(t *testing.T, m *nb.Model, prompt string, n int, s gpu.Sampler, opts ...nb.Option) []int32 {
+func generateByPrefills(t *testing.T, m *nb.Model, prompt string, n int, s engine.Sampler, opts ...nb.Option) []int32 {
 	ids := m.Tokens(prompt)
 	draws := s.Start()
 	var out []int32
@@ -30,21 +31,21 @@ func generateByPrefills(t *testing.T, m *nb.Model, prompt string, n int, s gpu.S
 func TestSampledGenerationDrawsFromEachStepsLogits(t *testing.T) {
 	m := nb.MustOpen("")
 	const prompt = "func main() {"
-	s := gpu.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 7}
+	s := engine.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 7}
 	g, err := m.TryGenerate(prompt, 12, nb.Sample(s))
 	require.NoError(t, err)
-	require.Equal(t, gpu.StopLength, g.Stop)
+	require.Equal(t, engine.StopLength, g.Stop)
 	require.Equal(t, generateByPrefills(t, m, prompt, 12, s), g.Tokens)
 
 	again, err := m.TryGenerate(prompt, 12, nb.Sample(s))
 	require.NoError(t, err)
 	require.Equal(t, g.Tokens, again.Tokens, "the same seed")
-	other, err := m.TryGenerate(prompt, 12, nb.Sample(gpu.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 8}))
+	other, err := m.TryGenerate(prompt, 12, nb.Sample(engine.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 8}))
 	require.NoError(t, err)
 	require.NotEqual(t, g.Tokens, other.Tokens, "another seed")
 
 	greedy := m.Generate(prompt, 12)
-	require.Equal(t, greedy, m.Generate(prompt, 12, nb.Sample(gpu.Sampler{Temperature: 1, TopK: 1, Seed: 3})), "top-k 1 is greedy")
+	require.Equal(t, greedy, m.Generate(prompt, 12, nb.Sample(engine.Sampler{Temperature: 1, TopK: 1, Seed: 3})), "top-k 1 is greedy")
 }
 
 func TestSteeredGenerationSteersEveryStep(t *testing.T) {
@@ -58,11 +59,11 @@ func TestSteeredGenerationSteersEveryStep(t *testing.T) {
 	}{
 		{"every position", nb.Steer(1, vec, 4)},
 		{"one position of the prompt", nb.Steer(1, vec, 4, m.Position(prompt, " <"))},
-		{"and an ablation", nb.Hooks(gpu.AblateHead(3, 3))},
+		{"and an ablation", nb.Hooks(engine.AblateHead(3, 3))},
 	} {
 		g, err := m.TryGenerate(prompt, 8, c.steer)
 		require.NoError(t, err, c.name)
-		require.Equal(t, generateByPrefills(t, m, prompt, 8, gpu.Sampler{}, c.steer), g.Tokens, c.name)
+		require.Equal(t, generateByPrefills(t, m, prompt, 8, engine.Sampler{}, c.steer), g.Tokens, c.name)
 		require.NotEqual(t, plain, g.Text, c.name)
 	}
 }
@@ -74,10 +75,10 @@ func TestPromptHooksActInThePromptOnly(t *testing.T) {
 	const prompt = "for i := n; i < 0; i"
 	at := m.Position(prompt, " <")
 	vec := m.SteeringVector("for i := n; i > 0; i", prompt, 1, at)
-	add := gpu.AddVector(gpu.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{at})
+	add := engine.AddVector(engine.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{at})
 	steered := m.Generate(prompt, 8, nb.Steer(1, vec, 4, at))
 	require.Equal(t, steered, m.Generate(prompt, 8, nb.PromptHooks(add)))
-	first := gpu.AddVector(gpu.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{0})
+	first := engine.AddVector(engine.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{0})
 	require.NotEqual(t, m.Generate(prompt, 8, nb.PromptHooks(first)), m.Generate(prompt, 8, nb.Hooks(first)), "row 0 of every step")
 	tr := m.Prefill(prompt, nb.PromptHooks(add), nb.Capture("blocks.1.hook_resid_pre"))
 	require.Equal(t, nb.Must(m.Prefill(prompt, nb.Hooks(add), nb.Capture("blocks.1.hook_resid_pre")).Get("blocks.1.hook_resid_pre")).Data,
@@ -92,9 +93,9 @@ func TestGenerateAndPrefillRefuseTheOthersOptions(t *testing.T) {
 	}
 	_, err := m.TryGenerate("x", 2, nb.Capture("*"), nb.Layers(0, 1), nb.Capture("hook_embed"))
 	require.ErrorContains(t, err, "Generate has no use for Capture, Layers:")
-	_, err = m.Try("x", nb.Sample(gpu.Sampler{Temperature: 1}))
+	_, err = m.Try("x", nb.Sample(engine.Sampler{Temperature: 1}))
 	require.ErrorContains(t, err, "Sample draws the tokens Generate adds")
-	_, err = m.TryGenerate("x", 2, nb.Sample(gpu.Sampler{TopP: 0.5}))
+	_, err = m.TryGenerate("x", 2, nb.Sample(engine.Sampler{TopP: 0.5}))
 	require.ErrorContains(t, err, "set a temperature above 0")
 }
 
@@ -105,7 +106,7 @@ func TestContinuingAfterAGenerationKeepsItsLastToken(t *testing.T) {
 	ids := m.Tokens("func main() {")
 	a, err := m.TryGenerate(ids, 3)
 	require.NoError(t, err)
-	require.Equal(t, gpu.StopLength, a.Stop)
+	require.Equal(t, engine.StopLength, a.Stop)
 	next := []int32{m.Token("\n")}
 	b, err := m.TryGenerate(next, 4, nb.Continue())
 	require.NoError(t, err)

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stratalab/strata/gpu"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/engine"
 )
 
 // A call that waits behind a Host function says why it may wait forever:
@@ -22,7 +23,7 @@ func TestACallWaitingBehindAHostFunctionSaysSo(t *testing.T) {
 	os.Stderr = w
 
 	inner := make(chan error, 1)
-	hook := gpu.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
+	hook := engine.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
 		go func() { _, err := m.Try("x"); inner <- err }()
 		time.Sleep(300 * time.Millisecond) // the other call waits and warns
 		return nil
@@ -45,7 +46,7 @@ func TestAHostFunctionCallingItsModelIsAnError(t *testing.T) {
 	m := MustOpen("", "cpu")
 	before := m.Prefill("func main() {").Predicted
 	var inner error
-	calls := gpu.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
+	calls := engine.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
 		_, inner = m.Try("x")
 		return nil
 	}}
@@ -53,7 +54,7 @@ func TestAHostFunctionCallingItsModelIsAnError(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, inner, "a hook's Host function called the Model that runs it")
 
-	panics := gpu.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
+	panics := engine.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
 		m.Prefill("x")
 		return nil
 	}}

@@ -17,11 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/backends"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/backends"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
+	"github.com/stratalab/strata/models"
+	"github.com/stratalab/strata/trace"
 )
 
 // Model is a model made resident on a backend, with a session for
@@ -32,14 +33,14 @@ import (
 // (a Generate runs to its end before another call starts). Continue and
 // Start are step-wise state of that one session, so they mean "after the
 // model's previous call", whichever goroutine made it: give each goroutine
-// its own Model (or gpu.Session) for concurrent conversations.
+// its own Model (or engine.Session) for concurrent conversations.
 type Model struct {
-	*gpu.Engine
+	*engine.Engine
 	// Note says which backend runs the model and why.
 	Note string
 
 	mu   sync.Mutex // serialises the calls that use sess
-	sess *gpu.Session
+	sess *engine.Session
 	// pending is the last token a generation chose, which a continuing
 	// call runs first (under mu).
 	pending []int32
@@ -69,7 +70,7 @@ func (m *Model) owns(call string, tr *trace.Trace) {
 	if tr == nil {
 		panic(fmt.Errorf("nb.%s of a nil trace", call))
 	}
-	if err := tr.Model.Matches(gpu.TraceModel(&m.Model.Config)); err != nil {
+	if err := tr.Model.Matches(engine.TraceModel(&m.Model.Config)); err != nil {
 		panic(fmt.Errorf("nb.%s: %w", call, err))
 	}
 }
@@ -119,7 +120,7 @@ func goroutineID() uint64 {
 }
 
 // watchHosts counts the Host functions of hooks while they run, for lock.
-func (m *Model) watchHosts(hooks []gpu.Hook) []gpu.Hook {
+func (m *Model) watchHosts(hooks []engine.Hook) []engine.Hook {
 	hooks = slices.Clone(hooks)
 	for i, h := range hooks {
 		if host := h.Host; host != nil {
@@ -162,14 +163,14 @@ func OpenPlaced(path, backend, placement string) (*Model, error) {
 	var m *model.Model
 	var err error
 	if path == "" {
-		m, err = model.Default()
+		m, err = models.Open()
 	} else {
 		m, err = model.Open(path)
 	}
 	if err != nil {
 		return nil, err
 	}
-	e, note, err := backends.Engine(m, backend, placement, gpu.PlanRequest{Capacity: m.Context, Tokens: 1})
+	e, note, err := backends.Engine(m, backend, placement, engine.PlanRequest{Capacity: m.Context, Tokens: 1})
 	if err != nil {
 		if placement != "" {
 			return nil, fmt.Errorf("nb: placement %q: %w", placement, err)
@@ -201,14 +202,14 @@ func MustOpenPlaced(path, backend, placement string) *Model {
 type Option func(*settings)
 
 type settings struct {
-	o        gpu.Options
+	o        engine.Options
 	cont     bool
 	ctx      context.Context
 	captured bool
 	// For generation: which of o.Hooks act in the prompt's prefill only,
 	// and how tokens are drawn.
 	promptOnly []int
-	sample     *gpu.Sampler
+	sample     *engine.Sampler
 	// Options a generation has no use for, by name.
 	prefillOnly []string
 }
@@ -232,21 +233,21 @@ func Layers(first, last int) Option {
 	}
 }
 
-// Hooks intervenes during the prefill (gpu.AblateHead, gpu.Patch, ...), or
+// Hooks intervenes during the prefill (engine.AblateHead, engine.Patch, ...), or
 // at every step of a generation, each step seeing its own rows: after the
-// prompt, one row, so a hook at given rows (gpu.AddVector with positions,
-// gpu.Patch) or one that averages over rows (gpu.MeanAblateHead) means
+// prompt, one row, so a hook at given rows (engine.AddVector with positions,
+// engine.Patch) or one that averages over rows (engine.MeanAblateHead) means
 // something else there; give those as PromptHooks.
 //
 // A hook's Host function must not call the Model that runs it: the model
 // runs one call at a time, so such a call is an error (a call from a
 // goroutine the Host function starts would wait forever; after 3 s it says
 // so on stderr). A Host function's panic is an error of the prefill.
-func Hooks(h ...gpu.Hook) Option { return func(s *settings) { s.o.Hooks = append(s.o.Hooks, h...) } }
+func Hooks(h ...engine.Hook) Option { return func(s *settings) { s.o.Hooks = append(s.o.Hooks, h...) } }
 
 // PromptHooks are Hooks that act in a generation's prompt only (in a
 // prefill, everywhere, as Hooks).
-func PromptHooks(h ...gpu.Hook) Option {
+func PromptHooks(h ...engine.Hook) Option {
 	return func(s *settings) {
 		for _, hook := range h {
 			s.o.Hooks = append(s.o.Hooks, hook)
@@ -259,7 +260,7 @@ func PromptHooks(h ...gpu.Hook) Option {
 // the last; so do the final norm's points (ln_final.*).
 func AllLogits() Option {
 	return func(s *settings) {
-		s.o.Logits = gpu.LogitsAll
+		s.o.Logits = engine.LogitsAll
 		s.prefillOnly = append(s.prefillOnly, "AllLogits")
 	}
 }
@@ -274,17 +275,17 @@ func Budget(bytes int64) Option {
 
 // Sample makes Generate draw each token as sampler says (temperature,
 // top-k, top-p, min-p, seed) instead of taking the most likely one.
-func Sample(sampler gpu.Sampler) Option { return func(s *settings) { s.sample = &sampler } }
+func Sample(sampler engine.Sampler) Option { return func(s *settings) { s.sample = &sampler } }
 
 // Fast runs the prefill's matrix products on float16 inputs
-// (gpu.PrecisionFast), on tensor cores for every weight format: on the
+// (engine.PrecisionFast), on tensor cores for every weight format: on the
 // H200 a bonsai-8b Q4_K prefill took 40% of the exact time, a 1-bit one
 // 88%. Every point
 // stays within about 1e-3 of its largest value in the exact run. The CPU
 // backend, with AVX-512 VNNI, multiplies quantized weights with x rounded
 // to int8 instead (2-3 times faster; points within about 1-3% of their
 // largest value); float weights stay float32 there.
-func Fast() Option { return func(s *settings) { s.o.Precision = gpu.PrecisionFast } }
+func Fast() Option { return func(s *settings) { s.o.Precision = engine.PrecisionFast } }
 
 // Continue appends to the previous prefill's KV cache instead of starting
 // over; text is tokenized as it continues the tokens before (no BOS).
@@ -301,8 +302,8 @@ func (s *settings) forPrefill() error {
 	return nil
 }
 
-func (s *settings) generateOptions() gpu.GenerateOptions {
-	g := gpu.GenerateOptions{Precision: s.o.Precision}
+func (s *settings) generateOptions() engine.GenerateOptions {
+	g := engine.GenerateOptions{Precision: s.o.Precision}
 	if s.sample != nil {
 		g.Sample = *s.sample
 	}
@@ -402,7 +403,7 @@ func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
 // own error says so); m.mu is held. The KV cache starts small and grows:
 // one of a long context (a 32k-token 8B model's is 10 GB) would take the
 // device's memory for a short prompt.
-func (m *Model) session(cont bool, need int) (*gpu.Session, error) {
+func (m *Model) session(cont bool, need int) (*engine.Session, error) {
 	limit := m.Model.Context
 	if m.sess == nil {
 		s, err := m.NewSession(min(limit, max(need, minCache)))
@@ -492,9 +493,9 @@ func (m *Model) Generate(text string, n int, opts ...Option) string {
 type Generated struct {
 	Text   string  // the generated tokens, decoded
 	Tokens []int32 // without the end-of-sequence token
-	// Stop is why it ended: gpu.StopLength (n tokens), gpu.StopEOS,
-	// gpu.StopContext (the model's context is full) or gpu.StopError.
-	Stop gpu.StopReason
+	// Stop is why it ended: engine.StopLength (n tokens), engine.StopEOS,
+	// engine.StopContext (the model's context is full) or engine.StopError.
+	Stop engine.StopReason
 }
 
 // TryGenerate continues the prompt (text or token ids) by up to n tokens,
@@ -507,27 +508,27 @@ type Generated struct {
 // Context apply too; options that only a prefill has a use for (Capture,
 // AllLogits, Layers, Budget) are an error. Reaching the end of the context
 // is not an error: it returns what was generated with Stop
-// gpu.StopContext. On an error part way (a cancelled Context) it returns
+// engine.StopContext. On an error part way (a cancelled Context) it returns
 // what was generated so far and the error.
 func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error) {
 	if err := m.lock(); err != nil {
-		return Generated{Stop: gpu.StopError}, err
+		return Generated{Stop: engine.StopError}, err
 	}
 	defer m.mu.Unlock()
 	s := m.settings(opts)
 	if len(s.prefillOnly) > 0 {
-		return Generated{Stop: gpu.StopError}, fmt.Errorf("nb: Generate has no use for %s: it captures nothing and computes only the last position's logits (Prefill the generated text to look inside)", strings.Join(slices.Compact(slices.Sorted(slices.Values(s.prefillOnly))), ", "))
+		return Generated{Stop: engine.StopError}, fmt.Errorf("nb: Generate has no use for %s: it captures nothing and computes only the last position's logits (Prefill the generated text to look inside)", strings.Join(slices.Compact(slices.Sorted(slices.Values(s.prefillOnly))), ", "))
 	}
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
-		return Generated{Stop: gpu.StopError}, err
+		return Generated{Stop: engine.StopError}, err
 	}
 	sess, err := m.session(s.cont, len(ids)+max(n, 0))
 	if err != nil {
-		return Generated{Stop: gpu.StopError}, err
+		return Generated{Stop: engine.StopError}, err
 	}
 	g, err := sess.GenerateWith(s.ctx, ids, n, s.generateOptions())
-	if len(g.Tokens) > 0 && g.Stop != gpu.StopEOS {
+	if len(g.Tokens) > 0 && g.Stop != engine.StopEOS {
 		m.pending = g.Tokens[len(g.Tokens)-1:] // chosen, not yet run: see promptTokens
 	}
 	out := Generated{Tokens: g.Tokens, Stop: g.Stop}
@@ -555,7 +556,7 @@ func (m *Model) Lens(tr *trace.Trace) *trace.Trace {
 // Steps is a prefill advanced a layer at a time.
 type Steps struct {
 	m *Model
-	r *gpu.Run
+	r *engine.Run
 }
 
 // Start begins a step-wise prefill; call Next to advance a layer. The
@@ -589,7 +590,7 @@ func (m *Model) Start(prompt any, opts ...Option) *Steps {
 }
 
 // do runs f on the steps' run with the model's session to itself.
-func (s *Steps) do(f func(r *gpu.Run)) {
+func (s *Steps) do(f func(r *engine.Run)) {
 	if s == nil || s.r == nil {
 		panic(errors.New("nb: nil *Steps (use Model.Start)"))
 	}
@@ -602,21 +603,21 @@ func (s *Steps) do(f func(r *gpu.Run)) {
 
 // Next runs the next layer; false once every layer has run.
 func (s *Steps) Next() (more bool) {
-	s.do(func(r *gpu.Run) { more = r.Next() })
+	s.do(func(r *engine.Run) { more = r.Next() })
 	return more
 }
 
 // Err is why the steps stopped early (nil when every layer ran), e.g. the
 // model's next prefill took the steps' buffers.
 func (s *Steps) Err() (err error) {
-	s.do(func(r *gpu.Run) { err = r.Err() })
+	s.do(func(r *engine.Run) { err = r.Err() })
 	return err
 }
 
 // Layer is the layer that ran last (-1 before the first), the last one
 // after the steps have run out or finished.
 func (s *Steps) Layer() (l int) {
-	s.do(func(r *gpu.Run) { l = r.Layer() })
+	s.do(func(r *engine.Run) { l = r.Layer() })
 	return l
 }
 
@@ -624,7 +625,7 @@ func (s *Steps) Layer() (l int) {
 // already passed panics at once (a run goes forward only).
 func (s *Steps) To(point string) *Steps {
 	var err error
-	s.do(func(r *gpu.Run) { err = r.RunTo(point) })
+	s.do(func(r *engine.Run) { err = r.RunTo(point) })
 	if err != nil {
 		panic(err)
 	}
@@ -635,7 +636,7 @@ func (s *Steps) To(point string) *Steps {
 func (s *Steps) Trace() *trace.Trace {
 	var tr *trace.Trace
 	var err error
-	s.do(func(r *gpu.Run) { tr, err = r.Trace() })
+	s.do(func(r *engine.Run) { tr, err = r.Trace() })
 	if err != nil {
 		panic(err)
 	}
@@ -646,7 +647,7 @@ func (s *Steps) Trace() *trace.Trace {
 func (s *Steps) Finish() *trace.Trace {
 	var tr *trace.Trace
 	var err error
-	s.do(func(r *gpu.Run) { tr, err = r.Finish() })
+	s.do(func(r *engine.Run) { tr, err = r.Finish() })
 	if err != nil {
 		panic(err)
 	}

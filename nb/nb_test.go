@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/trace"
 )
 
 func TestPrefillCapturesWhatWasAsked(t *testing.T) {
@@ -43,7 +43,7 @@ func TestStepsEndLikeAOneShotPrefill(t *testing.T) {
 	layers := []int{}
 	for s.Next() {
 		layers = append(layers, s.Layer())
-		require.True(t, s.Trace().Has(gpu.LayerPoint(s.Layer(), "hook_resid_post")))
+		require.True(t, s.Trace().Has(engine.LayerPoint(s.Layer(), "hook_resid_post")))
 	}
 	require.Equal(t, []int{0, 1, 2, 3}, layers)
 	require.Equal(t, 3, s.Layer(), "past the last layer, the last layer ran last")
@@ -135,7 +135,7 @@ func TestDefaultModelHasInductionAndPreviousTokenHeads(t *testing.T) {
 	for seed := range uint64(batch) {
 		tr := m.Prefill(m.RepeatedRandom(period, seed+1), nb.Capture("blocks.*.attn.hook_pattern"))
 		for l := 0; l < L; l++ {
-			p := tr.Tensor(gpu.LayerPoint(l, "attn.hook_pattern"))
+			p := tr.Tensor(engine.LayerPoint(l, "attn.hook_pattern"))
 			si, err := trace.InductionScores(p, period)
 			require.NoError(t, err)
 			sp, err := trace.PrevTokenScores(p)

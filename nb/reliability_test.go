@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/trace"
 )
 
 // Odd prompts on one model and one session, in sequence: each either runs

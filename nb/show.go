@@ -17,7 +17,7 @@ import (
 	"github.com/janpfeifer/gonb/gonbui"
 	"gonum.org/v1/plot"
 
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/trace"
 	"github.com/stratalab/strata/viz"
 )
 

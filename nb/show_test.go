@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/plot"
 
-	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/trace"
 	"github.com/stratalab/strata/viz"
 )
 

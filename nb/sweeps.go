@@ -6,16 +6,17 @@ import (
 	"math"
 	"os"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/trace"
 )
 
 // Ablation says what ablating a head replaces its output (hook_z) with.
 type Ablation int
 
 const (
-	ZeroAblation Ablation = iota // zeros (gpu.AblateHead)
-	MeanAblation                 // its mean over the prompt's positions (gpu.MeanAblateHead)
+	ZeroAblation Ablation = iota // zeros (engine.AblateHead)
+	MeanAblation                 // its mean over the prompt's positions (engine.MeanAblateHead)
 )
 
 func (a Ablation) String() string {
@@ -35,12 +36,12 @@ func (a Ablation) String() string {
 func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) float64, opts ...Option) trace.Scores {
 	m.ready()
 	m.checkSweep("AblateHeads", metric, opts)
-	var ablate func(layer, head int) gpu.Hook
+	var ablate func(layer, head int) engine.Hook
 	switch how {
 	case ZeroAblation:
-		ablate = gpu.AblateHead
+		ablate = engine.AblateHead
 	case MeanAblation:
-		ablate = gpu.MeanAblateHead
+		ablate = engine.MeanAblateHead
 	default:
 		panic(fmt.Errorf("nb.AblateHeads: Ablation(%d) is neither nb.ZeroAblation nor nb.MeanAblation", how))
 	}
@@ -244,8 +245,8 @@ func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace)
 // PatchHead is a hook that overwrites one head's hook_z, at the given
 // positions (every position when none are given), with the same head's
 // from another run's trace, on the backend.
-func PatchHead(layer, head int, from *trace.Trace, positions ...int) gpu.Hook {
-	return gpu.Hook{Point: gpu.LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]gpu.DeviceEdit, error) {
+func PatchHead(layer, head int, from *trace.Trace, positions ...int) engine.Hook {
+	return engine.Hook{Point: engine.LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]engine.DeviceEdit, error) {
 		src, err := from.Get(name)
 		if err != nil {
 			return nil, err
@@ -258,15 +259,15 @@ func PatchHead(layer, head int, from *trace.Trace, positions ...int) gpu.Hook {
 		}
 		off, stride := head*shape[2], shape[1]*shape[2]
 		if positions == nil {
-			return []gpu.DeviceEdit{{Edit: gpu.Edit{Op: gpu.EditSet, Off: off, Rows: shape[0], Cols: shape[2], Stride: stride, SrcOff: off, SrcStride: stride}, Data: src.Data}}, nil
+			return []engine.DeviceEdit{{Edit: backend.Edit{Op: backend.EditSet, Off: off, Rows: shape[0], Cols: shape[2], Stride: stride, SrcOff: off, SrcStride: stride}, Data: src.Data}}, nil
 		}
-		var edits []gpu.DeviceEdit
+		var edits []engine.DeviceEdit
 		for _, p := range positions {
 			if p < 0 || p >= shape[0] {
 				return nil, fmt.Errorf("position %d is outside %s's %d positions", p, name, shape[0])
 			}
 			at := p*stride + off
-			edits = append(edits, gpu.DeviceEdit{Edit: gpu.Edit{Op: gpu.EditSet, Off: at, Rows: 1, Cols: shape[2], SrcOff: at}, Data: src.Data})
+			edits = append(edits, engine.DeviceEdit{Edit: backend.Edit{Op: backend.EditSet, Off: at, Rows: 1, Cols: shape[2], SrcOff: at}, Data: src.Data})
 		}
 		return edits, nil
 	}}

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/trace"
 )
 
 // A sweep whose metric is NaN or infinite in some cells keeps them and says

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/gpu"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/nb"
 )
 
@@ -21,7 +21,7 @@ func TestOpenPlacedSplitsTheModel(t *testing.T) {
 	require.Contains(t, split.Note, "using 2 tiers of cpu")
 
 	prompt := "func main() {"
-	ablate := nb.Hooks(gpu.AblateHead(L-1, 0))
+	ablate := nb.Hooks(engine.AblateHead(L-1, 0))
 	want, got := whole.Prefill(prompt, nb.Capture("*"), ablate), split.Prefill(prompt, nb.Capture("*"), ablate)
 	require.Equal(t, want.Names, got.Names)
 	for _, name := range want.Names {

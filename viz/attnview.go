@@ -6,7 +6,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/trace"
 )
 
 // AttentionView is an interactive view of attention, after CircuitsVis's

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/trace"
 )
 
 // missing says what a figure needs that the trace lacks, and how to get it.
@@ -15,10 +15,10 @@ func missing(figure, what, how string) error {
 
 // captureHint tells how to capture a point of every layer.
 func captureHint(name string) string {
-	if !gpu.KnownPoint(name) {
+	if !engine.KnownPoint(name) {
 		return fmt.Sprintf("no model has a point named %q (strata info --points lists a model's points)", name)
 	}
-	if l, local := gpu.SplitPoint(name); l >= 0 {
+	if l, local := engine.SplitPoint(name); l >= 0 {
 		name = "blocks.*." + local
 	}
 	return fmt.Sprintf("capture %q", name)
@@ -66,7 +66,7 @@ func elements(shape []int) int {
 func layersWith(tr *trace.Trace, figure, local string) ([]int, error) {
 	var ls []int
 	for l := range tr.Model.Layers {
-		if tr.Has(gpu.LayerPoint(l, local)) {
+		if tr.Has(engine.LayerPoint(l, local)) {
 			ls = append(ls, l)
 		}
 	}
@@ -89,7 +89,7 @@ func residStages(tr *trace.Trace, figure string) (points, labels []string, err e
 		points, labels = append(points, "hook_embed"), append(labels, "embed")
 	}
 	for _, l := range layers {
-		points, labels = append(points, gpu.LayerPoint(l, "hook_resid_post")), append(labels, layerName(l))
+		points, labels = append(points, engine.LayerPoint(l, "hook_resid_post")), append(labels, layerName(l))
 	}
 	return points, labels, nil
 }

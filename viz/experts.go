@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/stratalab/strata/gpu/trace"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/stratalab/strata/trace"
 )
 
 // ExpertUsage draws a mixture's routing: layers down, experts across, each

@@ -13,8 +13,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/trace"
 )
 
 // Plot makes a figure of a gonum plot the caller built, width by height
@@ -142,7 +142,7 @@ func Captured(tr *trace.Trace, name string) (*Figure, error) {
 	}
 	var ax axes
 	title := name
-	if _, local := gpu.SplitPoint(name); (local == "attn.hook_pattern" || local == "attn.hook_attn_scores") &&
+	if _, local := engine.SplitPoint(name); (local == "attn.hook_pattern" || local == "attn.hook_attn_scores") &&
 		len(x.Shape) == 3 && len(tr.Tokens) > 0 && x.Shape[1] == len(tr.Tokens) && x.Shape[2] == tr.Pos0+len(tr.Tokens) {
 		queries := positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, x.Shape[1])
 		keys := positionLabels(tr.Pieces, tr.Pos0, 0, x.Shape[2])

@@ -7,24 +7,25 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/backend/cpu"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/cpu"
-	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
 	"github.com/stratalab/strata/model/tokenizer"
+	"github.com/stratalab/strata/trace"
 )
 
 // prefill runs tokens through m with the given capture.
-func prefill(t testing.TB, m *model.Model, tokens []int32, c gpu.Capture) *trace.Trace {
+func prefill(t testing.TB, m *model.Model, tokens []int32, c engine.Capture) *trace.Trace {
 	t.Helper()
-	e, err := gpu.NewEngine(m, cpu.New(0))
+	e, err := engine.NewEngine(m, cpu.New(0))
 	require.NoError(t, err)
 	s, err := e.NewSession(0)
 	require.NoError(t, err)
 	defer s.Close()
-	tr, err := s.Prefill(context.Background(), tokens, gpu.Options{Capture: c, Logits: gpu.LogitsAll})
+	tr, err := s.Prefill(context.Background(), tokens, engine.Options{Capture: c, Logits: engine.LogitsAll})
 	require.NoError(t, err)
 	return tr
 }
@@ -36,13 +37,13 @@ func storiesTrace(t testing.TB, prompt string) *trace.Trace {
 	m := storiesModel(t)
 	tokens, err := m.Tok.Encode(prompt, tokenizer.Options{})
 	require.NoError(t, err)
-	return withLens(t, m, prefill(t, m, tokens, gpu.CaptureAll()))
+	return withLens(t, m, prefill(t, m, tokens, engine.CaptureAll()))
 }
 
 // synthModel is a generated tiny-qwen3 with random F32 weights.
 func synthModel(t testing.TB) *model.Model {
 	t.Helper()
-	w, err := model.Generate(model.Shapes["tiny-qwen3"], gguf.F32, 5)
+	w, err := synth.Generate(synth.Shapes["tiny-qwen3"], gguf.F32, 5)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	_, err = w.WriteTo(&buf)
@@ -66,7 +67,7 @@ func storiesModel(t testing.TB) *model.Model {
 // withLens adds the engine's logit lens to tr.
 func withLens(t testing.TB, m *model.Model, tr *trace.Trace) *trace.Trace {
 	t.Helper()
-	e, err := gpu.NewEngine(m, cpu.New(0))
+	e, err := engine.NewEngine(m, cpu.New(0))
 	require.NoError(t, err)
 	require.NoError(t, e.LogitLens(tr))
 	return tr

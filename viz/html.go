@@ -7,7 +7,7 @@ import (
 	"html"
 	"io"
 
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/trace"
 )
 
 // HTML is a self-contained interactive view: styles and scripts inline, no

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/trace"
 )
 
 func TestTokenValuesColoursBySign(t *testing.T) {
@@ -52,7 +52,7 @@ func TestTokenValuesColoursBySign(t *testing.T) {
 
 func TestTokenLossNeedsAllLogits(t *testing.T) {
 	m := synthModel(t)
-	tr := prefill(t, m, synthTokens[:6], gpu.CaptureOf("blocks.0.hook_resid_post"))
+	tr := prefill(t, m, synthTokens[:6], engine.CaptureOf("blocks.0.hook_resid_post"))
 	h, err := TokenLoss(tr)
 	require.NoError(t, err)
 	loss, err := tr.TokenLoss()
@@ -83,7 +83,7 @@ func TestAttentionViewReactsToHover(t *testing.T) {
 		t.Skip("chromium is not installed (Debian package chromium); the hover check needs it")
 	}
 	m := synthModel(t)
-	tr := prefill(t, m, synthTokens[:6], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+	tr := prefill(t, m, synthTokens[:6], engine.CaptureOf("blocks.*.attn.hook_pattern"))
 	view, err := AttentionView(tr, 1)
 	require.NoError(t, err)
 	require.NotContains(t, view.Page(), "http", "self-contained: nothing to fetch")
@@ -165,7 +165,7 @@ func TestTokenViewsWrapInTheirWidth(t *testing.T) {
 	for len(tokens) < 120 {
 		tokens = append(tokens, synthTokens...)
 	}
-	tr := prefill(t, m, tokens[:120], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+	tr := prefill(t, m, tokens[:120], engine.CaptureOf("blocks.*.attn.hook_pattern"))
 	attn, err := AttentionView(tr, 1)
 	require.NoError(t, err)
 	values := make([]float64, len(tr.Pieces))

@@ -9,7 +9,7 @@ import (
 
 	"gonum.org/v1/plot/vg"
 
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/trace"
 )
 
 // LogitLens draws the logit lens (tr.Lens): by layer and position, the

@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/trace"
 )
 
 // PCA projects the hidden states of every captured layer (hook_resid_post,

@@ -10,8 +10,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/trace"
 )
 
 //go:embed report.html
@@ -136,7 +136,7 @@ func (e reportEntry) draw() (*Figure, []byte, []byte, error) {
 func reportFigures(tr *trace.Trace) []reportEntry {
 	layer, head := strongestPrevTokenHead(tr)
 	kvLayer := tr.Model.Layers - 1
-	for kvLayer > 0 && !tr.Has(gpu.LayerPoint(kvLayer, "attn.cache_k")) {
+	for kvLayer > 0 && !tr.Has(engine.LayerPoint(kvLayer, "attn.cache_k")) {
 		kvLayer--
 	}
 	entries := []reportEntry{
@@ -200,7 +200,7 @@ func reportViews(tr *trace.Trace) []reportViewEntry {
 func strongestPrevTokenHead(tr *trace.Trace) (layer, head int) {
 	layer, best := -1, -1.0
 	for l := range tr.Model.Layers {
-		p, err := copyOf(tr, gpu.LayerPoint(l, "attn.hook_pattern"))
+		p, err := copyOf(tr, engine.LayerPoint(l, "attn.hook_pattern"))
 		if err != nil {
 			continue
 		}

@@ -19,11 +19,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/backend/cpu"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/cpu"
-	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
+	"github.com/stratalab/strata/trace"
 )
 
 var reportFigureNames = []string{"attention_grid", "attention_head", "prev_token_scores", "induction_scores",
@@ -35,7 +36,7 @@ func TestReportRendersInChromium(t *testing.T) {
 		t.Skip("chromium is not installed (Debian package chromium); the report's rendering check needs it")
 	}
 	m := synthModel(t)
-	tr := withLens(t, m, prefill(t, m, synthTokens, gpu.CaptureAll()))
+	tr := withLens(t, m, prefill(t, m, synthTokens, engine.CaptureAll()))
 	dir := t.TempDir()
 	require.NoError(t, Report(tr, dir))
 
@@ -132,9 +133,9 @@ func nonWhiteShare(img image.Image) float64 {
 func TestReportSaysWhatWasNotCaptured(t *testing.T) {
 	m := synthModel(t)
 	dir := t.TempDir()
-	require.NoError(t, Report(prefill(t, m, synthTokens[:7], gpu.CaptureOf("blocks.*.hook_resid_post")), dir))
+	require.NoError(t, Report(prefill(t, m, synthTokens[:7], engine.CaptureOf("blocks.*.hook_resid_post")), dir))
 	require.FileExists(t, filepath.Join(dir, "resid_norms.png"))
-	tr := prefill(t, m, synthTokens[:7], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+	tr := prefill(t, m, synthTokens[:7], engine.CaptureOf("blocks.*.attn.hook_pattern"))
 	require.NoError(t, Report(tr, dir))
 	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
 	require.NoError(t, err)
@@ -158,7 +159,7 @@ func TestReportSaysWhatWasNotCaptured(t *testing.T) {
 	require.NotContains(t, html, "None: what the figures read was not captured")
 
 	// Nothing to draw: the heading says so instead of standing empty.
-	require.NoError(t, Report(prefill(t, m, synthTokens[:7], gpu.CaptureOf("blocks.1.attn.hook_q")), dir))
+	require.NoError(t, Report(prefill(t, m, synthTokens[:7], engine.CaptureOf("blocks.1.attn.hook_q")), dir))
 	page, err = os.ReadFile(filepath.Join(dir, "index.html"))
 	require.NoError(t, err)
 	require.Contains(t, string(page), "<h2>Figures</h2>\n<p>None: what the figures read was not captured")
@@ -168,7 +169,7 @@ func TestReportSaysWhatWasNotCaptured(t *testing.T) {
 }
 
 func TestReportOfOneTokenSaysWhatCannotBeDrawn(t *testing.T) {
-	tr := prefill(t, synthModel(t), synthTokens[:1], gpu.CaptureOf("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post"))
+	tr := prefill(t, synthModel(t), synthTokens[:1], engine.CaptureOf("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post"))
 	dir := t.TempDir()
 	require.NoError(t, Report(tr, dir))
 	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
@@ -182,7 +183,7 @@ func TestReportOfOneTokenSaysWhatCannotBeDrawn(t *testing.T) {
 // trace first goes non-finite at blocks.1.ln2.hook_normalized.
 func nanModel(t testing.TB) *model.Model {
 	t.Helper()
-	w, err := model.Generate(model.Shapes["tiny-qwen3"], gguf.F32, 5)
+	w, err := synth.Generate(synth.Shapes["tiny-qwen3"], gguf.F32, 5)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	_, err = w.WriteTo(&buf)
@@ -205,8 +206,8 @@ func nanModel(t testing.TB) *model.Model {
 // non-finite and marks every capture that holds them.
 func TestReportOfANaNModelSaysWhereItWentNonFinite(t *testing.T) {
 	m := nanModel(t)
-	tr := prefill(t, m, synthTokens[:7], gpu.CaptureAll())
-	e, err := gpu.NewEngine(m, cpu.New(0))
+	tr := prefill(t, m, synthTokens[:7], engine.CaptureAll())
+	e, err := engine.NewEngine(m, cpu.New(0))
 	require.NoError(t, err)
 	require.NoError(t, e.LogitLens(tr)) // NaN probabilities: what json.Marshal refused before
 	dir := t.TempDir()
@@ -266,7 +267,7 @@ print(m["first_non_finite"], m["tensors"][0]["nan"], [float(p) for p in m["logit
 // folder; a report of another trace replaces both.
 func TestSaveAndReportKeepEachOthersFiles(t *testing.T) {
 	m := synthModel(t)
-	tr := prefill(t, m, synthTokens[:5], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+	tr := prefill(t, m, synthTokens[:5], engine.CaptureOf("blocks.*.attn.hook_pattern"))
 	for _, order := range [][2]string{{"save", "report"}, {"report", "save"}} {
 		dir := filepath.Join(t.TempDir(), "out")
 		for _, step := range order {
@@ -280,7 +281,7 @@ func TestSaveAndReportKeepEachOthersFiles(t *testing.T) {
 		require.FileExists(t, filepath.Join(dir, "index.html"), "%v", order)
 		require.FileExists(t, filepath.Join(dir, "attention_grid.png"), "%v", order)
 
-		other := prefill(t, m, synthTokens[:4], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+		other := prefill(t, m, synthTokens[:4], engine.CaptureOf("blocks.*.attn.hook_pattern"))
 		require.NoError(t, Report(other, dir))
 		require.NoFileExists(t, filepath.Join(dir, "trace.npz"), "another trace's data does not stay beside this report")
 	}
@@ -288,7 +289,7 @@ func TestSaveAndReportKeepEachOthersFiles(t *testing.T) {
 
 // A folder holding files Strata did not write is refused, whole.
 func TestReportRefusesAFolderWithOtherFiles(t *testing.T) {
-	tr := prefill(t, synthModel(t), synthTokens[:3], gpu.CaptureOf("blocks.*.attn.hook_pattern"))
+	tr := prefill(t, synthModel(t), synthTokens[:3], engine.CaptureOf("blocks.*.attn.hook_pattern"))
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644))
 	err := Report(tr, dir)

@@ -12,8 +12,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/trace"
 )
 
 // ResidNorms draws the residual stream's L2 norm at each layer's output
@@ -109,7 +109,7 @@ func AttnMLPNorms(tr *trace.Trace) (*Figure, error) {
 		}
 		var xy plotter.XYs
 		for _, l := range layers {
-			n, err := rowNorms(tr, name, gpu.LayerPoint(l, local), t, d)
+			n, err := rowNorms(tr, name, engine.LayerPoint(l, local), t, d)
 			if err != nil {
 				return nil, err
 			}
@@ -161,7 +161,7 @@ func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
 	var grids [2]grid
 	var norms [2][]float64
 	for i, local := range []string{"attn.cache_k", "attn.cache_v"} {
-		x, err := tensor(tr, name, gpu.LayerPoint(layer, local), keys, m.KVHeads, m.HeadDim)
+		x, err := tensor(tr, name, engine.LayerPoint(layer, local), keys, m.KVHeads, m.HeadDim)
 		if err != nil {
 			return nil, err
 		}

@@ -23,8 +23,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/recorder"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/trace"
 )
 
 // svgElement is one element of an SVG file with its attributes.
@@ -63,7 +63,7 @@ func number(t *testing.T, s string) float64 {
 // the SVG must be as many CSS pixels as the PNG has pixels.
 func TestSVGDrawsRastersAndTextWhereThePNGDoes(t *testing.T) {
 	m := synthModel(t)
-	tr := withLens(t, m, prefill(t, m, synthTokens, gpu.CaptureAll()))
+	tr := withLens(t, m, prefill(t, m, synthTokens, engine.CaptureAll()))
 	cases := append(figureCases(tr), genericCases(tr)...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -141,7 +141,7 @@ func genericCases(tr *trace.Trace) []figureCase {
 
 func TestGenericFiguresExport(t *testing.T) {
 	m := synthModel(t)
-	checkFigures(t, genericCases(prefill(t, m, synthTokens, gpu.CaptureAll())))
+	checkFigures(t, genericCases(prefill(t, m, synthTokens, engine.CaptureAll())))
 }
 
 func TestGenericFiguresRefuseWhatTheyCannotDraw(t *testing.T) {
@@ -179,7 +179,7 @@ func TestLongPromptsKeepFiguresNarrow(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = int32(1 + i%75*6)
 	}
-	tr := withLens(t, m, prefill(t, m, tokens, gpu.CaptureAll()))
+	tr := withLens(t, m, prefill(t, m, tokens, engine.CaptureAll()))
 	for _, c := range append(figureCases(tr), genericCases(tr)...) {
 		fig := must(c.make())
 		require.LessOrEqual(t, float64(fig.Width), maxWidth+1e-6, c.name)
@@ -268,7 +268,7 @@ func TestLogitLensNamesTokensInEveryCellUpTo35Tokens(t *testing.T) {
 		for i := range tokens {
 			tokens[i] = int32(1 + 37*i%1500)
 		}
-		tr := withLens(t, m, prefill(t, m, tokens, gpu.CaptureOf("blocks.*.hook_resid_post")))
+		tr := withLens(t, m, prefill(t, m, tokens, engine.CaptureOf("blocks.*.hook_resid_post")))
 		fig := must(LogitLens(tr))
 		var rec recorder.Canvas
 		fig.paint(&rec)

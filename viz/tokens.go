@@ -6,7 +6,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/trace"
 )
 
 // ColorScale fixes the values a token view's colours run over, so that

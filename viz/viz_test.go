@@ -22,8 +22,8 @@ import (
 	"gonum.org/v1/plot/vg/recorder"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/trace"
 )
 
 // synthTokens repeat six tokens after BOS, so that every figure, induction
@@ -60,7 +60,7 @@ func figureCases(tr *trace.Trace, tokens ...string) []figureCase {
 
 func TestFiguresExportToPNGSVGAndPDF(t *testing.T) {
 	m := synthModel(t)
-	tr := withLens(t, m, prefill(t, m, synthTokens, gpu.CaptureAll()))
+	tr := withLens(t, m, prefill(t, m, synthTokens, engine.CaptureAll()))
 	// The generated vocabulary's pieces for tokens 300 and 77; the first
 	// checks that labels are escaped in SVG.
 	checkFigures(t, figureCases(tr, "&lt;|unused_300|&gt;", "M"))
@@ -369,7 +369,7 @@ func must(f *Figure, err error) *Figure {
 
 func TestMissingCapturesSayHowToCaptureThem(t *testing.T) {
 	m := synthModel(t)
-	tr := prefill(t, m, synthTokens, gpu.CaptureOf("blocks.*.hook_resid_post"))
+	tr := prefill(t, m, synthTokens, engine.CaptureOf("blocks.*.hook_resid_post"))
 	for _, c := range []struct {
 		make func() (*Figure, error)
 		want string
@@ -391,7 +391,7 @@ func TestMissingCapturesSayHowToCaptureThem(t *testing.T) {
 	_, err = PCA(tr)
 	require.NoError(t, err)
 
-	empty := prefill(t, m, synthTokens, gpu.CaptureOf("hook_embed"))
+	empty := prefill(t, m, synthTokens, engine.CaptureOf("hook_embed"))
 	_, err = ResidNorms(empty)
 	require.ErrorContains(t, err, `capture "blocks.*.hook_resid_post"`)
 	_, err = PCA(empty)
@@ -399,7 +399,7 @@ func TestMissingCapturesSayHowToCaptureThem(t *testing.T) {
 }
 
 func TestBadArgumentsAreNamed(t *testing.T) {
-	tr := prefill(t, synthModel(t), synthTokens, gpu.CaptureAll())
+	tr := prefill(t, synthModel(t), synthTokens, engine.CaptureAll())
 	for _, c := range []struct {
 		err  error
 		want string
@@ -495,10 +495,10 @@ func TestMaxPoolKeepsEachBlocksLargest(t *testing.T) {
 // The grid's title counts in words: one captured layer is "1 layer".
 func TestAttentionGridTitleCounts(t *testing.T) {
 	m := synthModel(t)
-	fig, err := AttentionGrid(prefill(t, m, synthTokens, gpu.CaptureOf("blocks.0.attn.hook_pattern")))
+	fig, err := AttentionGrid(prefill(t, m, synthTokens, engine.CaptureOf("blocks.0.attn.hook_pattern")))
 	require.NoError(t, err)
 	require.Equal(t, "Attention patterns: 1 layer × 8 heads (rows: queries, columns: keys)", fig.Title)
-	fig, err = AttentionGrid(prefill(t, m, synthTokens, gpu.CaptureAll()))
+	fig, err = AttentionGrid(prefill(t, m, synthTokens, engine.CaptureAll()))
 	require.NoError(t, err)
 	require.Equal(t, "Attention patterns: 4 layers × 8 heads (rows: queries, columns: keys)", fig.Title)
 }

@@ -14,13 +14,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/backend/cpu"
+	"github.com/stratalab/strata/backend/vulkan"
+	"github.com/stratalab/strata/backends"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/backends"
-	"github.com/stratalab/strata/gpu/cpu"
-	"github.com/stratalab/strata/gpu/trace"
-	"github.com/stratalab/strata/gpu/vulkan"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
+	"github.com/stratalab/strata/models"
+	"github.com/stratalab/strata/trace"
 )
 
 type benchRow struct {
@@ -29,7 +32,7 @@ type benchRow struct {
 	Backend string `json:"backend"`
 	T       int    `json:"T"`
 	Capture string `json:"capture"`
-	// Precision is the matrix products' (gpu.Precision): exact or fast.
+	// Precision is the matrix products' (engine.Precision): exact or fast.
 	Precision string  `json:"precision"`
 	MedianMS  float64 `json:"median_ms"`
 	TokS      float64 `json:"tok_s"`
@@ -56,7 +59,7 @@ type profiler interface {
 
 // stageTimes runs one profiled prefill and sums device time by stage over
 // every tier; nil for backends without timestamps.
-func stageTimes(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options) (stages, kernels map[string]float64, err error) {
+func stageTimes(ctx context.Context, s *engine.Session, tokens []int32, o engine.Options) (stages, kernels map[string]float64, err error) {
 	var ps []profiler
 	for _, b := range s.Engine().Tiers() {
 		p, ok := b.(profiler)
@@ -113,7 +116,7 @@ func stageSummary(stages map[string]float64) string {
 func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	fs := flags("bench", out)
 	path := fs.String("model", "", "model file (default: the default model)")
-	shape := fs.String("shape", "", "generate a random model of this shape instead: "+strings.Join(model.ShapeNames(), ", "))
+	shape := fs.String("shape", "", "generate a random model of this shape instead: "+strings.Join(synth.ShapeNames(), ", "))
 	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model")
 	tokenList := fs.String("tokens", "128,512,2048", "prompt lengths")
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
@@ -151,9 +154,9 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("--capture %q: want none or all, or both as none,all", capture)
 		}
 	}
-	var precs []gpu.Precision
+	var precs []engine.Precision
 	for _, f := range strings.Split(*precisions, ",") {
-		p, err := gpu.ParsePrecision(f)
+		p, err := engine.ParsePrecision(f)
 		if err != nil {
 			return fmt.Errorf("--precision: %w", err)
 		}
@@ -176,12 +179,12 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	// The plan holds the longest prompt without captures: a capture too
 	// large is a refused row, as over the budget.
-	e, err := openEngine(m, *backend, *placement, gpu.PlanRequest{Capacity: slices.Max(lengths), Tokens: slices.Max(lengths)})
+	e, err := openEngine(m, *backend, *placement, engine.PlanRequest{Capacity: slices.Max(lengths), Tokens: slices.Max(lengths)})
 	if err != nil {
 		return err
 	}
 	b := e.Backend
-	if slices.Contains(precs, gpu.PrecisionFast) && !onDevice(b) {
+	if slices.Contains(precs, engine.PrecisionFast) && !onDevice(b) {
 		if cpu.Int8Products() {
 			fmt.Fprintln(stderr, "strata: fast precision on this CPU multiplies quantized weights with x rounded to int8 (AVX-512 VNNI); float weights stay float32")
 		} else {
@@ -212,9 +215,9 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "%-*s %-11s %-*s %6s %-7s %-9s %10s %10s\n", mw, "model", "type", bw, "backend", "T", "capture", "precision", "median ms", "tok/s")
 	for _, prec := range precs {
 		for _, capture := range strings.Split(*captures, ",") {
-			o := gpu.Options{Budget: int64(*budget * (1 << 30)), Precision: prec}
+			o := engine.Options{Budget: int64(*budget * (1 << 30)), Precision: prec}
 			if capture == "all" {
-				o.Capture = gpu.CaptureAll()
+				o.Capture = engine.CaptureAll()
 			}
 			for _, t := range lengths {
 				tokens := make([]int32, t)
@@ -222,7 +225,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 					tokens[i] = int32((i*7919 + 13) % m.Vocab)
 				}
 				ms, err := timePrefill(ctx, s, tokens, o, *warmup, *iters)
-				if errors.Is(err, gpu.ErrOverBudget) {
+				if errors.Is(err, engine.ErrOverBudget) {
 					fmt.Fprintf(out, "%-*s %-11s %-*s %6d %-7s %-9s %10s %10s  %v\n", mw, modelName, typ, bw, name, t, capture, prec, "-", "-", err)
 					continue
 				}
@@ -275,33 +278,33 @@ func benchModel(path, shape, typName string) (m *model.Model, name, typ string, 
 		}
 		return m, m.Name, m.Output.Type().String(), nil
 	case shape == "":
-		m, err = model.Default()
+		m, err = models.Open()
 		if err != nil {
 			return nil, "", "", err
 		}
 		return m, m.Name, m.Output.Type().String(), nil
 	}
-	s, ok := model.Shapes[shape]
+	s, ok := synth.Shapes[shape]
 	if !ok {
-		return nil, "", "", fmt.Errorf("unknown --shape %q (choose from %s)", shape, strings.Join(model.ShapeNames(), ", "))
+		return nil, "", "", fmt.Errorf("unknown --shape %q (choose from %s)", shape, strings.Join(synth.ShapeNames(), ", "))
 	}
 	t, err := gguf.ParseType(typName)
 	if err != nil {
 		return nil, "", "", err
 	}
-	m, err = model.Random(s, t, 1)
+	m, err = synth.Random(s, t, 1)
 	return m, shape, t.String(), err
 }
 
-func onDevice(b gpu.Backend) bool {
-	d, ok := b.(gpu.DeviceMemory)
+func onDevice(b backend.Backend) bool {
+	d, ok := b.(backend.DeviceMemory)
 	return ok && d.DeviceMemory()
 }
 
 // timeReadback runs one more prefill and times reading its whole trace
 // into host memory, in GB/s (10^9 bytes); closing the trace gives that
 // memory to the session's next trace.
-func timeReadback(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options) (float64, error) {
+func timeReadback(ctx context.Context, s *engine.Session, tokens []int32, o engine.Options) (float64, error) {
 	s.Reset()
 	tr, err := s.Prefill(ctx, tokens, o)
 	if err != nil {
@@ -329,7 +332,7 @@ func timeReadback(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Opt
 // 810 MHz in the 1.8 s of a whole trace's read-back and the collection after
 // it; they took 0.6 s to climb back, and after 0.5 s of warm-up the next
 // point ran at 1.6x its device time.
-func timePrefill(ctx context.Context, s *gpu.Session, tokens []int32, o gpu.Options, warmup time.Duration, iters int) (float64, error) {
+func timePrefill(ctx context.Context, s *engine.Session, tokens []int32, o engine.Options, warmup time.Duration, iters int) (float64, error) {
 	// The garbage of what ran before (a generated model's making, a trace
 	// read back whole: gigabytes) is collected and handed back to the system
 	// now, not by the runtime in the background of the timed runs: on the

@@ -23,12 +23,15 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/stratalab/strata/backends"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/backends"
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/internal/human"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
 	"github.com/stratalab/strata/model/tokenizer"
+	"github.com/stratalab/strata/models"
+	"github.com/stratalab/strata/trace"
 	"github.com/stratalab/strata/viz"
 )
 
@@ -59,7 +62,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  strata %s %s\n      %s\n", c.name, c.args, c.help)
 	}
-	fmt.Fprintln(w, "Without --model, commands use the default model:", model.DefaultName)
+	fmt.Fprintln(w, "Without --model, commands use the default model:", models.DefaultName)
 }
 
 func main() {
@@ -189,7 +192,7 @@ func promptTooLong(n, context int) error {
 
 func openModel(path string) (*model.Model, error) {
 	if path == "" {
-		return model.Default()
+		return models.Open()
 	}
 	return model.Open(path)
 }
@@ -201,7 +204,7 @@ func placementFlag(fs *flag.FlagSet) *string {
 
 // openEngine makes m resident on the backend, over tiers when placement
 // says; a placement that does not fit the request q is refused first.
-func openEngine(m *model.Model, backend, placement string, q gpu.PlanRequest) (*gpu.Engine, error) {
+func openEngine(m *model.Model, backend, placement string, q engine.PlanRequest) (*engine.Engine, error) {
 	e, note, err := backends.Engine(m, backend, placement, q)
 	if err != nil {
 		if placement != "" {
@@ -233,7 +236,7 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("--%s plans the model over devices: add --devices", f)
 		}
 	}
-	path, shown := "", "the default model, "+model.DefaultName+".gguf (embedded)"
+	path, shown := "", "the default model, "+models.DefaultName+".gguf (embedded)"
 	if len(pos) == 1 {
 		path, shown = pos[0], pos[0]
 	}
@@ -349,7 +352,7 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 		if byType[t][0] == 1 {
 			noun = "tensor"
 		}
-		fmt.Fprintf(out, "  %-12s %4d %-8s %s\n", t, byType[t][0], noun, gpu.HumanBytes(byType[t][1]))
+		fmt.Fprintf(out, "  %-12s %4d %-8s %s\n", t, byType[t][0], noun, human.Bytes(byType[t][1]))
 	}
 	kind, _ := m.File.String("tokenizer.ggml.model")
 	id := func(v int32) string { // -1: the vocabulary has none
@@ -360,14 +363,14 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "tokenizer     %s, %d tokens, BOS %s, EOS %s\n", kind, m.Tok.VocabSize(), id(m.Tok.BOS()), id(m.Tok.EOS()))
 
-	est := gpu.EstimateMemory(c, *n, 0, *n, gpu.Options{})
+	est := engine.EstimateMemory(c, *n, 0, *n, engine.Options{})
 	_, other := m.Resident()
 	fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, header and tokenizer %s, KV cache %s, activations %s\n",
-		*n, gpu.HumanBytes(weightBytes+other+est.Total()), gpu.HumanBytes(weightBytes), gpu.HumanBytes(other), gpu.HumanBytes(est.Cache), gpu.HumanBytes(est.Scratch))
+		*n, human.Bytes(weightBytes+other+est.Total()), human.Bytes(weightBytes), human.Bytes(other), human.Bytes(est.Cache), human.Bytes(est.Scratch))
 	if *points {
 		fmt.Fprintln(out, "capture points:")
-		for _, p := range gpu.Points(c) {
-			if l, local := gpu.SplitPoint(p); l <= 0 {
+		for _, p := range engine.Points(c) {
+			if l, local := engine.SplitPoint(p); l <= 0 {
 				if l == 0 {
 					p = "blocks.N." + local
 				}
@@ -376,28 +379,28 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if *devices {
-		o := gpu.Options{}
+		o := engine.Options{}
 		if *capture != "" {
-			o.Capture = gpu.CaptureOf(strings.Split(*capture, ",")...)
+			o.Capture = engine.CaptureOf(strings.Split(*capture, ",")...)
 			if err := o.Capture.Validate(c); err != nil {
 				return fmt.Errorf("--capture: %w", err)
 			}
 		}
-		return printPlan(out, m, *backend, *placement, gpu.PlanRequest{Capacity: *n, Tokens: *n, Options: o})
+		return printPlan(out, m, *backend, *placement, engine.PlanRequest{Capacity: *n, Tokens: *n, Options: o})
 	}
 	return nil
 }
 
 // printPlan lists the backend's devices and the plan of m over them, or
 // says why it does not fit.
-func printPlan(out io.Writer, m *model.Model, backend, placement string, q gpu.PlanRequest) error {
+func printPlan(out io.Writer, m *model.Model, backend, placement string, q engine.PlanRequest) error {
 	kind, devs, err := backends.Devices(backend)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "devices       %s backend\n", kind)
 	for i, d := range devs {
-		fmt.Fprintf(out, "  %d: %s, %s free\n", i, d.Name, gpu.HumanBytes(d.Free))
+		fmt.Fprintf(out, "  %d: %s, %s free\n", i, d.Name, human.Bytes(d.Free))
 	}
 	_, plan, _, err := backends.Plan(m, backend, placement, q)
 	if err != nil {
@@ -455,10 +458,10 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 
 // precisionFlag adds --precision, the same for every command that
 // prefills; the func it returns reads the flag once fs is parsed.
-func precisionFlag(fs *flag.FlagSet) func() (gpu.Precision, error) {
+func precisionFlag(fs *flag.FlagSet) func() (engine.Precision, error) {
 	v := fs.String("precision", "exact", "matrix products: exact (float32 accuracy) or fast (float16 inputs: tensor cores for every weight format; on the H200 a bonsai-8b 1-bit prefill at T=2048 took 60% of the time)")
-	return func() (gpu.Precision, error) {
-		p, err := gpu.ParsePrecision(*v)
+	return func() (engine.Precision, error) {
+		p, err := engine.ParsePrecision(*v)
 		if err != nil {
 			return 0, fmt.Errorf("--precision: %w", err)
 		}
@@ -474,7 +477,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	placement := placementFlag(fs)
 	precision := precisionFlag(fs)
-	var sampler gpu.Sampler
+	var sampler engine.Sampler
 	fs.Float64Var(&sampler.Temperature, "temperature", 0, "draw each token from the model's distribution with its logits divided by this (0: the most likely token; 1: the model's own distribution)")
 	fs.IntVar(&sampler.TopK, "top-k", 0, "draw only from the k most likely tokens (0: no limit)")
 	fs.Float64Var(&sampler.TopP, "top-p", 0, "draw only from the fewest most likely tokens whose probabilities add up to at least p (0: no limit)")
@@ -519,7 +522,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 	// The KV cache holds what this run can reach, not the model's whole
 	// context: a 1M-token context would reserve its cache for -n 30.
 	capacity := min(m.Context, len(tokens)+max(*n, 1))
-	e, err := openEngine(m, *backend, *placement, gpu.PlanRequest{Capacity: capacity, Tokens: len(tokens), Options: gpu.Options{Predict: true}})
+	e, err := openEngine(m, *backend, *placement, engine.PlanRequest{Capacity: capacity, Tokens: len(tokens), Options: engine.Options{Predict: true}})
 	if err != nil {
 		return err
 	}
@@ -537,7 +540,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(stderr, "strata: stopped after %d of %d tokens: the context of %d tokens is full\n", len(g.gen), *n, s.Capacity())
 			return nil
 		}
-		tr, err := s.Prefill(ctx, tokens, gpu.Options{Predict: sampler.Greedy(), Precision: prec})
+		tr, err := s.Prefill(ctx, tokens, engine.Options{Predict: sampler.Greedy(), Precision: prec})
 		if err != nil {
 			if len(g.gen) == 0 {
 				return err
@@ -552,7 +555,7 @@ func cmdRun(ctx context.Context, args []string, out io.Writer) error {
 			if ferr := g.flush(); ferr != nil {
 				return ferr
 			}
-			if errors.Is(err, gpu.ErrNaNLogits) {
+			if errors.Is(err, engine.ErrNaNLogits) {
 				return fmt.Errorf("the logits for generated token %d hold NaN, so there is no next token: the model went non-finite (strata trace names the first point where)", len(g.gen)+1)
 			}
 			return err
@@ -678,7 +681,7 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	if len(tokens) > c.Context {
 		return promptTooLong(len(tokens), c.Context)
 	}
-	plan := gpu.Capture{Globs: strings.Split(*capture, ","), LastLayer: -1}
+	plan := engine.Capture{Globs: strings.Split(*capture, ","), LastLayer: -1}
 	if *layers != "" {
 		a, b, ok := strings.Cut(*layers, ":")
 		first, ok1 := decimal(a)
@@ -691,11 +694,11 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		}
 		plan.FirstLayer, plan.LastLayer = int(first), int(last)
 	}
-	o := gpu.Options{Capture: plan, Logits: gpu.LogitsAll, Precision: prec}
+	o := engine.Options{Capture: plan, Logits: engine.LogitsAll, Precision: prec}
 	if err := o.Capture.Validate(c); err != nil { // before a plan counts its bytes
 		return err
 	}
-	e, err := openEngine(m, *backend, *placement, gpu.PlanRequest{Capacity: len(tokens), Tokens: len(tokens), Options: o})
+	e, err := openEngine(m, *backend, *placement, engine.PlanRequest{Capacity: len(tokens), Tokens: len(tokens), Options: o})
 	if err != nil {
 		return err
 	}
@@ -794,7 +797,7 @@ const defaultPrompt = "func (s *Server) Close() error {\n\ts.mu.Lock()\n\tdefer 
 
 func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	fs := flags("gen", out)
-	shape := fs.String("shape", "", "one of: "+strings.Join(model.ShapeNames(), ", "))
+	shape := fs.String("shape", "", "one of: "+strings.Join(synth.ShapeNames(), ", "))
 	typName := fs.String("type", "F32", "tensor type of the matrices, e.g. Q1_0_g128, TQ2_0_g128, Q8_0, F16")
 	dst := fs.String("out", "", "output .gguf file")
 	seed := uint64(1)
@@ -802,9 +805,9 @@ func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	s, ok := model.Shapes[*shape]
+	s, ok := synth.Shapes[*shape]
 	if !ok {
-		return fmt.Errorf("unknown --shape %q (choose from %s)", *shape, strings.Join(model.ShapeNames(), ", "))
+		return fmt.Errorf("unknown --shape %q (choose from %s)", *shape, strings.Join(synth.ShapeNames(), ", "))
 	}
 	if *dst == "" {
 		return errors.New("gen needs --out F.gguf")
@@ -819,7 +822,7 @@ func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w, err := model.Generate(s, typ, seed)
+	w, err := synth.Generate(s, typ, seed)
 	if err != nil {
 		return err
 	}

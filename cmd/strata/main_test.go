@@ -14,12 +14,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/trace"
-	"github.com/stratalab/strata/gpu/vulkan"
+	"github.com/stratalab/strata/backend/vulkan"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/trace"
 )
 
 func strata(t *testing.T, args ...string) (string, error) {
@@ -183,7 +183,7 @@ func TestRunDrawsAsTheLibraryDoes(t *testing.T) {
 	out, err := strata(t, append(args, "--seed", "7")...)
 	require.NoError(t, err)
 	m := nb.MustOpen("", "cpu")
-	want := m.Generate(prompt, 12, nb.Sample(gpu.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 7}))
+	want := m.Generate(prompt, 12, nb.Sample(engine.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 7}))
 	require.Equal(t, want+"\n", out)
 	other, err := strata(t, append(args, "--seed", "8")...)
 	require.NoError(t, err)

@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gguf"
-	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/internal/sharedtest"
-	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
+	"github.com/stratalab/strata/trace"
 )
 
 // strataErr runs a command and returns its stdout, its notes on stderr and
@@ -41,14 +41,14 @@ func strataErr(t *testing.T, args ...string) (string, string, error) {
 
 // tinyShape is a model small enough to generate to the end of its context
 // in a moment.
-var tinyShape = model.Shape{Arch: "llama", Layers: 2, DModel: 32, FFN: 64, Heads: 2, KVHeads: 1, HeadDim: 16,
+var tinyShape = synth.Shape{Arch: "llama", Layers: 2, DModel: 32, FFN: 64, Heads: 2, KVHeads: 1, HeadDim: 16,
 	Vocab: 300, Context: 16, Theta: 10000}
 
 // writeModel writes a generated model to a file; nanTensor, when set, is a
 // F32 tensor whose values become NaN.
-func writeModel(t *testing.T, s model.Shape, nanTensor string) string {
+func writeModel(t *testing.T, s synth.Shape, nanTensor string) string {
 	t.Helper()
-	w, err := model.Generate(s, gguf.F32, 3)
+	w, err := synth.Generate(s, gguf.F32, 3)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	_, err = w.WriteTo(&buf)

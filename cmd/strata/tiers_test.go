@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/gpu/trace"
 	"github.com/stratalab/strata/internal/sharedtest"
+	"github.com/stratalab/strata/trace"
 )
 
 // A model split over two CPU tiers continues the prompt as it does whole,

@@ -9,7 +9,7 @@ import (
 	"os"
 	"slices"
 
-	"github.com/stratalab/strata/gpu/trace"
+	"github.com/stratalab/strata/trace"
 )
 
 func main() {

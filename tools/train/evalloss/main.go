@@ -16,9 +16,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/stratalab/strata/gpu"
-	"github.com/stratalab/strata/gpu/cpu"
+	"github.com/stratalab/strata/backend/cpu"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/models"
 )
 
 func main() {
@@ -38,14 +39,14 @@ func run(data, path string, window, windows int) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Default()
+	m, err := models.Open()
 	if path != "" {
 		m, err = model.Open(path)
 	}
 	if err != nil {
 		return err
 	}
-	e, err := gpu.NewEngine(m, cpu.New(0))
+	e, err := engine.NewEngine(m, cpu.New(0))
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func run(data, path string, window, windows int) error {
 		off := (w * total / windows) * window
 		chunk := ids[off : off+window]
 		s.Reset()
-		tr, err := s.Prefill(context.Background(), chunk, gpu.Options{Logits: gpu.LogitsAll})
+		tr, err := s.Prefill(context.Background(), chunk, engine.Options{Logits: engine.LogitsAll})
 		if err != nil {
 			return err
 		}

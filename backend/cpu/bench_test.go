@@ -1,0 +1,199 @@
+package cpu_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/backend/cpu"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gguf/quant"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
+)
+
+var benchTypes = []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.Q1_0_G128, gguf.TQ2_0_G128}
+
+// BenchmarkMatMul times x[T,2048] W^T for W [2048 x 2048] in each format.
+func BenchmarkMatMul(b *testing.B) {
+	const rows, cols = 2048, 2048
+	for _, T := range []int{1, 64, 256} {
+		for _, typ := range benchTypes {
+			for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+				name := fmt.Sprintf("T=%d/%s", T, typ)
+				if prec == backend.PrecisionFast {
+					if f, err := quant.For(typ); T <= 8 || err != nil || f.Codes == nil {
+						continue // fast precision changes nothing there
+					}
+					name += "/fast"
+				}
+				b.Run(name, func(b *testing.B) {
+					f, err := quant.For(typ)
+					if err != nil {
+						b.Fatal(err)
+					}
+					r := rand.New(rand.NewPCG(1, 2))
+					w := make([]float32, rows*cols)
+					for i := range w {
+						w[i] = r.Float32() - 0.5
+					}
+					packed := make([]byte, rows*cols/f.BlockSize*f.BlockBytes)
+					f.Quantize(packed, w)
+					be := cpu.New(0)
+					m, err := be.Upload(&model.Weight{Name: "w", Rows: rows, Cols: cols, Format: f, Data: packed})
+					if err != nil {
+						b.Fatal(err)
+					}
+					st := be.NewStream()
+					st.SetPrecision(prec)
+					x, _ := st.Alloc("x", T*cols)
+					xs := make([]float32, T*cols)
+					for i := range xs {
+						xs[i] = float32(r.NormFloat64())
+					}
+					st.Write(x, 0, xs)
+					y, _ := st.Alloc("y", T*rows)
+					b.ResetTimer()
+					for b.Loop() {
+						st.MatMul(x, T, backend.Proj{W: m, Dst: y})
+					}
+					b.ReportMetric(2*float64(T*rows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkPrefill runs a whole prefill of a bonsai-1.7b-shape model with
+// random 1-bit weights. It generates a 1.7B-parameter model first, so run it
+// alone: go test ./gpu/cpu -run=^$ -bench=Prefill -benchtime=3x
+func BenchmarkPrefill(b *testing.B) {
+	for _, typ := range []gguf.Type{gguf.Q1_0_G128} {
+		b.Run("bonsai-1.7b/"+typ.String()+"/T=64", func(b *testing.B) {
+			m, err := synth.Random(synth.Shapes["bonsai-1.7b"], typ, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			e, err := engine.NewEngine(m, cpu.New(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			tokens := make([]int32, 64)
+			for i := range tokens {
+				tokens[i] = int32(i * 97 % m.Vocab)
+			}
+			s, err := e.NewSession(len(tokens))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				s.Reset()
+				if _, err := s.Prefill(context.Background(), tokens, engine.Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(tokens))*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+			b.ReportMetric(2*float64(m.Params()-int64(m.Vocab*m.DModel))*float64(len(tokens))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkCaptureCost runs prefills of the default model's shape
+// (tiny-qwen3: 4 layers, d 256, vocabulary 2048) capturing nothing and
+// capturing every point, alternately in one loop so that both see the same
+// machine, and reports each one's median and the median ratio of each
+// capture-all prefill to the no-capture one before it (issue #18: at most
+// 1.1; the machine's speed drifts over a run by more than that). Each trace
+// is closed, as a sweep would, which hands its memory to the next prefill.
+// Capture-all writes 6.8 MB per prefill at T=64, 112.7 MB at T=512 (67.1 MB
+// of it attention scores and patterns), into arenas of earlier traces
+// (reused-arenas/op).
+func BenchmarkCaptureCost(b *testing.B) {
+	m, err := synth.Random(synth.Shapes["tiny-qwen3"], gguf.F32, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	backend := cpu.New(0)
+	e, err := engine.NewEngine(m, backend)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, T := range []int{64, 512} {
+		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
+			tokens := make([]int32, T)
+			for i := range tokens {
+				tokens[i] = int32(i * 97 % m.Vocab)
+			}
+			s, err := e.NewSession(T)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			run := func(o engine.Options) time.Duration {
+				s.Reset()
+				start := time.Now()
+				tr, err := s.Prefill(context.Background(), tokens, o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				d := time.Since(start)
+				tr.Close()
+				return d
+			}
+			run(engine.Options{Capture: engine.CaptureAll()}) // warm-up
+			var none, all []time.Duration
+			reused := cpu.ArenasReused(backend)
+			for b.Loop() {
+				none = append(none, run(engine.Options{}))
+				all = append(all, run(engine.Options{Capture: engine.CaptureAll()}))
+			}
+			median := func(d []time.Duration) float64 {
+				slices.Sort(d)
+				return float64(d[len(d)/2].Microseconds()) / 1e3
+			}
+			ratios := make([]float64, len(all))
+			for i := range all {
+				ratios[i] = float64(all[i]) / float64(none[i])
+			}
+			slices.Sort(ratios)
+			b.ReportMetric(median(none), "none-ms")
+			b.ReportMetric(median(all), "all-ms")
+			b.ReportMetric(ratios[len(ratios)/2], "all/none")
+			b.ReportMetric(float64(cpu.ArenasReused(backend)-reused)/float64(len(all)), "reused-arenas/op")
+		})
+	}
+}
+
+// BenchmarkCaptureMemory writes what a capture-all prefill of the default
+// model's shape writes at T=512 (112.7 MB), in rows of 2 KB as attention
+// writes its patterns, into memory written before ("reused") and into a new
+// slice each time ("new", as each prefill's trace is): the difference is
+// what new memory costs a capture, whatever the kernels do.
+func BenchmarkCaptureMemory(b *testing.B) {
+	const n, row = 112_700_000 / 4, 512
+	src := make([]float32, row)
+	var keep []float32
+	for _, fresh := range []bool{false, true} {
+		b.Run(map[bool]string{false: "reused", true: "new"}[fresh], func(b *testing.B) {
+			dst := make([]float32, n)
+			copy(dst, make([]float32, n)) // its pages are mapped before the timing
+			b.SetBytes(4 * n)
+			for b.Loop() {
+				if fresh {
+					dst = make([]float32, n)
+				}
+				for o := 0; o+row <= n; o += row {
+					copy(dst[o:o+row], src)
+				}
+				keep = dst
+			}
+		})
+	}
+	_ = keep
+}

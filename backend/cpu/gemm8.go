@@ -1,0 +1,173 @@
+package cpu
+
+import (
+	"slices"
+	"unsafe"
+
+	"github.com/stratalab/strata/backend"
+)
+
+// The int8 GEMM, for fast precision on processors with AVX-512 VNNI: the
+// weights multiply as their format's own integer codes (quant.Format.Codes:
+// exact), x as int8, rounded per row and code block to max|x|/127 steps, as
+// llama.cpp's q8 products do. Each block's integer sum is scaled into a
+// float32 accumulator in k order, so an output does not depend on the other
+// rows it is multiplied with. Products of 8 rows or fewer, and fused ones
+// mixing float weights, take float32: an incremental fast prefill gives
+// the one-pass logits bit for bit only when every chunk is longer than 8.
+const (
+	i8Rows  = 32 // weight rows per kernel call
+	i8XRows = 6  // rows of x per kernel call
+)
+
+// int8X is x quantized for one code block length.
+type int8X struct {
+	block   int
+	rowsPad int       // rows rounded up to i8XRows; the extra rows are zero
+	q       []int8    // [rowsPad][cols]
+	sc      []float32 // [blocks][rowsPad][2]: scale, scale*sum(q)
+}
+
+// int8Scratch is a thread's decoded weights and kernel tile.
+type int8Scratch struct {
+	codes         []byte    // [i8Rows][cols], as decoded
+	scale, offset []float32 // [i8Rows][blocks]
+	w             []byte    // [cols/4][i8Rows][4]: the kernel's interleave
+	wsc           []float32 // [blocks][2][i8Rows]: scales, then offsets
+	tile          [i8XRows * i8Rows]float32
+}
+
+// int8Weights says whether every projection's format has integer codes in
+// blocks the kernels take.
+func int8Weights(outs []backend.Proj) bool {
+	for _, p := range outs {
+		if f := p.W.(*matrix).w.Format; f.Codes == nil || f.CodeBlock%16 != 0 { // quantizeRow takes 16 at a time
+			return false
+		}
+	}
+	return true
+}
+
+// quantizeX fills q for x's rows (rows x cols) in blocks of q.block.
+func (s *stream) quantizeX(q *int8X, x []float32, rows, cols int) {
+	q.rowsPad = (rows + i8XRows - 1) / i8XRows * i8XRows
+	nb := cols / q.block
+	q.q = growBytes(q.q, q.rowsPad*cols)
+	q.sc = grow(q.sc, nb*q.rowsPad*2)
+	clear(q.q[rows*cols:])
+	for b := range nb {
+		clear(q.sc[(b*q.rowsPad+rows)*2 : (b+1)*q.rowsPad*2])
+	}
+	s.parallel(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			quantizeRow(&x[r*cols], &q.q[r*cols], &q.sc[r*2], q.rowsPad*8, nb, q.block)
+		}
+	})
+}
+
+func growBytes[T int8 | byte](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+// matMulInt8 is MatMul through the int8 kernel.
+func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []backend.Proj) {
+	// x once per code block length among the projections (one or two).
+	var lengths [4]int
+	quantized := lengths[:0]
+	for _, p := range outs {
+		block := p.W.(*matrix).w.Format.CodeBlock
+		if slices.Contains(quantized, block) {
+			continue
+		}
+		q := s.int8x[block]
+		if q == nil {
+			q = &int8X{block: block}
+			if s.int8x == nil {
+				s.int8x = map[int]*int8X{}
+			}
+			s.int8x[block] = q
+		}
+		s.quantizeX(q, xs, rows, cols)
+		quantized = append(quantized, block)
+	}
+	groups := gemmGroups(outs, i8Rows)
+	if len(s.int8) < s.b.threads {
+		s.int8 = make([]int8Scratch, s.b.threads)
+	}
+	s.workers(len(groups), func(worker, lo, hi int) {
+		sc := &s.int8[worker]
+		for _, g := range groups[lo:hi] {
+			m := g.p.W.(*matrix)
+			sc.run(m, g.c0, g.c1, s.int8x[m.w.Format.CodeBlock], rows, cols, g.p)
+		}
+	})
+}
+
+// run writes outputs c0..c1 (at most i8Rows) of p for every row of x.
+func (sc *int8Scratch) run(m *matrix, c0, c1 int, x *int8X, rows, cols int, p backend.Proj) {
+	f, n, nb := m.w.Format, c1-c0, cols/x.block
+	sc.codes = growBytes(sc.codes, i8Rows*cols)
+	sc.scale, sc.offset = grow(sc.scale, i8Rows*nb), grow(sc.offset, i8Rows*nb)
+	rowBytes := len(m.w.Data) / m.w.Rows
+	f.Codes(sc.codes[:n*cols], sc.scale[:n*nb], sc.offset[:n*nb], m.w.Data[c0*rowBytes:c1*rowBytes])
+	clear(sc.codes[n*cols:])
+	clear(sc.scale[n*nb:])
+	clear(sc.offset[n*nb:])
+	// Interleave four k at a time: the kernel loads a step's 32 rows at once.
+	sc.w = growBytes(sc.w, i8Rows*cols)
+	steps := cols / 4
+	whole := steps &^ 15
+	for s0 := 0; s0 < whole; s0 += 16 {
+		transpose16(sc.w[s0*4*i8Rows:], sc.codes[s0*4:], cols, 4*i8Rows)
+		transpose16(sc.w[s0*4*i8Rows+64:], sc.codes[16*cols+s0*4:], cols, 4*i8Rows)
+	}
+	src := unsafe.Slice((*uint32)(unsafe.Pointer(&sc.codes[0])), i8Rows*steps)
+	dst := unsafe.Slice((*uint32)(unsafe.Pointer(&sc.w[0])), i8Rows*steps)
+	for r := range i8Rows {
+		for st := whole; st < steps; st++ {
+			dst[st*i8Rows+r] = src[r*steps+st]
+		}
+	}
+	sc.wsc = grow(sc.wsc, nb*2*i8Rows)
+	wholeBlocks := nb &^ 15
+	for b0 := 0; b0 < wholeBlocks; b0 += 16 {
+		for half := range 2 {
+			wsc := sc.wsc[b0*2*i8Rows+16*half:]
+			transpose16(asBytes(wsc), asBytes(sc.scale[16*half*nb+b0:]), 4*nb, 8*i8Rows)
+			transpose16(asBytes(wsc[i8Rows:]), asBytes(sc.offset[16*half*nb+b0:]), 4*nb, 8*i8Rows)
+		}
+	}
+	for r := range i8Rows {
+		for b := wholeBlocks; b < nb; b++ {
+			sc.wsc[b*2*i8Rows+r] = sc.scale[r*nb+b]
+			sc.wsc[b*2*i8Rows+i8Rows+r] = sc.offset[r*nb+b]
+		}
+	}
+	out, width := data(p.Dst), m.w.Rows
+	var bias []float32
+	if p.Bias != nil {
+		bias = data(p.Bias)[c0:c1]
+	}
+	for t0 := 0; t0 < rows; t0 += i8XRows {
+		gemmI8x32x6(&sc.w[0], &sc.wsc[0], &x.q[t0*cols], cols, &x.sc[t0*2], x.rowsPad*8, nb, x.block/4, &sc.tile)
+		for r := range min(i8XRows, rows-t0) {
+			o := out[(t0+r)*width+c0 : (t0+r)*width+c1]
+			copy(o, sc.tile[r*i8Rows:r*i8Rows+n])
+			for i := range bias {
+				o[i] += bias[i]
+			}
+		}
+	}
+}
+
+// asBytes is f's memory as bytes.
+func asBytes(f []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
+}
+
+// Int8Products says whether fast precision multiplies quantized weights in
+// int8 on this processor (AVX-512 VNNI); without it, fast is exact.
+func Int8Products() bool { return hasInt8GEMM }

@@ -1,0 +1,198 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gguf/quant"
+	"github.com/stratalab/strata/model"
+)
+
+// The int8 GEMM (fast precision) against float64, for every integer format,
+// fused projections of two formats with and without a bias, ragged rows and
+// outputs. Two checks per output:
+//   - the kernel: against the float64 product of the same int8 x (rounded
+//     here as the backend rounds it: steps of max|x|/127 per row and code
+//     block, to nearest even) with the decoded weights. The int32 sums
+//     are exact; what is left is float32 rounding in scaling and adding the
+//     blocks, a few units of 2^-24 per block of sum |products|.
+//   - the precision: against the float64 product of x itself. Each x moves
+//     by at most half its block's step, so the error is at most
+//     sum_k step(k)/2 |w_k| (plus the rounding above).
+//
+// And a row gives the same bits multiplied with other rows.
+func TestInt8GEMMIsTheProductsOfInt8X(t *testing.T) {
+	if !hasInt8GEMM {
+		t.Skip("this CPU has no AVX-512 VNNI (or is not amd64): the int8 GEMM is not used")
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	b := New(2)
+	pairs := []struct {
+		types [2]gguf.Type
+		cols  int // 800: the weights interleave in 16 steps of 4 k, and 8 more
+	}{
+		{[2]gguf.Type{gguf.Q8_0, gguf.Q4_0}, 800}, {[2]gguf.Type{gguf.Q4_K, gguf.Q6_K}, 768},
+		{[2]gguf.Type{gguf.Q5_K, gguf.Q8_0}, 768}, {[2]gguf.Type{gguf.Q1_0_G128, gguf.TQ2_0_G128}, 768},
+	}
+	for _, pc := range pairs {
+		pair, cols := pc.types, pc.cols
+		for _, rows := range []int{9, 13, 50} {
+			t.Run(fmt.Sprintf("%v+%v/k=%d/rows=%d", pair[0], pair[1], cols, rows), func(t *testing.T) {
+				st := b.NewStream()
+				st.SetPrecision(backend.PrecisionFast)
+				var projs []backend.Proj
+				var ws, biases [][]float32
+				for pi, n := range []int{45, 32} {
+					f, err := quant.For(pair[pi])
+					require.NoError(t, err)
+					src := make([]float32, n*cols)
+					for i := range src {
+						src[i] = float32(r.NormFloat64())
+					}
+					rb, err := f.Type.RowBytes(int64(cols))
+					require.NoError(t, err)
+					raw := make([]byte, int(rb)*n)
+					for i := range n {
+						f.Quantize(raw[i*int(rb):(i+1)*int(rb)], src[i*cols:(i+1)*cols])
+					}
+					f.Dequantize(src, raw)
+					m, err := b.Upload(&model.Weight{Name: fmt.Sprintf("w%d", pi), Rows: n, Cols: cols, Format: f, Data: raw})
+					require.NoError(t, err)
+					y, err := st.Alloc("y", rows*n)
+					require.NoError(t, err)
+					p := backend.Proj{W: m, Dst: y}
+					var bias []float32
+					if pi == 0 {
+						bias = make([]float32, n)
+						for i := range bias {
+							bias[i] = float32(r.NormFloat64())
+						}
+						p.Bias = sliceOf(t, st, bias)
+					}
+					projs, ws, biases = append(projs, p), append(ws, src), append(biases, bias)
+				}
+				xs := make([]float32, rows*cols)
+				for i := range xs {
+					xs[i] = float32(r.NormFloat64() * math.Exp(r.NormFloat64())) // outliers, as activations have
+				}
+				st.MatMul(sliceOf(t, st, xs), rows, projs...)
+				for pi, p := range projs {
+					m := p.W.(*matrix)
+					block, n := m.w.Format.CodeBlock, m.w.Rows
+					got := make([]float32, rows*n)
+					require.NoError(t, st.Read(p.Dst, 0, got))
+					for tk := range rows {
+						xr := xs[tk*cols : (tk+1)*cols]
+						for j := range n {
+							w := ws[pi][j*cols : (j+1)*cols]
+							var exact, quantized, mag, moved float64
+							for b0 := 0; b0 < cols; b0 += block {
+								var amax float32
+								for _, v := range xr[b0 : b0+block] {
+									amax = max(amax, float32(math.Abs(float64(v))))
+								}
+								step := float64(amax) / 127
+								var qsum float64
+								for k := b0; k < b0+block; k++ {
+									exact += float64(xr[k]) * float64(w[k])
+									q := 0.0
+									if amax > 0 {
+										q = math.RoundToEven(float64(xr[k] * (127 / amax)))
+									}
+									qsum += q * float64(w[k])
+									mag += math.Abs(q * step * float64(w[k]))
+									moved += step / 2 * math.Abs(float64(w[k]))
+								}
+								quantized += step * qsum
+							}
+							if biases[pi] != nil {
+								exact += float64(biases[pi][j])
+								quantized += float64(biases[pi][j])
+								mag += math.Abs(float64(biases[pi][j]))
+							}
+							rounding := float64(8*(cols/block)+8) * math.Pow(2, -24) * mag
+							v := float64(got[tk*n+j])
+							require.InDelta(t, quantized, v, rounding, "%v row %d output %d: against int8 x", m.w.Format.Type, tk, j)
+							require.InDelta(t, exact, v, moved+rounding, "%v row %d output %d: against x", m.w.Format.Type, tk, j)
+						}
+					}
+					// The last 9 rows alone (still the int8 kernel) give the same bits.
+					sub := p
+					y9, err := st.Alloc("y9", 9*n)
+					require.NoError(t, err)
+					sub.Dst = y9
+					st.MatMul(sliceOf(t, st, xs[(rows-9)*cols:]), 9, sub)
+					alone := make([]float32, 9*n)
+					require.NoError(t, st.Read(y9, 0, alone))
+					require.Equal(t, got[(rows-9)*n:], alone, "the last 9 rows multiplied apart")
+				}
+				require.NoError(t, st.Sync())
+			})
+		}
+	}
+}
+
+// BenchmarkInt8Kernel runs the int8 kernel alone on data in cache: 32
+// weight rows by 6 rows of x over k = 2048 in blocks of 32 or 128.
+func BenchmarkInt8Kernel(b *testing.B) {
+	if !hasInt8GEMM {
+		b.Skip("no AVX-512 VNNI")
+	}
+	const cols = 2048
+	for _, block := range []int{32, 128} {
+		b.Run(fmt.Sprintf("block=%d", block), func(b *testing.B) {
+			nb := cols / block
+			w, x := make([]byte, i8Rows*cols), make([]int8, i8XRows*cols)
+			wsc, xsc := make([]float32, nb*2*i8Rows), make([]float32, nb*i8XRows*2)
+			var tile [i8XRows * i8Rows]float32
+			for b.Loop() {
+				gemmI8x32x6(&w[0], &wsc[0], &x[0], cols, &xsc[0], i8XRows*8, nb, block/4, &tile)
+			}
+			b.ReportMetric(float64(i8Rows*i8XRows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+		})
+	}
+}
+
+// A NaN anywhere in a block of x makes that row's int8 products NaN, as
+// in float32, not a large finite number; the other rows stay finite.
+func TestInt8GEMMKeepsNaN(t *testing.T) {
+	if !hasInt8GEMM {
+		t.Skip("this CPU has no AVX-512 VNNI (or is not amd64): the int8 GEMM is not used")
+	}
+	f, err := quant.For(gguf.Q8_0)
+	require.NoError(t, err)
+	const rows, cols, n = 9, 64, 32
+	w := make([]float32, n*cols)
+	for i := range w {
+		w[i] = float32(i%7) - 3
+	}
+	raw := make([]byte, n*cols/32*34)
+	f.Quantize(raw, w)
+	b := New(2)
+	m, err := b.Upload(&model.Weight{Name: "w", Rows: n, Cols: cols, Format: f, Data: raw})
+	require.NoError(t, err)
+	st := b.NewStream()
+	st.SetPrecision(backend.PrecisionFast)
+	for _, at := range []int{0, 31} { // the first and the last 16 of a block
+		xs := make([]float32, rows*cols)
+		for i := range xs {
+			xs[i] = 1
+		}
+		xs[at] = float32(math.NaN())
+		y, err := st.Alloc("y", rows*n)
+		require.NoError(t, err)
+		st.MatMul(sliceOf(t, st, xs), rows, backend.Proj{W: m, Dst: y})
+		got := make([]float32, rows*n)
+		require.NoError(t, st.Read(y, 0, got))
+		for j, v := range got {
+			require.Equal(t, j < n, math.IsNaN(float64(v)), "NaN at %d: output %d is %g", at, j, v)
+		}
+	}
+	require.NoError(t, st.Sync())
+}

@@ -1,0 +1,562 @@
+package vulkan_test
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/x448/float16"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/backend/vulkan"
+	"github.com/stratalab/strata/gguf"
+)
+
+// The cooperative-matrix GEMM multiplies float16 parts. At exact precision
+// x is split into hi + lo parts and must keep float32's accuracy over long
+// rows; at fast precision each product is of float16-rounded inputs. Every
+// tile shape is held to a float64 reference, on ragged edges, on x
+// converted once by tohalf.comp (K % 8 == 0) and in each tile, there in
+// 16-byte pieces (K % 4 == 0) or not, with weights decoded to float16 by
+// weights16.comp first or in each tile (split in hi + lo halves there too at
+// exact precision), split along K or not, and rows of x or of W past
+// float16's range must fall back to float32.
+func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
+	b := testBackend(t)
+	if !vulkan.Coop(b) {
+		t.Skip("the device has no cooperative-matrix GEMMs (VK_NV_cooperative_matrix with float16)")
+	}
+	defer vulkan.ForceCoopTile(b, -1, true, false)
+	cases := []struct {
+		typ         gguf.Type
+		cols        int
+		exactInHalf bool // never decoded first: in each tile, or read as float16 (F16, K % 8 == 0)
+	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.F16, 1024, true}, {gguf.Q4_K, 1024, false}, {gguf.F32, 512, false},
+		{gguf.F32, 1001, false}} // K % 8 != 0: x split in the tiles too, beside the weights
+	defer vulkan.SetCoopHalfWRows(0)()
+	defer vulkan.SetCoopExactInTileElems(0)()
+	defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(true))
+	for ti, tile := range vulkan.CoopTiles() {
+		for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+			for _, c := range cases {
+				for _, halfW := range []bool{false, true} {
+					if halfW && (c.exactInHalf || c.cols%8 != 0) {
+						continue // weights16.comp is not used for these
+					}
+					splitW := !c.exactInHalf && prec == backend.PrecisionExact
+					for _, split := range []bool{false, true} {
+						if split && c.cols < 1024 {
+							continue // too short to split
+						}
+						for _, big := range []float32{0, 1e5} {
+							t.Run(fmt.Sprintf("%s/%v/%v/K=%d/halfW=%v/split=%v/big=%g", tile, prec, c.typ, c.cols, halfW, split, big), func(t *testing.T) {
+								if !vulkan.ForceCoopTile(b, ti, prec == backend.PrecisionExact, splitW) {
+									t.Skip("the tile needs more shared memory than the device has")
+								}
+								vulkan.SetCoopHalfWRows(map[bool]int{false: math.MaxInt, true: 0}[halfW])
+								vulkan.SetCoopSplitK(split)
+								r := newRig(t, 7)
+								// 130 rows and 300 outputs: full tiles and ragged ones.
+								rows, cols, n := 130, c.cols, 300
+								xs := r.values(rows*cols, 1)
+								if big != 0 {
+									// Row 70 leaves float16's range: its tile must be recomputed.
+									xs[70*cols+5], xs[70*cols+cols-3] = big, -big
+								}
+								x := r.tensor("x", xs)
+								w := quantized(t, r, "w", n, cols, c.typ)
+								if big != 0 && c.typ == gguf.F32 {
+									// So does W's row 17 (split or rounded to float16).
+									binary.LittleEndian.PutUint32(w.Data[4*(17*cols+9):], math.Float32bits(-big))
+								}
+								wv, err := b.Upload(w)
+								require.NoError(t, err)
+								r.vs.SetPrecision(prec)
+								require.Equal(t, split, vulkan.SplitParts(r.vs, rows, wv) > 1, "split along K")
+								require.True(t, vulkan.TakesCoop(r.vs, rows, wv), "on cooperative matrices")
+								direct := c.typ == gguf.F16 && c.cols%8 == 0 // F16 read as it is
+								require.Equal(t, halfW || direct, vulkan.HalvesFirst(r.vs, rows, wv), "weights in float16 first")
+								ws := make([]float32, n*cols)
+								w.Format.Dequantize(ws, w.Data)
+								bias := r.values(n, 1)
+								bv := r.tensor("bias", bias)
+								y := r.zeros("y", rows*n)
+								r.vs.SetPrecision(prec)
+								r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v, Bias: bv.v})
+								got := make([]float32, rows*n)
+								require.NoError(t, r.vs.Read(y.v, 0, got))
+								worst := worstOfSum(got, xs, ws, bias, rows, n, cols)
+								// Exact: float32 sums of up to 4096 terms, while tensor
+								// cores truncate each of the K/16 accumulations rather than
+								// round (Fasi et al. 2021, "Numerical behavior of NVIDIA
+								// tensor cores"): 1e-5 of sum |x w| covers both. Fast: both
+								// inputs rounded to float16 (2^-11 each), so 2^-9.
+								bound := 1e-5
+								if prec == backend.PrecisionFast {
+									bound = math.Pow(2, -9) // the tile recomputed in float32 is well within it
+								}
+								require.LessOrEqual(t, worst, bound, "largest error relative to sum |x w|")
+							})
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// worstOfSum is the largest error of got (rows x n) against x W^T + bias
+// (bias may be nil) in float64, relative to sum |x w| + |bias|.
+func worstOfSum(got, xs, ws, bias []float32, rows, n, cols int) float64 {
+	var worst float64
+	for m := range rows {
+		for j := range n {
+			var want, mag float64
+			if bias != nil {
+				want, mag = float64(bias[j]), math.Abs(float64(bias[j]))
+			}
+			for k := range cols {
+				p := float64(xs[m*cols+k]) * float64(ws[j*cols+k])
+				want += p
+				mag += math.Abs(p)
+			}
+			worst = max(worst, math.Abs(float64(got[m*n+j])-want)/mag)
+		}
+	}
+	return worst
+}
+
+// TestCoopExactShortProductsTakeHalvesFirst: at exact precision, products
+// of weights not exact in float16, of 2^21 elements or more, take the
+// cooperative GEMM on hi + lo halves made first from 9 rows of x up (below
+// 128 they ran on the portable kernel before 2026-12-04), split along K
+// as a prefill's are, and keep float32's accuracy there; smaller weights
+// keep the portable kernel below 128 rows; at fast precision, fewer than
+// 128 rows decode the weights in the tiles.
+func TestCoopExactShortProductsTakeHalvesFirst(t *testing.T) {
+	b := testBackend(t)
+	if !vulkan.Coop(b) {
+		t.Skip("the device has no cooperative-matrix GEMMs (VK_NV_cooperative_matrix with float16)")
+	}
+	r := newRig(t, 11)
+	const cols, n = 1024, 2048 // 2^21 elements
+	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q8_0} {
+		small, err := b.Upload(quantized(t, r, "small", 200, cols, typ))
+		require.NoError(t, err)
+		r.vs.SetPrecision(backend.PrecisionExact)
+		require.False(t, vulkan.HalvesFirst(r.vs, 20, small), "%v, 200 x %d at 20 rows", typ, cols)
+		require.True(t, vulkan.HalvesFirst(r.vs, 128, small), "%v, 200 x %d at 128 rows", typ, cols)
+		w := quantized(t, r, "w", n, cols, typ)
+		wv, err := b.Upload(w)
+		require.NoError(t, err)
+		ws := make([]float32, n*cols)
+		w.Format.Dequantize(ws, w.Data)
+		for _, rows := range []int{9, 20, 127} {
+			r.vs.SetPrecision(backend.PrecisionExact)
+			require.True(t, vulkan.HalvesFirst(r.vs, rows, wv), "%v, %d rows", typ, rows)
+			require.Greater(t, vulkan.SplitParts(r.vs, rows, wv), 1, "%v, %d rows: split along K", typ, rows)
+			xs := r.values(rows*cols, 1)
+			x, y := r.tensor("x", xs), r.zeros("y", rows*n)
+			r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v})
+			got := make([]float32, rows*n)
+			require.NoError(t, r.vs.Read(y.v, 0, got))
+			// As TestCoopMatMulEveryTileKeepsItsPrecision's exact bound.
+			require.LessOrEqual(t, worstOfSum(got, xs, ws, nil, rows, n, cols), 1e-5, "%v, %d rows: largest error relative to sum |x w|", typ, rows)
+		}
+		r.vs.SetPrecision(backend.PrecisionFast)
+		require.False(t, vulkan.HalvesFirst(r.vs, 20, wv), "%v at fast precision", typ)
+	}
+}
+
+// At exact precision a tile that splits its weights in hi + lo halves
+// itself gives the same bits as one that reads the halves weights16.comp
+// made first: both split with half.glsl's split, and run the same products
+// in the same order. (Weights past float16's range are the precision
+// test's: weights16.comp flags a whole row, a tile only the steps it reads,
+// so the parts of a product split along K may go to float32 on one route
+// and not on the other.)
+func TestCoopExactSplitInTileEqualsHalvesFirst(t *testing.T) {
+	b := testBackend(t)
+	if !vulkan.Coop(b) {
+		t.Skip("the device has no cooperative-matrix GEMMs (VK_NV_cooperative_matrix with float16)")
+	}
+	defer vulkan.ForceCoopTile(b, -1, true, false)
+	defer vulkan.SetCoopHalfWRows(0)()
+	defer vulkan.SetCoopExactInTileElems(0)()
+	r := newRig(t, 13)
+	const rows, n, cols = 150, 300, 2048 // ragged tiles; K split at 150 rows
+	for _, typ := range []gguf.Type{gguf.Q4_0, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K, gguf.F32} {
+		wv, err := b.Upload(quantized(t, r, "w", n, cols, typ))
+		require.NoError(t, err)
+		xs := r.values(rows*cols, 1)
+		x := r.tensor("x", xs)
+		for ti, tile := range vulkan.CoopTiles() {
+			if !vulkan.ForceCoopTile(b, ti, true, true) {
+				continue
+			}
+			var got [2][]float32
+			for i, first := range []bool{true, false} {
+				vulkan.SetCoopHalfWRows(map[bool]int{true: 0, false: math.MaxInt}[first])
+				r.vs.SetPrecision(backend.PrecisionExact)
+				require.Equal(t, first, vulkan.HalvesFirst(r.vs, rows, wv))
+				y := r.zeros("y", rows*n)
+				r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v})
+				got[i] = make([]float32, rows*n)
+				require.NoError(t, r.vs.Read(y.v, 0, got[i]))
+			}
+			require.Equal(t, got[0], got[1], "%v, tile %s", typ, tile)
+		}
+	}
+}
+
+// BenchmarkCoopTiles times the cooperative GEMM of BenchmarkMatMul's shape
+// with every tile shape, its weights decoded in each tile (split in hi + lo
+// halves there at exact precision) or once to float16 first (halfW, the
+// decoding timed with the product), for choosing coopTileFor's tile and
+// coopHalfWRows.
+func BenchmarkCoopTiles(b *testing.B) {
+	r := newRig(b, 3)
+	v := benchBackend(b)
+	if !vulkan.Coop(v) {
+		b.Skip("no cooperative-matrix GEMMs")
+	}
+	defer vulkan.ForceCoopTile(v, -1, true, false)
+	defer vulkan.SetCoopHalfWRows(0)()
+	const k = 4096
+	for _, n := range []int{12288, 1024} { // bonsai-8b's FFN and K/V widths
+		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K, gguf.Q6_K, gguf.Q8_0} {
+			w, err := v.Upload(quantized(b, r, "w", n, k, typ))
+			if err != nil {
+				b.Fatal(err)
+			}
+			exactInHalf := typ == gguf.Q1_0_G128 // weights16.comp is not used for it
+			for _, rows := range []int{128, 512, 2048} {
+				for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+					for ti, tile := range vulkan.CoopTiles() {
+						for _, halfW := range []bool{false, true} {
+							if halfW && exactInHalf {
+								continue
+							}
+							b.Run(fmt.Sprintf("n=%d/%v/T=%d/%v/%s/halfW=%v", n, typ, rows, prec, tile, halfW), func(b *testing.B) {
+								if !vulkan.ForceCoopTile(v, ti, prec == backend.PrecisionExact, !exactInHalf && prec == backend.PrecisionExact) {
+									b.Skip("too much shared memory")
+								}
+								vulkan.SetCoopHalfWRows(map[bool]int{false: math.MaxInt, true: 0}[halfW])
+								timeMatMul(b, r, v, w, rows, n, k, prec)
+							})
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkMatMul times one GEMM of bonsai-8b's FFN shape (x of T rows by
+// 4096, W of 12288 rows) on the tiled kernels: cooperative-matrix where the
+// device has them, at each precision, and the portable one. Exact products
+// of weights not exact in float16 (Q4_K) take the cooperative kernel with
+// x and W in float16 first ("coop"), or split in the tiles ("coop-tile-x",
+// since the fifth session of 2026-12-04; the portable kernel before). It
+// opens its own backend: the shared one validates every call.
+func BenchmarkMatMul(b *testing.B) {
+	r := newRig(b, 3)
+	v := benchBackend(b)
+	const n, k = 12288, 4096
+	for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.TQ2_0_G128, gguf.Q4_K} {
+		w, err := v.Upload(quantized(b, r, "w", n, k, typ))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, rows := range []int{128, 512, 2048} {
+			for _, kernel := range []string{"coop", "coop-whole-k", "coop-tile-x", "portable"} {
+				coop := kernel != "portable"
+				if coop && !vulkan.Coop(v) {
+					continue
+				}
+				for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+					b.Run(fmt.Sprintf("%v/T=%d/%s/%v", typ, rows, kernel, prec), func(b *testing.B) {
+						old := vulkan.SetCoop(v, coop)
+						defer vulkan.SetCoop(v, old)
+						// coop-tile-x converts x to float16 in each tile, as before tohalf.comp.
+						defer vulkan.SetCoopHalfX(vulkan.SetCoopHalfX(kernel != "coop-tile-x"))
+						// coop-whole-k does not split products along K.
+						defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(kernel == "coop"))
+						timeMatMul(b, r, v, w, rows, n, k, prec)
+					})
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkSplitK times the narrower GEMMs of bonsai-8b (the attention's
+// 4096 x 4096 and its K and V, 1024 x 4096) at small T, where they have too
+// few tiles to fill the device, split along K and not.
+func BenchmarkSplitK(b *testing.B) {
+	r := newRig(b, 3)
+	v := benchBackend(b)
+	if !vulkan.Coop(v) {
+		b.Skip("no cooperative-matrix GEMMs")
+	}
+	// split: none, the usual rule, or every product of fewer than 512
+	// workgroups (the FFN's 96 at T=128 among them).
+	for _, shape := range [][2]int{{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}} {
+		n, k := shape[0], shape[1]
+		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K} {
+			w, err := v.Upload(quantized(b, r, "w", n, k, typ))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, rows := range []int{128, 512} {
+				for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+					for _, split := range []string{"none", "usual", "below512"} {
+						b.Run(fmt.Sprintf("n=%d/k=%d/%v/T=%d/%v/split=%s", n, k, typ, rows, prec, split), func(b *testing.B) {
+							defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(split != "none"))
+							if split == "below512" {
+								defer vulkan.SetCoopSplitBelow(512)()
+							}
+							timeMatMul(b, r, v, w, rows, n, k, prec)
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkExactHalvesFirst times exact products of weights not exact in
+// float16 with their hi + lo halves made first ("first": weights16.comp,
+// timed with the product), made in each tile ("tile"), and on the portable
+// kernel, on bonsai-8b's weights (FFN up, attention, FFN down): for choosing
+// coopHalfWRows at exact precision.
+func BenchmarkExactHalvesFirst(b *testing.B) {
+	r := newRig(b, 3)
+	v := benchBackend(b)
+	if !vulkan.Coop(v) {
+		b.Skip("no cooperative-matrix GEMMs")
+	}
+	defer vulkan.SetCoopHalfWRows(0)()
+	// Then Qwen3-30B-A3B's experts (gate/up, down) and tiny-qwen3moe's, of
+	// fewer than coopHalfWSmallElems elements.
+	for _, shape := range []struct{ n, k int }{{12288, 4096}, {4096, 4096}, {4096, 12288}, {768, 2048}, {2048, 768}, {256, 256}} {
+		for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q8_0} {
+			w, err := v.Upload(quantized(b, r, "w", shape.n, shape.k, typ))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, rows := range []int{16, 32, 64, 128, 512, 2048} {
+				for _, mode := range []string{"first", "tile", "portable"} {
+					if mode == "portable" && rows > 128 {
+						continue
+					}
+					b.Run(fmt.Sprintf("%dx%d/%v/T=%d/%s", shape.n, shape.k, typ, rows, mode), func(b *testing.B) {
+						vulkan.SetCoopHalfWRows(map[string]int{"first": 0, "tile": math.MaxInt, "portable": math.MaxInt}[mode])
+						defer vulkan.SetCoopExactInTileElems(map[bool]int{true: 0, false: math.MaxInt}[mode == "tile"])()
+						timeMatMul(b, r, v, w, rows, shape.n, shape.k, backend.PrecisionExact)
+					})
+				}
+			}
+		}
+	}
+}
+
+// timeMatMul times x[rows][k] times w (n x k) on a fresh stream of v.
+func timeMatMul(b *testing.B, r *rig, v *vulkan.Backend, w backend.Matrix, rows, n, k int, prec backend.Precision) {
+	s := v.NewStream()
+	s.SetPrecision(prec)
+	x, err := s.Alloc("x", rows*k)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Write(x, 0, r.values(rows*k, 1))
+	y, err := s.Alloc("y", rows*n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	// A tenth of a second of the product first, so that the device's clocks
+	// have risen before the timing starts.
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+		s.MatMul(x, rows, backend.Proj{W: w, Dst: y})
+		if err := s.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		s.MatMul(x, rows, backend.Proj{W: w, Dst: y})
+		if err := s.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(2*float64(rows)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+}
+
+// weights16.comp gives the cooperative GEMM every format's weights in
+// float16 as it would round them itself, and flags the rows it cannot hold.
+// It runs wherever there is Vulkan (lavapipe too), though only devices with
+// cooperative matrices use it.
+func TestWeightsToHalfEveryFormat(t *testing.T) {
+	types := []gguf.Type{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, gguf.Q4_0, gguf.Q1_0_G128, gguf.TQ2_0_G128, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K}
+	for _, typ := range types {
+		t.Run(typ.String(), func(t *testing.T) {
+			r := newRig(t, 11)
+			const rows, cols = 37, 512
+			w := quantized(t, r, "w", rows, cols, typ)
+			if typ == gguf.F32 {
+				binary.LittleEndian.PutUint32(w.Data[4*(5*cols+100):], math.Float32bits(7e4)) // row 5 leaves float16's range
+			}
+			want := make([]float32, rows*cols)
+			w.Format.Dequantize(want, w.Data)
+			wv, err := testBackend(t).Upload(w)
+			require.NoError(t, err)
+			out := r.zeros("halves", rows*cols/2+rows)
+			vulkan.WeightsToHalf(r.vs, wv, out.v)
+			got := make([]float32, rows*cols/2+rows)
+			require.NoError(t, r.vs.Read(out.v, 0, got))
+			for i, v := range want {
+				word := math.Float32bits(got[i/2])
+				h := float16.Frombits(uint16(word >> (16 * (i % 2)))).Float32()
+				if math.Abs(float64(v)) > 65504 {
+					continue // its row is flagged
+				}
+				// Round to nearest: within half a unit in the last of float16's
+				// 11 significant bits, or of its smallest subnormal step.
+				tol := max(math.Abs(float64(v))*math.Pow(2, -11), math.Pow(2, -25))
+				require.InDelta(t, v, h, tol, "weight %d of row %d", i%cols, i/cols)
+				if typ == gguf.F16 || typ == gguf.Q1_0_G128 || typ == gguf.TQ2_0_G128 {
+					require.Equal(t, v, h, "weight %d of row %d: exact in float16", i%cols, i/cols)
+				}
+			}
+			for row := range rows {
+				want := uint32(0)
+				if typ == gguf.F32 && row == 5 {
+					want = 1
+				}
+				require.Equal(t, want, math.Float32bits(got[rows*cols/2+row]), "range flag of row %d", row)
+			}
+		})
+	}
+}
+
+// splitk.comp adds up the parts of a product split along K, in order, and
+// the bias once. Run wherever there is Vulkan (lavapipe too).
+func TestSumPartsAddsEachPartAndTheBiasOnce(t *testing.T) {
+	r := newRig(t, 5)
+	const rows, cols, parts = 7, 33, 3
+	ps := r.values(parts*rows*cols, 1)
+	bias := r.values(cols, 1)
+	part, b := r.tensor("parts", ps), r.tensor("bias", bias)
+	for _, withBias := range []bool{false, true} {
+		dst := r.zeros("y", rows*cols)
+		var bv backend.Tensor
+		if withBias {
+			bv = b.v
+		}
+		vulkan.SumParts(r.vs, part.v, dst.v, bv, rows, cols, parts)
+		got := make([]float32, rows*cols)
+		require.NoError(t, r.vs.Read(dst.v, 0, got))
+		for i := range got {
+			want := float32(0)
+			for z := range parts {
+				want += ps[z*rows*cols+i] // float32 sums in the shader's order: the same bits
+			}
+			if withBias {
+				want += bias[i%cols]
+			}
+			require.Equal(t, want, got[i], "element %d, bias %v", i, withBias)
+		}
+	}
+}
+
+// TestKernelStatistics compiles the cooperative GEMM with every tile, at
+// both precisions, its weights decoded in the tiles and first, and prints
+// what the driver reports of each (registers, shared memory, spills: run
+// with -v when choosing tiles). Every kernel must report something.
+func TestKernelStatistics(t *testing.T) {
+	testBackend(t) // skips where there is no Vulkan device
+	v, err := vulkan.Open(vulkan.Options{KernelStatistics: true})
+	require.NoError(t, err)
+	defer v.Close()
+	if _, err := v.KernelStatistics(); err != nil {
+		t.Skip(err)
+	}
+	// Any kernel reports something: a portable one first.
+	s := v.NewStream()
+	p, err := s.Alloc("p", 64)
+	require.NoError(t, err)
+	s.Softmax(p, p, 1, 64)
+	require.NoError(t, s.Sync())
+	stats, err := v.KernelStatistics()
+	require.NoError(t, err)
+	require.NotEmpty(t, stats)
+	require.NotEmpty(t, stats[0].Stats, stats[0].Kernel)
+	if !vulkan.Coop(v) {
+		t.Skip("no cooperative-matrix GEMMs")
+	}
+	defer vulkan.ForceCoopTile(v, -1, true, false)
+	defer vulkan.SetCoopHalfWRows(0)()
+	defer vulkan.SetCoopExactInTileElems(0)()
+	r := newRig(t, 5)
+	const rows, n, k = 256, 256, 512
+	x, err := s.Alloc("x", rows*k)
+	require.NoError(t, err)
+	y, err := s.Alloc("y", rows*n)
+	require.NoError(t, err)
+	for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K} {
+		w, err := v.Upload(quantized(t, r, "w", n, k, typ))
+		require.NoError(t, err)
+		for ti := range vulkan.CoopTiles() {
+			for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+				exact := prec == backend.PrecisionExact
+				if !vulkan.ForceCoopTile(v, ti, exact, exact && typ != gguf.Q1_0_G128) {
+					continue
+				}
+				s.SetPrecision(prec)
+				for _, first := range []int{0, math.MaxInt} { // Q4_K's weights decoded first and in the tiles
+					vulkan.SetCoopHalfWRows(first)
+					s.MatMul(x, rows, backend.Proj{W: w, Dst: y})
+				}
+			}
+		}
+	}
+	// flash_coop.comp along each route of K and V, at both precisions, in
+	// workgroups of 64 and 128 rows.
+	const T, heads, hd = 256, 4, 128
+	a := &backend.Attention{T: T, Heads: heads, KVHeads: 1, HeadDim: hd, Scale: 1}
+	for _, x := range []*backend.Tensor{&a.Q, &a.K, &a.V, &a.Z} {
+		*x, err = s.Alloc("attention", T*heads*hd)
+		require.NoError(t, err)
+	}
+	for _, kv := range flashKVRoutes {
+		for _, rows := range []int{64, 128} {
+			func() {
+				defer vulkan.SetFlashHalfKV(kv.halves)()
+				defer vulkan.SetFlashCoopRows(rows, false)()
+				for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+					s.SetPrecision(prec)
+					s.FlashAttention(a)
+				}
+				require.NoError(t, s.Sync())
+			}()
+		}
+	}
+	require.NoError(t, s.Sync())
+	stats, err = v.KernelStatistics()
+	require.NoError(t, err)
+	for _, k := range stats {
+		require.NotEmpty(t, k.Stats, k.Kernel)
+		if strings.HasPrefix(k.Kernel, "matmul_") || strings.HasPrefix(k.Kernel, "flash") {
+			t.Logf("%s %v %v", k.Kernel, k.Spec, k.Stats)
+		}
+	}
+}

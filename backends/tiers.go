@@ -1,0 +1,192 @@
+package backends
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/backend/cpu"
+	"github.com/stratalab/strata/backend/vulkan"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/model"
+)
+
+// Devices lists the devices the named backend can place tiers on, in the
+// order --placement numbers them, with their free memory. A Vulkan device
+// reports its device-local heap's size: Vulkan 1.1 has no query for what
+// other processes use (VK_EXT_memory_budget would tell). The CPU is one
+// device, the host, with the memory Linux counts as available.
+func Devices(name string) (kind string, devs []engine.Device, err error) {
+	kind, err = resolve(name)
+	if err != nil {
+		return "", nil, err
+	}
+	if kind == "cpu" {
+		free, err := hostAvailable()
+		if err != nil {
+			return "", nil, fmt.Errorf("the host's free memory: %w", err)
+		}
+		return kind, []engine.Device{{Name: "host memory", Free: free}}, nil
+	}
+	infos, err := vulkan.Devices()
+	if err != nil {
+		return "", nil, err
+	}
+	for _, d := range infos {
+		devs = append(devs, engine.Device{Name: fmt.Sprintf("%s, %s", d.Name, d.Type), Free: int64(d.Memory)})
+	}
+	return kind, devs, nil
+}
+
+// resolve is the backend "auto" stands for, as Open chooses it.
+func resolve(name string) (string, error) {
+	switch name {
+	case "cpu", "vulkan":
+		return name, nil
+	case "", "auto":
+		devices, err := vulkan.Devices()
+		if err != nil {
+			return "cpu", nil
+		}
+		for _, d := range devices {
+			if d.Type != "cpu" {
+				return "vulkan", nil
+			}
+		}
+		return "cpu", nil
+	}
+	return "", fmt.Errorf("unknown backend %q (choose from %v)", name, Names)
+}
+
+// hostAvailable reads MemAvailable from /proc/meminfo.
+func hostAvailable() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: MemAvailable %q: %w", rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("/proc/meminfo has no MemAvailable")
+}
+
+// Plan places m over the named backend's devices for the request q:
+// placement "" wholly on the device Open picks (STRATA_DEVICE's on
+// Vulkan), "auto" by engine.PlanPlacement, else as engine.ParsePlacement reads
+// it. A plan that does not fit the devices' memory is an error saying what
+// is short where.
+func Plan(m *model.Model, name, placement string, q engine.PlanRequest) (kind string, plan engine.Plan, devs []engine.Device, err error) {
+	kind, devs, err = Devices(name)
+	if err != nil {
+		return "", engine.Plan{}, nil, err
+	}
+	switch placement {
+	case "auto":
+		plan, err = engine.PlanPlacement(m, devs, q)
+		return kind, plan, devs, err
+	case "":
+		d := 0
+		if kind == "vulkan" {
+			if d, err = vulkan.Chosen(); err != nil && name == "vulkan" {
+				return "", engine.Plan{}, nil, err
+			}
+			if err != nil { // auto: run takes the CPU then, as Open does
+				if kind, devs, err = Devices("cpu"); err != nil {
+					return "", engine.Plan{}, nil, err
+				}
+			}
+		}
+		placement = fmt.Sprintf("%d:0-%d", d, m.Layers-1)
+	}
+	p, on, err := engine.ParsePlacement(placement, m.Layers)
+	if err != nil {
+		return "", engine.Plan{}, nil, err
+	}
+	for t, d := range on {
+		if d >= len(devs) {
+			return "", engine.Plan{}, nil, fmt.Errorf("tier %d is on device %d, but the %s backend has %s", t, d, kind, deviceList(devs))
+		}
+	}
+	if plan, err = engine.NewPlan(m, p, on, q); err != nil {
+		return "", engine.Plan{}, nil, err
+	}
+	return kind, plan, devs, plan.Check(devs)
+}
+
+// deviceList says which devices there are: "only device 0 (host memory)",
+// "devices 0 (A) and 1 (B)", "devices 0 (A), 1 (B) and 2 (C)".
+func deviceList(devs []engine.Device) string {
+	var s []string
+	for i, d := range devs {
+		s = append(s, fmt.Sprintf("%d (%s)", i, d.Name))
+	}
+	switch len(s) {
+	case 0:
+		return "no devices"
+	case 1:
+		return "only device " + s[0]
+	}
+	return "devices " + strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// Engine makes m resident on the named backend: placement "" on the one
+// device Open picks, otherwise over tiers as Plan places them, each tier a
+// backend opened on its device (two tiers on one device are two logical
+// devices). A plan that does not fit is refused before anything is
+// allocated. The note says where the model went, for the user to see.
+func Engine(m *model.Model, name, placement string, q engine.PlanRequest) (*engine.Engine, string, error) {
+	if placement == "" {
+		b, note, err := Open(name)
+		if err != nil {
+			return nil, "", err
+		}
+		e, err := engine.NewEngine(m, b)
+		return e, note, err
+	}
+	kind, plan, devs, err := Plan(m, name, placement, q)
+	if err != nil {
+		return nil, "", err
+	}
+	tiers := make([]backend.Backend, len(plan.Devices))
+	for t, d := range plan.Devices {
+		if kind == "cpu" {
+			tiers[t] = cpu.New(0)
+			continue
+		}
+		v, err := vulkan.Open(vulkan.Options{Device: strconv.Itoa(d)})
+		if err != nil {
+			for _, b := range tiers[:t] {
+				b.Close()
+			}
+			return nil, "", fmt.Errorf("tier %d on Vulkan device %d (%s): %w", t, d, devs[d].Name, err)
+		}
+		tiers[t] = v
+	}
+	e, err := engine.NewTieredEngine(m, tiers, plan.Placement)
+	if err != nil {
+		for _, b := range tiers {
+			b.Close()
+		}
+		return nil, "", err
+	}
+	tiersWord := "tiers"
+	if len(tiers) == 1 {
+		tiersWord = "tier"
+	}
+	return e, fmt.Sprintf("using %d %s of %s (--placement %s):\n%s", len(tiers), tiersWord, kind, plan.Flag(), strings.TrimSuffix(plan.String(), "\n")), nil
+}

@@ -1,0 +1,42 @@
+package backends
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/model/synth"
+)
+
+func TestEngineOverTiers(t *testing.T) {
+	m, err := synth.Random(synth.Shapes["tiny-qwen3"], gguf.Q8_0, 1)
+	require.NoError(t, err)
+	q := engine.PlanRequest{Capacity: 64, Tokens: 64}
+
+	e, note, err := Engine(m, "cpu", "0:0-1,0:2-3", q)
+	require.NoError(t, err)
+	require.Len(t, e.Tiers(), 2)
+	require.Equal(t, []int{0, 0, 1, 1}, e.Placement().Layers)
+	// The note gives the placement back as it was given: devices, not tiers.
+	require.Contains(t, note, "using 2 tiers of cpu (--placement 0:0-1,0:2-3):\ndevice 0: tier 0 (embedding, layers 0-1) needs ")
+
+	e, _, err = Engine(m, "cpu", "auto", q)
+	require.NoError(t, err)
+	require.Len(t, e.Tiers(), 1, "the host holds a tiny model whole")
+
+	_, _, err = Engine(m, "cpu", "0:0-1,1:2-3", q)
+	require.EqualError(t, err, "tier 1 is on device 1, but the cpu backend has only device 0 (host memory)")
+
+	// A KV cache no host has: refused, saying what is short where, before
+	// anything is allocated.
+	_, _, err = Engine(m, "cpu", "0:0-1,0:2-3", engine.PlanRequest{Capacity: 1 << 30, Tokens: 1})
+	require.ErrorIs(t, err, engine.ErrDoesNotFit)
+	require.ErrorContains(t, err, "device 0 (host memory) has ")
+	require.ErrorContains(t, err, "tier 0 (embedding, layers 0-1) needs 2048.00 GiB")
+	require.ErrorContains(t, err, "and tier 1 (layers 2-3, head) needs")
+
+	_, _, err = Engine(m, "tpu", "auto", q)
+	require.ErrorContains(t, err, `unknown backend "tpu"`)
+}

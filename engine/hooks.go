@@ -1,0 +1,256 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path"
+
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/trace"
+)
+
+// Hook intervenes at every point whose name matches Point (a glob, as in
+// Capture), as TransformerLens's run_with_hooks does. Device edits run on the
+// backend with no host round trip; a host function makes the run sync, read
+// the tensor, call it, and write the tensor back.
+type Hook struct {
+	Point string
+	// Device returns the edits to make at a point of the given shape.
+	Device func(name string, shape []int) ([]DeviceEdit, error)
+	// Host may read and change data in place.
+	Host func(name string, shape []int, data []float32) error
+
+	err error // why the constructor refused it, reported by the prefill's check
+}
+
+// DeviceEdit is an Edit whose source, if Data is set, is uploaded first.
+type DeviceEdit struct {
+	backend.Edit
+	Data []float32
+}
+
+func (h *Hook) validate(c *model.Config) error {
+	if h.err != nil {
+		return h.err
+	}
+	if h.Device == nil && h.Host == nil {
+		return fmt.Errorf("hook at %q does nothing: set Device or Host", h.Point)
+	}
+	for _, n := range Points(c) {
+		if ok, err := path.Match(h.Point, n); err != nil {
+			return fmt.Errorf("hook: bad pattern %q: %w", h.Point, err)
+		} else if ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("hook: %q matches no point of a %d-layer %s model%s", h.Point, c.Layers, c.Arch, pointHint(c, h.Point))
+}
+
+func hooked(hooks []Hook, name string) bool {
+	for _, h := range hooks {
+		if ok, _ := path.Match(h.Point, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, off int, shape []int) error {
+	if ok, _ := path.Match(h.Point, name); !ok {
+		return nil
+	}
+	n := elements(shape)
+	if h.Device != nil {
+		edits, err := h.Device(name, shape)
+		if err != nil {
+			return err
+		}
+		for _, e := range edits {
+			if err := r.edit(x, off, n, e); err != nil {
+				return err
+			}
+		}
+	}
+	if h.Host != nil {
+		if cap(r.hostScratch) < n {
+			r.hostScratch = make([]float32, n)
+		}
+		data := r.hostScratch[:n]
+		if err := r.st.Read(x, off, data); err != nil {
+			return err
+		}
+		if err := callHost(h, name, shape, data); err != nil {
+			return err
+		}
+		r.st.Write(x, off, data)
+	}
+	return nil
+}
+
+// callHost runs a hook's Host function, its panic (user code's) an error
+// of the prefill, which then ends as after any other error.
+func callHost(h *Hook, name string, shape []int, data []float32) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("its Host function panicked: %v", p)
+		}
+	}()
+	return h.Host(name, shape, data)
+}
+
+// edit checks an edit against the point's extent and records it.
+func (r *Run) edit(x backend.Tensor, off, n int, e DeviceEdit) error {
+	if e.Data != nil {
+		if e.Src != nil {
+			return errors.New("edit has both Src and Data: set one")
+		}
+		src, err := r.st.Alloc("intervention source", len(e.Data))
+		if err != nil {
+			return err
+		}
+		r.owned[r.tier] = append(r.owned[r.tier], src)
+		r.st.Write(src, 0, e.Data)
+		e.Src = src
+	}
+	if err := e.Edit.Check(n); err != nil {
+		return err
+	}
+	e.Off += off
+	r.st.Edit(x, e.Edit)
+	return nil
+}
+
+// headView is the edit view of one head in a [T, heads, headDim] point.
+func headView(name string, shape []int, head int) (backend.Edit, error) {
+	if len(shape) != 3 {
+		return backend.Edit{}, fmt.Errorf("%s has shape %v, not [T, heads, head_dim]", name, shape)
+	}
+	if head < 0 || head >= shape[1] {
+		return backend.Edit{}, fmt.Errorf("head %d is out of range: %s has %d heads", head, name, shape[1])
+	}
+	return backend.Edit{Off: head * shape[2], Rows: shape[0], Cols: shape[2], Stride: shape[1] * shape[2]}, nil
+}
+
+// AblateHead zeroes one attention head's output (hook_z) in one layer.
+func AblateHead(layer, head int) Hook {
+	return Hook{Point: LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]DeviceEdit, error) {
+		e, err := headView(name, shape, head)
+		e.Op = backend.EditFill
+		return []DeviceEdit{{Edit: e}}, err
+	}}
+}
+
+// MeanAblateHead replaces one head's output at every position with its mean
+// over this prompt's positions, the BOS's included (TransformerLens users
+// often take the mean over a dataset, or leave BOS out).
+func MeanAblateHead(layer, head int) Hook {
+	return Hook{Point: LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]DeviceEdit, error) {
+		e, err := headView(name, shape, head)
+		e.Op = backend.EditMean
+		return []DeviceEdit{{Edit: e}}, err
+	}}
+}
+
+// AblateExpert keeps a mixture's expert from every token in one layer: its
+// router logit becomes -Inf, so the tokens' top experts are chosen, and
+// weighted, among the others.
+func AblateExpert(layer, expert int) Hook { return expertLogit(layer, expert, float32(math.Inf(-1))) }
+
+// ForceExpert routes every token of one layer to one expert: its router
+// logit becomes forcedLogit, far above any trained logit, so it comes first
+// with a weight of 1 (to float32's precision). The other experts'
+// probabilities are then 0, and their slots are empty (id -1, weight 0);
+// so are the last slots when AblateExpert leaves fewer experts than a
+// token uses.
+func ForceExpert(layer, expert int) Hook { return expertLogit(layer, expert, forcedLogit) }
+
+// forcedLogit outweighs any other logit: exp(-1e4) is 0 in float32.
+const forcedLogit = 1e4
+
+func expertLogit(layer, expert int, v float32) Hook {
+	return Hook{Point: LayerPoint(layer, "mlp.hook_router_logits"), Device: func(name string, shape []int) ([]DeviceEdit, error) {
+		if len(shape) != 2 || expert < 0 || expert >= shape[1] {
+			return nil, fmt.Errorf("expert %d is out of range: %s has shape %v, [T, experts]", expert, name, shape)
+		}
+		return []DeviceEdit{{Edit: backend.Edit{Op: backend.EditFill, Off: expert, Rows: shape[0], Cols: 1, Stride: shape[1], Scalar: v}}}, nil
+	}}
+}
+
+// Scale multiplies every point matching the glob by s.
+func Scale(point string, s float32) Hook {
+	return Hook{Point: point, Device: func(name string, shape []int) ([]DeviceEdit, error) {
+		if f := float64(s); math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("scaling %s: the factor %v is not finite", name, s)
+		}
+		n := elements(shape)
+		return []DeviceEdit{{Edit: backend.Edit{Op: backend.EditScale, Rows: 1, Cols: n, Scalar: s}}}, nil
+	}}
+}
+
+// AddVector adds alpha*vec to every position's row of a residual-stream point
+// (e.g. "blocks.3.hook_resid_post"), a steering vector; positions nil means
+// all, and a negative position counts from the end (-1: the last row).
+func AddVector(point string, vec []float32, alpha float32, positions []int) Hook {
+	return Hook{Point: point, Device: func(name string, shape []int) ([]DeviceEdit, error) {
+		if len(shape) != 2 || shape[1] != len(vec) {
+			return nil, fmt.Errorf("vector of %d elements does not fit %s of shape %v", len(vec), name, shape)
+		}
+		if a := float64(alpha); math.IsNaN(a) || math.IsInf(a, 0) {
+			return nil, fmt.Errorf("adding to %s: the scale %v is not finite", name, alpha)
+		}
+		for i, v := range vec {
+			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+				return nil, fmt.Errorf("adding to %s: element %d of the vector is %v", name, i, v)
+			}
+		}
+		if positions == nil {
+			return []DeviceEdit{{Edit: backend.Edit{Op: backend.EditAdd, Rows: shape[0], Cols: shape[1], Stride: shape[1], Scalar: alpha}, Data: vec}}, nil
+		}
+		var edits []DeviceEdit
+		for _, p := range positions {
+			if p < -shape[0] || p >= shape[0] {
+				return nil, fmt.Errorf("position %d is outside %s's %d rows", p, name, shape[0])
+			}
+			if p < 0 {
+				p += shape[0]
+			}
+			edits = append(edits, DeviceEdit{Edit: backend.Edit{Op: backend.EditAdd, Off: p * shape[1], Rows: 1, Cols: shape[1], Scalar: alpha}, Data: vec})
+		}
+		return edits, nil
+	}}
+}
+
+// Patch overwrites the named point, at the given rows of its first dimension
+// (nil: all), with the same point from another run's trace: activation
+// patching. The source trace must have captured the point with the same shape.
+func Patch(point string, from *trace.Trace, rows []int) Hook {
+	if from == nil {
+		return Hook{Point: point, err: fmt.Errorf("hook: Patch(%q) has no source trace (nil)", point)}
+	}
+	return Hook{Point: point, Device: func(name string, shape []int) ([]DeviceEdit, error) {
+		src, err := from.Get(name)
+		if err != nil {
+			return nil, err
+		}
+		if fmt.Sprint(src.Shape) != fmt.Sprint(shape) {
+			return nil, fmt.Errorf("source trace has %s with shape %v, this run %v", name, src.Shape, shape)
+		}
+		if len(src.Data) != elements(shape) {
+			return nil, fmt.Errorf("source trace's %s has %d elements for shape %v", name, len(src.Data), shape)
+		}
+		rowLen := elements(shape[1:])
+		if rows == nil {
+			return []DeviceEdit{{Edit: backend.Edit{Op: backend.EditSet, Rows: 1, Cols: elements(shape)}, Data: src.Data}}, nil
+		}
+		var edits []DeviceEdit
+		for _, p := range rows {
+			if p < 0 || p >= shape[0] {
+				return nil, fmt.Errorf("row %d is outside %s's %d rows", p, name, shape[0])
+			}
+			edits = append(edits, DeviceEdit{Edit: backend.Edit{Op: backend.EditSet, Off: p * rowLen, Rows: 1, Cols: rowLen}, Data: src.Data[p*rowLen : (p+1)*rowLen]})
+		}
+		return edits, nil
+	}}
+}

@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/model"
+)
+
+// moeBuffers are a mixture's scratch: the router's logits, each token's
+// chosen experts and weights, the chosen experts' outputs, and one expert's
+// rows at a time.
+type moeBuffers struct {
+	logits, ids, weights, out backend.Tensor
+	x, gate, up, y            backend.Tensor
+}
+
+func (m *moeBuffers) needs(c *model.Config, t int) []need {
+	k := c.ExpertsUsed
+	return []need{
+		{"moe_router_logits", t * c.Experts, &m.logits},
+		{"moe_expert_ids", t * k, &m.ids},
+		{"moe_expert_weights", t * k, &m.weights},
+		{"moe_expert_out", t * k * c.DModel, &m.out},
+		{"moe_x", t * c.DModel, &m.x},
+		{"moe_gate", t * c.ExpertFFN, &m.gate},
+		{"moe_up", t * c.ExpertFFN, &m.up},
+		{"moe_y", t * c.DModel, &m.y},
+	}
+}
+
+// mixture is a mixture-of-experts MLP: the router scores every expert, each
+// token goes to its top experts, and their outputs, weighted, are the MLP's.
+// Only chosen experts run, each on its tokens alone: the routing is read
+// back to the host once per layer (a sync) to gather them.
+func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, at func(string, backend.Tensor, int) bool) bool {
+	c, st, m := &r.s.e.Model.Config, r.st, &r.moe
+	t, d, k := r.l.t, c.DModel, c.ExpertsUsed
+	st.MatMul(h, t, backend.Proj{W: w.router, Dst: m.logits})
+	if !at("mlp.hook_router_logits", m.logits, 0) {
+		return false
+	}
+	st.Route(m.ids, m.weights, m.logits, t, c.Experts, k)
+	if !at("mlp.hook_expert_ids", m.ids, 0) || !at("mlp.hook_expert_weights", m.weights, 0) {
+		return false
+	}
+	ids := make([]float32, t*k)
+	if err := st.Read(m.ids, 0, ids); err != nil {
+		r.fail(err)
+		return false
+	}
+	// Each expert's tokens (rows of h) and their slots (rows of out). The
+	// ids may have been edited by a hook: each must be an expert, or -1 for
+	// an empty slot, and a token's experts distinct.
+	tokens, slots := make([][]int32, c.Experts), make([][]int32, c.Experts)
+	for i, v := range ids {
+		e := int(v)
+		if float32(e) != v || e < -1 || e >= c.Experts {
+			r.fail(fmt.Errorf("engine: token %d's expert %d is %g, not an expert of %d or -1 (an empty slot)", i/k, i%k, v, c.Experts))
+			return false
+		}
+		if e < 0 {
+			continue
+		}
+		if n := len(tokens[e]); n > 0 && tokens[e][n-1] == int32(i/k) {
+			r.fail(fmt.Errorf("engine: token %d lists expert %d twice", i/k, e))
+			return false
+		}
+		tokens[e] = append(tokens[e], int32(i/k))
+		slots[e] = append(slots[e], int32(i))
+	}
+	st.Edit(m.out, backend.Edit{Op: backend.EditFill, Rows: 1, Cols: t * k * d}) // empty slots stay 0
+	for e, rows := range tokens {
+		n := len(rows)
+		if n == 0 {
+			continue
+		}
+		x := w.experts[e]
+		st.GatherRows(m.x, h, rows, d)
+		st.MatMul(m.x, n, backend.Proj{W: x[0], Dst: m.gate}, backend.Proj{W: x[1], Dst: m.up})
+		st.SwiGLU(m.gate, m.gate, m.up, n*c.ExpertFFN)
+		st.MatMul(m.gate, n, backend.Proj{W: x[2], Dst: m.y})
+		st.ScatterRows(m.out, m.y, slots[e], d)
+	}
+	if !at("mlp.hook_expert_out", m.out, 0) {
+		return false
+	}
+	st.WeightedSum(out, m.out, m.weights, t, k, d)
+	return true
+}

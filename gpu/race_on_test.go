@@ -1,7 +1,0 @@
-//go:build race
-
-package gpu_test
-
-// raceDetector says whether the tests run under -race, whose shadow memory
-// changes what a memory measurement sees.
-const raceDetector = true

@@ -1,0 +1,399 @@
+package synth
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"sync"
+
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gguf/quant"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/tokenizer"
+)
+
+// Shape is a model geometry for generated models with random weights.
+type Shape struct {
+	Arch    string
+	Layers  int
+	DModel  int
+	FFN     int
+	Heads   int
+	KVHeads int
+	HeadDim int
+	Vocab   int
+	Context int
+	Theta   float64
+	// Llama3Rope writes rope_freqs.weight as llama.cpp's converter does for
+	// Llama 3.1 (factor 8, low 1, high 4, original context 8192).
+	Llama3Rope bool
+	// Window is the sliding window of an architecture that has one.
+	Window int
+	// LinearRope, when not 0, writes linear RoPE scaling by this factor
+	// (gemma3 applies it to its global layers only).
+	LinearRope float64
+	// LongRopeContext, when not 0, writes Phi-3's long and short RoPE
+	// factors with this original context, and their attention factor.
+	LongRopeContext int
+	// Experts, when not 0, makes the MLP a mixture of this many experts
+	// of width ExpertFFN, ExpertsUsed per token.
+	Experts, ExpertsUsed, ExpertFFN int
+}
+
+// Shapes are the named geometries `strata gen` knows. Widths are multiples
+// of 256 so that every block format, K-quants included, can store them.
+var Shapes = map[string]Shape{
+	"tiny-llama":    {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000},
+	"tiny-gemma2":   {Arch: "gemma2", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 128, Vocab: 512, Context: 512, Theta: 10000, Window: 5},
+	"tiny-gemma3":   {Arch: "gemma3", Layers: 6, DModel: 256, FFN: 512, Heads: 4, KVHeads: 1, HeadDim: 64, Vocab: 512, Context: 512, Theta: 1e6, Window: 5, LinearRope: 8},
+	"tiny-qwen3moe": {Arch: "qwen3moe", Layers: 2, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6, Experts: 8, ExpertsUsed: 2, ExpertFFN: 256},
+	"tiny-mixtral":  {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 1e6, Experts: 4, ExpertsUsed: 2, ExpertFFN: 512},
+	"tiny-phi3":     {Arch: "phi3", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 10000, LongRopeContext: 64},
+	"tiny-gpt2":     {Arch: "gpt2", Layers: 2, DModel: 256, FFN: 1024, Heads: 4, KVHeads: 4, HeadDim: 64, Vocab: 512, Context: 512},
+	"tiny-llama3":   {Arch: "llama", Layers: 2, DModel: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, Context: 512, Theta: 5e5, Llama3Rope: true},
+	"tiny-qwen2":    {Arch: "qwen2", Layers: 2, DModel: 256, FFN: 512, Heads: 8, KVHeads: 2, HeadDim: 32, Vocab: 512, Context: 512, Theta: 1e6},
+	"tiny-qwen3":    {Arch: "qwen3", Layers: 4, DModel: 256, FFN: 768, Heads: 8, KVHeads: 4, HeadDim: 32, Vocab: 2048, Context: 512, Theta: 1e6},
+	"bonsai-1.7b":   {Arch: "qwen3", Layers: 28, DModel: 2048, FFN: 6144, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+	"bonsai-4b":     {Arch: "qwen3", Layers: 36, DModel: 2560, FFN: 9728, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+	// Qwen3-30B-A3B's geometry: 128 experts, 8 per token.
+	"qwen3moe-30b-a3b": {Arch: "qwen3moe", Layers: 48, DModel: 2048, FFN: 6144, Heads: 32, KVHeads: 4, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6, Experts: 128, ExpertsUsed: 8, ExpertFFN: 768},
+	"bonsai-8b":        {Arch: "qwen3", Layers: 36, DModel: 4096, FFN: 12288, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 32768, Theta: 1e6},
+}
+
+// ShapeNames lists Shapes' keys in order.
+func ShapeNames() []string {
+	var names []string
+	for n := range Shapes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Generate builds a GGUF model of the given shape whose matrices have
+// random weights stored in typ (norms stay F32), deterministic in seed. The
+// tokenizer is byte-level with no merges, padded with unused tokens.
+func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
+	format, err := quant.For(typ)
+	if err != nil {
+		return nil, err
+	}
+	traits, ok := model.ArchOf(s.Arch)
+	if !ok {
+		return nil, fmt.Errorf("model: cannot generate architecture %q", s.Arch)
+	}
+	// Sizes become uint32 metadata: check them before they can wrap.
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"Layers", s.Layers}, {"DModel", s.DModel}, {"FFN", s.FFN}, {"Heads", s.Heads}, {"KVHeads", s.KVHeads},
+		{"HeadDim", s.HeadDim}, {"Vocab", s.Vocab}, {"Context", s.Context}} {
+		if d.v <= 0 || d.v > model.MaxDim {
+			return nil, fmt.Errorf("model: shape %s = %d is out of range: want 1..%d", d.name, d.v, model.MaxDim)
+		}
+	}
+	if s.Heads%s.KVHeads != 0 {
+		return nil, fmt.Errorf("model: shape Heads %d is not a multiple of KVHeads %d", s.Heads, s.KVHeads)
+	}
+	// GPT-2's metadata has no KV head count or head width to say otherwise.
+	if traits.Pos == model.PosLearned && (s.KVHeads != s.Heads || s.HeadDim*s.Heads != s.DModel) {
+		return nil, fmt.Errorf("model: %s has one K and V head per query head of width DModel/Heads (shape has %d heads, %d KV heads, head width %d, d_model %d)", s.Arch, s.Heads, s.KVHeads, s.HeadDim, s.DModel)
+	}
+	if traits.Pos == model.PosRope {
+		if !(s.Theta >= 1 && s.Theta <= 1e12) {
+			return nil, fmt.Errorf("model: shape Theta = %g is out of range: want a number in [1, 1e12]", s.Theta)
+		}
+	}
+	for _, w := range []int{s.DModel, s.FFN, s.Heads * s.HeadDim, max(s.ExpertFFN, format.BlockSize)} {
+		if w%format.BlockSize != 0 {
+			return nil, fmt.Errorf("model: width %d is not a multiple of %s's %d-element blocks", w, typ, format.BlockSize)
+		}
+	}
+	if s.Vocab < 257 {
+		return nil, fmt.Errorf("model: vocabulary of %d cannot hold the 256 byte tokens and an end token", s.Vocab)
+	}
+	w := gguf.NewWriter()
+	p := s.Arch + "."
+	tokens, types := byteVocab(s.Vocab)
+	type kv struct {
+		k string
+		v any
+	}
+	kvs := []kv{
+		{"general.architecture", s.Arch},
+		{"general.name", fmt.Sprintf("random %s %s (seed %d)", s.Arch, typ, seed)},
+		{p + "block_count", uint32(s.Layers)},
+		{p + "context_length", uint32(s.Context)},
+		{p + "embedding_length", uint32(s.DModel)},
+		{p + "feed_forward_length", uint32(s.FFN)},
+		{p + "attention.head_count", uint32(s.Heads)},
+	}
+	// The keys llama.cpp's converter writes for the family.
+	pre := "qwen2"
+	if traits.Norm == model.NormLayer {
+		pre = "gpt2"
+		kvs = append(kvs, kv{p + "attention.layer_norm_epsilon", float32(1e-5)})
+	} else {
+		kvs = append(kvs, kv{p + "attention.layer_norm_rms_epsilon", float32(1e-6)})
+	}
+	if traits.Pos == model.PosRope {
+		kvs = append(kvs,
+			kv{p + "attention.head_count_kv", uint32(s.KVHeads)},
+			kv{p + "attention.key_length", uint32(s.HeadDim)},
+			kv{p + "attention.value_length", uint32(s.HeadDim)},
+			kv{p + "rope.freq_base", float32(s.Theta)})
+	}
+	if traits.SWA > 0 {
+		kvs = append(kvs, kv{p + "attention.sliding_window", uint32(s.Window)})
+	}
+	if s.Experts != 0 {
+		kvs = append(kvs, kv{p + "expert_count", uint32(s.Experts)}, kv{p + "expert_used_count", uint32(s.ExpertsUsed)})
+		if s.ExpertFFN != s.FFN { // Mixtral's experts are the FFN's width, with no key of their own
+			kvs = append(kvs, kv{p + "expert_feed_forward_length", uint32(s.ExpertFFN)})
+		}
+	}
+	if s.LongRopeContext != 0 {
+		kvs = append(kvs, kv{p + "rope.scaling.original_context_length", uint32(s.LongRopeContext)},
+			kv{p + "rope.scaling.attn_factor", float32(longRopeAttnFactor(s.Context, s.LongRopeContext))})
+	}
+	if s.LinearRope != 0 {
+		kvs = append(kvs, kv{p + "rope.scaling.type", "linear"}, kv{p + "rope.scaling.factor", float32(s.LinearRope)})
+	}
+	if traits.Softcaps { // Gemma 2's
+		kvs = append(kvs, kv{p + "attn_logit_softcapping", float32(50)}, kv{p + "final_logit_softcapping", float32(30)})
+	}
+	kvs = append(kvs,
+		kv{"tokenizer.ggml.model", "gpt2"},
+		kv{"tokenizer.ggml.pre", pre},
+		kv{"tokenizer.ggml.tokens", tokens},
+		kv{"tokenizer.ggml.token_type", types},
+		kv{"tokenizer.ggml.merges", []string{}},
+		kv{"tokenizer.ggml.eos_token_id", uint32(256)})
+	for _, kv := range kvs {
+		if err := w.AddKV(kv.k, kv.v); err != nil {
+			return nil, err
+		}
+	}
+	g := generator{w: w, seed: seed}
+	g.matrix("token_embd.weight", format, s.DModel, s.Vocab)
+	if traits.Pos == model.PosLearned {
+		g.matrix("position_embd.weight", format, s.DModel, s.Context)
+	}
+	norm := func(name string, n int) {
+		g.gain(name+".weight", n)
+		if traits.Norm == model.NormLayer {
+			g.bias(name+".bias", n)
+		}
+	}
+	for l := 0; l < s.Layers; l++ {
+		n := func(x string) string { return fmt.Sprintf("blk.%d.%s", l, x) }
+		q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+		norm(n("attn_norm"), s.DModel)
+		if traits.FusedQKV {
+			g.matrix(n("attn_qkv.weight"), format, s.DModel, q+2*kv)
+			if traits.QKVBias {
+				g.bias(n("attn_qkv.bias"), q+2*kv)
+			}
+		} else {
+			g.matrix(n("attn_q.weight"), format, s.DModel, q)
+			g.matrix(n("attn_k.weight"), format, s.DModel, kv)
+			g.matrix(n("attn_v.weight"), format, s.DModel, kv)
+			if traits.QKVBias {
+				g.bias(n("attn_q.bias"), q)
+				g.bias(n("attn_k.bias"), kv)
+				g.bias(n("attn_v.bias"), kv)
+			}
+		}
+		if traits.QKNorm {
+			g.gain(n("attn_q_norm.weight"), s.HeadDim)
+			g.gain(n("attn_k_norm.weight"), s.HeadDim)
+		}
+		g.matrix(n("attn_output.weight"), format, q, s.DModel)
+		if traits.Gemma {
+			g.gain(n("post_attention_norm.weight"), s.DModel)
+			g.gain(n("post_ffw_norm.weight"), s.DModel)
+		}
+		norm(n("ffn_norm"), s.DModel)
+		switch {
+		case s.Experts != 0:
+			g.matrix(n("ffn_gate_inp.weight"), format, s.DModel, s.Experts)
+			g.experts(n("ffn_gate_exps.weight"), format, s.DModel, s.ExpertFFN, s.Experts)
+			g.experts(n("ffn_up_exps.weight"), format, s.DModel, s.ExpertFFN, s.Experts)
+			g.experts(n("ffn_down_exps.weight"), format, s.ExpertFFN, s.DModel, s.Experts)
+		case traits.FusedUp:
+			g.matrix(n("ffn_up.weight"), format, s.DModel, 2*s.FFN)
+		case traits.MLP.Gated():
+			g.matrix(n("ffn_gate.weight"), format, s.DModel, s.FFN)
+			g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
+		default:
+			g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
+		}
+		if s.Experts == 0 {
+			g.matrix(n("ffn_down.weight"), format, s.FFN, s.DModel)
+		}
+		if traits.Bias {
+			g.bias(n("attn_output.bias"), s.DModel)
+			g.bias(n("ffn_up.bias"), s.FFN)
+			g.bias(n("ffn_down.bias"), s.DModel)
+		}
+	}
+	norm("output_norm", s.DModel)
+	if !traits.Gemma { // Gemma ties its LM head to the embedding
+		g.matrix("output.weight", format, s.DModel, s.Vocab)
+	}
+	if s.LongRopeContext != 0 && g.err == nil {
+		// Factors growing from 1 to the context ratio over the pairs, as
+		// Phi-3's long factors do; the short ones stay near 1.
+		half := s.HeadDim / 2
+		long, short := make([]float32, half), make([]float32, half)
+		ratio := float64(s.Context) / float64(s.LongRopeContext)
+		for i := range half {
+			f := float64(i) / float64(half-1)
+			long[i] = float32(math.Pow(ratio, f))
+			short[i] = float32(1 + 0.1*f)
+		}
+		g.err = w.AddTensor(model.RopeLongTensor, gguf.F32, []int64{int64(half)}, f32bytes(long))
+		if g.err == nil {
+			g.err = w.AddTensor(model.RopeShortTensor, gguf.F32, []int64{int64(half)}, f32bytes(short))
+		}
+	}
+	if s.Llama3Rope && g.err == nil {
+		g.err = w.AddTensor(model.RopeFreqsTensor, gguf.F32, []int64{int64(s.HeadDim / 2)}, f32bytes(model.Llama3FreqFactors(s.HeadDim, s.Theta, 8, 1, 4, 8192)))
+	}
+	return w, g.err
+}
+
+// longRopeAttnFactor is Phi-3's LongRoPE magnitude scale for a context
+// stretched from orig to ctx, as HuggingFace computes it and llama.cpp's
+// converter writes it: sqrt(1 + ln(ctx/orig) / ln(orig)).
+func longRopeAttnFactor(ctx, orig int) float64 {
+	scale := float64(ctx) / float64(orig)
+	if scale <= 1 {
+		return 1
+	}
+	return math.Sqrt(1 + math.Log(scale)/math.Log(float64(orig)))
+}
+
+// byteVocab is a byte-level vocabulary: the 256 byte tokens, an end token,
+// then unused fillers up to n.
+func byteVocab(n int) ([]string, []int32) {
+	tokens := append([]string(nil), tokenizer.ByteTokens()...)
+	types := make([]int32, n)
+	for i := range types {
+		types[i] = 1
+	}
+	tokens = append(tokens, "<|endoftext|>")
+	types[256] = 3
+	for i := len(tokens); i < n; i++ {
+		tokens = append(tokens, fmt.Sprintf("<|unused_%d|>", i))
+		types[i] = 5
+	}
+	return tokens, types
+}
+
+type generator struct {
+	w       *gguf.Writer
+	seed    uint64
+	tensors uint64
+	err     error
+}
+
+// rng is the random stream of chunk of the tensor numbered tensor.
+func (g *generator) rng(tensor, chunk uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(g.seed, tensor<<32|chunk))
+}
+
+// matrix adds a [rows, cols] weight (ggml dims [cols, rows]) with entries
+// uniform in ±sqrt(3/cols), so each output has unit variance for unit inputs.
+// Its bytes are made as the file is written, so that generating a model
+// holds one tensor at a time.
+func (g *generator) matrix(name string, f *quant.Format, cols, rows int) {
+	g.randomRows(name, f, []int64{int64(cols), int64(rows)}, cols, rows, 64)
+}
+
+// experts adds n expert matrices of [rows, cols] as one tensor of dims
+// [cols, rows, n], made as the file is written like matrix's.
+func (g *generator) experts(name string, f *quant.Format, cols, rows, n int) {
+	g.randomRows(name, f, []int64{int64(cols), int64(rows), int64(n)}, cols, n*rows, rows)
+}
+
+// randomRows adds a tensor of total rows of cols entries uniform in
+// ±sqrt(3/cols), made in parallel in groups of group rows, each group from
+// its own random stream so that the bytes do not depend on the schedule.
+func (g *generator) randomRows(name string, f *quant.Format, dims []int64, cols, total, group int) {
+	if g.err != nil {
+		return
+	}
+	g.tensors++
+	tensor := g.tensors
+	g.err = g.w.AddTensorFunc(name, f.Type, dims, func(out []byte) error {
+		rowBytes := cols / f.BlockSize * f.BlockBytes
+		limit := float32(math.Sqrt(3 / float64(cols)))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+		for c := range (total + group - 1) / group {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				r := g.rng(tensor, uint64(c))
+				buf := make([]float32, cols)
+				for row := c * group; row < min((c+1)*group, total); row++ {
+					for i := range buf {
+						buf[i] = (2*r.Float32() - 1) * limit
+					}
+					f.Quantize(out[row*rowBytes:(row+1)*rowBytes], buf)
+				}
+			})
+		}
+		wg.Wait()
+		return nil
+	})
+}
+
+// gain adds a norm weight near 1.
+func (g *generator) gain(name string, n int) { g.vector(name, n, 1, 0.1) }
+
+// bias adds a small bias.
+func (g *generator) bias(name string, n int) { g.vector(name, n, 0, 0.1) }
+
+func (g *generator) vector(name string, n int, center, spread float32) {
+	if g.err != nil {
+		return
+	}
+	g.tensors++
+	r := g.rng(g.tensors, 0)
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = center + (2*r.Float32()-1)*spread
+	}
+	g.err = g.w.AddTensor(name, gguf.F32, []int64{int64(n)}, f32bytes(v))
+}
+
+func f32bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		u := math.Float32bits(x)
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+	}
+	return b
+}
+
+// Random generates a model like Generate and loads it from memory.
+func Random(s Shape, typ gguf.Type, seed uint64) (*model.Model, error) {
+	w, err := Generate(s, typ, seed)
+	if err != nil {
+		return nil, err
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, w.Size())) // the one copy of the weights
+	if _, err := w.WriteTo(buf); err != nil {
+		return nil, err
+	}
+	f, err := gguf.Parse(buf.Bytes(), fmt.Sprintf("random %s %s", s.Arch, typ))
+	if err != nil {
+		return nil, err
+	}
+	return model.Load(f)
+}
