@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/model"
+)
+
+// layout is the plan of one prefill's memory: the sizes of its scratch and
+// where each captured point goes. Captured points are packed in program
+// order into arenas, one per layer (and one each before and after the
+// layers; attention scores and patterns each in one of their own), split
+// where one would pass arenaCap, so that a trace comes back
+// in a few downloads and a step-wise run downloads each layer once.
+type layout struct {
+	t, pos0, keys, logitRows int
+	materialize              []bool // per layer: scores and pattern needed
+	slots                    map[string]slot
+	order                    []string
+	index                    map[string]int // every point's place in program order
+	arenas                   []int          // each arena's size in elements
+	arenaPoints              []string       // each arena's first point
+	captureElements          int
+}
+
+// arenaCap bounds an arena unless one point is larger: 128 MiB, the largest
+// storage buffer every Vulkan device must support.
+const arenaCap = 1 << 25
+
+// slot is a captured point: its shape, and where it lies in which arena.
+// An alias shares the slot of an earlier point that holds the same values
+// (see sameAs), so that it is never copied.
+type slot struct {
+	shape      []int
+	arena, off int
+	alias      bool
+}
+
+// sameAs is the earlier point whose values the named point has when no
+// hook sits at it, or "": the residual stream entering a layer is the one
+// leaving the layer before (or the embedding), and the KV cache of a
+// prefill from position 0 is its keys and values. TransformerLens's cache
+// shares their storage too.
+func sameAs(c *model.Config, name string, pos0 int) string {
+	layer, local := SplitPoint(name)
+	switch {
+	case local == "hook_resid_pre" && layer > 0:
+		return LayerPoint(layer-1, "hook_resid_post")
+	case local == "hook_resid_pre" && c.Pos != model.PosLearned:
+		return "hook_embed"
+	case local == "attn.cache_k" && pos0 == 0 && c.Pos == model.PosRope:
+		return LayerPoint(layer, "attn.hook_rot_k")
+	case local == "attn.cache_k" && pos0 == 0:
+		return LayerPoint(layer, "attn.hook_k")
+	case local == "attn.cache_v" && pos0 == 0:
+		return LayerPoint(layer, "attn.hook_v")
+	}
+	return ""
+}
+
+func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
+	l := &layout{t: t, pos0: pos0, keys: pos0 + t, slots: map[string]slot{}, index: map[string]int{}}
+	switch o.Logits {
+	case LogitsLast:
+		l.logitRows = 1
+	case LogitsAll:
+		l.logitRows = t
+	}
+	if l.logitRows == 0 && (o.Capture.Selects("ln_final.hook_scale") || o.Capture.Selects("ln_final.hook_normalized") || o.Capture.Selects("logits")) {
+		l.logitRows = t
+	}
+	l.materialize = make([]bool, c.Layers)
+	arenaLayer, lastAlone := 0, false
+	for i, name := range Points(c) {
+		l.index[name] = i
+		layer, local := SplitPoint(name)
+		captured := o.Capture.Selects(name)
+		if layer >= 0 && (local == "attn.hook_attn_scores" || local == "attn.hook_pattern") && (captured || hooked(o.Hooks, name)) {
+			l.materialize[layer] = true
+		}
+		if !captured {
+			continue
+		}
+		shape := shapeOf(c, name, t, pos0, l.logitRows)
+		n := elements(shape)
+		if n == 0 {
+			continue
+		}
+		if s, ok := l.slots[sameAs(c, name, pos0)]; ok && !hooked(o.Hooks, name) {
+			l.slots[name] = slot{shape: shape, arena: s.arena, off: s.off, alias: true}
+			l.order = append(l.order, name)
+			continue
+		}
+		// The points before the first layer (-1) and after the last are in
+		// no layer, and never share an arena: they may be on different tiers.
+		if layer < 0 && name != "hook_embed" && name != "hook_pos_embed" {
+			layer = c.Layers
+		}
+		// Attention scores and patterns get arenas of their own: the CPU
+		// keeps a recycled arena's masked entries rather than write them
+		// again, which it knows of whole arenas only.
+		alone := local == "attn.hook_attn_scores" || local == "attn.hook_pattern"
+		if last := len(l.arenas) - 1; last < 0 || layer != arenaLayer || l.arenas[last]+n > arenaCap || alone || lastAlone {
+			l.arenas = append(l.arenas, 0)
+			l.arenaPoints = append(l.arenaPoints, name)
+			arenaLayer = layer
+		}
+		lastAlone = alone
+		last := len(l.arenas) - 1
+		off := (l.arenas[last] + backend.SlotAlign - 1) / backend.SlotAlign * backend.SlotAlign
+		l.slots[name] = slot{shape: shape, arena: last, off: off}
+		l.captureElements += off + n - l.arenas[last]
+		l.arenas[last] = off + n
+		l.order = append(l.order, name)
+	}
+	return l
+}
+
+// positions are the ids of the prefill's positions, pos0.., for a table
+// of learned position embeddings.
+func (l *layout) positions() []int32 {
+	ids := make([]int32, l.t)
+	for i := range ids {
+		ids[i] = int32(l.pos0 + i)
+	}
+	return ids
+}
+
+func (l *layout) anyMaterialized() bool {
+	for _, m := range l.materialize {
+		if m {
+			return true
+		}
+	}
+	return false
+}
+
+// attnScratch reports whether a layer's scores or pattern go to scratch:
+// it materialises them (a hook on them) without capturing both, which
+// would be written in their arenas.
+func (l *layout) attnScratch() bool {
+	for layer, m := range l.materialize {
+		for _, local := range []string{"attn.hook_attn_scores", "attn.hook_pattern"} {
+			if _, captured := l.slots[LayerPoint(layer, local)]; m && !captured {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (l *layout) scratchElements(c *model.Config, o Options) int {
+	n := 0
+	for _, q := range (&scratch{}).needs(c, l, o, role{embed: true, layers: true, head: true}) {
+		n += q.n
+	}
+	return n + gemmPacking(c, l, role{embed: true, layers: true, head: true})
+}
+
+// gemmPacking is the elements of the copies the CPU backend's kernels pack
+// (gpu/cpu/gemm.go, attention.go): the widest input of the tier's products,
+// and the values of every key, head dims rounded up to 16; counted for
+// every backend.
+func gemmPacking(c *model.Config, l *layout, ro role) int {
+	switch {
+	case ro.layers:
+		return l.t*max(c.DModel, c.QDim(), c.FFN) + c.KVHeads*((c.HeadDim+15)&^15)*(l.pos0+l.t)
+	case ro.head:
+		return l.logitRows * c.DModel
+	}
+	return 0
+}
