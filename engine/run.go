@@ -39,13 +39,31 @@ type Run struct {
 	stop        func()
 	point       string // the last point reached
 	layer       int    // the layer of the last layer point reached, -1 before one
-	done        bool
-	released    bool        // the session has its buffers back
-	finished    bool        // Finish ran
-	refused     atomic.Bool // the last call found the session busy
+	state       runState
+	refused     atomic.Bool // the last call found the session busy: set without the session's lock, so apart from state
 	err         error
 	hostScratch []float32
 }
+
+// runState is where a run is in its life:
+//
+//	stepping        → ended     the program returned or failed (step)
+//	stepping, ended → released  Close, a later Start, the session's Grow or Close
+//	stepping, ended → finished  Finish (finish)
+//
+// released and finished are final: the run's buffers are the session's
+// again, and only the error (if any) and the point reached remain.
+type runState uint8
+
+const (
+	runStepping runState = iota // paused at r.point, or before the first point
+	runEnded                    // the program is over; the buffers are still the run's
+	runReleased                 // the buffers went back to the session before Finish
+	runFinished                 // Finish ran and handed over the trace (or failed)
+)
+
+// over reports whether the run's buffers are back with the session.
+func (r *Run) over() bool { return r.state >= runReleased }
 
 // scratch is a run's buffers on one tier.
 type scratch struct {
@@ -288,7 +306,7 @@ func (r *Run) Layer() int {
 }
 
 // Done reports whether the program has finished or failed.
-func (r *Run) Done() bool { return r == nil || r.done }
+func (r *Run) Done() bool { return r == nil || r.state != runStepping }
 
 // Err is the error that stopped the run, if any, or ErrSessionBusy when the
 // last call (Next, say) was refused because another goroutine was using the
@@ -317,12 +335,12 @@ func (r *Run) lock() error {
 
 // step advances to the next point; false when the program is over.
 func (r *Run) step() bool {
-	if r.done {
+	if r.state != runStepping {
 		return false
 	}
 	name, ok := r.next()
 	if !ok || r.err != nil {
-		r.done = true
+		r.state = runEnded
 		return false
 	}
 	r.point = name
@@ -386,7 +404,7 @@ func (r *Run) Trace() (*trace.Trace, error) {
 }
 
 func (r *Run) trace() (*trace.Trace, error) {
-	if r.released {
+	if r.over() {
 		if r.err != nil {
 			return nil, r.err
 		}
@@ -403,7 +421,7 @@ func (r *Run) trace() (*trace.Trace, error) {
 	for i, a := range r.arenas[:arenas] {
 		down[r.arenaTier(i)] = append(down[r.arenaTier(i)], a)
 	}
-	if r.done && r.err == nil {
+	if r.state == runEnded && r.err == nil {
 		head := r.s.e.place.Head
 		down[head] = append(down[head], r.bufs[head].logits, r.bufs[head].argmax)
 	}
@@ -435,7 +453,7 @@ func (r *Run) trace() (*trace.Trace, error) {
 // the session's workspace: the trace owns them, and a slice of it a caller
 // keeps stays valid, whatever the session does next.
 func (r *Run) handOver() *trace.Trace {
-	if r.released { // trace says why
+	if r.over() { // trace says why
 		return nil
 	}
 	hosts := make([]backend.HostTensors, len(r.s.tiers))
@@ -478,7 +496,7 @@ func (r *Run) hostMemory() [][]float32 {
 
 // reached reports whether the program has passed the named point.
 func (r *Run) reached(name string) bool {
-	if r.done && r.err == nil {
+	if r.state != runStepping && r.err == nil {
 		return true
 	}
 	return r.point != "" && r.l.index[name] <= r.l.index[r.point]
@@ -495,17 +513,16 @@ func (r *Run) Finish() (*trace.Trace, error) {
 }
 
 func (r *Run) finish() (*trace.Trace, error) {
-	if r.released { // its buffers are the session's again
+	if r.over() { // its buffers are the session's again
 		switch {
 		case r.err != nil:
 			return nil, r.err
-		case r.finished:
+		case r.state == runFinished:
 			return nil, errFinished
 		}
 		return nil, errRunOver
 	}
-	r.finished = true
-	defer r.release()
+	defer r.release(runFinished)
 	for r.step() {
 	}
 	if r.err != nil {
@@ -558,19 +575,20 @@ func (r *Run) Close() {
 		return
 	}
 	defer r.s.unlock()
-	r.release()
+	r.release(runReleased)
 }
 
-func (r *Run) release() {
+// release ends the run in the final state to, handing its buffers back to
+// the session; a run already over stays as it is.
+func (r *Run) release(to runState) {
 	if r.stop != nil {
 		r.stop()
 		r.stop = nil
 	}
-	r.done = true
-	if r.released {
+	if r.over() {
 		return
 	}
-	r.released = true
+	r.state = to
 	if r.s.run == r {
 		r.s.run = nil
 	}

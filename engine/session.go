@@ -181,7 +181,7 @@ func (s *Session) close() {
 func (s *Session) endRun(why error) {
 	if s.run != nil {
 		s.run.fail(why)
-		s.run.release()
+		s.run.release(runReleased)
 	}
 }
 
