@@ -10,6 +10,7 @@ import (
 
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/models"
+	"github.com/stratalab/strata/trace"
 )
 
 func readNpy[T any](t *testing.T, name string) []T {
@@ -38,7 +39,7 @@ func TestDefaultModelMatchesPyTorch(t *testing.T) {
 	const tol = 1e-5
 	for l := 0; l < m.Layers; l++ {
 		want := f64(resid[l*T*d : (l+1)*T*d])
-		rel, ok := relErr(tr.Tensor(engine.LayerPoint(l, "hook_resid_post")).Data, want)
+		rel, ok := relErr(tr.Tensor(trace.LayerPoint(l, "hook_resid_post")).Data, want)
 		require.True(t, ok)
 		t.Logf("layer %d resid_post: max error %.2g of the largest magnitude", l, rel)
 		require.LessOrEqual(t, rel, tol, "layer %d resid_post", l)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -66,7 +65,7 @@ func TestEveryPointMatchesFloat64Reference(t *testing.T) {
 				m := genModel(t, c.shape, typ, 7)
 				want := newRef(m).points(testTokens)
 				tr := prefill(t, newEngine(t, m), testTokens, engine.Options{Capture: engine.CaptureAll(), Logits: engine.LogitsAll})
-				names := engine.Points(&m.Config)
+				names := trace.Points(&m.Config)
 				require.Len(t, tr.Names, len(names), "every point is captured")
 				worst, worstName := 0.0, ""
 				for _, name := range names {
@@ -142,16 +141,16 @@ func continuedPrefill(t *testing.T, shape string) {
 	require.Equal(t, split, tr.Pos0)
 	T, d := len(testTokens), m.DModel
 	for l := 0; l < m.Layers; l++ {
-		name := engine.LayerPoint(l, "hook_resid_post")
+		name := trace.LayerPoint(l, "hook_resid_post")
 		rel, ok := relErr(tr.Tensor(name).Data, want[name][split*d:])
 		require.True(t, ok)
 		require.LessOrEqual(t, rel, parityTol, name)
-		name = engine.LayerPoint(l, "attn.cache_k")
+		name = trace.LayerPoint(l, "attn.cache_k")
 		rel, ok = relErr(tr.Tensor(name).Data, want[name])
 		require.True(t, ok)
 		require.LessOrEqual(t, rel, parityTol, name)
 		// The pattern's rows are the reference's last T-split query rows.
-		name = engine.LayerPoint(l, "attn.hook_pattern")
+		name = trace.LayerPoint(l, "attn.hook_pattern")
 		got := tr.Tensor(name)
 		require.Equal(t, []int{m.Heads, T - split, T}, got.Shape)
 		var wantRows []float64
@@ -338,31 +337,11 @@ func TestPredictGivesArgmaxPerPosition(t *testing.T) {
 	}
 }
 
-func TestPointsAreNamedLikeTransformerLens(t *testing.T) {
-	names := engine.Points(&model.Config{Layers: 2})
-	require.Equal(t, "hook_embed", names[0])
-	require.Equal(t, "logits", names[len(names)-1])
-	require.Contains(t, names, "blocks.1.attn.hook_pattern")
-	require.Contains(t, names, "blocks.0.ln1.hook_normalized")
+func TestCaptureSelectsByGlobAndLayer(t *testing.T) {
 	c := engine.Capture{Globs: []string{"blocks.*.hook_resid_post"}, FirstLayer: 1, LastLayer: -1}
 	require.False(t, c.Selects("blocks.0.hook_resid_post"))
 	require.True(t, c.Selects("blocks.1.hook_resid_post"))
 	require.False(t, c.Selects("blocks.1.hook_resid_pre"))
-	l, local := engine.SplitPoint("blocks.12.attn.cache_k")
-	require.Equal(t, 12, l)
-	require.Equal(t, "attn.cache_k", local)
-	require.True(t, strings.HasPrefix(engine.LayerPoint(3, "x"), "blocks.3."))
-
-	moe := &model.Config{Layers: 2, Experts: 4, ExpertsUsed: 2}
-	for _, n := range append(names, engine.Points(moe)...) {
-		require.True(t, engine.KnownPoint(n), n)
-	}
-	for _, n := range []string{"blocks.*.attn.hook_rot_q", "hook_pos_embed", "blocks.7.mlp.hook_expert_ids"} {
-		require.True(t, engine.KnownPoint(n), n)
-	}
-	for _, n := range []string{"blocks.1.hook_nope", "blocks.*.hook_pattern", "hook_resid_post", "blocks.x.hook_resid_post", "logit"} {
-		require.False(t, engine.KnownPoint(n), n)
-	}
 }
 
 func TestLogitLensLastLayerIsTheModelsPrediction(t *testing.T) {

@@ -38,14 +38,14 @@ func (h *Hook) validate(c *model.Config) error {
 	if h.Device == nil && h.Host == nil {
 		return fmt.Errorf("hook at %q does nothing: set Device or Host", h.Point)
 	}
-	for _, n := range Points(c) {
+	for _, n := range trace.Points(c) {
 		if ok, err := path.Match(h.Point, n); err != nil {
 			return fmt.Errorf("hook: bad pattern %q: %w", h.Point, err)
 		} else if ok {
 			return nil
 		}
 	}
-	return fmt.Errorf("hook: %q matches no point of a %d-layer %s model%s", h.Point, c.Layers, c.Arch, pointHint(c, h.Point))
+	return fmt.Errorf("hook: %q matches no point of a %d-layer %s model%s", h.Point, c.Layers, c.Arch, trace.PointHint(c, h.Point))
 }
 
 func hooked(hooks []Hook, name string) bool {
@@ -57,7 +57,7 @@ func hooked(hooks []Hook, name string) bool {
 	return false
 }
 
-func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, off int, shape []int) error {
+func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int) error {
 	if ok, _ := path.Match(h.Point, name); !ok {
 		return nil
 	}
@@ -68,7 +68,7 @@ func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, off int, shape [
 			return err
 		}
 		for _, e := range edits {
-			if err := r.edit(x, off, n, e); err != nil {
+			if err := r.edit(x, n, e); err != nil {
 				return err
 			}
 		}
@@ -78,13 +78,13 @@ func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, off int, shape [
 			r.hostScratch = make([]float32, n)
 		}
 		data := r.hostScratch[:n]
-		if err := r.st.Read(x, off, data); err != nil {
+		if err := r.st.Read(x, 0, data); err != nil {
 			return err
 		}
 		if err := callHost(h, name, shape, data); err != nil {
 			return err
 		}
-		r.st.Write(x, off, data)
+		r.st.Write(x, 0, data)
 	}
 	return nil
 }
@@ -100,8 +100,8 @@ func callHost(h *Hook, name string, shape []int, data []float32) (err error) {
 	return h.Host(name, shape, data)
 }
 
-// edit checks an edit against the point's extent and records it.
-func (r *Run) edit(x backend.Tensor, off, n int, e DeviceEdit) error {
+// edit checks an edit against the point's n elements and records it.
+func (r *Run) edit(x backend.Tensor, n int, e DeviceEdit) error {
 	if e.Data != nil {
 		if e.Src != nil {
 			return errors.New("edit has both Src and Data: set one")
@@ -117,7 +117,6 @@ func (r *Run) edit(x backend.Tensor, off, n int, e DeviceEdit) error {
 	if err := e.Edit.Check(n); err != nil {
 		return err
 	}
-	e.Off += off
 	r.st.Edit(x, e.Edit)
 	return nil
 }
@@ -135,7 +134,7 @@ func headView(name string, shape []int, head int) (backend.Edit, error) {
 
 // AblateHead zeroes one attention head's output (hook_z) in one layer.
 func AblateHead(layer, head int) Hook {
-	return Hook{Point: LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]DeviceEdit, error) {
+	return Hook{Point: trace.LayerPoint(layer, trace.AttnZ), Device: func(name string, shape []int) ([]DeviceEdit, error) {
 		e, err := headView(name, shape, head)
 		e.Op = backend.EditFill
 		return []DeviceEdit{{Edit: e}}, err
@@ -146,7 +145,7 @@ func AblateHead(layer, head int) Hook {
 // over this prompt's positions, the BOS's included (TransformerLens users
 // often take the mean over a dataset, or leave BOS out).
 func MeanAblateHead(layer, head int) Hook {
-	return Hook{Point: LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]DeviceEdit, error) {
+	return Hook{Point: trace.LayerPoint(layer, trace.AttnZ), Device: func(name string, shape []int) ([]DeviceEdit, error) {
 		e, err := headView(name, shape, head)
 		e.Op = backend.EditMean
 		return []DeviceEdit{{Edit: e}}, err
@@ -170,7 +169,7 @@ func ForceExpert(layer, expert int) Hook { return expertLogit(layer, expert, for
 const forcedLogit = 1e4
 
 func expertLogit(layer, expert int, v float32) Hook {
-	return Hook{Point: LayerPoint(layer, "mlp.hook_router_logits"), Device: func(name string, shape []int) ([]DeviceEdit, error) {
+	return Hook{Point: trace.LayerPoint(layer, trace.MLPRouterLogits), Device: func(name string, shape []int) ([]DeviceEdit, error) {
 		if len(shape) != 2 || expert < 0 || expert >= shape[1] {
 			return nil, fmt.Errorf("expert %d is out of range: %s has shape %v, [T, experts]", expert, name, shape)
 		}

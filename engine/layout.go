@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/trace"
 )
 
 // layout is the plan of one prefill's memory: the sizes of its scratch and
@@ -28,33 +31,11 @@ const arenaCap = 1 << 25
 
 // slot is a captured point: its shape, and where it lies in which arena.
 // An alias shares the slot of an earlier point that holds the same values
-// (see sameAs), so that it is never copied.
+// (trace.SameAs), so that it is never copied.
 type slot struct {
 	shape      []int
 	arena, off int
 	alias      bool
-}
-
-// sameAs is the earlier point whose values the named point has when no
-// hook sits at it, or "": the residual stream entering a layer is the one
-// leaving the layer before (or the embedding), and the KV cache of a
-// prefill from position 0 is its keys and values. TransformerLens's cache
-// shares their storage too.
-func sameAs(c *model.Config, name string, pos0 int) string {
-	layer, local := SplitPoint(name)
-	switch {
-	case local == "hook_resid_pre" && layer > 0:
-		return LayerPoint(layer-1, "hook_resid_post")
-	case local == "hook_resid_pre" && c.Pos != model.PosLearned:
-		return "hook_embed"
-	case local == "attn.cache_k" && pos0 == 0 && c.Pos == model.PosRope:
-		return LayerPoint(layer, "attn.hook_rot_k")
-	case local == "attn.cache_k" && pos0 == 0:
-		return LayerPoint(layer, "attn.hook_k")
-	case local == "attn.cache_v" && pos0 == 0:
-		return LayerPoint(layer, "attn.hook_v")
-	}
-	return ""
 }
 
 func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
@@ -65,40 +46,44 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 	case LogitsAll:
 		l.logitRows = t
 	}
-	if l.logitRows == 0 && (o.Capture.Selects("ln_final.hook_scale") || o.Capture.Selects("ln_final.hook_normalized") || o.Capture.Selects("logits")) {
+	// The points after the layers are the LM head's rows.
+	if l.logitRows == 0 && slices.ContainsFunc(trace.Table(), func(s trace.Spec) bool {
+		return s.Stage == trace.AfterLayers && o.Capture.Selects(string(s.Point))
+	}) {
 		l.logitRows = t
 	}
 	l.materialize = make([]bool, c.Layers)
 	arenaLayer, lastAlone := 0, false
-	for i, name := range Points(c) {
+	for i, name := range trace.Points(c) {
 		l.index[name] = i
-		layer, local := SplitPoint(name)
+		layer, p := trace.SplitPoint(name)
 		captured := o.Capture.Selects(name)
-		if layer >= 0 && (local == "attn.hook_attn_scores" || local == "attn.hook_pattern") && (captured || hooked(o.Hooks, name)) {
+		if attentionMap(p) && (captured || hooked(o.Hooks, name)) {
 			l.materialize[layer] = true
 		}
 		if !captured {
 			continue
 		}
-		shape := shapeOf(c, name, t, pos0, l.logitRows)
+		spec, _ := trace.SpecOf(name)
+		shape := spec.Shape(c, l.extent())
 		n := elements(shape)
 		if n == 0 {
 			continue
 		}
-		if s, ok := l.slots[sameAs(c, name, pos0)]; ok && !hooked(o.Hooks, name) {
+		if s, ok := l.slots[trace.SameAs(c, name, pos0)]; ok && !hooked(o.Hooks, name) {
 			l.slots[name] = slot{shape: shape, arena: s.arena, off: s.off, alias: true}
 			l.order = append(l.order, name)
 			continue
 		}
 		// The points before the first layer (-1) and after the last are in
 		// no layer, and never share an arena: they may be on different tiers.
-		if layer < 0 && name != "hook_embed" && name != "hook_pos_embed" {
+		if spec.Stage == trace.AfterLayers {
 			layer = c.Layers
 		}
 		// Attention scores and patterns get arenas of their own: the CPU
 		// keeps a recycled arena's masked entries rather than write them
 		// again, which it knows of whole arenas only.
-		alone := local == "attn.hook_attn_scores" || local == "attn.hook_pattern"
+		alone := attentionMap(p)
 		if last := len(l.arenas) - 1; last < 0 || layer != arenaLayer || l.arenas[last]+n > arenaCap || alone || lastAlone {
 			l.arenas = append(l.arenas, 0)
 			l.arenaPoints = append(l.arenaPoints, name)
@@ -114,6 +99,16 @@ func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
 	}
 	return l
 }
+
+// extent is what the points' shapes depend on beyond the model.
+func (l *layout) extent() trace.Extent {
+	return trace.Extent{T: l.t, Pos0: l.pos0, LogitRows: l.logitRows}
+}
+
+// attentionMap reports whether p is a layer's attention scores or pattern,
+// [Heads, T, keys]: materialised only when captured or hooked, each in an
+// arena of its own.
+func attentionMap(p trace.Point) bool { return p == trace.AttnScores || p == trace.AttnPattern }
 
 // positions are the ids of the prefill's positions, pos0.., for a table
 // of learned position embeddings.
@@ -139,8 +134,8 @@ func (l *layout) anyMaterialized() bool {
 // would be written in their arenas.
 func (l *layout) attnScratch() bool {
 	for layer, m := range l.materialize {
-		for _, local := range []string{"attn.hook_attn_scores", "attn.hook_pattern"} {
-			if _, captured := l.slots[LayerPoint(layer, local)]; m && !captured {
+		for _, p := range []trace.Point{trace.AttnScores, trace.AttnPattern} {
+			if _, captured := l.slots[trace.LayerPoint(layer, p)]; m && !captured {
 				return true
 			}
 		}
@@ -168,4 +163,13 @@ func gemmPacking(c *model.Config, l *layout, ro role) int {
 		return l.logitRows * c.DModel
 	}
 	return 0
+}
+
+// elements is the number of elements of a tensor of the shape.
+func elements(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/trace"
 )
 
 // The captured points tile their arenas in program order, each at a
@@ -43,7 +44,7 @@ func TestCapturesTileArenasByLayer(t *testing.T) {
 		for _, name := range l.order {
 			s := l.slots[name]
 			if s.alias {
-				same := l.slots[sameAs(&tc.c, name, 0)]
+				same := l.slots[trace.SameAs(&tc.c, name, 0)]
 				require.Equal(t, [2]int{same.arena, same.off}, [2]int{s.arena, s.off}, "%s: %s shares its slot", tc.what, name)
 				require.Equal(t, elements(same.shape), elements(s.shape), "%s: %s", tc.what, name)
 				continue
@@ -51,12 +52,12 @@ func TestCapturesTileArenasByLayer(t *testing.T) {
 			require.Equal(t, (fill[s.arena]+backend.SlotAlign-1)/backend.SlotAlign*backend.SlotAlign, s.off, "%s: %s starts at the first aligned place after the one before it", tc.what, name)
 			require.GreaterOrEqual(t, s.arena, prevArena, "%s: %s is in program order", tc.what, name)
 			prevArena = s.arena
-			layer, _ := SplitPoint(name)
+			layer, _ := trace.SplitPoint(name)
 			if prev, ok := layerOf[s.arena]; ok {
 				require.Equal(t, prev, layer, "%s: %s shares an arena with another layer", tc.what, name)
 			}
 			layerOf[s.arena] = layer
-			if _, local := SplitPoint(name); local == "attn.hook_attn_scores" || local == "attn.hook_pattern" {
+			if _, local := trace.SplitPoint(name); local == "attn.hook_attn_scores" || local == "attn.hook_pattern" {
 				require.Equal(t, elements(s.shape), l.arenas[s.arena], "%s: %s has its arena to itself (the CPU keeps masked entries of whole arenas)", tc.what, name)
 			}
 			fill[s.arena] = s.off + elements(s.shape)

@@ -94,7 +94,7 @@ func (e *Engine) LensLogits(tr *trace.Trace, pos int) ([][]float32, error) {
 		return nil, errors.New("logit lens of a nil trace")
 	}
 	v, row := e.Model.Vocab, pos
-	if shape := tr.Shape(LayerPoint(0, "hook_resid_post")); pos < 0 && len(shape) > 0 { // else lens says what is missing
+	if shape := tr.Shape(trace.LayerPoint(0, trace.ResidPost)); pos < 0 && len(shape) > 0 { // else lens says what is missing
 		row += shape[0]
 		if row < 0 {
 			return nil, fmt.Errorf("logit lens: position %d is out of range: the trace has %d (-1 is the last)", pos, shape[0])
@@ -127,7 +127,7 @@ func (e *Engine) lens(tr *trace.Trace, what string, only int, layer func(st back
 	}
 	var t int
 	for l := range c.Layers {
-		name := LayerPoint(l, "hook_resid_post")
+		name := trace.LayerPoint(l, trace.ResidPost)
 		if !tr.Has(name) {
 			return fmt.Errorf("%s needs every layer's resid_post (capture \"blocks.*.hook_resid_post\"): %s is not in the trace", what, name)
 		}
@@ -163,7 +163,7 @@ func (e *Engine) lens(tr *trace.Trace, what string, only int, layer func(st back
 	}
 	h, logits, scratch := ts[0], ts[1], ts[2]
 	for l := range c.Layers {
-		x, err := tr.Rows(LayerPoint(l, "hook_resid_post"), from, from+t)
+		x, err := tr.Rows(trace.LayerPoint(l, trace.ResidPost), from, from+t)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/trace"
 )
 
 // moeBuffers are a mixture's scratch: the router's logits, each token's
@@ -33,15 +34,15 @@ func (m *moeBuffers) needs(c *model.Config, t int) []need {
 // token goes to its top experts, and their outputs, weighted, are the MLP's.
 // Only chosen experts run, each on its tokens alone: the routing is read
 // back to the host once per layer (a sync) to gather them.
-func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, at func(string, backend.Tensor, int) bool) bool {
+func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, here points) bool {
 	c, st, m := &r.s.e.Model.Config, r.st, &r.moe
 	t, d, k := r.l.t, c.DModel, c.ExpertsUsed
 	st.MatMul(h, t, backend.Proj{W: w.router, Dst: m.logits})
-	if !at("mlp.hook_router_logits", m.logits, 0) {
+	if !here.at(trace.MLPRouterLogits, m.logits) {
 		return false
 	}
 	st.Route(m.ids, m.weights, m.logits, t, c.Experts, k)
-	if !at("mlp.hook_expert_ids", m.ids, 0) || !at("mlp.hook_expert_weights", m.weights, 0) {
+	if !here.at(trace.MLPExpertIDs, m.ids) || !here.at(trace.MLPExpertWeights, m.weights) {
 		return false
 	}
 	ids := make([]float32, t*k)
@@ -82,7 +83,7 @@ func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, at func(string, ba
 		st.MatMul(m.gate, n, backend.Proj{W: x[2], Dst: m.y})
 		st.ScatterRows(m.out, m.y, slots[e], d)
 	}
-	if !at("mlp.hook_expert_out", m.out, 0) {
+	if !here.at(trace.MLPExpertOut, m.out) {
 		return false
 	}
 	st.WeightedSum(out, m.out, m.weights, t, k, d)

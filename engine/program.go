@@ -3,29 +3,32 @@ package engine
 import (
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/trace"
 )
 
 // program is the layer program: one prefill, written once for every
 // backend, in the order of the architecture diagram. Each at() is a named
 // point where the run may capture, intervene or pause; it returns false
-// when the run must stop.
+// when the run must stop. The points it reaches are the table's, in its
+// order (trace.Table; a test dry-runs the program to check).
 func (r *Run) program(yield func(string) bool) {
 	c, e, st := &r.s.e.Model.Config, r.s.e, r.st
 	t, d := r.l.t, c.DModel
+	outside := points{r, -1, yield}
 	// x is where the residual stream is: a captured point's place in the
 	// trace where it has one, so that sums write there and nothing is copied.
-	x := r.into("hook_embed", r.x)
+	x := outside.into(trace.Embed, r.x)
 	st.Embed(x, e.embed, r.tokens)
 	if c.EmbedScale != 0 {
 		st.Edit(x, backend.Edit{Op: backend.EditScale, Rows: 1, Cols: t * d, Scalar: c.EmbedScale})
 	}
-	if !r.at("hook_embed", x, 0, yield) {
+	if !outside.at(trace.Embed, x) {
 		return
 	}
 	if c.Pos == model.PosLearned {
-		pe := r.into("hook_pos_embed", r.attnOut)
+		pe := outside.into(trace.PosEmbed, r.attnOut)
 		st.Embed(pe, e.posEmbed, r.l.positions())
-		if !r.at("hook_pos_embed", pe, 0, yield) {
+		if !outside.at(trace.PosEmbed, pe) {
 			return
 		}
 		st.Add(r.x, x, pe, t*d)
@@ -48,64 +51,64 @@ func (r *Run) program(yield func(string) bool) {
 		}
 		st = r.st
 		w := &e.layers[layer]
-		at := func(p string, x backend.Tensor, off int) bool { return r.at(LayerPoint(layer, p), x, off, yield) }
-		into := func(p string, scratch backend.Tensor) backend.Tensor { return r.into(LayerPoint(layer, p), scratch) }
+		here := points{r, layer, yield}
+		at, into, name := here.at, here.into, here.name
 		kvd := c.KVDim()
 		cacheK, cacheV := r.s.cacheK[layer], r.s.cacheV[layer]
 
 		// Attention block.
-		x = r.own(LayerPoint(layer, "hook_resid_pre"), x)
-		if !at("hook_resid_pre", x, 0) {
+		x = r.own(name(trace.ResidPre), x)
+		if !at(trace.ResidPre, x) {
 			return
 		}
-		h, ok := r.normAt(layer, "ln1", r.h, x, w.attnNorm, w.attnNormBias, t, at)
+		h, ok := r.normAt(here, trace.LN1Scale, trace.LN1Normalized, r.h, x, w.attnNorm, w.attnNormBias, t)
 		if !ok {
 			return
 		}
-		q, k, v := into("attn.hook_q", r.q), into("attn.hook_k", r.k), into("attn.hook_v", r.v)
+		q, k, v := into(trace.AttnQ, r.q), into(trace.AttnK, r.k), into(trace.AttnV, r.v)
 		st.MatMul(h, t, proj(w.q, q, w.qBias), proj(w.k, k, w.kBias), proj(w.v, v, w.vBias))
 		if c.QKNorm {
 			st.RMSNorm(q, q, w.qNorm, nil, t*c.Heads, c.HeadDim, c.NormEps)
 			st.RMSNorm(k, k, w.kNorm, nil, t*c.KVHeads, c.HeadDim, c.NormEps)
 		}
-		if !at("attn.hook_q", q, 0) || !at("attn.hook_k", k, 0) || !at("attn.hook_v", v, 0) {
+		if !at(trace.AttnQ, q) || !at(trace.AttnK, k) || !at(trace.AttnV, v) {
 			return
 		}
 		if c.Pos == model.PosRope {
-			rq, rk := into("attn.hook_rot_q", r.q), into("attn.hook_rot_k", r.k)
+			rq, rk := into(trace.AttnRotQ, r.q), into(trace.AttnRotK, r.k)
 			st.Rope(rq, q, t, c.Heads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
 			st.Rope(rk, k, t, c.KVHeads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
 			q, k = rq, rk
-			if !at("attn.hook_rot_q", q, 0) || !at("attn.hook_rot_k", k, 0) {
+			if !at(trace.AttnRotQ, q) || !at(trace.AttnRotK, k) {
 				return
 			}
 		}
 		st.Copy(cacheK, r.l.pos0*kvd, k, 0, t*kvd)
 		st.Copy(cacheV, r.l.pos0*kvd, v, 0, t*kvd)
-		if !at("attn.cache_k", cacheK, 0) || !at("attn.cache_v", cacheV, 0) {
+		if !at(trace.AttnCacheK, cacheK) || !at(trace.AttnCacheV, cacheV) {
 			return
 		}
-		a := &backend.Attention{Q: q, K: cacheK, V: cacheV, Z: into("attn.hook_z", r.z), T: t, Pos0: r.l.pos0,
+		a := &backend.Attention{Q: q, K: cacheK, V: cacheV, Z: into(trace.AttnZ, r.z), T: t, Pos0: r.l.pos0,
 			Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: attnScale(c),
 			Window: c.Window(layer), Softcap: c.AttnSoftcap}
 		if r.l.materialize[layer] {
-			a.Scores = into("attn.hook_attn_scores", r.scores)
-			a.Pattern = into("attn.hook_pattern", r.pattern)
+			a.Scores = into(trace.AttnScores, r.scores)
+			a.Pattern = into(trace.AttnPattern, r.pattern)
 			// A hook on the scores or the pattern changes what follows it,
 			// so it needs them one after the other.
 			fc, ok := st.(backend.AttentionCapture)
-			if ok && !hooked(r.o.Hooks, LayerPoint(layer, "attn.hook_attn_scores")) && !hooked(r.o.Hooks, LayerPoint(layer, "attn.hook_pattern")) &&
+			if ok && !hooked(r.o.Hooks, name(trace.AttnScores)) && !hooked(r.o.Hooks, name(trace.AttnPattern)) &&
 				fc.FlashAttentionCapture(a) {
-				if !at("attn.hook_attn_scores", a.Scores, 0) || !at("attn.hook_pattern", a.Pattern, 0) {
+				if !at(trace.AttnScores, a.Scores) || !at(trace.AttnPattern, a.Pattern) {
 					return
 				}
 			} else {
 				st.AttnScores(a)
-				if !at("attn.hook_attn_scores", a.Scores, 0) {
+				if !at(trace.AttnScores, a.Scores) {
 					return
 				}
 				st.Softmax(a.Pattern, a.Scores, c.Heads*t, a.Keys())
-				if !at("attn.hook_pattern", a.Pattern, 0) {
+				if !at(trace.AttnPattern, a.Pattern) {
 					return
 				}
 				st.AttnMix(a)
@@ -113,37 +116,37 @@ func (r *Run) program(yield func(string) bool) {
 		} else {
 			st.FlashAttention(a)
 		}
-		if !at("attn.hook_z", a.Z, 0) {
+		if !at(trace.AttnZ, a.Z) {
 			return
 		}
-		attnOut := into("hook_attn_out", r.attnOut)
+		attnOut := into(trace.AttnOut, r.attnOut)
 		st.MatMul(a.Z, t, backend.Proj{W: w.o, Dst: attnOut, Bias: w.oBias})
 		if c.PostNorms {
 			r.norm(attnOut, attnOut, w.attnPostNorm, nil, t)
 		}
-		if !at("hook_attn_out", attnOut, 0) {
+		if !at(trace.AttnOut, attnOut) {
 			return
 		}
-		x = r.add(LayerPoint(layer, "hook_resid_mid"), x, attnOut)
-		if !at("hook_resid_mid", x, 0) {
+		x = r.add(name(trace.ResidMid), x, attnOut)
+		if !at(trace.ResidMid, x) {
 			return
 		}
 
 		// MLP block.
-		if h, ok = r.normAt(layer, "ln2", r.h, x, w.ffnNorm, w.ffnNormBias, t, at); !ok {
+		if h, ok = r.normAt(here, trace.LN2Scale, trace.LN2Normalized, r.h, x, w.ffnNorm, w.ffnNormBias, t); !ok {
 			return
 		}
-		mlpOut := into("hook_mlp_out", r.mlpOut)
-		pre, post := into("mlp.hook_pre", r.gate), into("mlp.hook_post", r.gate)
+		mlpOut := into(trace.MLPOut, r.mlpOut)
+		pre, post := into(trace.MLPPre, r.gate), into(trace.MLPPost, r.gate)
 		switch {
 		case c.MoE():
-			if !r.mixture(w, h, mlpOut, at) {
+			if !r.mixture(w, h, mlpOut, here) {
 				return
 			}
 		case c.MLP == model.MLPSwiGLU || c.MLP == model.MLPGeGLU:
-			up := into("mlp.hook_pre_linear", r.up)
+			up := into(trace.MLPPreLinear, r.up)
 			st.MatMul(h, t, backend.Proj{W: w.gate, Dst: pre}, backend.Proj{W: w.up, Dst: up})
-			if !at("mlp.hook_pre", pre, 0) || !at("mlp.hook_pre_linear", up, 0) {
+			if !at(trace.MLPPre, pre) || !at(trace.MLPPreLinear, up) {
 				return
 			}
 			if c.MLP == model.MLPSwiGLU {
@@ -153,13 +156,13 @@ func (r *Run) program(yield func(string) bool) {
 			}
 		case c.MLP == model.MLPGELU:
 			st.MatMul(h, t, backend.Proj{W: w.up, Dst: pre, Bias: w.upBias})
-			if !at("mlp.hook_pre", pre, 0) {
+			if !at(trace.MLPPre, pre) {
 				return
 			}
 			st.GELU(post, pre, t*c.FFN)
 		}
 		if !c.MoE() {
-			if !at("mlp.hook_post", post, 0) {
+			if !at(trace.MLPPost, post) {
 				return
 			}
 			st.MatMul(post, t, backend.Proj{W: w.down, Dst: mlpOut, Bias: w.downBias})
@@ -167,11 +170,11 @@ func (r *Run) program(yield func(string) bool) {
 		if c.PostNorms {
 			r.norm(mlpOut, mlpOut, w.ffnPostNorm, nil, t)
 		}
-		if !at("hook_mlp_out", mlpOut, 0) {
+		if !at(trace.MLPOut, mlpOut) {
 			return
 		}
-		x = r.add(LayerPoint(layer, "hook_resid_post"), x, mlpOut)
-		if !at("hook_resid_post", x, 0) {
+		x = r.add(name(trace.ResidPost), x, mlpOut)
+		if !at(trace.ResidPost, x) {
 			return
 		}
 	}
@@ -187,17 +190,16 @@ func (r *Run) program(yield func(string) bool) {
 	}
 	st = r.st
 	st.Copy(r.attnOut, 0, x, (t-rows)*d, rows*d)
-	tail := func(p string, x backend.Tensor, off int) bool { return r.at(p, x, off, yield) }
-	h, ok := r.normAt(-1, "ln_final", r.h, r.attnOut, e.outNorm, e.outBias, rows, tail)
+	h, ok := r.normAt(outside, trace.LNFinalScale, trace.LNFinalNormalized, r.h, r.attnOut, e.outNorm, e.outBias, rows)
 	if !ok {
 		return
 	}
-	logits := r.into("logits", r.logits)
+	logits := outside.into(trace.Logits, r.logits)
 	st.MatMul(h, rows, backend.Proj{W: e.output, Dst: logits})
 	if c.FinalSoftcap != 0 {
 		st.Softcap(logits, rows*c.Vocab, c.FinalSoftcap)
 	}
-	if !r.at("logits", logits, 0, yield) {
+	if !outside.at(trace.Logits, logits) {
 		return
 	}
 	if r.o.Predict {
@@ -205,29 +207,23 @@ func (r *Run) program(yield func(string) bool) {
 	}
 }
 
-// normAt is the norm before attention, the MLP or the LM head (ln is
-// "ln1", "ln2" or "ln_final") as TransformerLens hooks it: the scale each
-// row is divided by (hook_scale), then the normalised rows, which it
-// returns (written to dst, or in place in the trace). A hook on the scale
-// changes what the rows are divided by (freezing a norm, say); dst must
-// not be src, which that reads again.
-func (r *Run) normAt(layer int, ln string, dst, src, gain, bias backend.Tensor, rows int, at func(string, backend.Tensor, int) bool) (backend.Tensor, bool) {
+// normAt is the norm before attention, the MLP or the LM head as
+// TransformerLens hooks it: the scale each row is divided by (the point
+// scaleAt, ln1.hook_scale say), then the normalised rows (normalizedAt),
+// which it returns (written to dst, or in place in the trace). A hook on
+// the scale changes what the rows are divided by (freezing a norm, say);
+// dst must not be src, which that reads again.
+func (r *Run) normAt(p points, scaleAt, normalizedAt trace.Point, dst, src, gain, bias backend.Tensor, rows int) (backend.Tensor, bool) {
 	c := &r.s.e.Model.Config
-	full := func(p string) string {
-		if layer >= 0 {
-			return LayerPoint(layer, p)
-		}
-		return p
-	}
-	dst, scale := r.into(full(ln+".hook_normalized"), dst), r.into(full(ln+".hook_scale"), r.scale)
+	dst, scale := p.into(normalizedAt, dst), p.into(scaleAt, r.scale)
 	normRows(r.st, c, dst, src, gain, bias, scale, rows)
-	if !at(ln+".hook_scale", scale, 0) {
+	if !p.at(scaleAt, scale) {
 		return nil, false
 	}
-	if hooked(r.o.Hooks, full(ln+".hook_scale")) {
+	if hooked(r.o.Hooks, p.name(scaleAt)) {
 		r.st.NormApply(dst, src, scale, gain, bias, rows, c.DModel, c.Norm == model.NormLayer)
 	}
-	return dst, at(ln+".hook_normalized", dst, 0)
+	return dst, p.at(normalizedAt, dst)
 }
 
 // norm normalises rows of the residual stream with the model's norm: Gemma's
@@ -250,4 +246,28 @@ func normRows(st backend.Stream, c *model.Config, dst, src, gain, bias, scale ba
 // proj is one projection of a MatMul, written as the diagram reads: weight, output, bias.
 func proj(w backend.Matrix, dst, bias backend.Tensor) backend.Proj {
 	return backend.Proj{W: w, Dst: dst, Bias: bias}
+}
+
+// points names the program's points in one part of it: a layer's, or
+// those outside the layers (layer -1).
+type points struct {
+	r     *Run
+	layer int
+	yield func(string) bool
+}
+
+// name is point p's full name.
+func (ps points) name(p trace.Point) string {
+	if ps.layer < 0 {
+		return string(p)
+	}
+	return trace.LayerPoint(ps.layer, p)
+}
+
+// at is point p: see Run.at.
+func (ps points) at(p trace.Point, x backend.Tensor) bool { return ps.r.at(ps.name(p), x, ps.yield) }
+
+// into is where a kernel writes point p: see Run.into.
+func (ps points) into(p trace.Point, scratch backend.Tensor) backend.Tensor {
+	return ps.r.into(ps.name(p), scratch)
 }

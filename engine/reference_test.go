@@ -5,10 +5,10 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/synth"
+	"github.com/stratalab/strata/trace"
 )
 
 // refModel is a model's weights decoded to float64 for the reference.
@@ -135,7 +135,7 @@ func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 		return out
 	}
 	for l, w := range r.layers {
-		p := func(s string) string { return engine.LayerPoint(l, s) }
+		p := func(s trace.Point) string { return trace.LayerPoint(l, s) }
 		put(p("hook_resid_pre"), x)
 		put(p("ln1.hook_scale"), scales(x))
 		h := norm(x, w.attnNorm, w.attnNormBias)
@@ -294,7 +294,7 @@ func decodeExperts(xs []model.Expert) [][3][][]float64 {
 // mixture is a mixture of experts in float64: softmax over the router's
 // logits, each token's top k experts (the lower index on a tie), their
 // probabilities renormalised, their SwiGLU outputs mixed by them.
-func (r *refModel) mixture(w refLayer, h [][]float64, put func(string, [][]float64), p func(string) string) [][]float64 {
+func (r *refModel) mixture(w refLayer, h [][]float64, put func(string, [][]float64), p func(trace.Point) string) [][]float64 {
 	c := &r.c
 	k := c.ExpertsUsed
 	logits := linear(h, w.router, nil)

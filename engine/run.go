@@ -222,8 +222,8 @@ func (r *Run) makeViews() error {
 			r.views[name] = t
 			continue
 		}
-		_, local := SplitPoint(name)
-		if sc := &r.bufs[tier]; (local == "attn.hook_attn_scores" && sc.scores == nil) || (local == "attn.hook_pattern" && sc.pattern == nil) {
+		_, p := trace.SplitPoint(name)
+		if sc := &r.bufs[tier]; (p == trace.AttnScores && sc.scores == nil) || (p == trace.AttnPattern && sc.pattern == nil) {
 			return fmt.Errorf("engine: prefill of %d tokens: %s (%s) cannot be bound on %s: capture fewer tokens", r.l.t, name, human.Bytes(4*int64(n)), r.s.e.tiers[tier].Name())
 		}
 	}
@@ -264,19 +264,19 @@ func (r *Run) add(name string, x, y backend.Tensor) backend.Tensor {
 }
 
 // at is a named point: apply hooks, capture, then let a stepping caller pause.
-func (r *Run) at(name string, x backend.Tensor, off int, yield func(string) bool) bool {
+func (r *Run) at(name string, x backend.Tensor, yield func(string) bool) bool {
 	if r.err != nil {
 		return false
 	}
-	shape := shapeOf(&r.s.e.Model.Config, name, r.l.t, r.l.pos0, r.l.logitRows)
+	shape := trace.ShapeOf(&r.s.e.Model.Config, name, r.l.extent())
 	for i := range r.o.Hooks {
-		if err := r.applyHook(&r.o.Hooks[i], name, x, off, shape); err != nil {
+		if err := r.applyHook(&r.o.Hooks[i], name, x, shape); err != nil {
 			r.fail(fmt.Errorf("hook at %s: %w", name, err))
 			return false
 		}
 	}
-	if s, ok := r.l.slots[name]; ok && !s.alias && (off != 0 || x != r.views[name]) {
-		r.st.Copy(r.arenas[s.arena], s.off, x, off, elements(s.shape))
+	if s, ok := r.l.slots[name]; ok && !s.alias && x != r.views[name] {
+		r.st.Copy(r.arenas[s.arena], s.off, x, 0, elements(s.shape))
 	}
 	return yield(name)
 }
@@ -344,7 +344,7 @@ func (r *Run) step() bool {
 		return false
 	}
 	r.point = name
-	if l, _ := SplitPoint(name); l >= 0 {
+	if l, _ := trace.SplitPoint(name); l >= 0 {
 		r.layer = l
 	}
 	return true
@@ -359,7 +359,7 @@ func (r *Run) Next() bool {
 	}
 	defer r.s.unlock()
 	for r.step() {
-		if _, local := SplitPoint(r.point); local == "hook_resid_post" {
+		if _, p := trace.SplitPoint(r.point); p == trace.ResidPost {
 			return true
 		}
 	}
@@ -374,7 +374,7 @@ func (r *Run) RunTo(name string) error {
 	}
 	defer r.s.unlock()
 	if _, ok := r.l.index[name]; !ok {
-		return fmt.Errorf("engine: no capture point named %q%s", name, pointHint(&r.s.e.Model.Config, name))
+		return fmt.Errorf("engine: no capture point named %q%s", name, trace.PointHint(&r.s.e.Model.Config, name))
 	}
 	if r.point == name {
 		return r.err
@@ -546,12 +546,12 @@ func (r *Run) finish() (*trace.Trace, error) {
 	}
 	c := &r.s.e.Model.Config
 	head, st := r.bufs[r.s.e.place.Head], r.s.tiers[r.s.e.place.Head].st
-	if head.logits != nil && !tr.Has("logits") {
+	if head.logits != nil && !tr.Has(string(trace.Logits)) {
 		x := &trace.Tensor{Shape: []int{r.l.logitRows, c.Vocab}, Data: make([]float32, r.l.logitRows*c.Vocab)}
 		if err := st.Read(head.logits, 0, x.Data); err != nil {
 			return nil, err
 		}
-		tr.Put("logits", x)
+		tr.Put(string(trace.Logits), x)
 	}
 	if head.argmax != nil {
 		ids := make([]float32, r.l.logitRows)

@@ -251,7 +251,7 @@ func (d *Draws) Pick(tr *trace.Trace) (int32, error) {
 		}
 		return -1, ErrNaNLogits
 	}
-	x, err := tr.Get("logits")
+	x, err := tr.Get(string(trace.Logits))
 	if err != nil {
 		return -1, err
 	}

@@ -80,13 +80,13 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 	s.longRope = c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext
 	for l := 0; l < c.Layers; l++ {
 		st := s.tiers[e.place.Layers[l]].st
-		k, err := st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_k", l), capacity*c.KVDim())
+		k, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), capacity*c.KVDim())
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
 		s.cacheK = append(s.cacheK, k)
-		v, err := st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_v", l), capacity*c.KVDim())
+		v, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), capacity*c.KVDim())
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -257,8 +257,8 @@ func (s *Session) Grow(capacity int) error {
 	for l := range c.Layers {
 		st := s.tiers[s.e.place.Layers[l]].st
 		var err error
-		if k[l], err = st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_k", l), capacity*kvd); err == nil {
-			v[l], err = st.Alloc(fmt.Sprintf("blocks.%d.attn.cache_v", l), capacity*kvd)
+		if k[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), capacity*kvd); err == nil {
+			v[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), capacity*kvd)
 		}
 		if err != nil {
 			free()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/trace"
 )
 
 // Placement says which tier holds each part of a model split over several
@@ -97,10 +98,10 @@ func (p Placement) check(c *model.Config, tiers int) error {
 // tierOfPoint is the tier where a point is computed: its layer's, the
 // embedding's before the layers, the head's after them.
 func (p Placement) tierOfPoint(name string) int {
-	if layer, _ := SplitPoint(name); layer >= 0 {
+	if layer, _ := trace.SplitPoint(name); layer >= 0 {
 		return p.Layers[layer]
 	}
-	if name == "hook_embed" || name == "hook_pos_embed" {
+	if s, _ := trace.SpecOf(name); s.Stage == trace.BeforeLayers {
 		return p.Embed
 	}
 	return p.Head

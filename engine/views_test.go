@@ -14,6 +14,7 @@ import (
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/internal/enginetest"
+	"github.com/stratalab/strata/trace"
 )
 
 // On the CPU, kernels write captured points straight into the trace and
@@ -32,7 +33,7 @@ func TestEveryCaptureSubsetRecordsWhatCaptureAllDoes(t *testing.T) {
 	for _, shape := range []string{"tiny-qwen3", "tiny-gpt2", "tiny-gemma2", "tiny-qwen3moe"} {
 		m := genModel(t, shape, gguf.F32, 11)
 		e := newEngine(t, m)
-		names := engine.Points(&m.Config)
+		names := trace.Points(&m.Config)
 		r := rand.New(rand.NewPCG(7, uint64(len(shape))))
 		for hs, hooks := range hookSets {
 			all := prefill(t, e, testTokens, engine.Options{Capture: engine.CaptureAll(), Hooks: hooks, Logits: engine.LogitsAll})
@@ -76,7 +77,7 @@ func (noViewStream) View(backend.Tensor, int, int) backend.Tensor { return nil }
 func TestPointsWithoutViewsAreCopied(t *testing.T) {
 	m := genModel(t, "tiny-qwen3", gguf.F32, 12)
 	var rest []string
-	for _, n := range engine.Points(&m.Config) {
+	for _, n := range trace.Points(&m.Config) {
 		if !strings.HasSuffix(n, "attn.hook_attn_scores") && !strings.HasSuffix(n, "attn.hook_pattern") {
 			rest = append(rest, n)
 		}

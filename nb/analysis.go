@@ -411,7 +411,7 @@ func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores 
 	floats.Scale(1/math.Sqrt(ss/float64(c.DModel)+float64(c.NormEps)), v)
 	out := make(NeuronScores, c.Layers)
 	for l := range out {
-		post := needsNeuronDLA(tr.Rows(engine.LayerPoint(l, "mlp.hook_post"), pos, pos+1))
+		post := needsNeuronDLA(tr.Rows(trace.LayerPoint(l, trace.MLPPost), pos, pos+1))
 		down := m.Model.Blocks[l].Down // [d_model rows, ffn columns]
 		out[l] = make([]float64, down.Cols)
 		// W_out^T v, decoded a block of rows at a time: a large model's
@@ -541,11 +541,11 @@ func (l LensTop) String() string {
 // SteeringVector is the difference of the residual stream entering layer
 // (resid_pre) at position pos between prompts a and b (negative pos counts
 // from each prompt's end): adding it steers toward a, away from b. Use it
-// with Steer, or engine.AddVector at engine.LayerPoint(layer, "hook_resid_pre").
+// with Steer, or engine.AddVector at trace.LayerPoint(layer, trace.ResidPre).
 func (m *Model) SteeringVector(a, b string, layer, pos int) []float32 {
 	m.ready()
 	row := func(prompt string) []float32 {
-		name := engine.LayerPoint(layer, "hook_resid_pre")
+		name := trace.LayerPoint(layer, trace.ResidPre)
 		tr := m.Prefill(prompt, Capture(name))
 		r := Must(tr.Point(name))
 		p := pos
@@ -570,7 +570,7 @@ func (m *Model) SteeringVector(a, b string, layer, pos int) []float32 {
 // given are the prompt's; with none, the generated tokens are steered too.
 func Steer(layer int, vec []float32, alpha float32, positions ...int) Option {
 	return func(s *settings) {
-		s.o.Hooks = append(s.o.Hooks, engine.AddVector(engine.LayerPoint(layer, "hook_resid_pre"), vec, alpha, positions))
+		s.o.Hooks = append(s.o.Hooks, engine.AddVector(trace.LayerPoint(layer, trace.ResidPre), vec, alpha, positions))
 		if positions != nil {
 			s.promptOnly = append(s.promptOnly, len(s.o.Hooks)-1)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/trace"
 )
 
 // cpu is the default model on the CPU backend, opened once for the examples.
@@ -144,7 +145,7 @@ func ExampleModel_SteeringVector() {
 	m := cpu()
 	v := m.SteeringVector("var x string", "var x int", 1, -1)
 	steered := m.Prefill("func f() ", nb.Steer(1, v, 4))
-	same := m.Prefill("func f() ", nb.Hooks(engine.AddVector(engine.LayerPoint(1, "hook_resid_pre"), v, 4, nil)))
+	same := m.Prefill("func f() ", nb.Hooks(engine.AddVector(trace.LayerPoint(1, "hook_resid_pre"), v, 4, nil)))
 	plain := m.Prefill("func f() ")
 	fmt.Println(len(v), m.Pieces(plain.Predicted), m.Pieces(steered.Predicted), m.Pieces(same.Predicted))
 	// Output:

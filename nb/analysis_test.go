@@ -67,7 +67,7 @@ func TestHeadScoresAreNotebook02sLoop(t *testing.T) {
 	got := m.HeadScores(seq, nb.Induction)
 	tr := m.Prefill(seq, nb.Capture("blocks.*.attn.hook_pattern"))
 	for l := range m.Model.Layers {
-		want, err := trace.InductionScores(tr.Tensor(engine.LayerPoint(l, "attn.hook_pattern")), 20)
+		want, err := trace.InductionScores(tr.Tensor(trace.LayerPoint(l, "attn.hook_pattern")), 20)
 		require.NoError(t, err)
 		require.Equal(t, want, got[l])
 	}
@@ -114,9 +114,9 @@ func TestPatchHeadsIsAHostCopyOfTheCleanHead(t *testing.T) {
 	src := m.Prefill(clean, nb.Capture("blocks.*.attn.hook_z"))
 	for l := range m.Model.Layers {
 		for h := range m.Model.Heads {
-			z := src.Tensor(engine.LayerPoint(l, "attn.hook_z"))
+			z := src.Tensor(trace.LayerPoint(l, "attn.hook_z"))
 			hd := m.Model.HeadDim
-			host := engine.Hook{Point: engine.LayerPoint(l, "attn.hook_z"), Host: func(_ string, shape []int, data []float32) error {
+			host := engine.Hook{Point: trace.LayerPoint(l, "attn.hook_z"), Host: func(_ string, shape []int, data []float32) error {
 				for p := range shape[0] {
 					o := (p*shape[1] + h) * hd
 					copy(data[o:o+hd], z.Data[o:o+hd])
@@ -153,11 +153,11 @@ func TestPatchHeadPositionsIsAHostCopyOfTheCleanHeadAtAPosition(t *testing.T) {
 	require.Len(t, p.Patched, m.Model.Layers*heads)
 	require.Equal(t, metric(m.Prefill(corrupt)), p.Corrupt)
 	for _, l := range []int{0, m.Model.Layers - 1} {
-		z := src.Tensor(engine.LayerPoint(l, "attn.hook_z"))
+		z := src.Tensor(trace.LayerPoint(l, "attn.hook_z"))
 		for _, h := range []int{0, heads - 1} {
 			require.Len(t, p.Patched[l*heads+h], n)
 			for _, pos := range []int{0, 4, n - 1} {
-				host := engine.Hook{Point: engine.LayerPoint(l, "attn.hook_z"), Host: func(_ string, _ []int, data []float32) error {
+				host := engine.Hook{Point: trace.LayerPoint(l, "attn.hook_z"), Host: func(_ string, _ []int, data []float32) error {
 					o := (pos*heads + h) * hd
 					copy(data[o:o+hd], z.Data[o:o+hd])
 					return nil
@@ -196,7 +196,7 @@ func TestPatchResidNormalized(t *testing.T) {
 func TestSteeringVectorIsTheResidDifference(t *testing.T) {
 	m := cpuModel(t)
 	v := m.SteeringVector("var x string", "var x int", 2, -1)
-	name := engine.LayerPoint(2, "hook_resid_pre")
+	name := trace.LayerPoint(2, "hook_resid_pre")
 	a := m.Prefill("var x string", nb.Capture(name)).Tensor(name)
 	b := m.Prefill("var x int", nb.Capture(name)).Tensor(name)
 	d := m.Model.DModel
@@ -207,7 +207,7 @@ func TestSteeringVectorIsTheResidDifference(t *testing.T) {
 	// Adding it to the last position of b's run at layer 2 makes that
 	// row a's: the next layer sees a's resid_pre there.
 	pos := []int{b.Shape[0] - 1}
-	next := engine.LayerPoint(2, "ln1.hook_normalized")
+	next := trace.LayerPoint(2, "ln1.hook_normalized")
 	steered := m.Prefill("var x int", nb.Capture(next), nb.Hooks(engine.AddVector(name, v, 1, pos)))
 	want := m.Prefill("var x string", nb.Capture(next)).Tensor(next)
 	got := steered.Tensor(next)
@@ -247,7 +247,7 @@ func TestDLASumsToTheLogit(t *testing.T) {
 				s += v
 			}
 			attn := dla[1+2*l]
-			require.Equal(t, engine.LayerPoint(l, "attn_out")[len("blocks."):], attn.Label[:1]+".attn_out")
+			require.Equal(t, trace.LayerPoint(l, "attn_out")[len("blocks."):], attn.Label[:1]+".attn_out")
 			require.InDelta(t, attn.Logit, s, 1e-4*(1+math.Abs(attn.Logit)), "layer %d", l)
 		}
 	}
@@ -328,13 +328,13 @@ func TestDLAComponentsByHand(t *testing.T) {
 		return x.Data[last*m.Model.DModel : (last+1)*m.Model.DModel]
 	}
 	var ss float64
-	for _, v := range row(engine.LayerPoint(m.Model.Layers-1, "hook_resid_post")) {
+	for _, v := range row(trace.LayerPoint(m.Model.Layers-1, "hook_resid_post")) {
 		ss += float64(v) * float64(v)
 	}
 	inv := 1 / math.Sqrt(ss/float64(m.Model.DModel)+float64(m.Model.NormEps))
 	names := []string{"hook_embed"}
 	for l := range m.Model.Layers {
-		names = append(names, engine.LayerPoint(l, "hook_attn_out"), engine.LayerPoint(l, "hook_mlp_out"))
+		names = append(names, trace.LayerPoint(l, "hook_attn_out"), trace.LayerPoint(l, "hook_mlp_out"))
 	}
 	dla := m.DLA(tr, u, -1)
 	require.Len(t, dla, len(names))
@@ -361,10 +361,10 @@ func TestPatchResidIsAHostCopyOfTheCleanRow(t *testing.T) {
 	base, moved := metric(m.Prefill(corrupt)), 0
 	require.Len(t, got, m.Model.Layers)
 	for l := range m.Model.Layers {
-		x := src.Tensor(engine.LayerPoint(l, "hook_resid_pre"))
+		x := src.Tensor(trace.LayerPoint(l, "hook_resid_pre"))
 		require.Len(t, got[l], x.Shape[0])
 		for p := range x.Shape[0] {
-			host := engine.Hook{Point: engine.LayerPoint(l, "hook_resid_pre"), Host: func(_ string, _ []int, data []float32) error {
+			host := engine.Hook{Point: trace.LayerPoint(l, "hook_resid_pre"), Host: func(_ string, _ []int, data []float32) error {
 				copy(data[p*d:(p+1)*d], x.Data[p*d:(p+1)*d])
 				return nil
 			}}
@@ -425,7 +425,7 @@ func TestTokenLensByHandAtEveryLayer(t *testing.T) {
 	out := make([]float32, c.Vocab*c.DModel)
 	m.Model.Output.Format.Dequantize(out, m.Model.Output.Data)
 	for l := range c.Layers {
-		x := tr.Tensor(engine.LayerPoint(l, "hook_resid_post"))
+		x := tr.Tensor(trace.LayerPoint(l, "hook_resid_post"))
 		for p := range x.Shape[0] {
 			row := x.Data[p*c.DModel : (p+1)*c.DModel]
 			ss := 0.0
@@ -465,7 +465,7 @@ func TestHeadDLAByHand(t *testing.T) {
 	got := m.HeadDLA(tr, u, -1)
 	c := &m.Model.Config
 	last := len(tr.Tokens) - 1
-	final := tr.Tensor(engine.LayerPoint(c.Layers-1, "hook_resid_post")).Data[last*c.DModel : (last+1)*c.DModel]
+	final := tr.Tensor(trace.LayerPoint(c.Layers-1, "hook_resid_post")).Data[last*c.DModel : (last+1)*c.DModel]
 	ss := 0.0
 	for _, v := range final {
 		ss += float64(v) * float64(v)
@@ -475,7 +475,7 @@ func TestHeadDLAByHand(t *testing.T) {
 		o := m.Model.Blocks[l].O // [d_model rows, heads*head_dim cols]
 		wO := make([]float32, o.Rows*o.Cols)
 		o.Format.Dequantize(wO, o.Data)
-		z := tr.Tensor(engine.LayerPoint(l, "attn.hook_z")).Data[last*c.Heads*c.HeadDim:]
+		z := tr.Tensor(trace.LayerPoint(l, "attn.hook_z")).Data[last*c.Heads*c.HeadDim:]
 		for h := range c.Heads {
 			want := 0.0
 			for i := range c.DModel {
@@ -514,7 +514,7 @@ func TestDLAOnALayerNormModelByHand(t *testing.T) {
 		}
 		return s / float64(len(v))
 	}
-	final := row(engine.LayerPoint(m.Model.Layers-1, "hook_resid_post"))
+	final := row(trace.LayerPoint(m.Model.Layers-1, "hook_resid_post"))
 	mu, ss := mean(final), 0.0
 	for _, v := range final {
 		ss += (v - mu) * (v - mu)
@@ -524,7 +524,7 @@ func TestDLAOnALayerNormModelByHand(t *testing.T) {
 	u := m.Unembed(tok)
 	names := []string{"hook_embed", "hook_pos_embed"}
 	for l := range m.Model.Layers {
-		names = append(names, engine.LayerPoint(l, "hook_attn_out"), engine.LayerPoint(l, "hook_mlp_out"))
+		names = append(names, trace.LayerPoint(l, "hook_attn_out"), trace.LayerPoint(l, "hook_mlp_out"))
 	}
 	dla := m.DLA(tr, u, -1)
 	require.Len(t, dla, len(names))
@@ -595,10 +595,10 @@ func TestPatchPositionsIsAHostCopyOfTheCleanRow(t *testing.T) {
 		src := m.Prefill(clean, nb.Capture("blocks.*."+point))
 		require.Len(t, got, m.Model.Layers)
 		for _, l := range []int{0, m.Model.Layers - 1} {
-			x := src.Tensor(engine.LayerPoint(l, point))
+			x := src.Tensor(trace.LayerPoint(l, trace.Point(point)))
 			row := len(x.Data) / x.Shape[0]
 			for _, p := range []int{0, 3, x.Shape[0] - 1} {
-				host := engine.Hook{Point: engine.LayerPoint(l, point), Host: func(_ string, _ []int, data []float32) error {
+				host := engine.Hook{Point: trace.LayerPoint(l, trace.Point(point)), Host: func(_ string, _ []int, data []float32) error {
 					copy(data[p*row:(p+1)*row], x.Data[p*row:(p+1)*row])
 					return nil
 				}}

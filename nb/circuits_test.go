@@ -12,11 +12,11 @@ import (
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/synth"
 	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/trace"
 )
 
 func openGenerated(t *testing.T, shape string) *nb.Model {
@@ -46,8 +46,8 @@ func TestHeadWeightsAreWhatThePrefillMultipliesBy(t *testing.T) {
 			c := &m.Model.Config
 			tokens := []int32{72, 101, 108, 108, 111, 44, 32, 119}
 			const layer = 1
-			tr := m.Prefill(tokens, nb.Capture(engine.LayerPoint(layer, "*")))
-			get := func(p string) []float32 { return nb.Must(tr.Get(engine.LayerPoint(layer, p))).Data }
+			tr := m.Prefill(tokens, nb.Capture(trace.LayerPoint(layer, "*")))
+			get := func(p trace.Point) []float32 { return nb.Must(tr.Get(trace.LayerPoint(layer, p))).Data }
 			resid, scale := get("hook_resid_pre"), get("ln1.hook_scale")
 			b := &m.Model.Blocks[layer]
 			// What the folded weights leave out: the norm's bias through the
@@ -74,7 +74,7 @@ func TestHeadWeightsAreWhatThePrefillMultipliesBy(t *testing.T) {
 			for h := range c.Heads {
 				hw := m.HeadWeights(layer, h)
 				for _, p := range []struct {
-					point string
+					point trace.Point
 					w     *mat.Dense
 					heads int
 					head  int
@@ -85,7 +85,7 @@ func TestHeadWeightsAreWhatThePrefillMultipliesBy(t *testing.T) {
 					{"attn.hook_v", hw.V, c.KVHeads, h / group, offset(b.V, b.VBias, h/group)},
 				} {
 					got := get(p.point)
-					gain := map[string][]float32{"attn.hook_q": b.QNorm, "attn.hook_k": b.KNorm}[p.point]
+					gain := map[trace.Point][]float32{"attn.hook_q": b.QNorm, "attn.hook_k": b.KNorm}[p.point]
 					for pos := range tokens {
 						want := make([]float64, c.HeadDim)
 						for i := range want {

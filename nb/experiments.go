@@ -125,7 +125,7 @@ func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*tra
 	for l := range out {
 		out[l] = make([]float64, len(corruptIDs))
 		for p := range corruptIDs {
-			patch := Hooks(engine.Patch(engine.LayerPoint(l, point), src, []int{p}))
+			patch := Hooks(engine.Patch(trace.LayerPoint(l, trace.Point(point)), src, []int{p}))
 			out[l][p] = m.score(metric, corruptIDs, append(opts[:len(opts):len(opts)], patch)...)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/nb"
+	"github.com/stratalab/strata/trace"
 )
 
 // generateByPrefills is a generation written the slow, plain way: the whole
@@ -75,10 +76,10 @@ func TestPromptHooksActInThePromptOnly(t *testing.T) {
 	const prompt = "for i := n; i < 0; i"
 	at := m.Position(prompt, " <")
 	vec := m.SteeringVector("for i := n; i > 0; i", prompt, 1, at)
-	add := engine.AddVector(engine.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{at})
+	add := engine.AddVector(trace.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{at})
 	steered := m.Generate(prompt, 8, nb.Steer(1, vec, 4, at))
 	require.Equal(t, steered, m.Generate(prompt, 8, nb.PromptHooks(add)))
-	first := engine.AddVector(engine.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{0})
+	first := engine.AddVector(trace.LayerPoint(1, "hook_resid_pre"), vec, 4, []int{0})
 	require.NotEqual(t, m.Generate(prompt, 8, nb.PromptHooks(first)), m.Generate(prompt, 8, nb.Hooks(first)), "row 0 of every step")
 	tr := m.Prefill(prompt, nb.PromptHooks(add), nb.Capture("blocks.1.hook_resid_pre"))
 	require.Equal(t, nb.Must(m.Prefill(prompt, nb.Hooks(add), nb.Capture("blocks.1.hook_resid_pre")).Get("blocks.1.hook_resid_pre")).Data,

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/nb"
 	"github.com/stratalab/strata/trace"
@@ -43,7 +42,7 @@ func TestStepsEndLikeAOneShotPrefill(t *testing.T) {
 	layers := []int{}
 	for s.Next() {
 		layers = append(layers, s.Layer())
-		require.True(t, s.Trace().Has(engine.LayerPoint(s.Layer(), "hook_resid_post")))
+		require.True(t, s.Trace().Has(trace.LayerPoint(s.Layer(), "hook_resid_post")))
 	}
 	require.Equal(t, []int{0, 1, 2, 3}, layers)
 	require.Equal(t, 3, s.Layer(), "past the last layer, the last layer ran last")
@@ -135,7 +134,7 @@ func TestDefaultModelHasInductionAndPreviousTokenHeads(t *testing.T) {
 	for seed := range uint64(batch) {
 		tr := m.Prefill(m.RepeatedRandom(period, seed+1), nb.Capture("blocks.*.attn.hook_pattern"))
 		for l := 0; l < L; l++ {
-			p := tr.Tensor(engine.LayerPoint(l, "attn.hook_pattern"))
+			p := tr.Tensor(trace.LayerPoint(l, "attn.hook_pattern"))
 			si, err := trace.InductionScores(p, period)
 			require.NoError(t, err)
 			sp, err := trace.PrevTokenScores(p)

@@ -246,7 +246,7 @@ func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace)
 // positions (every position when none are given), with the same head's
 // from another run's trace, on the backend.
 func PatchHead(layer, head int, from *trace.Trace, positions ...int) engine.Hook {
-	return engine.Hook{Point: engine.LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]engine.DeviceEdit, error) {
+	return engine.Hook{Point: trace.LayerPoint(layer, trace.AttnZ), Device: func(name string, shape []int) ([]engine.DeviceEdit, error) {
 		src, err := from.Get(name)
 		if err != nil {
 			return nil, err

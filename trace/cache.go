@@ -68,8 +68,8 @@ func missing(err error, name string) error {
 	return fmt.Errorf("%w; capture it with nb.Capture(%q) or engine.CaptureOf(%q)", err, glob, glob)
 }
 
-// splitLayer is engine.SplitPoint, which this package cannot import; ok is
-// false for a name that is not a layer's point.
+// splitLayer is SplitPoint that keeps a negative layer number, which no
+// point has, to say so; ok is false for a name that is not a layer's point.
 func splitLayer(name string) (layer int, local string, ok bool) {
 	rest, ok := strings.CutPrefix(name, "blocks.")
 	if !ok {
@@ -102,8 +102,6 @@ func (m Model) layerRange(name string) error {
 	return fmt.Errorf("trace: %s: %w: the model has %d layers, 0 to %d%s", name, errLayerRange, m.Layers, m.Layers-1, last)
 }
 
-func point(layer int, local string) string { return "blocks." + strconv.Itoa(layer) + "." + local }
-
 // Point returns a captured point as a matrix with one row per entry of its
 // first dimension and the remaining dimensions flattened: [T, d_model] stays
 // as it is, hook_z [T, heads, head_dim] becomes [T, heads*head_dim].
@@ -132,12 +130,12 @@ func (t *Trace) Resid(layer int) (*Matrix, error) {
 	}
 	var names []string
 	if layer < n {
-		names = append(names, point(layer, "hook_resid_pre"))
+		names = append(names, LayerPoint(layer, ResidPre))
 	}
 	if layer > 0 {
-		names = append(names, point(layer-1, "hook_resid_post"))
+		names = append(names, LayerPoint(layer-1, ResidPost))
 	} else {
-		names = append(names, "hook_embed")
+		names = append(names, string(Embed))
 	}
 	for _, name := range names {
 		if t.Has(name) {
@@ -152,21 +150,20 @@ func (t *Trace) Resid(layer int) (*Matrix, error) {
 }
 
 // perHead are the layer-local points Head slices.
-var perHead = []string{"attn.hook_z", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k",
-	"attn.hook_pattern", "attn.hook_attn_scores", "attn.cache_k", "attn.cache_v"}
+var perHead = []Point{AttnZ, AttnQ, AttnK, AttnV, AttnRotQ, AttnRotK, AttnPattern, AttnScores, AttnCacheK, AttnCacheV}
 
 // headName turns TransformerLens's short names ("z", "pattern") and
 // layer-local ones ("hook_z", "attn.hook_z") into the layer-local point.
-func headName(name string) string {
+func headName(name string) Point {
 	switch {
 	case strings.HasPrefix(name, "attn."):
-		return name
+		return Point(name)
 	case strings.HasPrefix(name, "hook_"), strings.HasPrefix(name, "cache_"):
-		return "attn." + name
+		return Point("attn." + name)
 	case name == "k_cache" || name == "v_cache":
-		return "attn.cache_" + name[:1]
+		return Point("attn.cache_" + name[:1])
 	}
-	return "attn.hook_" + name
+	return Point("attn.hook_" + name)
 }
 
 // Head returns one head's slice of a per-head point of a layer. name is the
@@ -187,7 +184,7 @@ func (t *Trace) Head(name string, layer, head int) (*Matrix, error) {
 	if !slices.Contains(perHead, local) {
 		return nil, fmt.Errorf("trace: Head(%q, ...): %s is not a per-head point; Head takes z, q, k, v, rot_q, rot_k, pattern, attn_scores, cache_k and cache_v (a head's output in the residual stream is HeadResults)", name, local)
 	}
-	full := point(layer, local)
+	full := LayerPoint(layer, local)
 	shape := t.Shape(full)
 	if shape == nil {
 		_, err := t.Get(full)
@@ -236,7 +233,7 @@ func (t *Trace) Pattern(layer, head int) (*Matrix, error) { return t.Head("patte
 // stored ([d_model rows, heads*head_dim cols]). The heads sum to
 // hook_attn_out (the models here have no output bias).
 func (t *Trace) HeadResults(layer int, wO []float32) (*Tensor, error) {
-	name := point(layer, "attn.hook_z")
+	name := LayerPoint(layer, AttnZ)
 	var out *Tensor
 	err := t.with(name, func(err error) error { return missing(err, name) }, func(z *Tensor) error {
 		var err error
@@ -282,7 +279,7 @@ func (t *Trace) ExpertUsage(layer int) ([]int, error) {
 	if t.Model.Experts == 0 {
 		return nil, fmt.Errorf("trace: ExpertUsage: %s has no experts", t.Model.Name)
 	}
-	name := point(layer, "mlp.hook_expert_ids")
+	name := LayerPoint(layer, MLPExpertIDs)
 	counts := make([]int, t.Model.Experts)
 	err := t.with(name, func(err error) error { return missing(err, name) }, func(ids *Tensor) error {
 		for i, v := range ids.Data {

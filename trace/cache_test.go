@@ -31,12 +31,12 @@ func smallTrace(seed uint64) *Trace {
 	tr.Tokens = []int32{5, 6, 5}
 	tr.Put("hook_embed", randTensor(r, 3, 4))
 	for l := range 2 {
-		tr.Put(point(l, "attn.hook_z"), randTensor(r, 3, 2, 3))
-		tr.Put(point(l, "attn.hook_k"), randTensor(r, 3, 1, 3))
-		tr.Put(point(l, "attn.hook_pattern"), randTensor(r, 2, 3, 3))
-		tr.Put(point(l, "hook_attn_out"), randTensor(r, 3, 4))
-		tr.Put(point(l, "hook_mlp_out"), randTensor(r, 3, 4))
-		tr.Put(point(l, "hook_resid_post"), randTensor(r, 3, 4))
+		tr.Put(LayerPoint(l, "attn.hook_z"), randTensor(r, 3, 2, 3))
+		tr.Put(LayerPoint(l, "attn.hook_k"), randTensor(r, 3, 1, 3))
+		tr.Put(LayerPoint(l, "attn.hook_pattern"), randTensor(r, 2, 3, 3))
+		tr.Put(LayerPoint(l, "hook_attn_out"), randTensor(r, 3, 4))
+		tr.Put(LayerPoint(l, "hook_mlp_out"), randTensor(r, 3, 4))
+		tr.Put(LayerPoint(l, "hook_resid_post"), randTensor(r, 3, 4))
 	}
 	return tr
 }
@@ -175,7 +175,7 @@ func TestStacksSumAndNormalise(t *testing.T) {
 	for i := range final.Data {
 		final.Data[i] = tr.Tensor("hook_embed").Data[i]
 		for l := range 2 {
-			final.Data[i] += tr.Tensor(point(l, "hook_attn_out")).Data[i] + tr.Tensor(point(l, "hook_mlp_out")).Data[i]
+			final.Data[i] += tr.Tensor(LayerPoint(l, "hook_attn_out")).Data[i] + tr.Tensor(LayerPoint(l, "hook_mlp_out")).Data[i]
 		}
 	}
 	dec, err := tr.DecomposeResid()

@@ -173,7 +173,7 @@ func TestHeadScoresReadOnlyWhatTheyAverage(t *testing.T) {
 		tr.Tokens = []int32{5, 6, 1, 2, 3, 1, 2, 3} // period 3; 1, 2, 3 occur twice
 	}
 	for l := range 2 {
-		name := point(l, "attn.hook_pattern")
+		name := LayerPoint(l, "attn.hook_pattern")
 		data := make([]float32, heads*T*T)
 		for i := range data {
 			data[i] = float32((i*7919+l*31)%97) / 97

@@ -130,7 +130,7 @@ func HeadScores(tr *Trace, kind HeadKind) (Scores, error) {
 	}
 	out := make(Scores, tr.Model.Layers)
 	for l := range out {
-		name := point(l, "attn.hook_pattern")
+		name := LayerPoint(l, AttnPattern)
 		if !tr.Has(name) {
 			return nil, missing(tr.notCaptured(name), name)
 		}

@@ -86,7 +86,7 @@ func TestHeadScoresRankEveryLayer(t *testing.T) {
 	s, err = HeadScores(tr, DuplicateToken)
 	require.NoError(t, err)
 	for l := range 2 {
-		want, err := DuplicateTokenScores(tr.Tensor(point(l, "attn.hook_pattern")), tokens)
+		want, err := DuplicateTokenScores(tr.Tensor(LayerPoint(l, "attn.hook_pattern")), tokens)
 		require.NoError(t, err)
 		require.Equal(t, want, s[l])
 	}

@@ -56,7 +56,7 @@ func (t *Trace) DecomposeResid() (*Stack, error) {
 	}
 	for l := range t.Model.Layers {
 		for _, part := range []string{"attn_out", "mlp_out"} {
-			m, err := t.Point(point(l, "hook_"+part))
+			m, err := t.Point(LayerPoint(l, Point("hook_"+part)))
 			if err != nil {
 				return nil, err
 			}

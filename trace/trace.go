@@ -9,7 +9,6 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -735,15 +734,7 @@ func (t *Trace) FirstNonFinite() (string, NonFinite, error) {
 // LayerOf is the layer of a per-layer capture name ("blocks.N. ..."), or
 // -1 for hook_embed, ln_final.hook_normalized and logits.
 func LayerOf(name string) int {
-	rest, ok := strings.CutPrefix(name, "blocks.")
-	if !ok {
-		return -1
-	}
-	num, _, ok := strings.Cut(rest, ".")
-	l, err := strconv.Atoi(num)
-	if !ok || err != nil || l < 0 {
-		return -1
-	}
+	l, _ := SplitPoint(name)
 	return l
 }
 

@@ -12,14 +12,13 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/trace"
 )
 
 // pattern returns layer's hook_pattern checked against the trace's shape.
 func pattern(tr *trace.Trace, figure string, layer int) (*trace.Tensor, error) {
 	t := len(tr.Tokens)
-	return tensor(tr, figure, engine.LayerPoint(layer, "attn.hook_pattern"), tr.Model.Heads, t, tr.Pos0+t)
+	return tensor(tr, figure, trace.LayerPoint(layer, "attn.hook_pattern"), tr.Model.Heads, t, tr.Pos0+t)
 }
 
 // headMatrix is one head's [query][key] slice of a pattern.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/trace"
 )
 
@@ -15,11 +14,11 @@ func missing(figure, what, how string) error {
 
 // captureHint tells how to capture a point of every layer.
 func captureHint(name string) string {
-	if !engine.KnownPoint(name) {
+	if !trace.KnownPoint(name) {
 		return fmt.Sprintf("no model has a point named %q (strata info --points lists a model's points)", name)
 	}
-	if l, local := engine.SplitPoint(name); l >= 0 {
-		name = "blocks.*." + local
+	if l, local := trace.SplitPoint(name); l >= 0 {
+		name = "blocks.*." + string(local)
 	}
 	return fmt.Sprintf("capture %q", name)
 }
@@ -63,15 +62,15 @@ func elements(shape []int) int {
 
 // layersWith lists the layers whose point local was captured; a figure
 // over layers draws those, and fails naming every-layer capture when none.
-func layersWith(tr *trace.Trace, figure, local string) ([]int, error) {
+func layersWith(tr *trace.Trace, figure string, local trace.Point) ([]int, error) {
 	var ls []int
 	for l := range tr.Model.Layers {
-		if tr.Has(engine.LayerPoint(l, local)) {
+		if tr.Has(trace.LayerPoint(l, local)) {
 			ls = append(ls, l)
 		}
 	}
 	if len(ls) == 0 {
-		name := "blocks.*." + local
+		name := "blocks.*." + string(local)
 		return nil, missing(figure, name, fmt.Sprintf("capture %q", name))
 	}
 	return ls, nil
@@ -81,7 +80,7 @@ func layersWith(tr *trace.Trace, figure, local string) ([]int, error) {
 // embedding when captured, then each captured layer's hook_resid_post, as
 // points and row labels.
 func residStages(tr *trace.Trace, figure string) (points, labels []string, err error) {
-	layers, err := layersWith(tr, figure, "hook_resid_post")
+	layers, err := layersWith(tr, figure, trace.ResidPost)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -89,7 +88,7 @@ func residStages(tr *trace.Trace, figure string) (points, labels []string, err e
 		points, labels = append(points, "hook_embed"), append(labels, "embed")
 	}
 	for _, l := range layers {
-		points, labels = append(points, engine.LayerPoint(l, "hook_resid_post")), append(labels, layerName(l))
+		points, labels = append(points, trace.LayerPoint(l, trace.ResidPost)), append(labels, layerName(l))
 	}
 	return points, labels, nil
 }

@@ -13,7 +13,6 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/trace"
 )
 
@@ -142,7 +141,7 @@ func Captured(tr *trace.Trace, name string) (*Figure, error) {
 	}
 	var ax axes
 	title := name
-	if _, local := engine.SplitPoint(name); (local == "attn.hook_pattern" || local == "attn.hook_attn_scores") &&
+	if _, local := trace.SplitPoint(name); (local == "attn.hook_pattern" || local == "attn.hook_attn_scores") &&
 		len(x.Shape) == 3 && len(tr.Tokens) > 0 && x.Shape[1] == len(tr.Tokens) && x.Shape[2] == tr.Pos0+len(tr.Tokens) {
 		queries := positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, x.Shape[1])
 		keys := positionLabels(tr.Pieces, tr.Pos0, 0, x.Shape[2])

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/trace"
 )
 
@@ -136,7 +135,7 @@ func (e reportEntry) draw() (*Figure, []byte, []byte, error) {
 func reportFigures(tr *trace.Trace) []reportEntry {
 	layer, head := strongestPrevTokenHead(tr)
 	kvLayer := tr.Model.Layers - 1
-	for kvLayer > 0 && !tr.Has(engine.LayerPoint(kvLayer, "attn.cache_k")) {
+	for kvLayer > 0 && !tr.Has(trace.LayerPoint(kvLayer, "attn.cache_k")) {
 		kvLayer--
 	}
 	entries := []reportEntry{
@@ -200,7 +199,7 @@ func reportViews(tr *trace.Trace) []reportViewEntry {
 func strongestPrevTokenHead(tr *trace.Trace) (layer, head int) {
 	layer, best := -1, -1.0
 	for l := range tr.Model.Layers {
-		p, err := copyOf(tr, engine.LayerPoint(l, "attn.hook_pattern"))
+		p, err := copyOf(tr, trace.LayerPoint(l, "attn.hook_pattern"))
 		if err != nil {
 			continue
 		}

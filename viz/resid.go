@@ -12,7 +12,6 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/trace"
 )
 
@@ -102,14 +101,14 @@ func AttnMLPNorms(tr *trace.Trace) (*Figure, error) {
 	drawn := 0
 	var names []string
 	var paths []plotter.XYs
-	for i, local := range []string{"hook_attn_out", "hook_mlp_out"} {
+	for i, local := range []trace.Point{trace.AttnOut, trace.MLPOut} {
 		layers, err := layersWith(tr, name, local)
 		if err != nil {
 			continue // the other series may be there
 		}
 		var xy plotter.XYs
 		for _, l := range layers {
-			n, err := rowNorms(tr, name, engine.LayerPoint(l, local), t, d)
+			n, err := rowNorms(tr, name, trace.LayerPoint(l, local), t, d)
 			if err != nil {
 				return nil, err
 			}
@@ -122,7 +121,7 @@ func AttnMLPNorms(tr *trace.Trace) (*Figure, error) {
 		line.Color, points.Color = seriesColors[i], seriesColors[i]
 		line.Width = 2
 		p.Add(line, points)
-		names = append(names, map[string]string{"hook_attn_out": "attention out", "hook_mlp_out": "MLP out"}[local])
+		names = append(names, map[trace.Point]string{trace.AttnOut: "attention out", trace.MLPOut: "MLP out"}[local])
 		paths = append(paths, xy)
 		p.Legend.Add(names[len(names)-1], line, points)
 		drawn++
@@ -160,8 +159,8 @@ func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
 	labels := positionLabels(tr.Pieces, tr.Pos0, 0, keys)
 	var grids [2]grid
 	var norms [2][]float64
-	for i, local := range []string{"attn.cache_k", "attn.cache_v"} {
-		x, err := tensor(tr, name, engine.LayerPoint(layer, local), keys, m.KVHeads, m.HeadDim)
+	for i, local := range []trace.Point{trace.AttnCacheK, trace.AttnCacheV} {
+		x, err := tensor(tr, name, trace.LayerPoint(layer, local), keys, m.KVHeads, m.HeadDim)
 		if err != nil {
 			return nil, err
 		}

@@ -65,7 +65,7 @@ func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
 		for i := range tokens {
 			tokens[i], other[i] = int32(r.IntN(m.Vocab)), int32(r.IntN(m.Vocab))
 		}
-		names := engine.Points(&m.Config)
+		names := trace.Points(&m.Config)
 		for trial := range 5 {
 			capture := engine.CaptureAll()
 			if trial > 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/model/synth"
+	"github.com/stratalab/strata/trace"
 )
 
 // benchBackend opens a backend of the benchmark's own, closed after it:
@@ -178,7 +179,7 @@ func BenchmarkResidNorms(b *testing.B) {
 	b.Run("device", func(b *testing.B) {
 		for b.Loop() {
 			for l := range m.Layers {
-				if _, err := tr.RowNorms(engine.LayerPoint(l, "hook_resid_post")); err != nil {
+				if _, err := tr.RowNorms(trace.LayerPoint(l, "hook_resid_post")); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -187,7 +188,7 @@ func BenchmarkResidNorms(b *testing.B) {
 	b.Run("host", func(b *testing.B) {
 		for b.Loop() {
 			for l := range m.Layers {
-				x, err := tr.Rows(engine.LayerPoint(l, "hook_resid_post"), 0, T)
+				x, err := tr.Rows(trace.LayerPoint(l, "hook_resid_post"), 0, T)
 				if err != nil {
 					b.Fatal(err)
 				}

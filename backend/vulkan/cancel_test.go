@@ -146,7 +146,7 @@ func TestStreamErrorEndsWithItsRequest(t *testing.T) {
 	require.NoError(t, err)
 	other.Free(stale)
 	other.Close()
-	badEdit := engine.Hook{Point: engine.LayerPoint(m.Layers-1, "attn.hook_z"), Device: func(string, []int) ([]engine.DeviceEdit, error) {
+	badEdit := engine.Hook{Point: trace.LayerPoint(m.Layers-1, "attn.hook_z"), Device: func(string, []int) ([]engine.DeviceEdit, error) {
 		return []engine.DeviceEdit{{Edit: backend.Edit{Op: backend.EditSet, Rows: 1, Cols: 1, Src: stale}}}, nil
 	}}
 	for _, tc := range []struct {

@@ -196,7 +196,7 @@ func TestAnalysesOfADeviceTraceMatchCPU(t *testing.T) {
 		requireClose(t, gr[l], wr[l], pointTol, fmt.Sprintf("lens logits at layer %d position 3", l))
 	}
 	for l := range m.Layers {
-		name := engine.LayerPoint(l, "hook_resid_post")
+		name := trace.LayerPoint(l, "hook_resid_post")
 		w, err := want.RowNorms(name)
 		require.NoError(t, err)
 		g, err := got.RowNorms(name) // reduced on the device: only T floats come back

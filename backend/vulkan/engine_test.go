@@ -70,7 +70,7 @@ func requireSameTrace(t testing.TB, got, want *trace.Trace, tol float64) {
 // takes the fused flash path.
 func withoutPattern(c *model.Config) engine.Capture {
 	var globs []string
-	for _, p := range engine.Points(c) {
+	for _, p := range trace.Points(c) {
 		if !strings.HasSuffix(p, "hook_attn_scores") && !strings.HasSuffix(p, "hook_pattern") {
 			globs = append(globs, p)
 		}
@@ -100,7 +100,7 @@ func TestEveryPointMatchesCPU(t *testing.T) {
 				ce, ve := engines(t, m)
 				o := engine.Options{Capture: engine.CaptureAll(), Logits: engine.LogitsAll, Predict: true}
 				want, got := prefill(t, ce, testTokens, o), prefill(t, ve, testTokens, o)
-				require.Len(t, got.Names, len(engine.Points(&m.Config)), "every point is captured")
+				require.Len(t, got.Names, len(trace.Points(&m.Config)), "every point is captured")
 				requireSameTrace(t, got, want, pointTol)
 				requirePredictions(t, got, want, m.Vocab)
 

@@ -369,10 +369,10 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 		*n, human.Bytes(weightBytes+other+est.Total()), human.Bytes(weightBytes), human.Bytes(other), human.Bytes(est.Cache), human.Bytes(est.Scratch))
 	if *points {
 		fmt.Fprintln(out, "capture points:")
-		for _, p := range engine.Points(c) {
-			if l, local := engine.SplitPoint(p); l <= 0 {
+		for _, p := range trace.Points(c) {
+			if l, local := trace.SplitPoint(p); l <= 0 {
 				if l == 0 {
-					p = "blocks.N." + local
+					p = "blocks.N." + string(local)
 				}
 				fmt.Fprintf(out, "  %s\n", p)
 			}

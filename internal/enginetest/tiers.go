@@ -82,7 +82,7 @@ func randomOptions(rng *rand.Rand, m *model.Model, p engine.Placement) engine.Op
 		o.Capture = engine.CaptureAll()
 	} else {
 		var globs []string
-		for _, name := range engine.Points(&m.Config) {
+		for _, name := range trace.Points(&m.Config) {
 			if rng.IntN(4) == 0 {
 				globs = append(globs, name)
 			}
@@ -101,10 +101,10 @@ func randomOptions(rng *rand.Rand, m *model.Model, p engine.Placement) engine.Op
 	}
 	before := max(l-1, 0)
 	o.Hooks = append(o.Hooks,
-		engine.AddVector(engine.LayerPoint(before, "hook_resid_post"), ramp(m.DModel), 0.5, nil),
-		engine.Scale(engine.LayerPoint(l, "hook_resid_pre"), 0.75),
+		engine.AddVector(trace.LayerPoint(before, "hook_resid_post"), ramp(m.DModel), 0.5, nil),
+		engine.Scale(trace.LayerPoint(l, "hook_resid_pre"), 0.75),
 		engine.AblateHead(l, rng.IntN(m.Heads)),
-		engine.Hook{Point: engine.LayerPoint(l, "hook_resid_mid"), Host: func(_ string, _ []int, x []float32) error {
+		engine.Hook{Point: trace.LayerPoint(l, "hook_resid_mid"), Host: func(_ string, _ []int, x []float32) error {
 			for i := range x {
 				x[i] = -x[i]
 			}
@@ -178,7 +178,7 @@ func stepped(t *testing.T, e *engine.Engine, tokens []int32, o engine.Options, p
 			break
 		}
 	}
-	require.NoError(t, r.RunTo(engine.LayerPoint(layer, "hook_resid_mid")))
+	require.NoError(t, r.RunTo(trace.LayerPoint(layer, "hook_resid_mid")))
 	tr, err := r.Trace()
 	require.NoError(t, err)
 	mid = readAll(t, tr)
@@ -228,7 +228,7 @@ func CheckTierCancel(t *testing.T, tiers [2]backend.Backend, m *model.Model) {
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cancelAt := engine.LayerPoint(m.Layers/2, "hook_resid_mid")
+	cancelAt := trace.LayerPoint(m.Layers/2, "hook_resid_mid")
 	var reached []string
 	o := engine.Options{Hooks: []engine.Hook{{Point: "blocks.*.hook_resid_*", Host: func(name string, _ []int, _ []float32) error {
 		reached = append(reached, name)
@@ -240,7 +240,7 @@ func CheckTierCancel(t *testing.T, tiers [2]backend.Backend, m *model.Model) {
 	tokens := []int32{3, 1, 4, 1, 5, 9, 2, 6}
 	_, err = s.Prefill(ctx, tokens, o)
 	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, engine.LayerPoint(m.Layers/2, "hook_resid_post"), reached[len(reached)-1], "stops within the layer on tier 1")
+	require.Equal(t, trace.LayerPoint(m.Layers/2, "hook_resid_post"), reached[len(reached)-1], "stops within the layer on tier 1")
 	require.Equal(t, 0, s.Pos())
 	o = engine.Options{Capture: engine.CaptureAll(), Logits: engine.LogitsAll}
 	tr, err := s.Prefill(context.Background(), tokens, o)

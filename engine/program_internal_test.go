@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
+	"github.com/stratalab/strata/trace"
+)
+
+// The layer program reaches the points of the table (trace.Points), each
+// once and in the table's order, for every family: a dry run of every tiny
+// shape, capturing everything, records the points it reaches.
+func TestProgramReachesTheTablesPoints(t *testing.T) {
+	for _, name := range synth.ShapeNames() {
+		if !strings.HasPrefix(name, "tiny-") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			m, err := synth.Random(synth.Shapes[name], gguf.F32, 1)
+			require.NoError(t, err)
+			reached := dryRun(t, m, Options{Capture: CaptureAll(), Logits: LogitsAll})
+			require.Equal(t, trace.Points(&m.Config), reached)
+		})
+	}
+}
+
+// dryRun steps a prefill of a few tokens on a backend that runs no
+// kernels, and records the points it reaches in order.
+func dryRun(t *testing.T, m *model.Model, o Options) []string {
+	e, err := NewEngine(m, dryBackend{})
+	require.NoError(t, err)
+	s, err := e.NewSession(16)
+	require.NoError(t, err)
+	defer s.Close()
+	r, err := s.Start(context.Background(), []int32{1, 2, 3}, o)
+	require.NoError(t, err)
+	defer r.Close()
+	var reached []string
+	for r.step() {
+		reached = append(reached, r.point)
+	}
+	require.NoError(t, r.Err())
+	return reached
+}
+
+// dryBackend runs no kernel: its tensors are only lengths, so that the
+// layer program goes through its control flow alone.
+type dryBackend struct{}
+
+type dryTensor int
+
+func (t dryTensor) Len() int { return int(t) }
+
+type dryMatrix struct{ rows, cols int }
+
+func (w dryMatrix) Rows() int { return w.rows }
+func (w dryMatrix) Cols() int { return w.cols }
+
+func (dryBackend) Name() string { return "dry" }
+func (dryBackend) Upload(w *model.Weight) (backend.Matrix, error) {
+	return dryMatrix{w.Rows, w.Cols}, nil
+}
+func (b dryBackend) UploadGroup(ws []*model.Weight) ([]backend.Matrix, error) {
+	ms := make([]backend.Matrix, len(ws))
+	for i, w := range ws {
+		ms[i], _ = b.Upload(w)
+	}
+	return ms, nil
+}
+func (dryBackend) NewStream() backend.Stream { return dryStream{} }
+func (dryBackend) Close() error              { return nil }
+
+// dryStream reads back -1 everywhere: the one value the program reads to
+// decide what runs next, a mixture's routing, then has every slot empty.
+type dryStream struct{}
+
+func (dryStream) Alloc(_ string, n int) (backend.Tensor, error) { return dryTensor(n), nil }
+func (dryStream) Free(backend.Tensor)                           {}
+func (dryStream) View(_ backend.Tensor, _, n int) backend.Tensor {
+	return dryTensor(n)
+}
+func (dryStream) Write(backend.Tensor, int, []float32) {}
+func (dryStream) Read(_ backend.Tensor, _ int, dst []float32) error {
+	for i := range dst {
+		dst[i] = -1
+	}
+	return nil
+}
+func (s dryStream) ReadBatch(reqs []backend.ReadRequest) error {
+	for _, q := range reqs {
+		_ = s.Read(q.Src, q.Off, q.Dst)
+	}
+	return nil
+}
+func (dryStream) Download(...backend.Tensor)                                  {}
+func (dryStream) Sync() error                                                 { return nil }
+func (dryStream) Flush()                                                      {}
+func (dryStream) Close()                                                      {}
+func (dryStream) Embed(backend.Tensor, backend.Matrix, []int32)               {}
+func (dryStream) RMSNorm(_, _, _, _ backend.Tensor, _, _ int, _ float32)      {}
+func (dryStream) LayerNorm(_, _, _, _, _ backend.Tensor, _, _ int, _ float32) {}
+func (dryStream) NormApply(_, _, _, _, _ backend.Tensor, _, _ int, _ bool)    {}
+func (dryStream) MatMul(backend.Tensor, int, ...backend.Proj)                 {}
+func (dryStream) SetPrecision(backend.Precision)                              {}
+func (dryStream) Rope(_, _ backend.Tensor, _, _, _, _ int, _ *model.Rope)     {}
+func (dryStream) AttnScores(*backend.Attention)                               {}
+func (dryStream) Softmax(_, _ backend.Tensor, _, _ int)                       {}
+func (dryStream) AttnMix(*backend.Attention)                                  {}
+func (dryStream) FlashAttention(*backend.Attention)                           {}
+func (dryStream) Add(_, _, _ backend.Tensor, _ int)                           {}
+func (dryStream) SwiGLU(_, _, _ backend.Tensor, _ int)                        {}
+func (dryStream) GELU(_, _ backend.Tensor, _ int)                             {}
+func (dryStream) GeGLU(_, _, _ backend.Tensor, _ int)                         {}
+func (dryStream) Softcap(backend.Tensor, int, float32)                        {}
+func (dryStream) Copy(backend.Tensor, int, backend.Tensor, int, int)          {}
+func (dryStream) Edit(backend.Tensor, backend.Edit)                           {}
+func (dryStream) Argmax(_, _ backend.Tensor, _, _ int)                        {}
+func (dryStream) Rank(_, _ backend.Tensor, _, _, _ int)                       {}
+func (dryStream) RowNorms(_, _ backend.Tensor, _, _, _ int)                   {}
+func (dryStream) Route(_, _, _ backend.Tensor, _, _, _ int)                   {}
+func (dryStream) GatherRows(_, _ backend.Tensor, _ []int32, _ int)            {}
+func (dryStream) ScatterRows(_, _ backend.Tensor, _ []int32, _ int)           {}
+func (dryStream) WeightedSum(_, _, _ backend.Tensor, _, _, _ int)             {}
