@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,7 +17,10 @@ import (
 
 // The layer program reaches the points of the table (trace.Points), each
 // once and in the table's order, for every family: a dry run of every tiny
-// shape, capturing everything, records the points it reaches.
+// shape, capturing everything, records the points it reaches, with
+// attention in separate kernels and in one that captures (the CPU's). A
+// run that captures nothing reaches them too (hooks may sit at any), but
+// for the attention scores and pattern, which it never makes.
 func TestProgramReachesTheTablesPoints(t *testing.T) {
 	for _, name := range synth.ShapeNames() {
 		if !strings.HasPrefix(name, "tiny-") {
@@ -25,16 +29,20 @@ func TestProgramReachesTheTablesPoints(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m, err := synth.Random(synth.Shapes[name], gguf.F32, 1)
 			require.NoError(t, err)
-			reached := dryRun(t, m, Options{Capture: CaptureAll(), Logits: LogitsAll})
-			require.Equal(t, trace.Points(&m.Config), reached)
+			all := trace.Points(&m.Config)
+			everything := Options{Capture: CaptureAll(), Logits: LogitsAll}
+			require.Equal(t, all, dryRun(t, m, dryBackend{}, everything))
+			require.Equal(t, all, dryRun(t, m, dryBackend{flashCapture: true}, everything))
+			unmade := func(name string) bool { _, p := trace.SplitPoint(name); return attentionMap(p) }
+			require.Equal(t, slices.DeleteFunc(all, unmade), dryRun(t, m, dryBackend{}, Options{}))
 		})
 	}
 }
 
 // dryRun steps a prefill of a few tokens on a backend that runs no
 // kernels, and records the points it reaches in order.
-func dryRun(t *testing.T, m *model.Model, o Options) []string {
-	e, err := NewEngine(m, dryBackend{})
+func dryRun(t *testing.T, m *model.Model, b dryBackend, o Options) []string {
+	e, err := NewEngine(m, b)
 	require.NoError(t, err)
 	s, err := e.NewSession(16)
 	require.NoError(t, err)
@@ -51,8 +59,9 @@ func dryRun(t *testing.T, m *model.Model, o Options) []string {
 }
 
 // dryBackend runs no kernel: its tensors are only lengths, so that the
-// layer program goes through its control flow alone.
-type dryBackend struct{}
+// layer program goes through its control flow alone. With flashCapture its
+// streams claim to write scores and patterns in flash attention.
+type dryBackend struct{ flashCapture bool }
 
 type dryTensor int
 
@@ -74,8 +83,13 @@ func (b dryBackend) UploadGroup(ws []*model.Weight) ([]backend.Matrix, error) {
 	}
 	return ms, nil
 }
-func (dryBackend) NewStream() backend.Stream { return dryStream{} }
-func (dryBackend) Close() error              { return nil }
+func (b dryBackend) NewStream() backend.Stream {
+	if b.flashCapture {
+		return dryCaptureStream{}
+	}
+	return dryStream{}
+}
+func (dryBackend) Close() error { return nil }
 
 // dryStream reads back -1 everywhere: the one value the program reads to
 // decide what runs next, a mixture's routing, then has every slot empty.
@@ -128,3 +142,7 @@ func (dryStream) Route(_, _, _ backend.Tensor, _, _, _ int)                   {}
 func (dryStream) GatherRows(_, _ backend.Tensor, _ []int32, _ int)            {}
 func (dryStream) ScatterRows(_, _ backend.Tensor, _ []int32, _ int)           {}
 func (dryStream) WeightedSum(_, _, _ backend.Tensor, _, _, _ int)             {}
+
+type dryCaptureStream struct{ dryStream }
+
+func (dryCaptureStream) FlashAttentionCapture(*backend.Attention) bool { return true }

@@ -171,7 +171,8 @@ type Spec struct {
 
 // table is the capture points in the order a prefill reaches them: the
 // layer program (engine/program.go) reaches each point a model has, and
-// only those, in this order (a test dry-runs it to check).
+// only those, in this order, when it captures them all (a test dry-runs
+// it to check).
 var table = []Spec{
 	{Embed, BeforeLayers, Always, rows, nil},
 	{PosEmbed, BeforeLayers, LearnedPositions, rows, nil},
