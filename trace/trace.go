@@ -684,18 +684,19 @@ func (t *Trace) NonFiniteIn(name string) NonFinite {
 func (m *Model) nonFinite(name string, x *Tensor) NonFinite {
 	var n NonFinite
 	masked := func(int) bool { return false }
-	if strings.HasSuffix(name, "attn.hook_attn_scores") && len(x.Shape) == 3 {
+	layer, p := SplitPoint(name)
+	if p == AttnScores && len(x.Shape) == 3 {
 		q, k := x.Shape[1], x.Shape[2] // [heads, T, Pos0+T]
 		pos0, window := k-q, 0
-		if l := LayerOf(name); l >= 0 && l < len(m.Windows) {
-			window = m.Windows[l]
+		if layer >= 0 && layer < len(m.Windows) {
+			window = m.Windows[layer]
 		}
 		masked = func(i int) bool {
 			p, j := pos0+(i/k)%q, i%k
 			return j > p || (window > 0 && p-j >= window)
 		}
 	}
-	if strings.HasSuffix(name, "mlp.hook_router_logits") {
+	if p == MLPRouterLogits {
 		masked = func(int) bool { return true }
 	}
 	for i, v := range x.Data {
