@@ -54,8 +54,9 @@ type Backend struct {
 	timestampNs float64
 
 	closed atomic.Bool
-	// masksKept counts captures whose masked scores were not written again (tests).
-	masksKept atomic.Int64
+	// onMasksKept, when tests set it, is called for each capture whose
+	// masked scores were not written again.
+	onMasksKept atomic.Pointer[func()]
 
 	mu         sync.Mutex // guards everything below
 	pipelines  map[pipelineKey]*pipeline

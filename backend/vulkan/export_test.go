@@ -247,8 +247,15 @@ func MasksHeld(t backend.Tensor, a *backend.Attention, pattern bool) bool {
 	return t.(*tensor).masksHeld(masksOf(a, pattern))
 }
 
-// MasksKept counts the captures whose masked scores were not written again.
-func MasksKept(b *Backend) int64 { return b.masksKept.Load() }
+// OnMasksKept has f called for each capture whose masked scores were not
+// written again (nil: no longer).
+func OnMasksKept(b *Backend, f func()) {
+	if f == nil {
+		b.onMasksKept.Store(nil)
+		return
+	}
+	b.onMasksKept.Store(&f)
+}
 
 // MarkMasks records t's masked entries of a's layout as written, whatever t holds.
 func MarkMasks(t backend.Tensor, a *backend.Attention, pattern bool) {

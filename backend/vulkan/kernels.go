@@ -899,8 +899,8 @@ func (s *stream) FlashAttentionCapture(a *backend.Attention) bool {
 	pl := sl
 	pl.pattern = true
 	heldS, heldP := scores.masksHeld(sl), pattern.masksHeld(pl)
-	if heldS {
-		s.b.masksKept.Add(1)
+	if f := s.b.onMasksKept.Load(); heldS && f != nil {
+		(*f)()
 	}
 	s.flash(a, true, heldS)
 	s.causalSoftmax(a, heldP)
