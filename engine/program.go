@@ -93,8 +93,8 @@ func (r *Run) program(yield func(string) bool) {
 			a.Pattern = into("attn.hook_pattern", r.pattern)
 			// A hook on the scores or the pattern changes what follows it,
 			// so it needs them one after the other.
-			fc, ok := st.(backend.AttentionCapture)
-			if ok && !hooked(r.o.Hooks, LayerPoint(layer, "attn.hook_attn_scores")) && !hooked(r.o.Hooks, LayerPoint(layer, "attn.hook_pattern")) &&
+			fc := r.offers[r.tier].capture
+			if fc != nil && !hooked(r.o.Hooks, LayerPoint(layer, "attn.hook_attn_scores")) && !hooked(r.o.Hooks, LayerPoint(layer, "attn.hook_pattern")) &&
 				fc.FlashAttentionCapture(a) {
 				if !at("attn.hook_attn_scores", a.Scores, 0) || !at("attn.hook_pattern", a.Pattern, 0) {
 					return

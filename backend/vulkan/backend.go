@@ -207,11 +207,17 @@ func (b *Backend) createLayout(n int) error {
 // Name says which device runs the kernels.
 func (b *Backend) Name() string { return b.name }
 
+// Capabilities implements backend.Backend: traces stay in device memory
+// until read, and flash attention captures its scores and pattern where the
+// device has cooperative matrices (FlashAttentionCapture says where not).
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{DeviceMemory: true, AttentionCapture: true}
+}
+
+var _ backend.AttentionCapture = (*stream)(nil)
+
 // Close waits for the device and releases everything: streams, tensors,
 // weights, pipelines. Nothing of the backend may be used afterwards.
-// DeviceMemory says that traces made on this backend stay in its memory until read.
-func (b *Backend) DeviceMemory() bool { return true }
-
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
