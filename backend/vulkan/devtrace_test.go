@@ -26,8 +26,8 @@ import (
 // for random capture plans. Reads pass through buffers of a few KiB here,
 // so that captures cross many chunk boundaries.
 func TestDeviceTraceReadLazilyEqualsEager(t *testing.T) {
-	b := testBackend(t)
-	defer vulkan.SetReadChunk(vulkan.SetReadChunk(12 << 10))
+	b, tu := vulkan.Tuned(testBackend(t))
+	tu.ReadBytes = 12 << 10
 	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 17)
 	e, err := engine.NewEngine(m, b)
 	require.NoError(t, err)
