@@ -225,6 +225,9 @@ func (b *Backend) Capabilities() backend.Capabilities {
 
 var _ backend.AttentionCapture = (*stream)(nil)
 
+// Tuning is what the backend's streams choose their kernels by.
+func (b *Backend) Tuning() Tuning { return b.tuning }
+
 // Close waits for the device and releases everything: streams, tensors,
 // weights, pipelines. Nothing of the backend may be used afterwards.
 func (b *Backend) Close() error {
