@@ -1,9 +1,8 @@
-// Package gpu is the prefill engine: the layer program, written once, that
-// runs a prompt through every layer on a Backend, with named capture points,
-// step-wise runs and interventions. Backends (package cpu, package vulkan)
-// supply kernels; they never hold a copy of the program. A model may be
-// split over several backends as tiers (NewTieredEngine, Placement): the
-// same program runs each layer on its tier.
+// Package backend is the contract between the engine and the devices that
+// run it, as database/sql/driver is to database/sql: what an implementer
+// writes (Backend, Stream and its kernels), not what a user calls. The
+// engine runs its one layer program on any Backend; backend/cpu and
+// backend/vulkan implement it and never hold a copy of the program.
 package backend
 
 import (
@@ -38,7 +37,26 @@ type Backend interface {
 	// NewStream starts an independent command stream; one per session, so
 	// sessions may run from different goroutines.
 	NewStream() Stream
+	// Capabilities says what the backend offers beyond the kernels every
+	// Stream has.
+	Capabilities() Capabilities
 	Close() error
+}
+
+// Capabilities is what a backend offers beyond the kernels every Stream
+// has. A wrapper around a backend says what its own streams offer: a
+// stream type that embeds Stream hides the optional methods of the one it
+// wraps.
+type Capabilities struct {
+	// DeviceMemory says tensors live in device memory: traces stay there
+	// until read. Without it (the CPU) traces are handed over in Go memory
+	// as the prefill ends.
+	DeviceMemory bool
+	// HostTensors says the streams' tensors are Go memory and the streams
+	// implement HostTensors.
+	HostTensors bool
+	// AttentionCapture says the streams implement AttentionCapture.
+	AttentionCapture bool
 }
 
 // Stream records kernels in order. A CPU stream may run each as it is
@@ -157,20 +175,13 @@ type ReadRequest struct {
 	Dst []float32
 }
 
-// DeviceMemory is implemented by backends whose tensors live in device
-// memory: their traces stay there until read. Backends without it (the
-// CPU) hand their traces over in Go memory as the prefill ends.
-type DeviceMemory interface {
-	DeviceMemory() bool
-}
-
 // SlotAlign is the alignment of each captured point in its arena, in
 // elements: 256 bytes, the largest minStorageBufferOffsetAlignment Vulkan
 // allows, so that any device can bind a point as a range of its arena.
 const SlotAlign = 64
 
-// HostTensors is implemented by streams whose tensors are Go memory (the
-// CPU's): a finished prefill's arenas become its trace as they are, not
+// HostTensors is implemented by the streams of a backend whose
+// Capabilities say HostTensors (the CPU's): a finished prefill's arenas become its trace as they are, not
 // copied, and the session makes new ones for its next prefill.
 type HostTensors interface {
 	HostData(t Tensor) []float32
@@ -182,9 +193,10 @@ type HostTensors interface {
 	RecycleArena(t Tensor)
 }
 
-// AttentionCapture is implemented by streams whose flash attention can also
-// write the scores and pattern it computes (the CPU's; Vulkan's on
-// cooperative matrices): capturing them then costs little more than their
+// AttentionCapture is implemented by the streams of a backend whose
+// Capabilities say AttentionCapture, whose flash attention can also write
+// the scores and pattern it computes (the CPU's; Vulkan's on cooperative
+// matrices): capturing them then costs little more than their
 // writes, where AttnScores, Softmax and AttnMix pass over each.
 type AttentionCapture interface {
 	// FlashAttentionCapture writes Z, a.Scores and a.Pattern as AttnScores,

@@ -86,10 +86,7 @@ func (d *deviceTrace) Return(data []float32) {
 	h.spare[len(data)] = append(h.spare[len(data)], data)
 }
 
-func onDevice(b backend.Backend) bool {
-	d, ok := b.(backend.DeviceMemory)
-	return ok && d.DeviceMemory()
-}
+func onDevice(b backend.Backend) bool { return b.Capabilities().DeviceMemory }
 
 func (d *deviceTrace) isFreed() bool {
 	d.mu.Lock()

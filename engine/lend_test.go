@@ -17,7 +17,11 @@ import (
 // its tensors until read, as a GPU's do.
 type onDevice struct{ backend.Backend }
 
-func (onDevice) DeviceMemory() bool { return true }
+func (b onDevice) Capabilities() backend.Capabilities {
+	c := b.Backend.Capabilities()
+	c.DeviceMemory = true
+	return c
+}
 
 // The host memory a session keeps for its next traces' reads: what a
 // closed trace read, and nothing that a failed read of a freed trace made

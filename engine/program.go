@@ -96,8 +96,8 @@ func (r *Run) program(yield func(string) bool) {
 			a.Pattern = into(trace.AttnPattern, r.pattern)
 			// A hook on the scores or the pattern changes what follows it,
 			// so it needs them one after the other.
-			fc, ok := st.(backend.AttentionCapture)
-			if ok && !hooked(r.o.Hooks, name(trace.AttnScores)) && !hooked(r.o.Hooks, name(trace.AttnPattern)) &&
+			fc := r.offers[r.tier].capture
+			if fc != nil && !hooked(r.o.Hooks, name(trace.AttnScores)) && !hooked(r.o.Hooks, name(trace.AttnPattern)) &&
 				fc.FlashAttentionCapture(a) {
 				if !at(trace.AttnScores, a.Scores) || !at(trace.AttnPattern, a.Pattern) {
 					return

@@ -90,6 +90,9 @@ func (b dryBackend) NewStream() backend.Stream {
 	return dryStream{}
 }
 func (dryBackend) Close() error { return nil }
+func (b dryBackend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{AttentionCapture: b.flashCapture}
+}
 
 // dryStream reads back -1 everywhere: the one value the program reads to
 // decide what runs next, a mixture's routing, then has every slot empty.

@@ -26,6 +26,7 @@ type Run struct {
 	st      backend.Stream // its stream
 	scratch                // its buffers
 	bufs    []scratch      // each tier's buffers
+	offers  []offers       // what each tier's stream offers beyond the kernels
 	ctx     context.Context
 	o       Options
 	l       *layout
@@ -148,6 +149,13 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 	r := &Run{s: s, ctx: ctx, o: o, l: l, tokens: slices.Clone(tokens), layer: -1}
 	r.bufs = make([]scratch, len(s.tiers))
 	r.owned = make([][]backend.Tensor, len(s.tiers))
+	r.offers = make([]offers, len(s.tiers))
+	for i := range s.tiers {
+		var err error
+		if r.offers[i], err = offersOf(s.e.tiers[i], s.tiers[i].st); err != nil {
+			return nil, err
+		}
+	}
 	// A GPU trace keeps its arenas (they are the trace, until read), so
 	// they are made for each run; on the CPU they are the session's
 	// scratch, handed over to the trace as the run ends. A trace with a
@@ -167,7 +175,7 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 				needs = append(needs, need{arenaName(a), n, &r.arenas[a]})
 			}
 		}
-		if err := s.tiers[i].ws.fit(st, needs); err != nil {
+		if err := s.tiers[i].ws.fit(st, r.offers[i].host, needs); err != nil {
 			// A refused prefill leaves the session only its KV cache. A GPU
 			// stream defers frees while it holds recorded work: submit it,
 			// so the memory is back before the next request.
@@ -456,24 +464,21 @@ func (r *Run) handOver() *trace.Trace {
 	if r.over() { // trace says why
 		return nil
 	}
-	hosts := make([]backend.HostTensors, len(r.s.tiers))
-	for i := range r.s.tiers {
-		h, ok := r.s.tiers[i].st.(backend.HostTensors)
-		if !ok {
+	for _, o := range r.offers {
+		if o.host == nil {
 			return nil
 		}
-		hosts[i] = h
 	}
 	tr := r.newTrace()
 	arenas := make([]*trace.Arena, len(r.arenas))
 	for a, t := range r.arenas {
-		h := hosts[r.arenaTier(a)]
+		h := r.offers[r.arenaTier(a)].host
 		arenas[a] = &trace.Arena{Recycle: func() { h.RecycleArena(t) }}
 	}
 	for _, name := range r.l.order {
 		s := r.l.slots[name]
 		n := elements(s.shape)
-		data := hosts[r.arenaTier(s.arena)].HostData(r.arenas[s.arena])
+		data := r.offers[r.arenaTier(s.arena)].host.HostData(r.arenas[s.arena])
 		tr.PutView(name, &trace.Tensor{Shape: s.shape, Data: data[s.off : s.off+n : s.off+n]}, arenas[s.arena])
 	}
 	for a := range r.arenas {

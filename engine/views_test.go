@@ -65,6 +65,9 @@ type noViews struct{ backend.Backend }
 
 func (b noViews) NewStream() backend.Stream { return noViewStream{b.Backend.NewStream()} }
 
+// Capabilities offers nothing beyond the kernels: noViewStream has only Stream's methods.
+func (noViews) Capabilities() backend.Capabilities { return backend.Capabilities{} }
+
 type noViewStream struct{ backend.Stream }
 
 func (noViewStream) View(backend.Tensor, int, int) backend.Tensor { return nil }

@@ -37,11 +37,10 @@ type need struct {
 // run writes all of them. Host arenas of a run that did not finish are not
 // kept: what the backend knows of an arena's contents holds from
 // AllocArena to the end of one run.
-func (w *workspace) fit(st backend.Stream, needs []need) error {
+func (w *workspace) fit(st backend.Stream, host backend.HostTensors, needs []need) error {
 	keep := make(map[string]backend.Tensor, len(needs))
-	_, host := st.(backend.HostTensors)
 	for _, q := range needs {
-		if host && strings.HasPrefix(q.name, arenaPrefix) {
+		if host != nil && strings.HasPrefix(q.name, arenaPrefix) {
 			continue
 		}
 		if x, ok := w.bufs[q.name]; ok && q.n <= x.Len() && x.Len() <= 2*q.n {
@@ -55,8 +54,8 @@ func (w *workspace) fit(st backend.Stream, needs []need) error {
 		x, ok := w.bufs[q.name]
 		if !ok {
 			alloc := st.Alloc
-			if h, ok := st.(backend.HostTensors); ok && strings.HasPrefix(q.name, arenaPrefix) {
-				alloc = h.AllocArena
+			if host != nil && strings.HasPrefix(q.name, arenaPrefix) {
+				alloc = host.AllocArena
 			}
 			var err error
 			if x, err = alloc(q.name, q.n); err != nil {

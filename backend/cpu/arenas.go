@@ -29,12 +29,24 @@ type arenaPool struct {
 	// and askedBefore are the sizes get was called for in the same cycles.
 	fresh, old         map[int][]pooled
 	asked, askedBefore map[int]bool
-	// returned, recycled and reused count arenas back from the collector,
-	// back from a closed trace, and given out again (tests).
-	returned, recycled, reused atomic.Int64
-	// masksKept counts arenas whose masked attention entries were not
-	// written again (tests).
-	masksKept atomic.Int64
+	// observe, when tests set it, is told of each arena's comings and goings.
+	observe atomic.Pointer[func(arenaEvent)]
+}
+
+// arenaEvent is something that happens to an arena, for tests to observe.
+type arenaEvent int
+
+const (
+	arenaReturned  arenaEvent = iota // back from the collector
+	arenaRecycled                    // back from a closed trace
+	arenaReused                      // given out again
+	arenaMasksKept                   // its masked attention entries were not written again
+)
+
+func (p *arenaPool) note(e arenaEvent) {
+	if f := p.observe.Load(); f != nil {
+		(*f)(e)
+	}
 }
 
 // minPooled is the smallest arena kept (64 KiB): zeroing less costs little.
@@ -117,7 +129,7 @@ func (p *arenaPool) get(n int) *tensor {
 	var d []float32
 	if ok {
 		d = unsafe.Slice(a.first, n)
-		p.reused.Add(1)
+		p.note(arenaReused)
 		if poisonReused.Load() {
 			for i := range d {
 				d[i] = float32(math.NaN())
@@ -128,7 +140,7 @@ func (p *arenaPool) get(n int) *tensor {
 		d = make([]float32, n)
 	}
 	runtime.SetFinalizer(&d[0], func(first *float32) {
-		p.returned.Add(1)
+		p.note(arenaReturned)
 		p.put(pooled{first: first}, n) // someone may have changed it
 	})
 	return &tensor{data: d, arena: &arenaMasks{whole: d, had: a.masks}}
@@ -146,7 +158,7 @@ func (p *arenaPool) recycle(t *tensor) {
 		return
 	}
 	runtime.SetFinalizer(&d[0], nil)
-	p.recycled.Add(1)
+	p.note(arenaRecycled)
 	p.put(pooled{first: &d[0], masks: t.arena.wrote}, len(d))
 }
 

@@ -21,29 +21,30 @@ import (
 
 // collect runs the collector until the backend has had at least want
 // arenas back in all (finalizers run after a cycle, on their own goroutine).
-func collect(t *testing.T, b *cpu.Backend, want int64) {
+func collect(t *testing.T, c *cpu.ArenaCounts, want int64) {
 	t.Helper()
 	for range 200 {
-		if cpu.ArenasReturned(b) >= want {
+		if c.Returned.Load() >= want {
 			return
 		}
 		runtime.GC()
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("the collector gave back %d capture arenas, want %d", cpu.ArenasReturned(b), want)
+	t.Fatalf("the collector gave back %d capture arenas, want %d", c.Returned.Load(), want)
 }
 
 // tinySession is a session of 128 positions on a random tiny-qwen3, on a
-// CPU backend of its own.
-func tinySession(t *testing.T) (*cpu.Backend, *engine.Session) {
+// CPU backend of its own whose arenas are counted.
+func tinySession(t *testing.T) (*cpu.Backend, *cpu.ArenaCounts, *engine.Session) {
 	m, err := synth.Random(synth.Shapes["tiny-qwen3"], gguf.F32, 5)
 	require.NoError(t, err)
 	b := cpu.New(0)
+	c := cpu.CountArenas(b)
 	e, err := engine.NewEngine(m, b)
 	require.NoError(t, err)
 	s, err := e.NewSession(128)
 	require.NoError(t, err)
-	return b, s
+	return b, c, s
 }
 
 // A capture arena whose trace was collected is a later prefill's arena, its
@@ -80,6 +81,7 @@ func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
 			o := engine.Options{Capture: capture, Hooks: hooks[:trial%2*2], Logits: engine.LogitsAll}
 			t.Run(fmt.Sprintf("%s/%d", shape, trial), func(t *testing.T) {
 				b := cpu.New(0)
+				c := cpu.CountArenas(b)
 				e, err := engine.NewEngine(m, b)
 				require.NoError(t, err)
 				s, err := e.NewSession(len(tokens))
@@ -99,9 +101,9 @@ func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
 				}
 				want := run(tokens) // new memory, kept
 				run(other)          // new memory, its trace dropped at once
-				collect(t, b, 1)
+				collect(t, c, 1)
 				got := run(tokens)
-				require.Positive(t, cpu.ArenasReused(b), "no arena was reused")
+				require.Positive(t, c.Reused.Load(), "no arena was reused")
 				require.Equal(t, want.Names, got.Names)
 				for _, n := range want.Names {
 					enginetest.RequireBits(t, want.Tensor(n).Data, got.Tensor(n).Data, n)
@@ -115,7 +117,7 @@ func TestReusedArenasGiveTheTraceNewMemoryGives(t *testing.T) {
 // collector never gives it back while the slice is alive, so later
 // prefills never write over it.
 func TestAKeptSliceOfATraceIsNeverReused(t *testing.T) {
-	b, s := tinySession(t)
+	_, c, s := tinySession(t)
 	defer s.Close()
 	prefill := func(seed int32) []float32 {
 		tokens := make([]int32, 128)
@@ -131,23 +133,23 @@ func TestAKeptSliceOfATraceIsNeverReused(t *testing.T) {
 	want := slices.Clone(kept)
 	for seed := range int32(6) {
 		prefill(seed + 2)
-		collect(t, b, cpu.ArenasReturned(b)+1)
+		collect(t, c, c.Returned.Load()+1)
 	}
-	require.Positive(t, cpu.ArenasReused(b), "later prefills reused collected arenas")
+	require.Positive(t, c.Reused.Load(), "later prefills reused collected arenas")
 	require.Equal(t, want, kept, "the kept slice was written over")
 }
 
 // Arenas no prefill takes are let go within a few collector cycles, and a
 // backend nothing refers to any more is collected with its arenas.
 func TestUntakenArenasAreLetGo(t *testing.T) {
-	b, s := tinySession(t)
+	b, c, s := tinySession(t)
 	tokens := make([]int32, 128)
 	for range 3 {
 		s.Reset()
 		_, err := s.Prefill(context.Background(), tokens, engine.Options{Capture: engine.CaptureAll()})
 		require.NoError(t, err)
 	}
-	collect(t, b, cpu.ArenasReturned(b)+1)
+	collect(t, c, c.Returned.Load()+1)
 	require.Positive(t, cpu.ArenasWaiting(b))
 	for range 3 {
 		runtime.GC()
@@ -216,6 +218,7 @@ func TestClosedTracesMemoryGivesTheTraceNewMemoryGives(t *testing.T) {
 			want := prefill(fresh, 0, 96, all)
 
 			b := cpu.New(0)
+			c := cpu.CountArenas(b)
 			s := session(b)
 			defer s.Close()
 			hooked := all
@@ -231,7 +234,7 @@ func TestClosedTracesMemoryGivesTheTraceNewMemoryGives(t *testing.T) {
 				{"plain", 0, 96, all, true},
 			} {
 				require.NoError(t, prefill(s, before.skip, before.n, before.o).Close())
-				recycled, kept := cpu.ArenasRecycled(b), cpu.MasksKept(b)
+				recycled, kept := c.Recycled.Load(), c.MasksKept.Load()
 				got := prefill(s, 0, 96, all)
 				require.Equal(t, want.Names, got.Names)
 				for _, n := range want.Names {
@@ -239,9 +242,9 @@ func TestClosedTracesMemoryGivesTheTraceNewMemoryGives(t *testing.T) {
 				}
 				require.Positive(t, recycled, before.name)
 				if before.keepsMask {
-					require.Greater(t, cpu.MasksKept(b), kept, "no masked entries were kept after %s", before.name)
+					require.Greater(t, c.MasksKept.Load(), kept, "no masked entries were kept after %s", before.name)
 				} else if before.name == "another layout" {
-					require.Equal(t, kept, cpu.MasksKept(b), "masked entries of another layout were kept")
+					require.Equal(t, kept, c.MasksKept.Load(), "masked entries of another layout were kept")
 				}
 				require.NoError(t, got.Close())
 			}

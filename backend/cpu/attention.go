@@ -242,7 +242,7 @@ func (s *stream) flashTiled(a *backend.Attention, capture bool) {
 func (s *stream) masksHeld(t backend.Tensor, l maskLayout) bool {
 	m := masks(t)
 	if m != nil && m.had == l {
-		s.b.arenas.masksKept.Add(1)
+		s.b.arenas.note(arenaMasksKept)
 		return true
 	}
 	return false

@@ -120,6 +120,7 @@ func BenchmarkCaptureCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	backend := cpu.New(0)
+	counts := cpu.CountArenas(backend)
 	e, err := engine.NewEngine(m, backend)
 	if err != nil {
 		b.Fatal(err)
@@ -148,7 +149,7 @@ func BenchmarkCaptureCost(b *testing.B) {
 			}
 			run(engine.Options{Capture: engine.CaptureAll()}) // warm-up
 			var none, all []time.Duration
-			reused := cpu.ArenasReused(backend)
+			reused := counts.Reused.Load()
 			for b.Loop() {
 				none = append(none, run(engine.Options{}))
 				all = append(all, run(engine.Options{Capture: engine.CaptureAll()}))
@@ -165,7 +166,7 @@ func BenchmarkCaptureCost(b *testing.B) {
 			b.ReportMetric(median(none), "none-ms")
 			b.ReportMetric(median(all), "all-ms")
 			b.ReportMetric(ratios[len(ratios)/2], "all/none")
-			b.ReportMetric(float64(cpu.ArenasReused(backend)-reused)/float64(len(all)), "reused-arenas/op")
+			b.ReportMetric(float64(counts.Reused.Load()-reused)/float64(len(all)), "reused-arenas/op")
 		})
 	}
 }

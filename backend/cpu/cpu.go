@@ -116,6 +116,17 @@ func (b *Backend) UploadGroup(ws []*model.Weight) ([]backend.Matrix, error) {
 
 func (b *Backend) NewStream() backend.Stream { return &stream{b: b} }
 
+// Capabilities implements backend.Backend: tensors are Go memory, and
+// flash attention captures its scores and pattern.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{HostTensors: true, AttentionCapture: true}
+}
+
+var (
+	_ backend.HostTensors      = (*stream)(nil)
+	_ backend.AttentionCapture = (*stream)(nil)
+)
+
 // stream runs kernels eagerly; it remembers the first error for Sync.
 type stream struct {
 	b   *Backend

@@ -1,18 +1,25 @@
 package cpu
 
+import "sync/atomic"
+
 // PoisonReusedArenas makes reused capture arenas hold NaN until written.
 func PoisonReusedArenas(on bool) { poisonReused.Store(on) }
 
-// ArenasReturned, ArenasRecycled and ArenasReused count capture arenas the
-// collector gave back, those closed traces gave back and those given out
-// again.
-func ArenasReturned(b *Backend) int64 { return b.arenas.returned.Load() }
-func ArenasRecycled(b *Backend) int64 { return b.arenas.recycled.Load() }
-func ArenasReused(b *Backend) int64   { return b.arenas.reused.Load() }
+// ArenaCounts counts capture arenas the collector gave back, those closed
+// traces gave back, those given out again, and those whose masked
+// attention entries were not written again.
+type ArenaCounts struct {
+	Returned, Recycled, Reused, MasksKept atomic.Int64
+}
 
-// MasksKept counts arenas whose masked attention entries were not written
-// again.
-func MasksKept(b *Backend) int64 { return b.arenas.masksKept.Load() }
+// CountArenas counts b's arena events from now on.
+func CountArenas(b *Backend) *ArenaCounts {
+	c := &ArenaCounts{}
+	count := map[arenaEvent]*atomic.Int64{arenaReturned: &c.Returned, arenaRecycled: &c.Recycled, arenaReused: &c.Reused, arenaMasksKept: &c.MasksKept}
+	f := func(e arenaEvent) { count[e].Add(1) }
+	b.arenas.observe.Store(&f)
+	return c
+}
 
 // ArenasWaiting counts collected arenas waiting for a prefill.
 func ArenasWaiting(b *Backend) int {

@@ -43,19 +43,22 @@ type Backend struct {
 	name   string
 	// reduceWG is the workgroup size of row reductions, a specialization constant.
 	reduceWG uint32
-	// subgroups says compute shaders may use subgroup arithmetic.
-	subgroups bool
-	// coop says GEMMs run on cooperative matrices (matmul_coop.comp);
-	// coopEnabled that the device was opened with them.
-	coop, coopEnabled bool
+	// coopEnabled says the device was opened with cooperative matrices
+	// (matmul_coop.comp).
+	coopEnabled bool
+	// dev is what kernel choice knows of the device; tuning, what new
+	// streams choose kernels by.
+	dev    devCaps
+	tuning Tuning
 	// stats says pipelines keep their statistics (Options.KernelStatistics).
 	stats bool
 	// timestampNs is nanoseconds per timestamp tick; 0 when the queue has no timestamps.
 	timestampNs float64
 
 	closed atomic.Bool
-	// masksKept counts captures whose masked scores were not written again (tests).
-	masksKept atomic.Int64
+	// onMasksKept, when tests set it, is called for each capture whose
+	// masked scores were not written again.
+	onMasksKept atomic.Pointer[func()]
 
 	mu         sync.Mutex // guards everything below
 	pipelines  map[pipelineKey]*pipeline
@@ -102,6 +105,13 @@ func Open(o Options) (*Backend, error) {
 }
 
 func (b *Backend) init(o Options) error {
+	b.tuning = DefaultTuning()
+	if o.Tuning != nil {
+		if err := o.Tuning.check(); err != nil {
+			return err
+		}
+		b.tuning = *o.Tuning
+	}
 	d := b.phys
 	if d.props.ApiVersion < vk.MakeVersion(1, 1, 0) {
 		return fmt.Errorf("vulkan: %s implements Vulkan %s; Strata needs 1.1 or later", d.info.Name, d.info.API)
@@ -143,7 +153,7 @@ func (b *Backend) init(o Options) error {
 	portable := o.PortableGEMM || os.Getenv("STRATA_GEMM") == "portable"
 	if coop, ok := b.in.coopMatrix(d); ok && !portable {
 		exts = append(exts, "VK_NV_cooperative_matrix")
-		features, b.coop, b.coopEnabled = unsafe.Pointer(coop), true, true
+		features, b.coopEnabled = unsafe.Pointer(coop), true
 	}
 	if o.KernelStatistics {
 		if st, ok := b.in.statisticsChain(d); ok {
@@ -165,13 +175,13 @@ func (b *Backend) init(o Options) error {
 	}
 	b.f = f
 	f.GetDeviceQueue(b.device, b.family, 0, &b.queue)
-	b.subgroups = d.subgroupArithmetic()
 	b.reduceWG = 256
 	for b.reduceWG > d.props.Limits.MaxComputeWorkGroupInvocations {
 		b.reduceWG /= 2
 	}
+	b.dev = b.caps()
 	b.name = fmt.Sprintf("vulkan: %s (%s, Vulkan %s)", d.info.Name, d.info.Type, d.info.API)
-	if b.coop {
+	if b.coopEnabled {
 		b.name += ", cooperative-matrix GEMMs"
 	}
 	for n := 1; n <= maxBindings; n++ {
@@ -206,11 +216,20 @@ func (b *Backend) createLayout(n int) error {
 // Name says which device runs the kernels.
 func (b *Backend) Name() string { return b.name }
 
+// Capabilities implements backend.Backend: traces stay in device memory
+// until read, and flash attention captures its scores and pattern where the
+// device has cooperative matrices (FlashAttentionCapture says where not).
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{DeviceMemory: true, AttentionCapture: true}
+}
+
+var _ backend.AttentionCapture = (*stream)(nil)
+
+// Tuning is what the backend's streams choose their kernels by.
+func (b *Backend) Tuning() Tuning { return b.tuning }
+
 // Close waits for the device and releases everything: streams, tensors,
 // weights, pipelines. Nothing of the backend may be used afterwards.
-// DeviceMemory says that traces made on this backend stay in its memory until read.
-func (b *Backend) DeviceMemory() bool { return true }
-
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

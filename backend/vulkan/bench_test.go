@@ -29,11 +29,16 @@ func benchBackend(b *testing.B) *vulkan.Backend {
 
 // benchEngine puts a random model of the shape on a backend of its own.
 func benchEngine(b *testing.B, shape synth.Shape, typ gguf.Type) *engine.Engine {
+	return benchEngineOn(b, benchBackend(b), shape, typ)
+}
+
+// benchEngineOn is benchEngine on v (benchBackend's, tuned).
+func benchEngineOn(b *testing.B, v backend.Backend, shape synth.Shape, typ gguf.Type) *engine.Engine {
 	m, err := synth.Random(shape, typ, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := engine.NewEngine(m, benchBackend(b))
+	e, err := engine.NewEngine(m, v)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -212,8 +217,8 @@ func BenchmarkCopy(b *testing.B) {
 	for _, n := range []int{4 << 20, 64 << 20} {
 		for _, shader := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%dMB/%s", 4*n>>20, map[bool]string{false: "command", true: "copy.comp"}[shader]), func(b *testing.B) {
-				defer vulkan.SetCopyShader(vulkan.SetCopyShader(shader))
 				s := v.NewStream()
+				vulkan.Tune(s).CopyShader = shader
 				src, err := s.Alloc("src", n)
 				if err != nil {
 					b.Fatal(err)
@@ -246,12 +251,12 @@ func BenchmarkCopy(b *testing.B) {
 // tile) and late (the usual fast one), alternating twice, so the two are
 // compared in one process.
 func BenchmarkPrefillTiles(b *testing.B) {
-	e := benchEngine(b, synth.Shapes["bonsai-1.7b"], gguf.Q1_0_G128)
-	v := e.Backend.(*vulkan.Backend)
+	v := benchBackend(b)
 	if !vulkan.Coop(v) {
 		b.Skip("no cooperative-matrix GEMMs")
 	}
-	defer vulkan.ForceCoopTile(v, -1, true, false)
+	tb, tu := vulkan.Tuned(v)
+	e := benchEngineOn(b, tb, synth.Shapes["bonsai-1.7b"], gguf.Q1_0_G128)
 	for _, late := range []bool{false, true} {
 		if vulkan.CoopTileIndex4x2(late) < 0 {
 			b.Fatalf("no 4 x 2 tile with late %v in coopTiles", late)
@@ -268,10 +273,10 @@ func BenchmarkPrefillTiles(b *testing.B) {
 			for _, round := range []int{1, 2} {
 				for _, tiles := range []string{"prefetch", "late"} {
 					b.Run(fmt.Sprintf("T=%d/%v/%s/%d", T, prec, tiles, round), func(b *testing.B) {
-						if !vulkan.ForceCoopTile(v, vulkan.CoopTileIndex4x2(tiles == "late"), prec == backend.PrecisionExact, false) {
+						if !vulkan.ForceCoopTile(v, tu, vulkan.CoopTileIndex4x2(tiles == "late"), prec == backend.PrecisionExact, false) {
 							b.Skip("the tile needs more shared memory than the device has")
 						}
-						defer vulkan.ForceCoopTile(v, -1, true, false)
+						defer vulkan.ForceCoopTile(v, tu, -1, true, false)
 						timePrefills(b, s, tokens, o)
 					})
 				}
@@ -287,10 +292,12 @@ func BenchmarkPrefillTiles(b *testing.B) {
 // before), alternating three times, so the two are compared in one process.
 func BenchmarkPrefillSplitK(b *testing.B) {
 	for _, shape := range []string{"bonsai-1.7b", "bonsai-8b"} {
-		e := benchEngine(b, synth.Shapes[shape], gguf.Q1_0_G128)
-		if !vulkan.Coop(e.Backend.(*vulkan.Backend)) {
+		v := benchBackend(b)
+		if !vulkan.Coop(v) {
 			b.Skip("no cooperative-matrix GEMMs")
 		}
+		tb, tu := vulkan.Tuned(v)
+		e := benchEngineOn(b, tb, synth.Shapes[shape], gguf.Q1_0_G128)
 		for _, T := range []int{128, 512, 1024, 2048} {
 			tokens := benchTokens(T, e.Model.Vocab)
 			s, err := e.NewSession(T)
@@ -301,8 +308,9 @@ func BenchmarkPrefillSplitK(b *testing.B) {
 			for _, round := range []int{1, 2, 3} {
 				for _, rule := range []string{"usual", "below64"} {
 					b.Run(fmt.Sprintf("%s/T=%d/%s/%d", shape, T, rule, round), func(b *testing.B) {
+						*tu = vulkan.DefaultTuning()
 						if rule == "below64" {
-							defer vulkan.SetCoopSplitBelow(64)()
+							vulkan.SplitBelowAll(tu, 64)
 						}
 						timePrefills(b, s, tokens, o)
 					})
@@ -322,10 +330,12 @@ func BenchmarkPrefillSplitK(b *testing.B) {
 func BenchmarkPrefillSplitExact(b *testing.B) {
 	o := engine.Options{Precision: backend.PrecisionExact}
 	for _, shape := range []string{"bonsai-1.7b", "bonsai-8b"} {
-		e := benchEngine(b, synth.Shapes[shape], gguf.Q1_0_G128)
-		if !vulkan.Coop(e.Backend.(*vulkan.Backend)) {
+		v := benchBackend(b)
+		if !vulkan.Coop(v) {
 			b.Skip("no cooperative-matrix GEMMs")
 		}
+		tb, tu := vulkan.Tuned(v)
+		e := benchEngineOn(b, tb, synth.Shapes[shape], gguf.Q1_0_G128)
 		for _, T := range []int{128, 512} {
 			tokens := benchTokens(T, e.Model.Vocab)
 			s, err := e.NewSession(T)
@@ -335,7 +345,8 @@ func BenchmarkPrefillSplitExact(b *testing.B) {
 			for _, round := range []int{1, 2} {
 				for _, below := range []int{64, 65, 97} {
 					b.Run(fmt.Sprintf("%s/T=%d/below%d/%d", shape, T, below, round), func(b *testing.B) {
-						defer vulkan.SetCoopSplitBelow(below)()
+						*tu = vulkan.DefaultTuning()
+						vulkan.SplitBelowAll(tu, below)
 						timePrefills(b, s, tokens, o)
 					})
 				}
@@ -354,10 +365,12 @@ func BenchmarkPrefillExactSplitW(b *testing.B) {
 	o := engine.Options{Precision: backend.PrecisionExact}
 	for _, shape := range []string{"bonsai-1.7b", "bonsai-8b"} {
 		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
-			e := benchEngine(b, synth.Shapes[shape], typ)
-			if !vulkan.Coop(e.Backend.(*vulkan.Backend)) {
+			v := benchBackend(b)
+			if !vulkan.Coop(v) {
 				b.Skip("no cooperative-matrix GEMMs")
 			}
+			tb, tu := vulkan.Tuned(v)
+			e := benchEngineOn(b, tb, synth.Shapes[shape], typ)
 			for _, T := range []int{128, 512, 2048} {
 				tokens := benchTokens(T, e.Model.Vocab)
 				s, err := e.NewSession(T)
@@ -371,7 +384,8 @@ func BenchmarkPrefillExactSplitW(b *testing.B) {
 				for round := range rounds {
 					for _, route := range routes {
 						b.Run(fmt.Sprintf("%s/%v/T=%d/%s/%d", shape, typ, T, route, round+1), func(b *testing.B) {
-							defer vulkan.SetCoopHalfWRows(map[bool]int{true: 0, false: math.MaxInt}[route == "first"])()
+							*tu = vulkan.DefaultTuning()
+							vulkan.HalfWRowsAll(tu, map[bool]int{true: 0, false: math.MaxInt}[route == "first"])
 							timePrefills(b, s, tokens, o)
 						})
 					}
@@ -389,12 +403,14 @@ func BenchmarkPrefillExactSplitW(b *testing.B) {
 // pass coopHalfWBytes, so the tiles split it ("tile") or the portable
 // kernel takes it ("portable"), alternating twice.
 func BenchmarkLogitLens(b *testing.B) {
-	if !vulkan.Coop(benchBackend(b)) {
+	v := benchBackend(b)
+	if !vulkan.Coop(v) {
 		b.Skip("no cooperative-matrix GEMMs")
 	}
 	shape := synth.Shapes["bonsai-1.7b"]
 	shape.Layers, shape.FFN = 4, 256
-	e := benchEngine(b, shape, gguf.Q6_K)
+	tb, tu := vulkan.Tuned(v)
+	e := benchEngineOn(b, tb, shape, gguf.Q6_K)
 	for _, T := range []int{128, 512} {
 		s, err := e.NewSession(T)
 		if err != nil {
@@ -407,8 +423,9 @@ func BenchmarkLogitLens(b *testing.B) {
 		for round := range 2 {
 			for _, route := range []string{"tile", "portable"} {
 				b.Run(fmt.Sprintf("T=%d/%s/%d", T, route, round+1), func(b *testing.B) {
+					*tu = vulkan.DefaultTuning()
 					if route == "portable" {
-						defer vulkan.SetCoopExactInTileElems(math.MaxInt)()
+						tu.ExactInTileElems = math.MaxInt
 					}
 					for b.Loop() {
 						if err := e.LogitLens(tr); err != nil {
@@ -459,11 +476,11 @@ func BenchmarkMatVec(b *testing.B) {
 				}
 				for _, subgroups := range []bool{true, false} {
 					b.Run(fmt.Sprintf("subgroups=%v", subgroups), func(b *testing.B) {
-						defer vulkan.SetSubgroups(v, vulkan.SetSubgroups(v, subgroups))
 						if subgroups && !vulkan.Subgroups(v) {
 							b.Skip("the device has no subgroup arithmetic")
 						}
 						s := v.NewStream()
+						vulkan.Tune(s).Subgroups = subgroups
 						x, err := s.Alloc("x", k)
 						if err != nil {
 							b.Fatal(err)

@@ -32,16 +32,12 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 	if !vulkan.Coop(b) {
 		t.Skip("the device has no cooperative-matrix GEMMs (VK_NV_cooperative_matrix with float16)")
 	}
-	defer vulkan.ForceCoopTile(b, -1, true, false)
 	cases := []struct {
 		typ         gguf.Type
 		cols        int
 		exactInHalf bool // never decoded first: in each tile, or read as float16 (F16, K % 8 == 0)
 	}{{gguf.Q1_0_G128, 4096, true}, {gguf.TQ2_0_G128, 1024, true}, {gguf.F16, 1004, true}, {gguf.F16, 998, true}, {gguf.F16, 1024, true}, {gguf.Q4_K, 1024, false}, {gguf.F32, 512, false},
 		{gguf.F32, 1001, false}} // K % 8 != 0: x split in the tiles too, beside the weights
-	defer vulkan.SetCoopHalfWRows(0)()
-	defer vulkan.SetCoopExactInTileElems(0)()
-	defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(true))
 	for ti, tile := range vulkan.CoopTiles() {
 		for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
 			for _, c := range cases {
@@ -56,12 +52,13 @@ func TestCoopMatMulEveryTileKeepsItsPrecision(t *testing.T) {
 						}
 						for _, big := range []float32{0, 1e5} {
 							t.Run(fmt.Sprintf("%s/%v/%v/K=%d/halfW=%v/split=%v/big=%g", tile, prec, c.typ, c.cols, halfW, split, big), func(t *testing.T) {
-								if !vulkan.ForceCoopTile(b, ti, prec == backend.PrecisionExact, splitW) {
+								r := newRig(t, 7)
+								tu := vulkan.Tune(r.vs)
+								if !vulkan.ForceCoopTile(b, tu, ti, prec == backend.PrecisionExact, splitW) {
 									t.Skip("the tile needs more shared memory than the device has")
 								}
-								vulkan.SetCoopHalfWRows(map[bool]int{false: math.MaxInt, true: 0}[halfW])
-								vulkan.SetCoopSplitK(split)
-								r := newRig(t, 7)
+								vulkan.HalfWRowsAll(tu, map[bool]int{false: math.MaxInt, true: 0}[halfW])
+								tu.ExactInTileElems, tu.SplitK = 0, split
 								// 130 rows and 300 outputs: full tiles and ragged ones.
 								rows, cols, n := 130, c.cols, 300
 								xs := r.values(rows*cols, 1)
@@ -186,10 +183,9 @@ func TestCoopExactSplitInTileEqualsHalvesFirst(t *testing.T) {
 	if !vulkan.Coop(b) {
 		t.Skip("the device has no cooperative-matrix GEMMs (VK_NV_cooperative_matrix with float16)")
 	}
-	defer vulkan.ForceCoopTile(b, -1, true, false)
-	defer vulkan.SetCoopHalfWRows(0)()
-	defer vulkan.SetCoopExactInTileElems(0)()
 	r := newRig(t, 13)
+	tu := vulkan.Tune(r.vs)
+	tu.ExactInTileElems = 0
 	const rows, n, cols = 150, 300, 2048 // ragged tiles; K split at 150 rows
 	for _, typ := range []gguf.Type{gguf.Q4_0, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K, gguf.F32} {
 		wv, err := b.Upload(quantized(t, r, "w", n, cols, typ))
@@ -197,12 +193,12 @@ func TestCoopExactSplitInTileEqualsHalvesFirst(t *testing.T) {
 		xs := r.values(rows*cols, 1)
 		x := r.tensor("x", xs)
 		for ti, tile := range vulkan.CoopTiles() {
-			if !vulkan.ForceCoopTile(b, ti, true, true) {
+			if !vulkan.ForceCoopTile(b, tu, ti, true, true) {
 				continue
 			}
 			var got [2][]float32
 			for i, first := range []bool{true, false} {
-				vulkan.SetCoopHalfWRows(map[bool]int{true: 0, false: math.MaxInt}[first])
+				vulkan.HalfWRowsAll(tu, map[bool]int{true: 0, false: math.MaxInt}[first])
 				r.vs.SetPrecision(backend.PrecisionExact)
 				require.Equal(t, first, vulkan.HalvesFirst(r.vs, rows, wv))
 				y := r.zeros("y", rows*n)
@@ -219,15 +215,13 @@ func TestCoopExactSplitInTileEqualsHalvesFirst(t *testing.T) {
 // with every tile shape, its weights decoded in each tile (split in hi + lo
 // halves there at exact precision) or once to float16 first (halfW, the
 // decoding timed with the product), for choosing coopTileFor's tile and
-// coopHalfWRows.
+// Tuning.HalfWRows.
 func BenchmarkCoopTiles(b *testing.B) {
 	r := newRig(b, 3)
 	v := benchBackend(b)
 	if !vulkan.Coop(v) {
 		b.Skip("no cooperative-matrix GEMMs")
 	}
-	defer vulkan.ForceCoopTile(v, -1, true, false)
-	defer vulkan.SetCoopHalfWRows(0)()
 	const k = 4096
 	for _, n := range []int{12288, 1024} { // bonsai-8b's FFN and K/V widths
 		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K, gguf.Q6_K, gguf.Q8_0} {
@@ -244,11 +238,12 @@ func BenchmarkCoopTiles(b *testing.B) {
 								continue
 							}
 							b.Run(fmt.Sprintf("n=%d/%v/T=%d/%v/%s/halfW=%v", n, typ, rows, prec, tile, halfW), func(b *testing.B) {
-								if !vulkan.ForceCoopTile(v, ti, prec == backend.PrecisionExact, !exactInHalf && prec == backend.PrecisionExact) {
+								tu := vulkan.DefaultTuning()
+								if !vulkan.ForceCoopTile(v, &tu, ti, prec == backend.PrecisionExact, !exactInHalf && prec == backend.PrecisionExact) {
 									b.Skip("too much shared memory")
 								}
-								vulkan.SetCoopHalfWRows(map[bool]int{false: math.MaxInt, true: 0}[halfW])
-								timeMatMul(b, r, v, w, rows, n, k, prec)
+								vulkan.HalfWRowsAll(&tu, map[bool]int{false: math.MaxInt, true: 0}[halfW])
+								timeMatMul(b, r, v, tu, w, rows, n, k, prec)
 							})
 						}
 					}
@@ -282,13 +277,13 @@ func BenchmarkMatMul(b *testing.B) {
 				}
 				for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
 					b.Run(fmt.Sprintf("%v/T=%d/%s/%v", typ, rows, kernel, prec), func(b *testing.B) {
-						old := vulkan.SetCoop(v, coop)
-						defer vulkan.SetCoop(v, old)
+						tu := vulkan.DefaultTuning()
+						tu.Coop = coop
 						// coop-tile-x converts x to float16 in each tile, as before tohalf.comp.
-						defer vulkan.SetCoopHalfX(vulkan.SetCoopHalfX(kernel != "coop-tile-x"))
+						tu.HalfX = kernel != "coop-tile-x"
 						// coop-whole-k does not split products along K.
-						defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(kernel == "coop"))
-						timeMatMul(b, r, v, w, rows, n, k, prec)
+						tu.SplitK = kernel == "coop"
+						timeMatMul(b, r, v, tu, w, rows, n, k, prec)
 					})
 				}
 			}
@@ -318,11 +313,12 @@ func BenchmarkSplitK(b *testing.B) {
 				for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
 					for _, split := range []string{"none", "usual", "below512"} {
 						b.Run(fmt.Sprintf("n=%d/k=%d/%v/T=%d/%v/split=%s", n, k, typ, rows, prec, split), func(b *testing.B) {
-							defer vulkan.SetCoopSplitK(vulkan.SetCoopSplitK(split != "none"))
+							tu := vulkan.DefaultTuning()
+							tu.SplitK = split != "none"
 							if split == "below512" {
-								defer vulkan.SetCoopSplitBelow(512)()
+								vulkan.SplitBelowAll(&tu, 512)
 							}
-							timeMatMul(b, r, v, w, rows, n, k, prec)
+							timeMatMul(b, r, v, tu, w, rows, n, k, prec)
 						})
 					}
 				}
@@ -335,14 +331,13 @@ func BenchmarkSplitK(b *testing.B) {
 // float16 with their hi + lo halves made first ("first": weights16.comp,
 // timed with the product), made in each tile ("tile"), and on the portable
 // kernel, on bonsai-8b's weights (FFN up, attention, FFN down): for choosing
-// coopHalfWRows at exact precision.
+// Tuning.HalfWRows at exact precision.
 func BenchmarkExactHalvesFirst(b *testing.B) {
 	r := newRig(b, 3)
 	v := benchBackend(b)
 	if !vulkan.Coop(v) {
 		b.Skip("no cooperative-matrix GEMMs")
 	}
-	defer vulkan.SetCoopHalfWRows(0)()
 	// Then Qwen3-30B-A3B's experts (gate/up, down) and tiny-qwen3moe's, of
 	// fewer than coopHalfWSmallElems elements.
 	for _, shape := range []struct{ n, k int }{{12288, 4096}, {4096, 4096}, {4096, 12288}, {768, 2048}, {2048, 768}, {256, 256}} {
@@ -357,9 +352,10 @@ func BenchmarkExactHalvesFirst(b *testing.B) {
 						continue
 					}
 					b.Run(fmt.Sprintf("%dx%d/%v/T=%d/%s", shape.n, shape.k, typ, rows, mode), func(b *testing.B) {
-						vulkan.SetCoopHalfWRows(map[string]int{"first": 0, "tile": math.MaxInt, "portable": math.MaxInt}[mode])
-						defer vulkan.SetCoopExactInTileElems(map[bool]int{true: 0, false: math.MaxInt}[mode == "tile"])()
-						timeMatMul(b, r, v, w, rows, shape.n, shape.k, backend.PrecisionExact)
+						tu := vulkan.DefaultTuning()
+						vulkan.HalfWRowsAll(&tu, map[string]int{"first": 0, "tile": math.MaxInt, "portable": math.MaxInt}[mode])
+						tu.ExactInTileElems = map[bool]int{true: 0, false: math.MaxInt}[mode == "tile"]
+						timeMatMul(b, r, v, tu, w, rows, shape.n, shape.k, backend.PrecisionExact)
 					})
 				}
 			}
@@ -367,9 +363,11 @@ func BenchmarkExactHalvesFirst(b *testing.B) {
 	}
 }
 
-// timeMatMul times x[rows][k] times w (n x k) on a fresh stream of v.
-func timeMatMul(b *testing.B, r *rig, v *vulkan.Backend, w backend.Matrix, rows, n, k int, prec backend.Precision) {
+// timeMatMul times x[rows][k] times w (n x k) on a fresh stream of v
+// tuned by tu.
+func timeMatMul(b *testing.B, r *rig, v *vulkan.Backend, tu vulkan.Tuning, w backend.Matrix, rows, n, k int, prec backend.Precision) {
 	s := v.NewStream()
+	vulkan.SetTuning(s, tu)
 	s.SetPrecision(prec)
 	x, err := s.Alloc("x", rows*k)
 	if err != nil {
@@ -503,9 +501,8 @@ func TestKernelStatistics(t *testing.T) {
 	if !vulkan.Coop(v) {
 		t.Skip("no cooperative-matrix GEMMs")
 	}
-	defer vulkan.ForceCoopTile(v, -1, true, false)
-	defer vulkan.SetCoopHalfWRows(0)()
-	defer vulkan.SetCoopExactInTileElems(0)()
+	tu := vulkan.Tune(s)
+	tu.ExactInTileElems = 0
 	r := newRig(t, 5)
 	const rows, n, k = 256, 256, 512
 	x, err := s.Alloc("x", rows*k)
@@ -518,12 +515,12 @@ func TestKernelStatistics(t *testing.T) {
 		for ti := range vulkan.CoopTiles() {
 			for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
 				exact := prec == backend.PrecisionExact
-				if !vulkan.ForceCoopTile(v, ti, exact, exact && typ != gguf.Q1_0_G128) {
+				if !vulkan.ForceCoopTile(v, tu, ti, exact, exact && typ != gguf.Q1_0_G128) {
 					continue
 				}
 				s.SetPrecision(prec)
 				for _, first := range []int{0, math.MaxInt} { // Q4_K's weights decoded first and in the tiles
-					vulkan.SetCoopHalfWRows(first)
+					vulkan.HalfWRowsAll(tu, first)
 					s.MatMul(x, rows, backend.Proj{W: w, Dst: y})
 				}
 			}
@@ -540,8 +537,8 @@ func TestKernelStatistics(t *testing.T) {
 	for _, kv := range flashKVRoutes {
 		for _, rows := range []int{64, 128} {
 			func() {
-				defer vulkan.SetFlashHalfKV(kv.halves)()
-				defer vulkan.SetFlashCoopRows(rows, false)()
+				vulkan.FlashHalfKV(tu, kv.halves)
+				vulkan.FlashCoopRows(tu, rows, false)
 				for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
 					s.SetPrecision(prec)
 					s.FlashAttention(a)

@@ -45,6 +45,8 @@ type Options struct {
 	// KernelStatistics asks the driver to keep each kernel's compiled
 	// statistics (Backend.KernelStatistics), where it can: for tuning.
 	KernelStatistics bool
+	// Tuning chooses the kernels; nil means DefaultTuning().
+	Tuning *Tuning
 }
 
 // DeviceInfo describes one physical device.
@@ -56,15 +58,25 @@ type DeviceInfo struct {
 	Memory uint64 // bytes of device-local memory
 }
 
-var deviceTypes = map[vk.PhysicalDeviceType]string{
-	vk.PhysicalDeviceTypeDiscreteGpu:   "discrete",
-	vk.PhysicalDeviceTypeIntegratedGpu: "integrated",
-	vk.PhysicalDeviceTypeVirtualGpu:    "virtual",
-	vk.PhysicalDeviceTypeCpu:           "cpu",
+// deviceTypeName is DeviceInfo.Type of a Vulkan device type.
+func deviceTypeName(t vk.PhysicalDeviceType) string {
+	switch t {
+	case vk.PhysicalDeviceTypeDiscreteGpu:
+		return "discrete"
+	case vk.PhysicalDeviceTypeIntegratedGpu:
+		return "integrated"
+	case vk.PhysicalDeviceTypeVirtualGpu:
+		return "virtual"
+	case vk.PhysicalDeviceTypeCpu:
+		return "cpu"
+	}
+	return "other"
 }
 
 // rank orders device types for the default choice.
-var rank = map[string]int{"discrete": 4, "integrated": 3, "virtual": 2, "cpu": 1}
+func rank(typ string) int {
+	return map[string]int{"discrete": 4, "integrated": 3, "virtual": 2, "cpu": 1}[typ]
+}
 
 // instance is a Vulkan instance with its commands and, when validating, the
 // messenger that collects the layer's errors.
@@ -307,11 +319,7 @@ func (in *instance) devices() ([]physical, error) {
 				local = max(local, uint64(heap.Size))
 			}
 		}
-		typ := deviceTypes[d.props.DeviceType]
-		if typ == "" {
-			typ = "other"
-		}
-		d.info = DeviceInfo{Index: i, Name: vk.GoString(d.props.DeviceName[:]), Type: typ, API: vk.VersionString(d.props.ApiVersion), Memory: local}
+		d.info = DeviceInfo{Index: i, Name: vk.GoString(d.props.DeviceName[:]), Type: deviceTypeName(d.props.DeviceType), API: vk.VersionString(d.props.ApiVersion), Memory: local}
 		var ne uint32
 		if err := second(in.f.EnumerateDeviceExtensionProperties(h, nil, &ne, nil)); err != nil {
 			return nil, err
@@ -398,7 +406,7 @@ func choose(ds []physical, selector string) (*physical, error) {
 	best := &ds[0]
 	for i := range ds {
 		d := &ds[i]
-		if rank[d.info.Type] > rank[best.info.Type] || rank[d.info.Type] == rank[best.info.Type] && d.info.Memory > best.info.Memory {
+		if rank(d.info.Type) > rank(best.info.Type) || rank(d.info.Type) == rank(best.info.Type) && d.info.Memory > best.info.Memory {
 			best = d
 		}
 	}

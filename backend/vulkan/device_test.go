@@ -113,3 +113,19 @@ func TestNoDriverIsErrNoDevice(t *testing.T) {
 	require.ErrorIs(t, err, vulkan.ErrNoDevice)
 	require.ErrorContains(t, err, "vulkan: no Vulkan device: no driver is installed (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER)")
 }
+
+// A backend takes the tuning its options give, refuses one that would
+// stall its streams, and takes DefaultTuning without one.
+func TestOptionsTuning(t *testing.T) {
+	testBackend(t) // skips where there is no Vulkan device
+	tu := vulkan.DefaultTuning()
+	tu.SplitK, tu.FlashWideFrom = false, 4096
+	b, err := vulkan.Open(vulkan.Options{Tuning: &tu})
+	require.NoError(t, err)
+	require.Equal(t, tu, b.Tuning())
+	require.NoError(t, b.Close())
+	tu.ReadBytes = 0
+	_, err = vulkan.Open(vulkan.Options{Tuning: &tu})
+	require.ErrorContains(t, err, "ReadBytes")
+	require.Equal(t, vulkan.DefaultTuning(), testBackend(t).Tuning())
+}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,8 +26,8 @@ import (
 // for random capture plans. Reads pass through buffers of a few KiB here,
 // so that captures cross many chunk boundaries.
 func TestDeviceTraceReadLazilyEqualsEager(t *testing.T) {
-	b := testBackend(t)
-	defer vulkan.SetReadChunk(vulkan.SetReadChunk(12 << 10))
+	b, tu := vulkan.Tuned(testBackend(t))
+	tu.ReadBytes = 12 << 10
 	m := genModel(t, "tiny-qwen3", gguf.Q8_0, 17)
 	e, err := engine.NewEngine(m, b)
 	require.NoError(t, err)
@@ -300,10 +301,12 @@ func TestClosedDeviceTracesLendTheirHostMemory(t *testing.T) {
 // scratch of scores layers of different windows share.
 func TestReusedArenasCaptureAsFreshOnes(t *testing.T) {
 	b := testBackend(t)
-	kept := vulkan.MasksKept(b)
+	var kept atomic.Int64
+	vulkan.OnMasksKept(b, func() { kept.Add(1) })
 	defer func() {
+		vulkan.OnMasksKept(b, nil)
 		if vulkan.Coop(b) {
-			require.Greater(t, vulkan.MasksKept(b), kept, "masks were held")
+			require.Positive(t, kept.Load(), "masks were held")
 		}
 	}()
 	long := make([]int32, 100)

@@ -8,25 +8,40 @@ import (
 	"github.com/stratalab/strata/backend/vulkan/vk"
 )
 
-// SetSubgroups turns the subgroup kernel variants off or back on (where the
-// device has them), so tests run the portable ones too; it returns the
-// previous setting.
-func SetSubgroups(b *Backend, on bool) bool {
-	old := b.subgroups
-	b.subgroups = on && b.phys.subgroupArithmetic()
-	return old
+// SetTuning makes s choose its kernels by t.
+func SetTuning(s backend.Stream, t Tuning) { s.(*stream).tuning = &t }
+
+// Tune gives s a tuning of its own, its tuning so far, for the test to
+// change between the kernels it records.
+func Tune(s backend.Stream) *Tuning {
+	st := s.(*stream)
+	t := *st.tuning
+	st.tuning = &t
+	return &t
 }
 
-// Subgroups reports whether kernels take their subgroup variants.
-func Subgroups(b *Backend) bool { return b.subgroups }
-
-// SetStagingCap changes how much host data one submission may stage and
-// returns the previous bound.
-func SetStagingCap(n uint64) uint64 {
-	old := stagingCap
-	stagingCap = n
-	return old
+// Tuned is b with streams that choose their kernels by the tuning it
+// returns (b's so far), which the test may change between runs; the
+// weights are b's, so an engine on it runs as one on b but for the kernels.
+func Tuned(b *Backend) (backend.Backend, *Tuning) {
+	t := b.tuning
+	return tuned{b, &t}, &t
 }
+
+type tuned struct {
+	*Backend
+	t *Tuning
+}
+
+func (b tuned) NewStream() backend.Stream {
+	s := b.newStream()
+	s.tuning = b.t
+	return s
+}
+
+// Subgroups reports whether the device has subgroup arithmetic, for the
+// kernels' subgroup variants.
+func Subgroups(b *Backend) bool { return b.dev.subgroups }
 
 // DeviceMemory returns how many buffers the backend holds and the bytes
 // counted against its memory heaps.
@@ -45,44 +60,55 @@ func HeapSize(b *Backend) uint64 {
 	return uint64(b.phys.memory.MemoryHeaps[b.phys.memory.MemoryTypes[typ].HeapIndex].Size)
 }
 
-// SetCoop turns the cooperative-matrix GEMMs off or back on (where the
-// device was opened with them); it returns the previous setting.
-func SetCoop(b *Backend, on bool) bool {
-	old := b.coop
-	b.coop = on && b.coopEnabled
-	return old
+// coopTiles are the shapes the cooperative GEMM is tested and timed with,
+// among them those coopTileFor picks.
+func coopTiles() []coopTile {
+	return []coopTile{
+		{tm: 1, tn: 2, wgm: 2, bk: 32}, // 32 x 128
+		{tm: 1, tn: 4, wgm: 4, bk: 32}, // 64 x 128, 1 x 4 per subgroup
+		{tm: 2, tn: 2, wgm: 2, bk: 32}, // 64 x 128, 2 x 2 per subgroup
+		{tm: 1, tn: 4, wgm: 4, bk: 64},
+		{tm: 2, tn: 4, wgm: 4, bk: 32},             // 128 x 128
+		{tm: 2, tn: 4, wgm: 4, bk: 64},             // (fast precision only: shared memory)
+		{tm: 2, tn: 4, wgm: 2, bk: 32},             // 64 x 256
+		{tm: 4, tn: 2, wgm: 2, bk: 32},             // 128 x 128, 4 x 2 per subgroup
+		{tm: 4, tn: 4, wgm: 2, bk: 32},             // 128 x 256
+		{tm: 4, tn: 4, wgm: 4, bk: 32},             // 256 x 128 (fast precision only: shared memory)
+		{tm: 4, tn: 2, wgm: 2, bk: 32, late: true}, // 128 x 128, 4 x 2, loading late
+		{tm: 2, tn: 4, wgm: 4, bk: 32, late: true}, // 128 x 128, 2 x 4, loading late
+	}
 }
 
 // CoopTiles names the cooperative GEMM's tile shapes, for tests to force.
 func CoopTiles() []string {
-	names := make([]string, len(coopTiles))
-	for i, t := range coopTiles {
-		names[i] = t.String()
+	var names []string
+	for _, t := range coopTiles() {
+		names = append(names, t.String())
 	}
 	return names
 }
 
-// ForceCoopTile makes every cooperative GEMM of the device use coopTiles[i]
-// (-1: the usual choice). It reports false where the tile needs more shared
-// memory than the device has, at exact precision or not, with weights split
-// in hi + lo halves or not.
-func ForceCoopTile(b *Backend, i int, exact, splitW bool) bool {
+// ForceCoopTile makes every cooperative GEMM chosen by t use CoopTiles()[i]
+// (-1: the usual choice). It reports false where the tile needs more
+// shared memory than b's device has, at exact precision or not, with
+// weights split in hi + lo halves or not.
+func ForceCoopTile(b *Backend, t *Tuning, i int, exact, splitW bool) bool {
 	if i < 0 {
-		forcedCoopTile = nil
+		t.coopTile = nil
 		return true
 	}
-	t := coopTiles[i]
-	if t.shared(exact, splitW) > int(b.phys.props.Limits.MaxComputeSharedMemorySize) {
+	c := coopTiles()[i]
+	if c.shared(exact, splitW) > b.dev.sharedMem {
 		return false
 	}
-	forcedCoopTile = &t
+	t.coopTile = &c
 	return true
 }
 
 // CoopTileIndex4x2 is the index in CoopTiles of the 128 x 128 tile of 4 x 2
 // accumulators per subgroup that loads late or not; -1 if there is none.
 func CoopTileIndex4x2(late bool) int {
-	return slices.Index(coopTiles, coopTile{tm: 4, tn: 2, wgm: 2, bk: 32, late: late})
+	return slices.Index(coopTiles(), coopTile{tm: 4, tn: 2, wgm: 2, bk: 32, late: late})
 }
 
 // Coop reports whether the device was opened with cooperative-matrix GEMMs.
@@ -91,22 +117,10 @@ func Coop(b *Backend) bool { return b.coopEnabled }
 // MaxStorageBuffer is the largest storage buffer the device binds.
 func MaxStorageBuffer(b *Backend) uint64 { return uint64(b.phys.props.Limits.MaxStorageBufferRange) }
 
-// SetReadChunk changes the size of the buffers reads pass through and
-// returns the previous size.
-func SetReadChunk(n uint64) uint64 { return swap(&readChunk, n) }
-
-// SetCoopHalfX turns the one-pass float16 conversion of a cooperative
-// GEMM's x on or off and returns the previous setting.
-func SetCoopHalfX(on bool) bool { return swap(&coopHalfX, on) }
-
-// SetCoopHalfWRows sets, at both precisions and for weights of any size,
-// the fewest rows of x for which a cooperative GEMM's weights are decoded
-// to float16 first; restore sets the values before.
-func SetCoopHalfWRows(n int) (restore func()) {
-	old := coopHalfWRows
-	coopHalfWRows = halfWRows{fast: n, exact: n, smallExact: n}
-	return func() { coopHalfWRows = old }
-}
+// HalfWRowsAll sets t's fewest rows of x for which a cooperative GEMM's
+// weights are decoded to float16 first to n, at both precisions and for
+// weights of any size.
+func HalfWRowsAll(t *Tuning, n int) { t.HalfWRows = HalfWRows{Fast: n, Exact: n, SmallExact: n} }
 
 // WeightsToHalf records weights16.comp for w into dst (a tensor of at least
 // Rows*Cols/2 + Rows elements): the float16 weights, then a range flag per row.
@@ -116,38 +130,24 @@ func WeightsToHalf(s backend.Stream, w backend.Matrix, dst backend.Tensor) {
 	st.weightsToHalf(m, st.tensorOf(dst).buf, halfRange{bigBase: uint32(halves / 4), hi: halves + 4*uint64(m.w.Rows)})
 }
 
+// planOne is s's plan for a product of rows of x by w alone.
+func planOne(s backend.Stream, rows int, w backend.Matrix) projPlan {
+	st := s.(*stream)
+	p := planMatMul(st.tuning, st.b.dev, st.precision != backend.PrecisionFast, rows, w.Cols(), []weightShape{shapeOf(w.(*matrix))})
+	return p.projs[0]
+}
+
 // TakesCoop reports whether s would multiply rows of x by w on cooperative
 // matrices, at its precision.
 func TakesCoop(s backend.Stream, rows int, w backend.Matrix) bool {
-	st := s.(*stream)
-	var hw halfRange
-	if ranges, _ := st.planHalfWeights(rows, w.Cols(), []backend.Proj{{W: w}}); ranges != nil {
-		hw = ranges[0]
-	}
-	return st.takesCoop(rows, w.(*matrix), hw)
+	return planOne(s, rows, w).kernel == gemmCoop
 }
 
-// SetCoopExactInTileElems sets the fewest elements of weights not exact in
-// float16 that exact cooperative products split in their tiles when not
-// first (math.MaxInt: none, the portable kernel takes them); restore sets
-// the value before.
-func SetCoopExactInTileElems(n int) (restore func()) {
-	old := swap(&coopExactInTileElems, n)
-	return func() { coopExactInTileElems = old }
-}
-
-// SetCoopSplitK turns splitting cooperative products along K on or off,
-// returning the old setting.
-func SetCoopSplitK(on bool) bool { return swap(&coopSplitK, on) }
-
-// SetCoopSplitBelow splits cooperative products of fewer than n workgroups
-// along K, whatever their tile and however many the call's products have
-// together, and returns a function that restores the usual thresholds.
-func SetCoopSplitBelow(n int) func() {
-	old, oldLate, oldExact, oldTotal := swap(&coopSplitBelow, n), swap(&coopSplitBelowLate, n), swap(&coopSplitBelowExact, n), swap(&coopSplitTotal, math.MaxInt)
-	return func() {
-		coopSplitBelow, coopSplitBelowLate, coopSplitBelowExact, coopSplitTotal = old, oldLate, oldExact, oldTotal
-	}
+// SplitBelowAll makes t split cooperative products of fewer than n
+// workgroups along K, whatever their tile and however many the call's
+// products have together.
+func SplitBelowAll(t *Tuning, n int) {
+	t.SplitBelow, t.SplitBelowLate, t.SplitBelowExact, t.SplitTotal = n, n, n, math.MaxInt
 }
 
 // SumParts records splitk.comp: dst (rows x cols) is the sum of the parts
@@ -164,30 +164,25 @@ func SumParts(s backend.Stream, part, dst, bias backend.Tensor, rows, cols, part
 // SplitParts is how many parts along K the stream would split a product of
 // rows of x by w into (1: not split).
 func SplitParts(s backend.Stream, rows int, w backend.Matrix) int {
-	st := s.(*stream)
-	outs := []backend.Proj{{W: w}}
-	halfW, _ := st.planHalfWeights(rows, w.Cols(), outs)
-	plans := st.splitPlans(rows, w.Cols(), outs, halfW)
-	if plans == nil {
-		return 1
-	}
-	return max(1, plans[0].parts)
+	return max(1, planOne(s, rows, w).split.parts)
 }
 
 // HalvesFirst reports whether a product of rows of x by w on s takes w in
 // float16 from a buffer (made first by weights16.comp, or F16 as it is).
 func HalvesFirst(s backend.Stream, rows int, w backend.Matrix) bool {
-	ranges, _ := s.(*stream).planHalfWeights(rows, w.Cols(), []backend.Proj{{W: w}})
-	return ranges != nil && ranges[0].ok
+	return planOne(s, rows, w).half.ok
 }
 
-// SetFlashCoopRows sets the rows of a flash_coop.comp workgroup for any T,
+// FlashCoopRows sets the rows of t's flash_coop.comp workgroups for any T,
 // 64 or 128, and with 128 whether K and V are staged in turn even where
-// both fit; it returns a function restoring the rules.
-func SetFlashCoopRows(n int, apart bool) func() {
-	oldFrom, oldApart := swap(&flashWideFrom, alwaysOrNever(n == 128)), swap(&flashApart, apart)
-	return func() { flashWideFrom, flashApart = oldFrom, oldApart }
+// both fit.
+func FlashCoopRows(t *Tuning, n int, apart bool) {
+	t.FlashWideFrom, t.flashApart = alwaysOrNever(n == 128), apart
 }
+
+// FlashHalfKV sets whether t's flash_coop.comp reads K and V converted to
+// float16 once, for any T.
+func FlashHalfKV(t *Tuning, on bool) { t.FlashHalfKVFrom = alwaysOrNever(on) }
 
 // alwaysOrNever is a threshold of T that every prompt passes, or none.
 func alwaysOrNever(always bool) int {
@@ -201,10 +196,12 @@ func alwaysOrNever(always bool) int {
 // (0: flash.comp), whether it stages K and V in turn, and whether it reads
 // them converted to float16 once.
 func FlashLayout(s backend.Stream, a *backend.Attention) (rows int, apart, halves bool) {
-	if st := s.(*stream); st.coopFlash(a.HeadDim) {
-		return st.flashLayout(a)
+	st := s.(*stream)
+	p := planFlash(st.tuning, st.b.dev, st.precision != backend.PrecisionFast, a.T, a.HeadDim)
+	if !p.coop {
+		return 0, false, false
 	}
-	return 0, false, false
+	return p.rows, p.apart, p.halfKV
 }
 
 // FlashApartNeeded reports whether 128-row flash_coop.comp workgroups
@@ -212,24 +209,6 @@ func FlashLayout(s backend.Stream, a *backend.Attention) (rows int, apart, halve
 // shared memory.
 func FlashApartNeeded(b backend.Backend, exact bool) bool {
 	return flashCoopShared(exact, 128, false) > int(b.(*Backend).phys.props.Limits.MaxComputeSharedMemorySize)
-}
-
-// SetFlashHalfKV sets whether flash_coop.comp reads K and V converted to
-// float16 once, for any T; it returns a function restoring the rule.
-func SetFlashHalfKV(on bool) func() {
-	old := swap(&flashHalfKVFrom, alwaysOrNever(on))
-	return func() { flashHalfKVFrom = old }
-}
-
-// SetCopyShader chooses copy.comp (true) or the copy command for copies
-// between device tensors, returning the old choice.
-func SetCopyShader(on bool) bool { return swap(&copyShader, on) }
-
-// swap sets *p to v and returns what it was.
-func swap[T any](p *T, v T) T {
-	old := *p
-	*p = v
-	return old
 }
 
 // CausalSoftmax makes a's pattern of its scores as FlashAttentionCapture does.
@@ -247,8 +226,15 @@ func MasksHeld(t backend.Tensor, a *backend.Attention, pattern bool) bool {
 	return t.(*tensor).masksHeld(masksOf(a, pattern))
 }
 
-// MasksKept counts the captures whose masked scores were not written again.
-func MasksKept(b *Backend) int64 { return b.masksKept.Load() }
+// OnMasksKept has f called for each capture whose masked scores were not
+// written again (nil: no longer).
+func OnMasksKept(b *Backend, f func()) {
+	if f == nil {
+		b.onMasksKept.Store(nil)
+		return
+	}
+	b.onMasksKept.Store(&f)
+}
 
 // MarkMasks records t's masked entries of a's layout as written, whatever t holds.
 func MarkMasks(t backend.Tensor, a *backend.Attention, pattern bool) {
@@ -258,15 +244,13 @@ func MarkMasks(t backend.Tensor, a *backend.Attention, pattern bool) {
 // StageOf is the stage a kernel's time is reported under.
 func StageOf(kernel string) string { return stageOf(kernel) }
 
-// NormKernel is the kernel RMSNorm takes for rows of dim elements and the
-// rows a workgroup of it takes.
-func NormKernel(b *Backend, dim int) (string, int) { return b.normKernel(dim) }
+// NormKernel is the kernel RMSNorm takes on s for rows of dim elements and
+// the rows a workgroup of it takes.
+func NormKernel(s backend.Stream, dim int) (string, int) {
+	st := s.(*stream)
+	return normKernel(st.tuning, st.b.dev, dim)
+}
 
 // SetRowsFactor multiplies the rows a workgroup of rmsnorm_sg or matvec_sg
-// takes and
-// returns the factor before.
-func SetRowsFactor(f int) int {
-	old := rowsFactor
-	rowsFactor = f
-	return old
-}
+// takes under t, so that its subgroups loop over more rows than they are.
+func SetRowsFactor(t *Tuning, f int) { t.rowsFactor = f }

@@ -156,16 +156,17 @@ func BenchmarkFlashAttention(b *testing.B) {
 				continue
 			}
 			b.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d/%s", c.T, c.pos0, c.heads, c.kvHeads, c.hd, p.name), func(b *testing.B) {
+				tu := vulkan.DefaultTuning()
 				switch p.coopRows {
 				case -1:
-					defer vulkan.SetCoop(v, vulkan.SetCoop(v, false))
+					tu.Coop = false
 				case 64, 128:
-					defer vulkan.SetFlashCoopRows(p.coopRows, false)()
+					vulkan.FlashCoopRows(&tu, p.coopRows, false)
 				case -128:
-					defer vulkan.SetFlashCoopRows(128, true)()
+					vulkan.FlashCoopRows(&tu, 128, true)
 				}
 				if p.kv != "" {
-					defer vulkan.SetFlashHalfKV(p.kv == "16")()
+					vulkan.FlashHalfKV(&tu, p.kv == "16")
 				}
 				// Device time per kernel beside the wall time: the paths
 				// that write scores are several kernels. (A timestamp after
@@ -173,6 +174,7 @@ func BenchmarkFlashAttention(b *testing.B) {
 				profiled := v.SetProfiling(true) == nil
 				defer v.SetProfiling(false)
 				s := v.NewStream()
+				vulkan.SetTuning(s, tu)
 				s.SetPrecision(p.Precision)
 				rng := rand.New(rand.NewPCG(1, 2))
 				keys := c.pos0 + c.T
@@ -298,9 +300,10 @@ func TestCoopFlashAttention(t *testing.T) {
 		}{{backend.PrecisionFast, 64, false}, {backend.PrecisionFast, 128, false}, {backend.PrecisionFast, 128, true}, {backend.PrecisionExact, 64, false}, {backend.PrecisionExact, 128, true}} {
 			for _, kv := range flashKVRoutes {
 				t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g_ramp%v/%s_rows%d_apart%v/%s", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, tc.ramp, p.Precision, p.rows, p.apart, kv.name), func(t *testing.T) {
-					defer vulkan.SetFlashCoopRows(p.rows, p.apart)()
-					defer vulkan.SetFlashHalfKV(kv.halves)()
 					r := newRig(t, 12)
+					tu := vulkan.Tune(r.vs)
+					vulkan.FlashCoopRows(tu, p.rows, p.apart)
+					vulkan.FlashHalfKV(tu, kv.halves)
 					_, a, z, _, _ := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
 					q, k, v := readQKV(t, r, a)
 					if tc.ramp {
@@ -404,8 +407,8 @@ func TestCoopFlashAttentionOutOfFloat16Range(t *testing.T) {
 		for _, kv := range flashKVRoutes {
 			for _, at := range []string{"v-key0", "k-key70"} {
 				t.Run(fmt.Sprintf("%s/%s/%s", p, kv.name, at), func(t *testing.T) {
-					defer vulkan.SetFlashHalfKV(kv.halves)()
 					r := newRig(t, 13)
+					vulkan.FlashHalfKV(vulkan.Tune(r.vs), kv.halves)
 					_, a, z, _, _ := attention(r, 90, 10, 4, 1, 64, 0, 0)
 					q, k, v := readQKV(t, r, a)
 					if at == "v-key0" {

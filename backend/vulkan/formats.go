@@ -33,27 +33,31 @@ type weightFormat struct {
 // (exact), first (weights16.comp) or in the tiles.
 func (f *weightFormat) exactInHalf() bool { return shaders.ExactInHalf(f.suffix) }
 
-var weightFormats = []weightFormat{
-	{typ: gguf.F32, suffix: "f32", blockSize: 1, blockBytes: 4},
-	{typ: gguf.F16, suffix: "f16", blockSize: 1, blockBytes: 2},
-	{typ: gguf.BF16, suffix: "bf16", blockSize: 1, blockBytes: 2},
-	{typ: gguf.Q8_0, suffix: "q8_0", blockSize: 32, blockBytes: 34, scaleOff: 0, quantOff: 2, quantBytes: 32},
-	{typ: gguf.Q4_0, suffix: "q4_0", blockSize: 32, blockBytes: 18, scaleOff: 0, quantOff: 2, quantBytes: 16},
-	{typ: gguf.Q1_0_G128, suffix: "q1_0", blockSize: 128, blockBytes: 18, scaleOff: 0, quantOff: 2, quantBytes: 16},
-	{typ: gguf.TQ2_0_G128, suffix: "tq2_0", blockSize: 128, blockBytes: 34, scaleOff: 32, quantOff: 0, quantBytes: 32},
-	{typ: gguf.Q4_K, suffix: "q4_k", blockSize: 256, blockBytes: 144, whole: true},
-	{typ: gguf.Q5_K, suffix: "q5_k", blockSize: 256, blockBytes: 176, whole: true},
-	{typ: gguf.Q6_K, suffix: "q6_k", blockSize: 256, blockBytes: 210, whole: true},
+// weightFormats are the formats the shaders decode.
+func weightFormats() []weightFormat {
+	return []weightFormat{
+		{typ: gguf.F32, suffix: "f32", blockSize: 1, blockBytes: 4},
+		{typ: gguf.F16, suffix: "f16", blockSize: 1, blockBytes: 2},
+		{typ: gguf.BF16, suffix: "bf16", blockSize: 1, blockBytes: 2},
+		{typ: gguf.Q8_0, suffix: "q8_0", blockSize: 32, blockBytes: 34, scaleOff: 0, quantOff: 2, quantBytes: 32},
+		{typ: gguf.Q4_0, suffix: "q4_0", blockSize: 32, blockBytes: 18, scaleOff: 0, quantOff: 2, quantBytes: 16},
+		{typ: gguf.Q1_0_G128, suffix: "q1_0", blockSize: 128, blockBytes: 18, scaleOff: 0, quantOff: 2, quantBytes: 16},
+		{typ: gguf.TQ2_0_G128, suffix: "tq2_0", blockSize: 128, blockBytes: 34, scaleOff: 32, quantOff: 0, quantBytes: 32},
+		{typ: gguf.Q4_K, suffix: "q4_k", blockSize: 256, blockBytes: 144, whole: true},
+		{typ: gguf.Q5_K, suffix: "q5_k", blockSize: 256, blockBytes: 176, whole: true},
+		{typ: gguf.Q6_K, suffix: "q6_k", blockSize: 256, blockBytes: 210, whole: true},
+	}
 }
 
 func formatOf(w *model.Weight) (*weightFormat, error) {
-	for i := range weightFormats {
-		if weightFormats[i].typ == w.Type() {
-			return &weightFormats[i], nil
+	fs := weightFormats()
+	for i := range fs {
+		if fs[i].typ == w.Type() {
+			return &fs[i], nil
 		}
 	}
 	var names []string
-	for _, f := range weightFormats {
+	for _, f := range fs {
 		names = append(names, f.typ.String())
 	}
 	return nil, fmt.Errorf("vulkan: tensor %s has type %v, which has no Vulkan shader (supported: %s)", w.Name, w.Type(), strings.Join(names, ", "))

@@ -41,9 +41,9 @@ func TestMatMulEveryFormat(t *testing.T) {
 	// the matrix-vector one, with subgroup sums (each subgroup taking one
 	// output and, with factor 3, looping over three) and without.
 	if vulkan.Coop(testBackend(t)) {
-		old := vulkan.SetCoop(testBackend(t), false)
-		t.Run("rows70/portable", func(t *testing.T) { testMatMul(t, 70) })
-		vulkan.SetCoop(testBackend(t), old)
+		portable := vulkan.DefaultTuning()
+		portable.Coop = false
+		t.Run("rows70/portable", func(t *testing.T) { testMatMul(t, 70, portable) })
 	} else {
 		t.Log("the device has no cooperative-matrix GEMMs; the portable kernel runs")
 	}
@@ -52,22 +52,22 @@ func TestMatMulEveryFormat(t *testing.T) {
 			if rows > 8 && !subgroups {
 				continue
 			}
-			old := vulkan.SetSubgroups(testBackend(t), subgroups)
-			t.Run(fmt.Sprintf("rows%d/subgroups=%v", rows, subgroups), func(t *testing.T) { testMatMul(t, rows) })
-			if rows <= 8 && vulkan.Subgroups(testBackend(t)) {
-				oldFactor := vulkan.SetRowsFactor(3)
-				t.Run(fmt.Sprintf("rows%d/subgroups=%v/factor3", rows, subgroups), func(t *testing.T) { testMatMul(t, rows) })
-				vulkan.SetRowsFactor(oldFactor)
+			tu := vulkan.DefaultTuning()
+			tu.Subgroups = subgroups
+			t.Run(fmt.Sprintf("rows%d/subgroups=%v", rows, subgroups), func(t *testing.T) { testMatMul(t, rows, tu) })
+			if rows <= 8 && subgroups && vulkan.Subgroups(testBackend(t)) {
+				vulkan.SetRowsFactor(&tu, 3)
+				t.Run(fmt.Sprintf("rows%d/subgroups=%v/factor3", rows, subgroups), func(t *testing.T) { testMatMul(t, rows, tu) })
 			}
-			vulkan.SetSubgroups(testBackend(t), old)
 		}
 	}
 }
 
-func testMatMul(t *testing.T, rows int) {
+func testMatMul(t *testing.T, rows int, tu vulkan.Tuning) {
 	for _, typ := range weightTypes {
 		t.Run(typ.String(), func(t *testing.T) {
 			r := newRig(t, 1)
+			vulkan.SetTuning(r.vs, tu)
 			// Rows and outputs off the 64-tile grid; for float formats an odd
 			// width, so rows straddle words and the K loop has a ragged end.
 			cols, n1, n2 := 4*blockOf(typ)+256, 100, 33
@@ -121,26 +121,27 @@ func TestRMSNorm(t *testing.T) {
 					continue
 				}
 				t.Run(fmt.Sprintf("subgroups=%v/dim%d/factor%d", subgroups, dim, factor), func(t *testing.T) {
-					defer vulkan.SetSubgroups(testBackend(t), vulkan.SetSubgroups(testBackend(t), subgroups))
 					if subgroups && !vulkan.Subgroups(testBackend(t)) {
 						t.Skip("the device has no subgroup arithmetic")
 					}
-					defer vulkan.SetRowsFactor(vulkan.SetRowsFactor(factor))
+					r := newRig(t, 3)
+					tu := vulkan.Tune(r.vs)
+					tu.Subgroups = subgroups
+					vulkan.SetRowsFactor(tu, factor)
 					want := "rmsnorm"
 					if subgroups && dim <= 256 {
 						want = "rmsnorm_sg"
 					}
-					kernel, _ := vulkan.NormKernel(testBackend(t), dim)
+					kernel, _ := vulkan.NormKernel(r.vs, dim)
 					require.Equal(t, want, kernel)
-					testRMSNorm(t, dim)
+					testRMSNorm(t, r, dim)
 				})
 			}
 		}
 	}
 }
 
-func testRMSNorm(t *testing.T, dim int) {
-	r := newRig(t, 3)
+func testRMSNorm(t *testing.T, r *rig, dim int) {
 	rows := 37
 	x, g := r.random("x", rows*dim, 2), r.random("gain", dim, 1)
 	d, sc := r.zeros("y", rows*dim), r.zeros("scale", rows)
@@ -244,9 +245,10 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 	for _, tc := range cases {
 		for _, kv := range routes {
 			t.Run(fmt.Sprintf("T%d_pos%d_h%d_kv%d_d%d_w%d_cap%g/%s", tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap, kv.name), func(t *testing.T) {
-				defer vulkan.SetFlashHalfKV(kv.halves)()
-				defer vulkan.SetFlashCoopRows(kv.rows, true)()
 				r := newRig(t, 5)
+				tu := vulkan.Tune(r.vs)
+				vulkan.FlashHalfKV(tu, kv.halves)
+				vulkan.FlashCoopRows(tu, kv.rows, true)
 				ac, av, z, scores, pattern := attention(r, tc.T, tc.pos0, tc.heads, tc.kvHeads, tc.hd, tc.window, tc.softcap)
 				keys := tc.pos0 + tc.T
 				r.cs.AttnScores(ac)
@@ -268,9 +270,9 @@ func TestAttentionMaterialisedAndFlash(t *testing.T) {
 				require.Equal(t, slices.Index(c, 0), slices.Index(cv, 0), "masked entries are exactly 0")
 				// The same through shared-memory reductions, where the device
 				// would take subgroup ones.
-				old := vulkan.SetSubgroups(testBackend(t), false)
+				tu.Subgroups = false
 				vulkan.CausalSoftmax(r.vs, av, false)
-				vulkan.SetSubgroups(testBackend(t), old)
+				tu.Subgroups = true
 				_, pv := r.read(pattern)
 				requireClose(t, pv, c, tolExp, "causal pattern, shared-memory reductions")
 				r.vs.Edit(pattern.v, backend.Edit{Op: backend.EditFill, Rows: 1, Cols: pattern.v.Len(), Scalar: 7})
@@ -357,11 +359,11 @@ func TestSoftmaxOfLongRows(t *testing.T) {
 	for _, subgroups := range []bool{true, false} {
 		for _, n := range []int{5000, 37} {
 			t.Run(fmt.Sprintf("n=%d/subgroups=%v", n, subgroups), func(t *testing.T) {
-				defer vulkan.SetSubgroups(testBackend(t), vulkan.SetSubgroups(testBackend(t), subgroups))
 				if subgroups && !vulkan.Subgroups(testBackend(t)) {
 					t.Skip("the device has no subgroup arithmetic")
 				}
 				r := newRig(t, 6)
+				vulkan.Tune(r.vs).Subgroups = subgroups
 				rows := 3
 				x := r.random("x", rows*n, 4)
 				d := r.zeros("p", rows*n)
@@ -566,8 +568,8 @@ func mustFormat(t *testing.T, typ gguf.Type) *quant.Format {
 // one submission than the staging bound, which submits early.
 func TestLargeWrites(t *testing.T) {
 	b := testBackend(t)
-	defer vulkan.SetStagingCap(vulkan.SetStagingCap(12 << 20))
 	s := b.NewStream()
+	vulkan.Tune(s).StagingBytes = 12 << 20
 	r := newRig(t, 10)
 	var want [][]float32
 	var ts []backend.Tensor
@@ -651,10 +653,10 @@ func TestMatMulFastPrecisionIsFloat16Inputs(t *testing.T) {
 		paths = append(paths, true)
 	}
 	for _, coop := range paths {
-		old := vulkan.SetCoop(testBackend(t), coop)
 		for _, typ := range []gguf.Type{gguf.F32, gguf.Q8_0, gguf.Q4_K, gguf.Q1_0_G128} {
 			t.Run(fmt.Sprintf("coop=%v/%v", coop, typ), func(t *testing.T) {
 				r := newRig(t, 12)
+				vulkan.Tune(r.vs).Coop = coop
 				// 200 rows: the rows after the first tile (64 or 128 rows) keep
 				// float16 products.
 				rows, cols, n := 200, 512, 100
@@ -692,7 +694,6 @@ func TestMatMulFastPrecisionIsFloat16Inputs(t *testing.T) {
 				require.Greater(t, moved, 1e-5, "fast products differ from exact ones by float16 rounding")
 			})
 		}
-		vulkan.SetCoop(testBackend(t), old)
 	}
 }
 

@@ -15,11 +15,6 @@ import (
 	"github.com/stratalab/strata/backend/vulkan/vk"
 )
 
-// stagingCap bounds the staging one submission may hold: a write past it
-// submits what was recorded first (only bulk uploads get there). A variable
-// so tests can reach it.
-var stagingCap uint64 = 256 << 20
-
 const (
 	// stagingChunk is the size of a staging buffer; larger writes get their own.
 	stagingChunk = 4 << 20
@@ -128,6 +123,7 @@ type stream struct {
 	// did not finish, or a submission or reset failed); it stays.
 	err, dead error
 	precision backend.Precision // of the MatMuls recorded from now on
+	tuning    *Tuning           // chooses its kernels: its backend's, which never changes
 	cur       int               // the frame being recorded, an index into r.frames
 	recording bool
 	bound     vk.Pipeline
@@ -176,7 +172,7 @@ type use struct {
 }
 
 func (b *Backend) newStream() *stream {
-	s := &stream{b: b, sets: map[setKey]vk.DescriptorSet{}}
+	s := &stream{b: b, sets: map[setKey]vk.DescriptorSet{}, tuning: &b.tuning}
 	r := &streamRes{sc: &scratch{}}
 	r.pin.Pin(r.sc)
 	s.r = r
@@ -458,7 +454,7 @@ func (s *stream) copyBuffer(dst *buffer, dstOff uint64, src *buffer, srcOff, n u
 
 // stage returns room for n bytes of host data in a staging buffer.
 func (s *stream) stage(n uint64) (*buffer, uint64, error) {
-	if s.staged+n > stagingCap && s.staged > 0 {
+	if s.staged+n > s.tuning.StagingBytes && s.staged > 0 {
 		if s.drain(); s.err != nil {
 			return nil, 0, s.err
 		}
@@ -487,7 +483,7 @@ func (s *stream) stage(n uint64) (*buffer, uint64, error) {
 // writeBytes records a copy of host data into dst at byte offset off.
 func (s *stream) writeBytes(dst *buffer, off uint64, data []byte) {
 	for len(data) > 0 && s.begin() {
-		n := min(uint64(len(data)), stagingCap)
+		n := min(uint64(len(data)), s.tuning.StagingBytes)
 		buf, at, err := s.stage(n)
 		if err != nil {
 			s.fail(err)
@@ -862,9 +858,6 @@ func (s *stream) Read(src backend.Tensor, off int, dst []float32) error {
 	return nil
 }
 
-// readChunk is the size of each of ReadBatch's two host-readable buffers.
-var readChunk uint64 = 64 << 20
-
 // ReadBatch copies each request's range to the host. The ranges pass
 // through two host-readable buffers in turn, so that the device copies into
 // one while the host copies out of the other: a whole trace comes back at
@@ -891,14 +884,14 @@ func (s *stream) ReadBatch(reqs []backend.ReadRequest) error {
 		}
 		dst := unsafe.Slice((*byte)(unsafe.Pointer(&q.Dst[0])), 4*len(q.Dst))
 		for off := 4 * uint64(t.first+q.Off); len(dst) > 0; {
-			if len(chunks) == 0 || fill == readChunk {
+			if len(chunks) == 0 || fill == s.tuning.ReadBytes {
 				chunks, fill = append(chunks, nil), 0
 			}
-			n := min(uint64(len(dst)), readChunk-fill)
+			n := min(uint64(len(dst)), s.tuning.ReadBytes-fill)
 			last := len(chunks) - 1
 			chunks[last] = append(chunks[last], piece{src: t.buf, off: off, n: n, dst: dst[:n], at: fill})
 			fill += (n + 15) &^ 15
-			fill = min(fill, readChunk)
+			fill = min(fill, s.tuning.ReadBytes)
 			dst, off = dst[n:], off+n
 		}
 	}
@@ -906,16 +899,16 @@ func (s *stream) ReadBatch(reqs []backend.ReadRequest) error {
 		return s.Sync()
 	}
 	for i, buf := range s.r.readBufs {
-		if buf != nil && buf.size != readChunk { // a test changed the size
+		if buf != nil && buf.size != s.tuning.ReadBytes { // the tuning changed the size
 			s.r.helpers = slices.DeleteFunc(s.r.helpers, func(h *buffer) bool { return h == buf })
 			s.b.freeBuffer(buf)
 			s.r.readBufs[i] = nil
 		}
 		if s.r.readBufs[i] == nil {
-			buf, err := s.b.newBuffer(readChunk, readback)
+			buf, err := s.b.newBuffer(s.tuning.ReadBytes, readback)
 			if err != nil {
 				_ = s.Sync()
-				return fmt.Errorf("vulkan: a read buffer of %d bytes: %w", readChunk, err)
+				return fmt.Errorf("vulkan: a read buffer of %d bytes: %w", s.tuning.ReadBytes, err)
 			}
 			s.r.readBufs[i] = buf
 			s.r.helpers = append(s.r.helpers, buf)

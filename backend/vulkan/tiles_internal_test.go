@@ -13,12 +13,12 @@ func TestCoopTilesFitTheKernel(t *testing.T) {
 	for _, exact := range []bool{false, true} {
 		for _, splitW := range []bool{false, true} {
 			for _, first := range []bool{false, true} {
-				require.Contains(t, coopTiles, usualCoopTile(exact, splitW, first), "exact %v, split %v, first %v", exact, splitW, first)
+				require.Contains(t, coopTiles(), usualCoopTile(exact, splitW, first), "exact %v, split %v, first %v", exact, splitW, first)
 			}
 		}
 	}
-	require.Contains(t, coopTiles, smallCoopTile)
-	for _, c := range coopTiles {
+	require.Contains(t, coopTiles(), smallCoopTile())
+	for _, c := range coopTiles() {
 		const lanes, subgroups = 256, 8
 		chunks := c.bk / 8 // uvec4s of 8 halves per tile row and k step
 		require.Contains(t, []int{32, 64}, c.bk, c.String())
@@ -27,30 +27,5 @@ func TestCoopTilesFitTheKernel(t *testing.T) {
 		require.Zero(t, c.bn()*chunks%lanes, "%v: every lane loads as many of B's chunks", c)
 		require.GreaterOrEqual(t, c.bn()*(chunks+1), 64*subgroups, "%v: Bhi stages 1 KiB of results per subgroup", c)
 		require.LessOrEqual(t, len(c.spec(true, 1, 1, 1)), maxSpec, "%v: the pipeline key holds every constant", c)
-	}
-}
-
-// Which products take cooperative matrices, at the usual thresholds: fast
-// products always; exact ones of weights exact in float16, or split in hi +
-// lo halves first, or, where their halves were not made first, split in
-// the tiles from 2^21 elements (where shared memory holds the split tile);
-// smaller weights not made first keep the portable kernel.
-func TestExactProductsTakeCooperativeMatricesWhereTheyPaid(t *testing.T) {
-	const big, small = 4096 * 4096, 256 * 256
-	for _, c := range []struct {
-		exact, exactInHalf, first, fits bool
-		elems                           int
-		want                            bool
-	}{
-		{false, false, false, false, small, true},
-		{true, true, false, false, small, true},
-		{true, false, true, true, small, true},
-		{true, false, false, true, big, true},
-		{true, false, false, true, coopHalfWSmallElems, true},
-		{true, false, false, true, coopHalfWSmallElems - 1, false},
-		{true, false, false, true, small, false},
-		{true, false, false, false, big, false},
-	} {
-		require.Equal(t, c.want, coopRoute(c.exact, c.exactInHalf, c.first, c.fits, c.elems), "%+v", c)
 	}
 }

@@ -296,10 +296,7 @@ func benchModel(path, shape, typName string) (m *model.Model, name, typ string, 
 	return m, shape, t.String(), err
 }
 
-func onDevice(b backend.Backend) bool {
-	d, ok := b.(backend.DeviceMemory)
-	return ok && d.DeviceMemory()
-}
+func onDevice(b backend.Backend) bool { return b.Capabilities().DeviceMemory }
 
 // timeReadback runs one more prefill and times reading its whole trace
 // into host memory, in GB/s (10^9 bytes); closing the trace gives that

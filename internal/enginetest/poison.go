@@ -23,6 +23,11 @@ func (b *PoisonBackend) NewStream() backend.Stream {
 	return s
 }
 
+// Capabilities offers nothing beyond the kernels: a PoisonStream has only
+// Stream's methods, so its tensors, arenas included, are all made by Alloc
+// and poisoned.
+func (b *PoisonBackend) Capabilities() backend.Capabilities { return backend.Capabilities{} }
+
 // Last is the stream made last (a session's, right after NewSession).
 func (b *PoisonBackend) Last() *PoisonStream { return b.Streams[len(b.Streams)-1] }
 

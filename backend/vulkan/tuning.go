@@ -1,0 +1,385 @@
+package vulkan
+
+import (
+	"errors"
+
+	"github.com/stratalab/strata/gguf"
+)
+
+// Tuning is the switches and thresholds that choose kernels. Its defaults
+// (DefaultTuning) were measured on an H200; docs/PERFORMANCE.md says how.
+// A backend's streams take the tuning of its Options; the choice itself is
+// a pure function of a Tuning, the device's capabilities and a product's
+// shape (planMatMul, planFlash), tested without a device.
+type Tuning struct {
+	// Coop runs GEMMs and attention's products on cooperative matrices
+	// where the device was opened with them; Subgroups runs the subgroup
+	// variants of row reductions and matvec where the device has subgroup
+	// arithmetic. Off, the portable kernels run, to compare the two.
+	Coop, Subgroups bool
+	// HalfX converts x to float16 once per MatMul (tohalf.comp) rather than
+	// in each cooperative tile.
+	HalfX bool
+	// HalfWRows is the fewest rows of x for which weights not exact in
+	// float16 are decoded to float16 once (weights16.comp) before a
+	// cooperative product.
+	HalfWRows HalfWRows
+	// ExactInTileElems is the fewest elements of weights not exact in
+	// float16 whose exact products, when their halves are not made first,
+	// split them in each tile rather than run on the portable kernel.
+	ExactInTileElems int
+	// SplitK splits cooperative products with too few workgroups to fill
+	// the device along K: those of fewer than SplitBelow workgroups
+	// (SplitBelowLate on tiles that load late, SplitBelowExact at exact
+	// precision). No product on the late tile is split where the products
+	// of one MatMul have SplitTotal workgroups together.
+	SplitK                                                  bool
+	SplitBelow, SplitBelowLate, SplitBelowExact, SplitTotal int
+	// FlashHalfKVFrom is the fewest queries for which flash_coop.comp reads
+	// K and V converted to float16 once; FlashWideFrom the fewest for which
+	// its workgroups take 128 rows rather than 64.
+	FlashHalfKVFrom, FlashWideFrom int
+	// CopyShader copies between device-local tensors with copy.comp rather
+	// than the copy command.
+	CopyShader bool
+	// StagingBytes bounds the host data one submission stages (a write past
+	// it submits what was recorded first); ReadBytes is the size of each of
+	// ReadBatch's two host-readable buffers.
+	StagingBytes, ReadBytes uint64
+
+	// Set by tests only.
+	coopTile   *coopTile // replaces the cooperative GEMM's choice
+	rowsFactor int       // multiplies the rows of a subgroup-per-row workgroup (0: 1), so that its subgroups loop
+	flashApart bool      // 128-row flash_coop.comp stages K and V in turn even where both fit
+}
+
+// HalfWRows is Tuning.HalfWRows at fast precision, at exact precision, and
+// at exact precision for weights of fewer than 2^21 elements.
+type HalfWRows struct{ Fast, Exact, SmallExact int }
+
+// coopHalfWSmallElems is where HalfWRows.SmallExact stops applying.
+const coopHalfWSmallElems = 1 << 21
+
+// DefaultTuning is the tuning a backend takes unless its Options give one.
+func DefaultTuning() Tuning {
+	return Tuning{
+		Coop: true, Subgroups: true,
+		HalfX: true,
+		// see docs/PERFORMANCE.md, "Exact products: halves first or in the tiles"
+		HalfWRows:        HalfWRows{Fast: 128, Exact: vecRows + 1, SmallExact: 128},
+		ExactInTileElems: coopHalfWSmallElems,
+		// see docs/PERFORMANCE.md, "Split-K"
+		SplitK: true, SplitBelow: 64, SplitBelowLate: 160, SplitBelowExact: 65, SplitTotal: 256,
+		// see docs/PERFORMANCE.md, "Flash attention on cooperative matrices"
+		FlashHalfKVFrom: 1024, FlashWideFrom: 1024,
+		CopyShader:   true,
+		StagingBytes: 256 << 20,
+		ReadBytes:    64 << 20,
+	}
+}
+
+// check refuses a tuning that would stall or misroute a stream.
+func (t *Tuning) check() error {
+	switch {
+	case t.StagingBytes == 0:
+		return errors.New("vulkan: Tuning.StagingBytes is 0; staging needs room")
+	case t.ReadBytes < 16 || t.ReadBytes%16 != 0:
+		return errors.New("vulkan: Tuning.ReadBytes must be a positive multiple of 16")
+	case t.SplitK && (t.SplitBelow < 0 || t.SplitBelowLate < 0 || t.SplitBelowExact < 0):
+		return errors.New("vulkan: Tuning's split thresholds are negative")
+	}
+	return nil
+}
+
+// devCaps is what kernel choice needs to know of a device.
+type devCaps struct {
+	coop         bool   // opened with cooperative matrices (float16)
+	subgroups    bool   // subgroup arithmetic in compute shaders
+	subgroupSize uint32 // invocations of a subgroup
+	sharedMem    int    // bytes of shared memory a workgroup may use
+	wideGroups   bool   // workgroups of 256 invocations along x
+	reduceWG     uint32 // the workgroup size of row reductions
+}
+
+func (b *Backend) caps() devCaps {
+	l := &b.phys.props.Limits
+	return devCaps{
+		coop:         b.coopEnabled,
+		subgroups:    b.phys.subgroupArithmetic(),
+		subgroupSize: b.phys.subgroup.SubgroupSize,
+		sharedMem:    int(l.MaxComputeSharedMemorySize),
+		wideGroups:   l.MaxComputeWorkGroupInvocations >= 256 && l.MaxComputeWorkGroupSize[0] >= 256,
+		reduceWG:     b.reduceWG,
+	}
+}
+
+func (t *Tuning) coop(d devCaps) bool      { return t.Coop && d.coop }
+func (t *Tuning) subgroups(d devCaps) bool { return t.Subgroups && d.subgroups }
+
+// weightShape is what kernel choice needs to know of a weight.
+type weightShape struct {
+	rows, cols  int
+	f16         bool // float16 already: read as it is
+	exactInHalf bool // every value the format holds is exact in float16
+}
+
+func shapeOf(m *matrix) weightShape {
+	return weightShape{rows: m.w.Rows, cols: m.w.Cols, f16: m.f.typ == gguf.F16, exactInHalf: m.f.exactInHalf()}
+}
+
+// gemmKernel is the kernel family a product runs on.
+type gemmKernel int
+
+const (
+	gemmCoop           gemmKernel = iota // matmul_coop.comp
+	gemmTiled                            // matmul.comp: shared-memory tiles on the shader cores
+	gemmMatvecSubgroup                   // matvec.comp's subgroup variant, perGroup rows a workgroup
+	gemmMatvec                           // matvec.comp, a workgroup per row
+)
+
+// projPlan is how one projection of a MatMul runs.
+type projPlan struct {
+	outs     int // the weight's rows
+	kernel   gemmKernel
+	tile     coopTile  // gemmCoop
+	half     halfRange // its weights in float16 first (half.ok)
+	split    splitPlan // its product split along K (split.parts > 1)
+	perGroup int       // gemmMatvecSubgroup
+}
+
+// matmulPlan is how a MatMul runs: x in float16 first (halfX), the
+// float16 weights' and the split products' buffers, and each projection.
+type matmulPlan struct {
+	halfX             bool
+	halfWBytes, parts uint64
+	projs             []projPlan
+}
+
+// planMatMul chooses the kernels of a MatMul of rows of x (cols wide) by
+// each weight, at exact precision or fast.
+func planMatMul(t *Tuning, d devCaps, exact bool, rows, cols int, ws []weightShape) matmulPlan {
+	p := matmulPlan{projs: make([]projPlan, len(ws))}
+	halfW, end := planHalfWeights(t, d, exact, rows, cols, ws)
+	p.halfWBytes = end
+	for i, w := range ws {
+		pp := &p.projs[i]
+		pp.outs = w.rows
+		if halfW != nil {
+			pp.half = halfW[i]
+		}
+		switch {
+		case takesCoop(t, d, exact, rows, w, pp.half.ok):
+			pp.kernel, pp.tile = gemmCoop, coopTileFor(t, d, exact, w, pp.half.ok)
+			p.halfX = p.halfX || t.HalfX && cols%8 == 0
+		case rows > vecRows:
+			pp.kernel = gemmTiled
+		case t.subgroups(d):
+			pp.kernel, pp.perGroup = gemmMatvecSubgroup, subgroupRows(t, d, matvecWG)
+		default:
+			pp.kernel = gemmMatvec
+		}
+	}
+	p.parts = planSplits(t, d, exact, rows, cols, p.projs)
+	return p
+}
+
+// takesCoop reports whether a product of rows of x by w runs on the
+// cooperative GEMM: at fast precision, for any weights; at exact precision,
+// for weights exact in float16 (x is split in two halves) and for the
+// others split in hi + lo halves, first (halvesFirst) or, for weights of
+// at least ExactInTileElems elements, in the tiles where shared memory
+// holds the halves.
+func takesCoop(t *Tuning, d devCaps, exact bool, rows int, w weightShape, halvesFirst bool) bool {
+	return rows > vecRows && t.coop(d) &&
+		(!exact || w.exactInHalf || halvesFirst || w.rows*w.cols >= t.ExactInTileElems && splitWFits(d))
+}
+
+// coopTileFor picks the tile of a cooperative product: 128 x 128 tiles ran
+// fastest or level with the best (see docs/PERFORMANCE.md, "Cooperative
+// GEMM tiles"); smallCoopTile where shared memory holds no other.
+func coopTileFor(t *Tuning, d devCaps, exact bool, w weightShape, halvesFirst bool) coopTile {
+	if t.coopTile != nil {
+		return *t.coopTile
+	}
+	splitW := exact && !w.exactInHalf
+	if c := usualCoopTile(exact, splitW, halvesFirst); c.shared(exact, splitW) <= d.sharedMem {
+		return c
+	}
+	return smallCoopTile()
+}
+
+// usualCoopTile is coopTileFor's tile where shared memory allows, for
+// weights split in hi + lo halves (splitW) or not, decoded first
+// (halvesFirst) or in the tiles.
+func usualCoopTile(exact, splitW, halvesFirst bool) coopTile {
+	switch {
+	case splitW && halvesFirst:
+		return coopTile{tm: 2, tn: 4, wgm: 4, bk: 32}
+	case exact: // weights split in the tiles too: 4 x 2 ran 1.01-1.15x faster than 2 x 4
+		return coopTile{tm: 4, tn: 2, wgm: 2, bk: 32}
+	case halvesFirst:
+		return coopTile{tm: 2, tn: 4, wgm: 4, bk: 64}
+	}
+	// Loading late holds 128 registers, so two workgroups fit an SM.
+	return coopTile{tm: 4, tn: 2, wgm: 2, bk: 32, late: true}
+}
+
+// smallCoopTile is the tile for devices with too little shared memory for
+// the others: 20 KiB at exact precision, 30 with weights in hi + lo.
+func smallCoopTile() coopTile { return coopTile{tm: 2, tn: 2, wgm: 2, bk: 32} }
+
+// splitWFits reports whether the small tile fits in shared memory with
+// weights in hi + lo halves.
+func splitWFits(d devCaps) bool { return smallCoopTile().shared(true, true) <= d.sharedMem }
+
+// fewestHalfWRows is HalfWRows for a weight of elems elements.
+func fewestHalfWRows(t *Tuning, exact bool, elems int) int {
+	switch {
+	case !exact:
+		return t.HalfWRows.Fast
+	case elems < coopHalfWSmallElems:
+		return t.HalfWRows.SmallExact
+	}
+	return t.HalfWRows.Exact
+}
+
+// planHalfWeights lays out the buffer (end bytes) of the weights of a
+// MatMul that are decoded to float16 first; nil where no projection's
+// tiles read float16 weights. F16 weights are read as they are, for any
+// number of rows: decoded in the tiles, two bytes at a time, they ran
+// 1.7-5x slower than Q1_0_g128.
+func planHalfWeights(t *Tuning, d devCaps, exact bool, rows, cols int, ws []weightShape) (ranges []halfRange, end uint64) {
+	if rows <= vecRows || !t.coop(d) || !t.HalfX || cols%8 != 0 {
+		return nil, 0
+	}
+	fits := !exact || splitWFits(d)
+	ranges = make([]halfRange, len(ws))
+	used := false
+	for i, w := range ws {
+		if w.cols != cols {
+			continue
+		}
+		if w.f16 {
+			ranges[i], used = halfRange{ok: true, direct: true, bigBase: noRangeFlags}, true
+			continue
+		}
+		if !fits || w.exactInHalf || rows < fewestHalfWRows(t, exact, w.rows*w.cols) {
+			continue
+		}
+		used = true
+		halves := 2 * uint64(w.rows) * uint64(cols)
+		r := halfRange{ok: true, split: exact, base: uint32(end / 16), loBase: uint32(end / 16), lo: end}
+		end += halves
+		if exact {
+			r.loBase, end = uint32(end/16), end+halves
+		}
+		r.bigBase = uint32(end / 4)
+		end += (4*uint64(w.rows) + 15) &^ 15 // keeps the next range 16-byte aligned
+		r.hi = end
+		ranges[i] = r
+	}
+	if !used || end > coopHalfWBytes {
+		return nil, 0
+	}
+	return ranges, end
+}
+
+// planSplits sets the split along K of each cooperative product of a
+// MatMul (see docs/PERFORMANCE.md, "Split-K") and returns the bytes of
+// their parts. The products of one call run together: each product's
+// workgroups, and all of them, decide.
+func planSplits(t *Tuning, d devCaps, exact bool, rows, cols int, projs []projPlan) uint64 {
+	if !t.SplitK || cols < 2*coopSplitChunk {
+		return 0
+	}
+	groups, total := make([]int, len(projs)), 0
+	for i, p := range projs {
+		if p.kernel == gemmCoop {
+			groups[i] = int(ceilDiv(p.outs, p.tile.bn()) * ceilDiv(rows, p.tile.bm()))
+			total += groups[i]
+		}
+	}
+	var end uint64
+	for i := range projs {
+		p := &projs[i]
+		n := groups[i]
+		below := t.SplitBelow
+		if exact {
+			below = t.SplitBelowExact
+		}
+		if p.tile.late {
+			below = t.SplitBelowLate
+			if total >= t.SplitTotal {
+				continue
+			}
+		}
+		if n == 0 || n >= below {
+			continue
+		}
+		parts := min(coopSplitMax, (coopSplitGroups+n-1)/n, cols/coopSplitChunk)
+		if parts < 2 {
+			continue
+		}
+		chunk := (cols + parts - 1) / parts
+		chunk = (chunk + p.tile.bk - 1) / p.tile.bk * p.tile.bk // matmul_coop.comp steps through whole tiles of k
+		parts = (cols + chunk - 1) / chunk
+		size := 4 * uint64(parts) * uint64(rows) * uint64(p.outs)
+		p.split = splitPlan{parts: parts, chunk: chunk, lo: end, hi: end + size}
+		end += size
+	}
+	return end
+}
+
+// subgroupRows is the rows a workgroup of wg invocations takes, a subgroup
+// per row: as many as the device's subgroup size gives.
+func subgroupRows(t *Tuning, d devCaps, wg uint32) int {
+	return max(1, int(wg/d.subgroupSize)) * max(1, t.rowsFactor)
+}
+
+// normKernel picks RMSNorm's kernel for rows of dim elements and the rows a
+// workgroup of it takes: a subgroup per row for a head's Q/K norm (see
+// docs/PERFORMANCE.md, "Norms on subgroups"), the shader looping where the
+// device has fewer subgroups.
+func normKernel(t *Tuning, d devCaps, dim int) (string, int) {
+	if t.subgroups(d) && dim <= subgroupNormDim {
+		return "rmsnorm_sg", subgroupRows(t, d, d.reduceWG)
+	}
+	return "rmsnorm", 1
+}
+
+// flashPlan is how flash attention runs: on cooperative matrices
+// (flash_coop.comp) or not, its workgroups' rows (16 for each subgroup),
+// whether they stage a block's K and V in turn to fit 128 rows in the
+// device's shared memory, and whether they read K and V converted to
+// float16 once.
+type flashPlan struct {
+	coop          bool
+	rows          int
+	apart, halfKV bool
+}
+
+// planFlash chooses flash attention's kernel for queries of headDim dims.
+// On cooperative matrices, long prompts convert K and V to float16 once
+// and take 128-row workgroups (see docs/PERFORMANCE.md, "Flash attention
+// on cooperative matrices"); 64 rows fit wherever coopFlash chose it.
+func planFlash(t *Tuning, d devCaps, exact bool, queries, headDim int) flashPlan {
+	if !coopFlash(t, d, exact, headDim) {
+		return flashPlan{rows: flashRows}
+	}
+	p := flashPlan{coop: true, rows: 64, halfKV: queries >= t.FlashHalfKVFrom}
+	if queries >= t.FlashWideFrom && d.wideGroups {
+		if !t.flashApart && flashCoopShared(exact, 128, false) <= d.sharedMem {
+			p.rows = 128
+		} else if flashCoopShared(exact, 128, true) <= d.sharedMem {
+			p.rows, p.apart = 128, true
+		}
+	}
+	return p
+}
+
+// coopFlash reports whether flash attention runs on cooperative matrices:
+// on heads of whole 16-dim tiles up to 128, where its shared memory fits.
+func coopFlash(t *Tuning, d devCaps, exact bool, headDim int) bool {
+	return t.coop(d) && headDim%16 == 0 && headDim <= 128 && d.subgroups &&
+		flashCoopShared(exact, 64, false) <= d.sharedMem
+}

@@ -1,0 +1,226 @@
+package vulkan
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Devices as kernel choice sees them: an H200 (227 KiB of shared memory,
+// subgroups of 32), a GPU of 48 KiB, one of 16 KiB, and lavapipe (no
+// cooperative matrices).
+var (
+	h200     = devCaps{coop: true, subgroups: true, subgroupSize: 32, sharedMem: 227 << 10, wideGroups: true, reduceWG: 256}
+	gpu48    = devCaps{coop: true, subgroups: true, subgroupSize: 32, sharedMem: 48 << 10, wideGroups: true, reduceWG: 256}
+	gpu16    = devCaps{coop: true, subgroups: true, subgroupSize: 32, sharedMem: 16 << 10, wideGroups: true, reduceWG: 256}
+	lavapipe = devCaps{subgroups: true, subgroupSize: 8, sharedMem: 32 << 10, wideGroups: true, reduceWG: 256}
+)
+
+// Weights of bonsai-8b's shape and a small expert's, in a format exact in
+// float16 (Q1_0_g128), one that is not (Q4_K), and F16.
+var (
+	q1Big  = weightShape{rows: 4096, cols: 4096, exactInHalf: true}
+	q4Big  = weightShape{rows: 4096, cols: 4096}
+	q4Head = weightShape{rows: 151936, cols: 2048}
+	q4Tiny = weightShape{rows: 256, cols: 256}
+	f16Big = weightShape{rows: 4096, cols: 4096, f16: true, exactInHalf: true}
+)
+
+var (
+	lateTile  = coopTile{tm: 4, tn: 2, wgm: 2, bk: 32, late: true}
+	exactTile = coopTile{tm: 4, tn: 2, wgm: 2, bk: 32}
+	splitTile = coopTile{tm: 2, tn: 4, wgm: 4, bk: 32}
+	halfTile  = coopTile{tm: 2, tn: 4, wgm: 4, bk: 64}
+)
+
+// Each product's kernel, tile, weights in float16 first and split along K,
+// by the default tuning: the rules docs/PERFORMANCE.md measured.
+func TestPlanMatMulRoutesEachProduct(t *testing.T) {
+	def := DefaultTuning()
+	portable := DefaultTuning()
+	portable.Coop = false
+	noSplit := DefaultTuning()
+	noSplit.SplitK = false
+	noSubgroups := DefaultTuning()
+	noSubgroups.Subgroups = false
+	for _, c := range []struct {
+		name        string
+		t           Tuning
+		d           devCaps
+		exact       bool
+		rows        int
+		w           weightShape
+		kernel      gemmKernel
+		tile        coopTile
+		halvesFirst bool
+		parts       int
+	}{
+		// Fast: 128 x 128 tiles; halves first from 128 rows, else the late tile.
+		{"fast Q4_K T=512", def, h200, false, 512, q4Big, gemmCoop, halfTile, true, 1},
+		{"fast Q4_K T=64", def, h200, false, 64, q4Big, gemmCoop, lateTile, false, 8},
+		{"fast Q1_0 T=512", def, h200, false, 512, q1Big, gemmCoop, lateTile, false, 2},
+		{"fast Q1_0 T=2048", def, h200, false, 2048, q1Big, gemmCoop, lateTile, false, 1},
+		{"fast F16 read as it is", def, h200, false, 16, f16Big, gemmCoop, halfTile, true, 8},
+		// Exact: halves first from 9 rows for large weights, from 128 for small.
+		{"exact Q4_K T=64", def, h200, true, 64, q4Big, gemmCoop, splitTile, true, 8},
+		{"exact Q4_K T=512", def, h200, true, 512, q4Big, gemmCoop, splitTile, true, 1},
+		{"exact Q1_0 T=128", def, h200, true, 128, q1Big, gemmCoop, exactTile, false, 8},
+		{"exact Q1_0 T=512", def, h200, true, 512, q1Big, gemmCoop, exactTile, false, 1},
+		{"exact small Q4_K T=64", def, h200, true, 64, q4Tiny, gemmTiled, coopTile{}, false, 1},
+		{"exact small Q4_K T=128", def, h200, true, 128, q4Tiny, gemmCoop, splitTile, true, 1},
+		// An LM head past the float16 weights' cap splits in the tiles.
+		{"exact head T=64", def, h200, true, 64, q4Head, gemmCoop, exactTile, false, 1},
+		// Too little shared memory for the halves: the portable kernel at
+		// exact precision, the small tile at fast.
+		{"exact Q4_K on 16 KiB", def, gpu16, true, 64, q4Big, gemmTiled, coopTile{}, false, 1},
+		{"fast Q4_K on 16 KiB", def, gpu16, false, 512, q4Big, gemmCoop, smallCoopTile(), true, 1},
+		{"exact Q4_K on 48 KiB", def, gpu48, true, 64, q4Big, gemmCoop, splitTile, true, 8},
+		// Eight rows or fewer: matvec, on subgroups where there are some.
+		{"matvec on subgroups", def, h200, true, 8, q4Big, gemmMatvecSubgroup, coopTile{}, false, 1},
+		{"matvec without subgroups", noSubgroups, h200, true, 8, q4Big, gemmMatvec, coopTile{}, false, 1},
+		// Without cooperative matrices: the portable GEMM.
+		{"lavapipe", def, lavapipe, false, 512, q4Big, gemmTiled, coopTile{}, false, 1},
+		{"Coop off", portable, h200, false, 512, q4Big, gemmTiled, coopTile{}, false, 1},
+		{"SplitK off", noSplit, h200, false, 64, q4Big, gemmCoop, lateTile, false, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := planMatMul(&c.t, c.d, c.exact, c.rows, c.w.cols, []weightShape{c.w})
+			pp := p.projs[0]
+			require.Equal(t, c.kernel, pp.kernel, "kernel")
+			require.Equal(t, c.tile, pp.tile, "tile")
+			require.Equal(t, c.halvesFirst, pp.half.ok, "weights in float16 first")
+			require.Equal(t, c.parts, max(1, pp.split.parts), "parts along K")
+			require.Equal(t, pp.kernel == gemmCoop && c.w.cols%8 == 0, p.halfX, "x in float16 first")
+			if pp.split.parts > 1 {
+				require.Zero(t, pp.split.chunk%pp.tile.bk, "whole k steps")
+				require.GreaterOrEqual(t, pp.split.parts*pp.split.chunk, c.w.cols, "the parts cover K")
+				require.Equal(t, 4*uint64(pp.split.parts*c.rows*c.w.rows), p.parts, "the parts' buffer")
+			}
+			if pp.half.ok && !pp.half.direct {
+				halves := 2 * uint64(c.w.rows*c.w.cols)
+				if c.exact {
+					halves *= 2 // hi + lo
+				}
+				require.Equal(t, halves+4*uint64(c.w.rows), p.halfWBytes, "the float16 weights' buffer")
+			}
+		})
+	}
+}
+
+// The products of one call run together: Q, K and V of 4096 x 4096 on the
+// late tile at T=512 fill the device together (384 workgroups), so none is
+// split, though each alone would be.
+func TestPlanMatMulSplitsByTheCallsWorkgroups(t *testing.T) {
+	def := DefaultTuning()
+	alone := planMatMul(&def, h200, false, 512, 4096, []weightShape{q1Big})
+	require.Equal(t, 2, alone.projs[0].split.parts)
+	qkv := planMatMul(&def, h200, false, 512, 4096, []weightShape{q1Big, q1Big, q1Big})
+	for i, p := range qkv.projs {
+		require.Equal(t, 0, p.split.parts, "projection %d", i)
+	}
+	require.Zero(t, qkv.parts)
+	// Ranges of the float16 weights of several projections do not overlap.
+	three := planMatMul(&def, h200, true, 64, 4096, []weightShape{q4Big, q4Big, q4Big})
+	for i := 1; i < 3; i++ {
+		require.Equal(t, three.projs[i-1].half.hi, three.projs[i].half.lo)
+		require.Zero(t, three.projs[i].half.lo%16, "16-byte aligned")
+	}
+}
+
+// Which exact products take cooperative matrices: weights exact in
+// float16, or split in hi + lo halves first, or, where their halves were
+// not made first, split in the tiles from 2^21 elements (where shared
+// memory holds the split tile); smaller weights keep the portable kernel.
+func TestExactProductsTakeCooperativeMatricesWhereTheyPaid(t *testing.T) {
+	def := DefaultTuning()
+	for _, c := range []struct {
+		exact, exactInHalf, first bool
+		d                         devCaps
+		elems                     int
+		want                      bool
+	}{
+		{false, false, false, gpu16, 256 * 256, true},
+		{true, true, false, gpu16, 256 * 256, true},
+		{true, false, true, h200, 256 * 256, true},
+		{true, false, false, h200, 4096 * 4096, true},
+		{true, false, false, h200, coopHalfWSmallElems, true},
+		{true, false, false, h200, coopHalfWSmallElems - 1, false},
+		{true, false, false, gpu16, 4096 * 4096, false},
+	} {
+		w := weightShape{rows: c.elems / 256, cols: 256, exactInHalf: c.exactInHalf}
+		require.Equal(t, c.want, takesCoop(&def, c.d, c.exact, 64, w, c.first), "%+v", c)
+	}
+}
+
+// Flash attention: on cooperative matrices for heads of whole 16-dim
+// tiles up to 128; from 1024 queries on, K and V in float16 once and
+// 128-row workgroups, staging K and V in turn where both do not fit.
+func TestPlanFlashRoutesByLengthAndDevice(t *testing.T) {
+	def := DefaultTuning()
+	portable := DefaultTuning()
+	portable.Coop = false
+	for _, c := range []struct {
+		name         string
+		t            Tuning
+		d            devCaps
+		exact        bool
+		queries, dim int
+		want         flashPlan
+	}{
+		{"short", def, h200, false, 256, 128, flashPlan{coop: true, rows: 64}},
+		{"long fast", def, h200, false, 2048, 128, flashPlan{coop: true, rows: 128, halfKV: true}},
+		{"long exact", def, h200, true, 2048, 128, flashPlan{coop: true, rows: 128, halfKV: true}},
+		{"long exact on 48 KiB", def, gpu48, true, 2048, 128, flashPlan{coop: true, rows: 128, apart: true, halfKV: true}},
+		{"long fast on 48 KiB", def, gpu48, false, 2048, 128, flashPlan{coop: true, rows: 128, halfKV: true}},
+		{"72-dim heads", def, h200, false, 2048, 72, flashPlan{rows: flashRows}},
+		{"256-dim heads", def, h200, false, 2048, 256, flashPlan{rows: flashRows}},
+		{"on 16 KiB", def, gpu16, false, 2048, 128, flashPlan{rows: flashRows}},
+		{"lavapipe", def, lavapipe, false, 2048, 64, flashPlan{rows: flashRows}},
+		{"Coop off", portable, h200, false, 2048, 128, flashPlan{rows: flashRows}},
+	} {
+		require.Equal(t, c.want, planFlash(&c.t, c.d, c.exact, c.queries, c.dim), c.name)
+	}
+}
+
+// RMSNorm gives a head's rows (up to 256 wide) a subgroup each, a model's
+// rows a workgroup.
+func TestNormKernelBySize(t *testing.T) {
+	def := DefaultTuning()
+	noSubgroups := DefaultTuning()
+	noSubgroups.Subgroups = false
+	looping := DefaultTuning()
+	looping.rowsFactor = 3
+	for _, c := range []struct {
+		t      Tuning
+		d      devCaps
+		dim    int
+		kernel string
+		rows   int
+	}{
+		{def, h200, 128, "rmsnorm_sg", 8},
+		{def, lavapipe, 128, "rmsnorm_sg", 32},
+		{def, h200, 4096, "rmsnorm", 1},
+		{noSubgroups, h200, 128, "rmsnorm", 1},
+		{looping, h200, 128, "rmsnorm_sg", 24},
+	} {
+		kernel, rows := normKernel(&c.t, c.d, c.dim)
+		require.Equal(t, c.kernel, kernel, "%+v", c)
+		require.Equal(t, c.rows, rows, "%+v", c)
+	}
+}
+
+// A tuning that would stall a stream is refused when the backend opens.
+func TestTuningCheck(t *testing.T) {
+	def := DefaultTuning()
+	require.NoError(t, def.check())
+	for _, bad := range []func(*Tuning){
+		func(t *Tuning) { t.StagingBytes = 0 },
+		func(t *Tuning) { t.ReadBytes = 0 },
+		func(t *Tuning) { t.ReadBytes = 100 },
+		func(t *Tuning) { t.SplitBelow = -1 },
+	} {
+		tu := DefaultTuning()
+		bad(&tu)
+		require.Error(t, tu.check())
+	}
+}
