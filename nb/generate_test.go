@@ -29,7 +29,7 @@ func generateByPrefills(t *testing.T, m *nb.Model, prompt string, n int, s engin
 }
 
 func TestSampledGenerationDrawsFromEachStepsLogits(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	const prompt = "func main() {"
 	s := engine.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 7}
 	g, err := m.TryGenerate(prompt, 12, nb.Sample(s))
@@ -49,7 +49,7 @@ func TestSampledGenerationDrawsFromEachStepsLogits(t *testing.T) {
 }
 
 func TestSteeredGenerationSteersEveryStep(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	const prompt = "for i := n; i < 0; i"
 	vec := m.SteeringVector("for i := n; i > 0; i", prompt, 1, m.Position(prompt, " <"))
 	plain := m.Generate(prompt, 8)
@@ -71,7 +71,7 @@ func TestSteeredGenerationSteersEveryStep(t *testing.T) {
 // PromptHooks act in the prompt only: a hook at given rows given as Hooks
 // also acts on row 0 of each generated token's step.
 func TestPromptHooksActInThePromptOnly(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	const prompt = "for i := n; i < 0; i"
 	at := m.Position(prompt, " <")
 	vec := m.SteeringVector("for i := n; i > 0; i", prompt, 1, at)
@@ -86,14 +86,14 @@ func TestPromptHooksActInThePromptOnly(t *testing.T) {
 }
 
 func TestGenerateAndPrefillRefuseTheOthersOptions(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	for _, o := range []nb.Option{nb.Capture("*"), nb.AllLogits(), nb.Layers(0, 1), nb.Budget(1 << 20)} {
 		_, err := m.TryGenerate("x", 2, o)
 		require.ErrorContains(t, err, "Generate has no use for")
 	}
 	_, err := m.TryGenerate("x", 2, nb.Capture("*"), nb.Layers(0, 1), nb.Capture("hook_embed"))
 	require.ErrorContains(t, err, "Generate has no use for Capture, Layers:")
-	_, err = m.Try("x", nb.Sample(engine.Sampler{Temperature: 1}))
+	_, err = m.TryPrefill("x", nb.Sample(engine.Sampler{Temperature: 1}))
 	require.ErrorContains(t, err, "Sample draws the tokens Generate adds")
 	_, err = m.TryGenerate("x", 2, nb.Sample(engine.Sampler{TopP: 0.5}))
 	require.ErrorContains(t, err, "set a temperature above 0")
@@ -102,7 +102,7 @@ func TestGenerateAndPrefillRefuseTheOthersOptions(t *testing.T) {
 // Continuing after a generation goes on from all of it: its last token,
 // chosen but not yet run, runs first.
 func TestContinuingAfterAGenerationKeepsItsLastToken(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	ids := m.Tokens("func main() {")
 	a, err := m.TryGenerate(ids, 3)
 	require.NoError(t, err)
