@@ -37,7 +37,7 @@ const (
 // per-token cross-entropy loss: element i is the loss of predicting token
 // i+1 at position i (len(tokens)-1 values). opts go to the prefill (Fast,
 // Hooks, Context).
-func (m *Model) Loss(prompt any, opts ...Option) []float64 {
+func (m *Model) Loss(prompt any, opts ...PrefillOption) []float64 {
 	m.ready()
 	tr := m.Prefill(prompt, append(opts[:len(opts):len(opts)], AllLogits())...)
 	defer tr.Close()
@@ -61,7 +61,7 @@ func (m *Model) MeanLoss(from int) func(*trace.Trace) float64 {
 // HeadScores runs prompt capturing every attention pattern and scores every
 // head: nb.Induction (on m.RepeatedRandom), nb.PrevToken or
 // nb.DuplicateToken. opts go to the prefill.
-func (m *Model) HeadScores(prompt any, kind trace.HeadKind, opts ...Option) trace.Scores {
+func (m *Model) HeadScores(prompt any, kind trace.HeadKind, opts ...PrefillOption) trace.Scores {
 	m.ready()
 	tr := m.Prefill(prompt, append(opts[:len(opts):len(opts)], Capture("blocks.*.attn.hook_pattern"))...)
 	defer tr.Close()
@@ -261,7 +261,7 @@ func (m *Model) HeadResults(tr *trace.Trace, layer int) *trace.Tensor {
 // read: the embeddings (token, and position where the model learns them),
 // every attention and MLP output, every hook_z (for heads) and every
 // resid_post (the final one sets the norm's scale).
-func CaptureDLA() Option {
+func CaptureDLA() PrefillOnly {
 	return Capture("hook_*embed", "blocks.*.hook_attn_out", "blocks.*.hook_mlp_out", "blocks.*.attn.hook_z", "blocks.*.hook_resid_post")
 }
 
@@ -371,7 +371,7 @@ func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 // CaptureNeuronDLA captures what NeuronDLA reads: every layer's MLP
 // activations (mlp.hook_post, what W_out multiplies) and resid_post (the
 // final one sets the norm's scale).
-func CaptureNeuronDLA() Option {
+func CaptureNeuronDLA() PrefillOnly {
 	return Capture("blocks.*.mlp.hook_post", "blocks.*.hook_resid_post")
 }
 
@@ -556,7 +556,7 @@ func (l LensRanking) String() string {
 // from each prompt's end): adding it steers toward a, away from b. Use it
 // with Steer, or engine.AddVector at engine.LayerPoint(layer, "hook_resid_pre").
 // opts go to both prefills.
-func (m *Model) SteeringVector(a, b any, layer, pos int, opts ...Option) []float32 {
+func (m *Model) SteeringVector(a, b any, layer, pos int, opts ...PrefillOption) []float32 {
 	m.ready()
 	row := func(prompt any) []float32 {
 		name := engine.LayerPoint(layer, "hook_resid_pre")

@@ -560,12 +560,12 @@ func TestSweepsRefuseOptionsThatBreakThem(t *testing.T) {
 	m := cpuModel(t)
 	clean, corrupt := "func add(a, b int) int {\n", "func sub(a, b int) int {\n"
 	metric := m.LogitDiff("\n", " ")
-	sweeps := map[string]func(...nb.Option){
-		"PatchResid":         func(o ...nb.Option) { m.PatchResid(clean, corrupt, metric, o...) },
-		"PatchPositions":     func(o ...nb.Option) { m.PatchPositions(clean, corrupt, metric, "hook_mlp_out", o...) },
-		"PatchHeads":         func(o ...nb.Option) { m.PatchHeads(clean, corrupt, metric, o...) },
-		"PatchHeadPositions": func(o ...nb.Option) { m.PatchHeadPositions(clean, corrupt, metric, o...) },
-		"AblateHeads":        func(o ...nb.Option) { m.AblateHeads(clean, metric, nb.ZeroAblation, o...) },
+	sweeps := map[string]func(...nb.PrefillOption){
+		"PatchResid":         func(o ...nb.PrefillOption) { m.PatchResid(clean, corrupt, metric, o...) },
+		"PatchPositions":     func(o ...nb.PrefillOption) { m.PatchPositions(clean, corrupt, metric, "hook_mlp_out", o...) },
+		"PatchHeads":         func(o ...nb.PrefillOption) { m.PatchHeads(clean, corrupt, metric, o...) },
+		"PatchHeadPositions": func(o ...nb.PrefillOption) { m.PatchHeadPositions(clean, corrupt, metric, o...) },
+		"AblateHeads":        func(o ...nb.PrefillOption) { m.AblateHeads(clean, metric, nb.ZeroAblation, o...) },
 	}
 	for name, sweep := range sweeps {
 		require.PanicsWithError(t, "nb."+name+": Continue() would append each of the sweep's runs to the one before; a sweep starts every run over, so leave it out",

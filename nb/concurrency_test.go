@@ -45,7 +45,7 @@ func TestOneModelFromManyGoroutinesMatchesSerial(t *testing.T) {
 
 func sharedModelAgreesWithSerial(t *testing.T, m *nb.Model, goroutines, rounds int) {
 	prompts := []string{"func main() {", "for i := 0; i < n; i++ {", "package strings", "x := []int{1, 2, 3}"}
-	opts := []nb.Option{nb.Capture("blocks.*.hook_resid_post", "blocks.1.attn.hook_pattern"), nb.AllLogits()}
+	opts := []nb.PrefillOption{nb.Capture("blocks.*.hook_resid_post", "blocks.1.attn.hook_pattern"), nb.AllLogits()}
 	const genTokens = 3
 	wantTrace := make([]*trace.Trace, len(prompts))
 	wantGen := make([]string, len(prompts))

@@ -90,7 +90,7 @@ func (m *Model) LogitDiff(good, bad any) func(*trace.Trace) float64 {
 // prefill (nb.AllLogits() for a loss metric). Patched is [layer][position].
 // TransformerLens's get_act_patch_resid_pre; PatchPositions patches the
 // other points.
-func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
+func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64, opts ...PrefillOption) *Patching {
 	m.ready()
 	return m.patchPositions("PatchResid", clean, corrupt, metric, "hook_resid_pre", opts)
 }
@@ -106,13 +106,13 @@ var patchable = []string{"hook_resid_pre", "hook_resid_mid", "hook_resid_post", 
 // hook_v or hook_z (every head at the position at once; PatchHeadPositions
 // takes one head at a time); mlp.hook_pre or mlp.hook_post (a dense MLP's
 // hidden units). Patched is [layer][position].
-func (m *Model) PatchPositions(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...Option) *Patching {
+func (m *Model) PatchPositions(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...PrefillOption) *Patching {
 	m.ready()
 	return m.patchPositions("PatchPositions", clean, corrupt, metric, point, opts)
 }
 
 // patchPositions is the sweep of PatchPositions and PatchResid, name's.
-func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*trace.Trace) float64, point string, opts []Option) *Patching {
+func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*trace.Trace) float64, point string, opts []PrefillOption) *Patching {
 	m.checkSweep(name, metric, opts)
 	if !slices.Contains(patchable, point) {
 		panic(fmt.Errorf("nb.%s: %q is not one of %s", name, point, strings.Join(patchable, ", ")))
@@ -209,7 +209,7 @@ func (m *Model) ranked(all []trace.TokenLogit, k int) []RankedToken {
 // continues the prompt, so a leading space is the answer's own: " Mary";
 // or token ids, without a BOS) and reports each answer token's rank and
 // probability and the top k tokens there. opts go to the prefill.
-func (m *Model) TestPrompt(prompt, answer any, k int, opts ...Option) PromptTest {
+func (m *Model) TestPrompt(prompt, answer any, k int, opts ...PrefillOption) PromptTest {
 	m.ready()
 	if k < 1 {
 		panic(fmt.Errorf("nb.TestPrompt: k is %d; want at least 1", k))

@@ -46,10 +46,12 @@
 // last: viz.Heatmap(z, rows, cols, title), viz.XY(x, y, title, xLabel,
 // yLabel).
 //
-// Options: every call that runs a prefill takes ...Option (Fast, Hooks,
-// Context, ...); Open takes ...OpenOption (Backend, Placement). Generate
-// refuses options only a prefill has a use for (Capture, AllLogits,
-// Layers, Budget), and a prefill refuses Sample.
+// Options: every call that runs a prefill takes ...PrefillOption, Generate
+// ...GenerateOption, Open ...OpenOption (Backend, Placement). An Option
+// (Hooks, Steer, Fast, Context, Continue) serves both; a PrefillOnly
+// (Capture, AllLogits, Layers, Budget) a prefill alone and a GenerateOnly
+// (Sample) a generation alone, so that giving one to the other does not
+// compile.
 //
 // # GoNB cells
 //
@@ -338,8 +340,32 @@ func TryOpen(path string, opts ...OpenOption) (*Model, error) {
 	return &Model{eng: e, Note: note}, nil
 }
 
-// Option adjusts a prefill or a generation.
+// Option adjusts a prefill or a generation alike: Hooks, PromptHooks,
+// Steer, Fast, Continue, Context.
 type Option func(*settings)
+
+// PrefillOnly adjusts what a prefill captures and computes: Capture,
+// Layers, AllLogits, Budget, CaptureDLA, CaptureNeuronDLA. Generate takes
+// none (it captures nothing and computes the last position's logits only:
+// prefill the generated text to look inside).
+type PrefillOnly func(*settings)
+
+// GenerateOnly adjusts how a generation draws its tokens: Sample. A
+// prefill takes none (its trace's Predicted are the most likely tokens, its
+// logits the whole distribution).
+type GenerateOnly func(*settings)
+
+// PrefillOption is what Prefill, Start and every call that runs a prefill
+// take: an Option or a PrefillOnly.
+type PrefillOption interface{ applyPrefill(*settings) }
+
+// GenerateOption is what Generate takes: an Option or a GenerateOnly.
+type GenerateOption interface{ applyGenerate(*settings) }
+
+func (o Option) applyPrefill(s *settings)        { o(s) }
+func (o Option) applyGenerate(s *settings)       { o(s) }
+func (o PrefillOnly) applyPrefill(s *settings)   { o(s) }
+func (o GenerateOnly) applyGenerate(s *settings) { o(s) }
 
 type settings struct {
 	o        engine.Options
@@ -350,27 +376,23 @@ type settings struct {
 	// and how tokens are drawn.
 	promptOnly []int
 	sample     *engine.Sampler
-	// Options a generation has no use for, by name.
-	prefillOnly []string
 }
 
 // Capture keeps the points matching the globs, e.g.
 // Capture("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post");
 // Capture("*") keeps every point, as TransformerLens's run_with_cache does.
-func Capture(globs ...string) Option {
+func Capture(globs ...string) PrefillOnly {
 	return func(s *settings) {
 		s.o.Capture.Globs = append(s.o.Capture.Globs, globs...)
 		s.captured = true
-		s.prefillOnly = append(s.prefillOnly, "Capture")
 	}
 }
 
 // Layers limits per-layer captures to layers first..last (last -1: the last
 // layer); a range outside the model's layers, or selecting none, is refused.
-func Layers(first, last int) Option {
+func Layers(first, last int) PrefillOnly {
 	return func(s *settings) {
 		s.o.Capture.FirstLayer, s.o.Capture.LastLayer = first, last
-		s.prefillOnly = append(s.prefillOnly, "Layers")
 	}
 }
 
@@ -399,24 +421,22 @@ func PromptHooks(h ...engine.Hook) Option {
 
 // AllLogits computes logits (and predictions) at every position, not only
 // the last; so do the final norm's points (ln_final.*).
-func AllLogits() Option {
+func AllLogits() PrefillOnly {
 	return func(s *settings) {
 		s.o.Logits = engine.LogitsAll
-		s.prefillOnly = append(s.prefillOnly, "AllLogits")
 	}
 }
 
 // Budget bounds the capture's memory in bytes.
-func Budget(bytes int64) Option {
+func Budget(bytes int64) PrefillOnly {
 	return func(s *settings) {
 		s.o.Budget = bytes
-		s.prefillOnly = append(s.prefillOnly, "Budget")
 	}
 }
 
 // Sample makes Generate draw each token as sampler says (temperature,
 // top-k, top-p, min-p, seed) instead of taking the most likely one.
-func Sample(sampler engine.Sampler) Option { return func(s *settings) { s.sample = &sampler } }
+func Sample(sampler engine.Sampler) GenerateOnly { return func(s *settings) { s.sample = &sampler } }
 
 // Fast runs the prefill's matrix products on float16 inputs
 // (engine.PrecisionFast), on tensor cores for every weight format: on the
@@ -435,14 +455,6 @@ func Continue() Option { return func(s *settings) { s.cont = true } }
 // Context lets a prefill be cancelled.
 func Context(ctx context.Context) Option { return func(s *settings) { s.ctx = ctx } }
 
-// forPrefill refuses options only a generation has a use for.
-func (s *settings) forPrefill() error {
-	if s.sample != nil {
-		return errors.New("nb: Sample draws the tokens Generate adds; a prefill adds none (its trace's Predicted are the most likely, its logits the whole distribution)")
-	}
-	return nil
-}
-
 func (s *settings) generateOptions() engine.GenerateOptions {
 	g := engine.GenerateOptions{Precision: s.o.Precision}
 	if s.sample != nil {
@@ -458,13 +470,32 @@ func (s *settings) generateOptions() engine.GenerateOptions {
 	return g
 }
 
-func (m *Model) settings(opts []Option) *settings {
+// prefillSettings are the settings opts make for a prefill.
+func (m *Model) prefillSettings(opts []PrefillOption) *settings {
+	s := newSettings()
+	for _, o := range opts {
+		o.applyPrefill(s)
+	}
+	return m.finish(s)
+}
+
+// generateSettings are the settings opts make for a generation.
+func (m *Model) generateSettings(opts []GenerateOption) *settings {
+	s := newSettings()
+	for _, o := range opts {
+		o.applyGenerate(s)
+	}
+	return m.finish(s)
+}
+
+func newSettings() *settings {
 	s := &settings{ctx: context.Background()}
 	s.o.Capture.LastLayer = -1
 	s.o.Predict = true
-	for _, o := range opts {
-		o(s)
-	}
+	return s
+}
+
+func (m *Model) finish(s *settings) *settings {
 	if !s.captured {
 		s.o.Capture.Globs = nil
 	}
@@ -594,7 +625,7 @@ func (m *Model) FreeSpare() {
 }
 
 // TryPrefill is Prefill returning the error.
-func (m *Model) TryPrefill(prompt any, opts ...Option) (*trace.Trace, error) {
+func (m *Model) TryPrefill(prompt any, opts ...PrefillOption) (*trace.Trace, error) {
 	if err := m.lock(); err != nil {
 		return nil, err
 	}
@@ -602,11 +633,8 @@ func (m *Model) TryPrefill(prompt any, opts ...Option) (*trace.Trace, error) {
 	return m.try(prompt, opts...)
 }
 
-func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
-	s := m.settings(opts)
-	if err := s.forPrefill(); err != nil {
-		return nil, err
-	}
+func (m *Model) try(prompt any, opts ...PrefillOption) (*trace.Trace, error) {
+	s := m.prefillSettings(opts)
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		return nil, err
@@ -621,7 +649,7 @@ func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
 // Prefill runs the prompt (text or token ids) through every layer and
 // returns what was captured, with tr.Predicted the most likely next token
 // at each position; it panics with the error, as notebook cells want.
-func (m *Model) Prefill(prompt any, opts ...Option) *trace.Trace {
+func (m *Model) Prefill(prompt any, opts ...PrefillOption) *trace.Trace {
 	tr, err := m.TryPrefill(prompt, opts...)
 	if err != nil {
 		panic(err)
@@ -637,9 +665,9 @@ func (m *Model) Prefill(prompt any, opts ...Option) *trace.Trace {
 // token's one row); PromptHooks, and Steer at given positions, act in the
 // prompt's prefill only, before the other hooks; Steer without positions
 // adds at every position, generated ones included. Fast and Context apply
-// too; options that only a prefill has a use for (Capture, AllLogits,
-// Layers, Budget) are an error.
-func (m *Model) Generate(prompt any, n int, opts ...Option) Generated {
+// too; options that only a prefill has a use for (PrefillOnly: Capture,
+// AllLogits, Layers, Budget) do not compile.
+func (m *Model) Generate(prompt any, n int, opts ...GenerateOption) Generated {
 	g, err := m.TryGenerate(prompt, n, opts...)
 	if err != nil {
 		panic(err)
@@ -663,15 +691,12 @@ func (g Generated) String() string { return g.Text }
 // context is not an error: it returns what was generated with Stop
 // engine.StopContext. On an error part way (a cancelled Context) it returns
 // what was generated so far and the error.
-func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error) {
+func (m *Model) TryGenerate(prompt any, n int, opts ...GenerateOption) (Generated, error) {
 	if err := m.lock(); err != nil {
 		return Generated{Stop: engine.StopError}, err
 	}
 	defer m.mu.Unlock()
-	s := m.settings(opts)
-	if len(s.prefillOnly) > 0 {
-		return Generated{Stop: engine.StopError}, fmt.Errorf("nb: Generate has no use for %s: it captures nothing and computes only the last position's logits (Prefill the generated text to look inside)", strings.Join(slices.Compact(slices.Sorted(slices.Values(s.prefillOnly))), ", "))
-	}
+	s := m.generateSettings(opts)
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		return Generated{Stop: engine.StopError}, err
@@ -717,20 +742,17 @@ type Steps struct {
 // model's next prefill (or Start) ends it: the steps share its buffers.
 // Without Capture it captures every point (of the Layers given). It panics
 // with the error.
-func (m *Model) Start(prompt any, opts ...Option) *Steps {
+func (m *Model) Start(prompt any, opts ...PrefillOption) *Steps {
 	return Must(m.TryStart(prompt, opts...))
 }
 
 // TryStart is Start returning the error.
-func (m *Model) TryStart(prompt any, opts ...Option) (*Steps, error) {
+func (m *Model) TryStart(prompt any, opts ...PrefillOption) (*Steps, error) {
 	if err := m.lock(); err != nil {
 		return nil, err
 	}
 	defer m.mu.Unlock()
-	s := m.settings(opts)
-	if err := s.forPrefill(); err != nil {
-		return nil, err
-	}
+	s := m.prefillSettings(opts)
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		return nil, err

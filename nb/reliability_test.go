@@ -67,7 +67,7 @@ func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
 
 			refused := []struct {
 				prompt any
-				opts   []nb.Option
+				opts   []nb.PrefillOption
 				want   string
 			}{
 				{[]int32{}, nil, "the prompt is empty"},
@@ -76,7 +76,7 @@ func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
 				{strings.Repeat("once upon a time ", c.Context), nil, fmt.Sprintf("which exceed the KV cache of %d positions (the model's context is %d tokens)", c.Context, c.Context)},
 				{[]int{1<<32 + 5}, nil, fmt.Sprintf("token 4294967301 at index 0 is outside the vocabulary of %d", c.Vocab)},
 				{[]int{int(bos), -1 << 40}, nil, "token -1099511627776 at index 1 is outside the vocabulary"},
-				{"x", []nb.Option{nb.Capture("blocks.*.no_such_hook")}, "matches no capture point"},
+				{"x", []nb.PrefillOption{nb.Capture("blocks.*.no_such_hook")}, "matches no capture point"},
 				{3.5, nil, "a prompt is a string or token ids"},
 			}
 			for _, r := range refused {

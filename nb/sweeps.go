@@ -36,7 +36,7 @@ func (a Ablation) String() string {
 // Bottom(k) are the heads a logit difference needs most, and Top(k) those a
 // loss needs most. opts go to every prefill (a loss metric needs
 // AllLogits()).
-func (m *Model) AblateHeads(prompt any, metric func(*trace.Trace) float64, how Ablation, opts ...Option) trace.Scores {
+func (m *Model) AblateHeads(prompt any, metric func(*trace.Trace) float64, how Ablation, opts ...PrefillOption) trace.Scores {
 	m.ready()
 	m.checkSweep("AblateHeads", metric, opts)
 	var ablate func(layer, head int) engine.Hook
@@ -110,11 +110,11 @@ func layerPos(l, p int) string  { return fmt.Sprintf("layer %d, position %d", l,
 // checkSweep refuses a missing metric and options that would make a
 // sweep's runs wrong: each run starts over, and the sweep covers every
 // layer.
-func (m *Model) checkSweep(name string, metric func(*trace.Trace) float64, opts []Option) {
+func (m *Model) checkSweep(name string, metric func(*trace.Trace) float64, opts []PrefillOption) {
 	if metric == nil {
 		panic(fmt.Errorf("nb.%s: the metric is nil: give a function of a trace, such as m.LogitDiff(good, bad) or m.MeanLoss(0)", name))
 	}
-	s := m.settings(opts)
+	s := m.prefillSettings(opts)
 	if s.cont {
 		panic(fmt.Errorf("nb.%s: Continue() would append each of the sweep's runs to the one before; a sweep starts every run over, so leave it out", name))
 	}
@@ -125,7 +125,7 @@ func (m *Model) checkSweep(name string, metric func(*trace.Trace) float64, opts 
 
 // score runs a prefill, applies metric and closes the trace: a sweep's
 // hundreds of prefills do not hold device memory until they are collected.
-func (m *Model) score(metric func(*trace.Trace) float64, prompt any, opts ...Option) float64 {
+func (m *Model) score(metric func(*trace.Trace) float64, prompt any, opts ...PrefillOption) float64 {
 	tr := m.Prefill(prompt, opts...)
 	defer tr.Close()
 	return metric(tr)
@@ -165,7 +165,7 @@ func (p *Patching) Normalized() trace.Scores {
 // patchSource checks that the prompts have the same length and returns
 // the corrupted ids and the clean run's trace with capture, the patches'
 // source; name is the sweep's, for the error.
-func (m *Model) patchSource(name string, clean, corrupt any, capture string, opts []Option) ([]int32, *trace.Trace) {
+func (m *Model) patchSource(name string, clean, corrupt any, capture string, opts []PrefillOption) ([]int32, *trace.Trace) {
 	c := Must(m.tokens(clean))
 	x := Must(m.tokens(corrupt))
 	if len(c) != len(x) {
@@ -175,7 +175,7 @@ func (m *Model) patchSource(name string, clean, corrupt any, capture string, opt
 }
 
 // baselines is patchSource and both prompts' metrics, unpatched.
-func (m *Model) baselines(name string, clean, corrupt any, metric func(*trace.Trace) float64, capture string, opts []Option) ([]int32, *trace.Trace, *Patching) {
+func (m *Model) baselines(name string, clean, corrupt any, metric func(*trace.Trace) float64, capture string, opts []PrefillOption) ([]int32, *trace.Trace, *Patching) {
 	x, src := m.patchSource(name, clean, corrupt, capture, opts)
 	p := &Patching{Clean: metric(src), Corrupt: m.score(metric, x, opts...)}
 	const follows = "so the result cannot be normalised"
@@ -188,7 +188,7 @@ func (m *Model) baselines(name string, clean, corrupt any, metric func(*trace.Tr
 // runs the corrupted prompt with that head's hook_z, at every position,
 // taken from the clean run, and records metric: Patched is [layer][head].
 // Both prompts must have the same number of tokens; opts go to every prefill.
-func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
+func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64, opts ...PrefillOption) *Patching {
 	m.ready()
 	m.checkSweep("PatchHeads", metric, opts)
 	ids, src, p := m.baselines("PatchHeads", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
@@ -211,7 +211,7 @@ func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64
 // layer by layer (row layer*Heads+head, labelled by viz.LayerHeadLabels),
 // and a column per position. Both prompts must have the same number of
 // tokens; opts go to every prefill.
-func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
+func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace) float64, opts ...PrefillOption) *Patching {
 	m.ready()
 	m.checkSweep("PatchHeadPositions", metric, opts)
 	ids, src, p := m.baselines("PatchHeadPositions", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
