@@ -158,16 +158,16 @@ func (m *Model) Config() model.Config {
 
 // Close releases the model: its session's KV cache, its backends' device
 // memory and the model file's mapping. Every later call is an error; a
-// call in progress ends first. Closing twice does nothing.
+// call in progress ends first. Closing twice, or a nil model, does nothing;
+// a hook's Host function closing the model that runs it is an error.
 func (m *Model) Close() error {
-	if m == nil {
-		return nil
+	if err := m.lock(); err != nil {
+		if err == errNilModel || err == errClosedModel {
+			return nil
+		}
+		return err // called from a hook's Host function
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.eng == nil {
-		return nil
-	}
 	if m.sess != nil {
 		m.sess.Close()
 		m.sess = nil
@@ -513,8 +513,8 @@ func (m *Model) Tokens(prompt any) []int32 {
 }
 
 // ToString decodes ids to the text they stand for (TransformerLens's
-// to_string): the inverse of Tokens, but for the BOS, which decodes to
-// nothing.
+// to_string), as llama.cpp does with special tokens not rendered: the BOS
+// and other control tokens give nothing, so ToString(Tokens(text)) is text.
 func (m *Model) ToString(ids []int32) string {
 	m.ready()
 	for i, id := range ids {
