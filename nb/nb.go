@@ -83,6 +83,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/backends"
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/model"
@@ -173,8 +174,12 @@ func (m *Model) Close() error {
 		m.sess = nil
 	}
 	var errs []error
+	var closed []backend.Backend // tiers may share a backend
 	for _, b := range m.eng.Tiers() {
-		errs = append(errs, b.Close())
+		if !slices.Contains(closed, b) {
+			closed = append(closed, b)
+			errs = append(errs, b.Close())
+		}
 	}
 	errs = append(errs, m.eng.Model.Close())
 	m.eng = nil

@@ -34,6 +34,7 @@ func TestOpenWithAPlacementSplitsTheModel(t *testing.T) {
 	require.Equal(t, whole.Prefill(prompt, nb.Capture("*")).Tensor("logits").Data, stepped.Tensor("logits").Data)
 	require.Equal(t, whole.Generate(prompt, 12), split.Generate(prompt, 12))
 
+	require.NoError(t, split.Close(), "each tier's backend closed once")
 	_, err := nb.TryOpen("", nb.Backend("cpu"), nb.Placement(fmt.Sprintf("0:0-%d", L)))
 	require.EqualError(t, err, fmt.Sprintf("nb: placement \"0:0-%d\": layer %d is beyond the model, which has %d layers (0 to %d)", L, L, L, L-1))
 }
