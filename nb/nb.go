@@ -159,8 +159,11 @@ func (m *Model) Config() model.Config {
 
 // Close releases the model: its session's KV cache, its backends' device
 // memory and the model file's mapping. Every later call is an error; a
-// call in progress ends first. Closing twice, or a nil model, does nothing;
-// a hook's Host function closing the model that runs it is an error.
+// prefill or generation in progress ends first, but a call reading weights
+// on the host (Unembed, WE, HeadWeights, CopyingScores, the DLA family)
+// does not hold the model: close it only once such calls are done.
+// Closing twice, or a nil model, does nothing; a hook's Host function
+// closing the model that runs it is an error.
 func (m *Model) Close() error {
 	if err := m.lock(); err != nil {
 		if err == errNilModel || err == errClosedModel {
