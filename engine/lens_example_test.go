@@ -7,9 +7,9 @@ import (
 )
 
 func ExampleEngine_TokenLens() {
-	m := nb.MustOpen("", "cpu")
+	m := nb.Open("", nb.Backend("cpu"))
 	tr := m.Prefill("if err != nil {\n\treturn", nb.Capture("blocks.*.hook_resid_post"))
-	lens, err := m.Engine.TokenLens(tr, m.Token(" err"))
+	lens, err := m.Engine().TokenLens(tr, m.Token(" err"))
 	if err != nil {
 		panic(err)
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/stratalab/strata/trace"
 )
 
-// Must returns v, or panics with err: for trace calls in notebook cells,
-// e.g. nb.Must(tr.Pattern(3, 0)).
+// Must returns v, or panics with err: for the calls of trace and viz,
+// which return errors, in notebook cells, e.g. nb.Must(tr.Pattern(3, 0)).
 func Must[T any](v T, err error) T {
 	if err != nil {
 		panic(err)
@@ -35,23 +35,36 @@ const (
 
 // Loss runs the prompt with logits at every position and returns the
 // per-token cross-entropy loss: element i is the loss of predicting token
-// i+1 at position i (len(tokens)-1 values).
-func (m *Model) Loss(prompt any) []float64 {
+// i+1 at position i (len(tokens)-1 values). opts go to the prefill (Fast,
+// Hooks, Context).
+func (m *Model) Loss(prompt any, opts ...PrefillOption) []float64 {
 	m.ready()
-	return Must(m.Prefill(prompt, AllLogits()).TokenLoss())
+	tr := m.Prefill(prompt, append(opts[:len(opts):len(opts)], AllLogits())...)
+	defer tr.Close()
+	return Must(tr.TokenLoss())
 }
 
 // MeanLoss is a metric for sweeps: the mean per-token loss from position
-// from on. The prefills it scores need nb.AllLogits().
-func MeanLoss(from int) func(*trace.Trace) float64 {
-	return func(tr *trace.Trace) float64 { return Must(tr.MeanLoss(from)) }
+// from on (negative counts from the end). The prefills it scores need
+// nb.AllLogits().
+func (m *Model) MeanLoss(from int) func(*trace.Trace) float64 {
+	m.ready()
+	return func(tr *trace.Trace) float64 {
+		m.owns("MeanLoss", tr)
+		if from < 0 {
+			from += len(tr.Tokens)
+		}
+		return Must(tr.MeanLoss(from))
+	}
 }
 
 // HeadScores runs prompt capturing every attention pattern and scores every
-// head: nb.Induction (on m.RepeatedRandom), nb.PrevToken or nb.DuplicateToken.
-func (m *Model) HeadScores(prompt any, kind trace.HeadKind) trace.Scores {
+// head: nb.Induction (on m.RepeatedRandom), nb.PrevToken or
+// nb.DuplicateToken. opts go to the prefill.
+func (m *Model) HeadScores(prompt any, kind trace.HeadKind, opts ...PrefillOption) trace.Scores {
 	m.ready()
-	tr := m.Prefill(prompt, Capture("blocks.*.attn.hook_pattern"))
+	tr := m.Prefill(prompt, append(opts[:len(opts):len(opts)], Capture("blocks.*.attn.hook_pattern"))...)
+	defer tr.Close()
 	return Must(trace.HeadScores(tr, kind))
 }
 
@@ -71,8 +84,8 @@ func (m *Model) Token(token any) int32 {
 // tokenID is Token's id, or why there is none.
 func (m *Model) tokenID(token any) (int32, error) {
 	inVocab := func(id int) (int32, error) {
-		if id < 0 || id >= m.Model.Vocab {
-			return 0, fmt.Errorf("token %d is outside the vocabulary of %d", id, m.Model.Vocab)
+		if id < 0 || id >= m.eng.Model.Vocab {
+			return 0, fmt.Errorf("token %d is outside the vocabulary of %d", id, m.eng.Model.Vocab)
 		}
 		return int32(id), nil
 	}
@@ -123,7 +136,7 @@ func (m *Model) singleTokenAsTyped(text string) (int32, error) {
 	if len(asPrompt) == 1 {
 		return asPrompt[0], nil
 	}
-	within, err := m.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+	within, err := m.eng.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
 	if err != nil {
 		return 0, err
 	}
@@ -196,7 +209,7 @@ func displayHint(text string) string {
 func (m *Model) Unembed(token any) []float32 {
 	m.ready()
 	id := m.Token(token)
-	return m.decode("Unembed", m.Model.Output, int(id), int(id)+1)
+	return m.decode("Unembed", m.eng.Model.Output, int(id), int(id)+1)
 }
 
 // LogitDirection is Unembed(good) - Unembed(bad): dotted with a stack, the
@@ -214,7 +227,7 @@ func (m *Model) LogitDirection(good, bad any) []float32 {
 // in the model file's mapping: a file changed on disk is an error, as the
 // engine's, never a fault that kills the notebook's kernel (SIGBUS).
 func (m *Model) decode(what string, w *model.Weight, lo, hi int) []float32 {
-	if err := m.Model.File.Changed(); err != nil {
+	if err := m.eng.Model.File.Changed(); err != nil {
 		panic(fmt.Errorf("nb.%s: %w", what, err))
 	}
 	rowBytes := w.Cols / w.Format.BlockSize * w.Format.BlockBytes
@@ -237,10 +250,10 @@ func (m *Model) decode(what string, w *model.Weight, lo, hi int) []float32 {
 // captured hook_z and the layer's W_O, computed on the host.
 func (m *Model) HeadResults(tr *trace.Trace, layer int) *trace.Tensor {
 	m.owns("HeadResults", tr)
-	if layer < 0 || layer >= m.Model.Layers {
-		panic(fmt.Errorf("nb.HeadResults: layer %d: the model has %d", layer, m.Model.Layers))
+	if layer < 0 || layer >= m.eng.Model.Layers {
+		panic(fmt.Errorf("nb.HeadResults: layer %d: the model has %d", layer, m.eng.Model.Layers))
 	}
-	o := m.Model.Blocks[layer].O
+	o := m.eng.Model.Blocks[layer].O
 	return Must(tr.HeadResults(layer, m.decode("HeadResults", o, 0, o.Rows)))
 }
 
@@ -248,7 +261,7 @@ func (m *Model) HeadResults(tr *trace.Trace, layer int) *trace.Tensor {
 // read: the embeddings (token, and position where the model learns them),
 // every attention and MLP output, every hook_z (for heads) and every
 // resid_post (the final one sets the norm's scale).
-func CaptureDLA() Option {
+func CaptureDLA() PrefillOnly {
 	return Capture("hook_*embed", "blocks.*.hook_attn_out", "blocks.*.hook_mlp_out", "blocks.*.attn.hook_z", "blocks.*.hook_resid_post")
 }
 
@@ -258,12 +271,12 @@ func CaptureDLA() Option {
 // ApplyFinalLayerNorm (which centres each component) for a LayerNorm.
 func (m *Model) FinalNorm(tr *trace.Trace, s *trace.Stack) *trace.Stack {
 	m.owns("FinalNorm", tr)
-	final, err := tr.Resid(m.Model.Layers)
+	final, err := tr.Resid(m.eng.Model.Layers)
 	final = needsDLA("FinalNorm", final, err)
-	if m.Model.Norm == model.NormLayer {
-		return Must(s.ApplyFinalLayerNorm(final, m.Model.OutNorm, m.Model.NormEps))
+	if m.eng.Model.Norm == model.NormLayer {
+		return Must(s.ApplyFinalLayerNorm(final, m.eng.Model.OutNorm, m.eng.Model.NormEps))
 	}
-	return Must(s.ApplyFinalNorm(final, m.Model.OutNorm, m.Model.NormEps))
+	return Must(s.ApplyFinalNorm(final, m.eng.Model.OutNorm, m.eng.Model.NormEps))
 }
 
 // needsDLA is Must for the residual stacks, whose missing-capture error
@@ -304,9 +317,9 @@ func (m *Model) DecomposeResid(tr *trace.Trace, applyLN bool) *trace.Stack {
 // every head's output, labelled "L0H0", ...
 func (m *Model) StackHeadResults(tr *trace.Trace, applyLN bool) *trace.Stack {
 	m.owns("StackHeadResults", tr)
-	wO := make([][]float32, m.Model.Layers)
+	wO := make([][]float32, m.eng.Model.Layers)
 	for l := range wO {
-		o := m.Model.Blocks[l].O
+		o := m.eng.Model.Blocks[l].O
 		wO[l] = m.decode("StackHeadResults", o, 0, o.Rows)
 	}
 	s, err := tr.StackHeadResults(wO)
@@ -347,8 +360,8 @@ func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
 func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 	m.owns("HeadDLA", tr)
 	v := Must(m.StackHeadResults(tr, true).Dot(dir, pos))
-	h := m.Model.Heads
-	out := make(trace.Scores, m.Model.Layers)
+	h := m.eng.Model.Heads
+	out := make(trace.Scores, m.eng.Model.Layers)
 	for l := range out {
 		out[l] = v[l*h : (l+1)*h]
 	}
@@ -358,7 +371,7 @@ func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 // CaptureNeuronDLA captures what NeuronDLA reads: every layer's MLP
 // activations (mlp.hook_post, what W_out multiplies) and resid_post (the
 // final one sets the norm's scale).
-func CaptureNeuronDLA() Option {
+func CaptureNeuronDLA() PrefillOnly {
 	return Capture("blocks.*.mlp.hook_post", "blocks.*.hook_resid_post")
 }
 
@@ -373,7 +386,7 @@ func CaptureNeuronDLA() Option {
 // refused. The trace needs CaptureNeuronDLA().
 func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores {
 	m.owns("NeuronDLA", tr)
-	c := &m.Model.Config
+	c := &m.eng.Model.Config
 	switch {
 	case c.MoE():
 		panic(errors.New("nb.NeuronDLA: the model's MLPs are mixtures of experts: each token's neurons are its experts', with no one W_out to attribute through"))
@@ -403,7 +416,7 @@ func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores 
 	}
 	for i, xi := range x {
 		ss += (float64(xi) - mean) * (float64(xi) - mean)
-		v[i] = float64(m.Model.OutNorm[i]) * float64(dir[i])
+		v[i] = float64(m.eng.Model.OutNorm[i]) * float64(dir[i])
 	}
 	if c.Norm == model.NormLayer { // centring x is centring v, its dual
 		floats.AddConst(-floats.Sum(v)/float64(c.DModel), v)
@@ -411,8 +424,8 @@ func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores 
 	floats.Scale(1/math.Sqrt(ss/float64(c.DModel)+float64(c.NormEps)), v)
 	out := make(NeuronScores, c.Layers)
 	for l := range out {
-		post := needsNeuronDLA(tr.Rows(trace.LayerPoint(l, trace.MLPPost), pos, pos+1))
-		down := m.Model.Blocks[l].Down // [d_model rows, ffn columns]
+		post := needsNeuronDLA(tr.Rows(trace.LayerPoint(l, "mlp.hook_post"), pos, pos+1))
+		down := m.eng.Model.Blocks[l].Down // [d_model rows, ffn columns]
 		out[l] = make([]float64, down.Cols)
 		// W_out^T v, decoded a block of rows at a time: a large model's
 		// whole W_out is half a gigabyte of float32s a layer.
@@ -482,7 +495,7 @@ func neuronList(h trace.HeadList) NeuronList {
 // layer's resid_post (Capture("blocks.*.hook_resid_post")).
 func (m *Model) TokenLens(tr *trace.Trace, token any) *trace.TokenLens {
 	m.owns("TokenLens", tr)
-	return Must(m.Engine.TokenLens(tr, m.Token(token)))
+	return Must(m.eng.TokenLens(tr, m.Token(token)))
 }
 
 // LensTop is the logit lens at one position with the k tokens each layer
@@ -492,28 +505,28 @@ func (m *Model) TokenLens(tr *trace.Trace, token any) *trace.TokenLens {
 // model.unembed(ln_final(resid)) per layer. The trace needs every layer's
 // resid_post (Capture("blocks.*.hook_resid_post")); pos counts from the
 // end when negative.
-func (m *Model) LensTop(tr *trace.Trace, pos, k int) LensTop {
+func (m *Model) LensTop(tr *trace.Trace, pos, k int) LensRanking {
 	m.owns("LensTop", tr)
 	if k < 1 {
 		panic(fmt.Errorf("nb.LensTop: k is %d; want at least 1", k))
 	}
-	rows, err := m.Engine.LensLogits(tr, pos)
+	rows, err := m.eng.LensLogits(tr, pos)
 	if err != nil {
 		panic(fmt.Errorf("nb.LensTop: %w", err))
 	}
 	if pos < 0 {
 		pos += len(tr.Tokens)
 	}
-	out := LensTop{Position: pos, Pos0: tr.Pos0, Token: m.Pieces(tr.Tokens[pos : pos+1])[0]}
+	out := LensRanking{Position: pos, Pos0: tr.Pos0, Token: m.Pieces(tr.Tokens[pos : pos+1])[0]}
 	for _, logits := range rows {
 		out.Layers = append(out.Layers, m.ranked(trace.TopOf(logits, len(logits)), k))
 	}
 	return out
 }
 
-// LensTop is what LensTop returns: Layers[l] are the top tokens after
+// LensRanking is what LensTop returns: Layers[l] are the top tokens after
 // layer l, highest first.
-type LensTop struct {
+type LensRanking struct {
 	Position int    // the trace's row, as LensTop took it (from 0)
 	Pos0     int    // the trace's first row's position in the KV cache
 	Token    string // the token there, whose successor is predicted
@@ -521,7 +534,7 @@ type LensTop struct {
 }
 
 // String lays the lens out a layer a line.
-func (l LensTop) String() string {
+func (l LensRanking) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "logit lens at position %d", l.Position)
 	if l.Pos0 > 0 {
@@ -541,19 +554,21 @@ func (l LensTop) String() string {
 // SteeringVector is the difference of the residual stream entering layer
 // (resid_pre) at position pos between prompts a and b (negative pos counts
 // from each prompt's end): adding it steers toward a, away from b. Use it
-// with Steer, or engine.AddVector at trace.LayerPoint(layer, trace.ResidPre).
-func (m *Model) SteeringVector(a, b string, layer, pos int) []float32 {
+// with Steer, or engine.AddVector at trace.LayerPoint(layer, "hook_resid_pre").
+// opts go to both prefills.
+func (m *Model) SteeringVector(a, b any, layer, pos int, opts ...PrefillOption) []float32 {
 	m.ready()
-	row := func(prompt string) []float32 {
-		name := trace.LayerPoint(layer, trace.ResidPre)
-		tr := m.Prefill(prompt, Capture(name))
+	row := func(prompt any) []float32 {
+		name := trace.LayerPoint(layer, "hook_resid_pre")
+		tr := m.Prefill(prompt, append(opts[:len(opts):len(opts)], Capture(name))...)
+		defer tr.Close()
 		r := Must(tr.Point(name))
 		p := pos
 		if p < 0 {
 			p += r.Rows
 		}
 		if p < 0 || p >= r.Rows {
-			panic(fmt.Errorf("nb.SteeringVector: position %d is outside %q's %d tokens", pos, prompt, r.Rows))
+			panic(fmt.Errorf("nb.SteeringVector: position %d is outside %s's %d tokens", pos, describe(prompt), r.Rows))
 		}
 		return r.Row(p)
 	}
@@ -565,12 +580,13 @@ func (m *Model) SteeringVector(a, b string, layer, pos int) []float32 {
 }
 
 // Steer adds alpha*vec to the residual stream entering layer, at the
-// given positions of the prefill (every position when none are given; -1 is
-// the last): the use SteeringVector's result is made for. In a generation, the positions
-// given are the prompt's; with none, the generated tokens are steered too.
+// given positions of the prefill (every position when none are given;
+// negative ones count from the end): the use SteeringVector's result is
+// made for. In a generation, the positions given are the prompt's; with
+// none, the generated tokens are steered too.
 func Steer(layer int, vec []float32, alpha float32, positions ...int) Option {
 	return func(s *settings) {
-		s.o.Hooks = append(s.o.Hooks, engine.AddVector(trace.LayerPoint(layer, trace.ResidPre), vec, alpha, positions))
+		s.o.Hooks = append(s.o.Hooks, engine.AddVector(trace.LayerPoint(layer, "hook_resid_pre"), vec, alpha, positions))
 		if positions != nil {
 			s.promptOnly = append(s.promptOnly, len(s.o.Hooks)-1)
 		}
@@ -590,4 +606,12 @@ func (m *Model) Position(prompt any, piece string) int {
 		}
 	}
 	panic(fmt.Errorf("nb.Position: no token of the prompt is %q; its pieces are %s%s", piece, quotePieces(pieces), displayHint(piece)))
+}
+
+// describe names a prompt in an error: text quoted, ids by their count.
+func describe(prompt any) string {
+	if text, ok := prompt.(string); ok {
+		return fmt.Sprintf("%q", text)
+	}
+	return fmt.Sprintf("the prompt of %T", prompt)
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // cpu is the default model on the CPU backend, opened once for the examples.
-var cpu = sync.OnceValue(func() *nb.Model { return nb.MustOpen("", "cpu") })
+var cpu = sync.OnceValue(func() *nb.Model { return nb.Open("", nb.Backend("cpu")) })
 
 func ExampleModel_Loss() {
 	m := cpu()
@@ -20,11 +20,11 @@ func ExampleModel_Loss() {
 	// 9 losses; predicting "err" after "return": 1.66
 }
 
-func ExampleMeanLoss() {
+func ExampleModel_MeanLoss() {
 	m := cpu()
 	tr := m.Prefill(m.RepeatedRandom(20, 1), nb.AllLogits()) // BOS, then 20 random tokens twice
 	// loss[i] is the loss of predicting token i+1: from 20 on, the second copy.
-	fmt.Printf("whole prompt %.1f, second copy %.1f\n", nb.MeanLoss(0)(tr), nb.MeanLoss(20)(tr))
+	fmt.Printf("whole prompt %.1f, second copy %.1f\n", m.MeanLoss(0)(tr), m.MeanLoss(20)(tr))
 	// Output:
 	// whole prompt 12.9, second copy 10.7
 }
@@ -155,7 +155,7 @@ func ExampleModel_SteeringVector() {
 func ExampleModel_AblateHeads() {
 	m := cpu()
 	prompt := "func add(a, b int) int {\n\treturn a + b\n"
-	change := m.AblateHeads(prompt, nb.ZeroAblation, m.LogitDiff("}", ")"))
+	change := m.AblateHeads(prompt, m.LogitDiff("}", ")"), nb.ZeroAblation)
 	fmt.Println(change.Ranked()[len(change.Ranked())-1], "hurts the most")
 	// Output:
 	// L1H2 -3.032 hurts the most
@@ -170,20 +170,6 @@ func ExampleModel_PatchHeads() {
 	// Output:
 	// clean -1.77, corrupt -2.36
 	// layer 0: [-0.34 0.15 -0.26 0.48 -0.27 -0.25 -0.12 0.15]
-}
-
-func ExampleModel_PatchResidNormalized() {
-	m := cpu()
-	res := m.PatchResidNormalized("x := a + b", "x := a - b", m.LogitDiff(" b", " c"))
-	// Layer 0 is the embedding: only the token that differs matters.
-	fmt.Printf("%.2f\n", plusZero(res[0]))
-	// Output:
-	// [0.00 0.00 0.00 0.00 1.00 0.00]
-}
-
-func ExampleNormalize() {
-	fmt.Println(nb.Normalize([][]float64{{1, 2, 3}}, 3, 1))
-	// Output: [[0 0.5 1]]
 }
 
 func ExamplePatchHead() {
@@ -250,11 +236,14 @@ func ExampleModel_PatchResid() {
 	m := cpu()
 	metric := m.LogitDiff(" b", " c")
 	res := m.PatchResid("x := a + b", "x := a - b", metric) // [layer][position]
-	fmt.Printf("clean %.2f, corrupt %.2f\n", metric(m.Prefill("x := a + b")), metric(m.Prefill("x := a - b")))
-	fmt.Printf("position 4 (the token that differs) patched at layer 0: %.2f, at layer 3: %.2f\n", res[0][4], res[3][4])
+	fmt.Printf("clean %.2f, corrupt %.2f\n", res.Clean, res.Corrupt)
+	fmt.Printf("position 4 (the token that differs) patched at layer 0: %.2f, at layer 3: %.2f\n", res.Patched[0][4], res.Patched[3][4])
+	// Layer 0 is the embedding: only the token that differs matters.
+	fmt.Printf("%.2f\n", plusZero(res.Normalized()[0]))
 	// Output:
 	// clean -0.15, corrupt 0.80
 	// position 4 (the token that differs) patched at layer 0: -0.15, at layer 3: -0.42
+	// [0.00 0.00 0.00 0.00 1.00 0.00]
 }
 
 func ExampleModel_Unembed() {
@@ -310,7 +299,7 @@ func ExampleModel_StackHeadResults() {
 func ExampleModel_CompositionScores() {
 	m := cpu()
 	// Which earlier heads' outputs the induction head L3H0 reads with its keys.
-	fmt.Println(m.CompositionScores(nb.KComposition, 3, 0).Top(2))
+	fmt.Println(m.CompositionScores(3, 0, nb.KComposition).Top(2))
 	// Output:
 	// L2H3 0.197, L2H2 0.187
 }
@@ -335,7 +324,7 @@ func ExampleModel_TestPrompt() {
 func ExampleSample() {
 	m := cpu()
 	draw := func(seed uint64) string {
-		return m.Generate("func main() {", 6, nb.Sample(engine.Sampler{Temperature: 0.8, TopP: 0.95, Seed: seed}))
+		return m.Generate("func main() {", 6, nb.Sample(engine.Sampler{Temperature: 0.8, TopP: 0.95, Seed: seed})).Text
 	}
 	fmt.Println(draw(1) == draw(1), draw(1) == draw(2))
 	// Output:

@@ -17,7 +17,7 @@ import (
 )
 
 func cpuModel(t *testing.T) *nb.Model {
-	m, err := nb.Open("", "cpu")
+	m, err := nb.TryOpen("", nb.Backend("cpu"))
 	require.NoError(t, err)
 	return m
 }
@@ -48,7 +48,7 @@ func TestLossIsTheNextTokensCrossEntropy(t *testing.T) {
 		// Same logits (a deterministic CPU run), float64 either side.
 		require.InDelta(t, want, loss[i], 1e-9, "position %d", i)
 	}
-	require.InDelta(t, mean(loss[3:]), nb.MeanLoss(3)(tr), 1e-12)
+	require.InDelta(t, mean(loss[3:]), m.MeanLoss(3)(tr), 1e-12)
 	// A trained model predicts "return nil\n}" better than chance (ln 2048 = 7.6).
 	require.Less(t, mean(loss), 7.6)
 }
@@ -66,7 +66,7 @@ func TestHeadScoresAreNotebook02sLoop(t *testing.T) {
 	seq := m.RepeatedRandom(20, 7)
 	got := m.HeadScores(seq, nb.Induction)
 	tr := m.Prefill(seq, nb.Capture("blocks.*.attn.hook_pattern"))
-	for l := range m.Model.Layers {
+	for l := range m.Config().Layers {
 		want, err := trace.InductionScores(tr.Tensor(trace.LayerPoint(l, "attn.hook_pattern")), 20)
 		require.NoError(t, err)
 		require.Equal(t, want, got[l])
@@ -82,11 +82,11 @@ func TestAblateHeadsIsTheHookByHand(t *testing.T) {
 	metric := m.LogitDiff("}", ")")
 	require.Equal(t, "zero ablation, mean ablation, Ablation(7)", fmt.Sprintf("%v, %v, %v", nb.ZeroAblation, nb.MeanAblation, nb.Ablation(7)))
 	for _, how := range []nb.Ablation{nb.ZeroAblation, nb.MeanAblation} {
-		got := m.AblateHeads(prompt, how, metric)
-		require.Len(t, got, m.Model.Layers)
+		got := m.AblateHeads(prompt, metric, how)
+		require.Len(t, got, m.Config().Layers)
 		base := metric(m.Prefill(prompt))
-		for l := range m.Model.Layers {
-			for h := range m.Model.Heads {
+		for l := range m.Config().Layers {
+			for h := range m.Config().Heads {
 				hook := engine.AblateHead(l, h)
 				if how == nb.MeanAblation {
 					hook = engine.MeanAblateHead(l, h)
@@ -97,9 +97,9 @@ func TestAblateHeadsIsTheHookByHand(t *testing.T) {
 		}
 	}
 	// A loss metric with every position's logits.
-	loss := m.AblateHeads(prompt, nb.ZeroAblation, nb.MeanLoss(0), nb.AllLogits())
+	loss := m.AblateHeads(prompt, m.MeanLoss(0), nb.ZeroAblation, nb.AllLogits())
 	want := m.Prefill(prompt, nb.AllLogits(), nb.Hooks(engine.AblateHead(1, 0)))
-	require.InDelta(t, nb.MeanLoss(0)(want)-mean(m.Loss(prompt)), loss[1][0], 1e-9)
+	require.InDelta(t, m.MeanLoss(0)(want)-mean(m.Loss(prompt)), loss[1][0], 1e-9)
 }
 
 // Patching a head equals copying the clean run's hook_z for that head in a
@@ -112,10 +112,10 @@ func TestPatchHeadsIsAHostCopyOfTheCleanHead(t *testing.T) {
 	require.Equal(t, metric(m.Prefill(clean)), p.Clean)
 	require.Equal(t, metric(m.Prefill(corrupt)), p.Corrupt)
 	src := m.Prefill(clean, nb.Capture("blocks.*.attn.hook_z"))
-	for l := range m.Model.Layers {
-		for h := range m.Model.Heads {
+	for l := range m.Config().Layers {
+		for h := range m.Config().Heads {
 			z := src.Tensor(trace.LayerPoint(l, "attn.hook_z"))
-			hd := m.Model.HeadDim
+			hd := m.Config().HeadDim
 			host := engine.Hook{Point: trace.LayerPoint(l, "attn.hook_z"), Host: func(_ string, shape []int, data []float32) error {
 				for p := range shape[0] {
 					o := (p*shape[1] + h) * hd
@@ -134,10 +134,13 @@ func TestPatchHeadsIsAHostCopyOfTheCleanHead(t *testing.T) {
 			require.InDelta(t, (p.Patched[l][h]-p.Corrupt)/(p.Clean-p.Corrupt), n[l][h], 1e-12)
 		}
 	}
-	require.Panics(t, func() { nb.Normalize(n, 1, 1) })
-	require.PanicsWithError(t, "nb.Normalize: the clean metric is NaN and the corrupted 1: every cell would be NaN; the model or the metric went non-finite (a trace with nb.Capture(\"*\") names the first point that did)",
-		func() { nb.Normalize(n, math.NaN(), 1) })
-	require.Panics(t, func() { nb.Normalize(n, math.Inf(1), 1) })
+	normalize := func(clean, corrupt float64) func() {
+		return func() { (&nb.Patching{Patched: p.Patched, Clean: clean, Corrupt: corrupt}).Normalized() }
+	}
+	require.PanicsWithError(t, "nb.Patching.Normalized: the clean and corrupted metric are both 1; nothing to normalise by", normalize(1, 1))
+	require.PanicsWithError(t, "nb.Patching.Normalized: the clean metric is NaN and the corrupted 1: every cell would be NaN; the model or the metric went non-finite (a trace with nb.Capture(\"*\") names the first point that did)",
+		normalize(math.NaN(), 1))
+	require.Panics(t, normalize(math.Inf(1), 1))
 	require.Panics(t, func() { m.PatchHeads("a", "a b c", metric) })
 }
 
@@ -149,10 +152,10 @@ func TestPatchHeadPositionsIsAHostCopyOfTheCleanHeadAtAPosition(t *testing.T) {
 	metric := m.LogitDiff("+", "-")
 	p := m.PatchHeadPositions(clean, corrupt, metric)
 	src := m.Prefill(clean, nb.Capture("blocks.*.attn.hook_z"))
-	n, heads, hd := len(m.Tokens(corrupt)), m.Model.Heads, m.Model.HeadDim
-	require.Len(t, p.Patched, m.Model.Layers*heads)
+	n, heads, hd := len(m.Tokens(corrupt)), m.Config().Heads, m.Config().HeadDim
+	require.Len(t, p.Patched, m.Config().Layers*heads)
 	require.Equal(t, metric(m.Prefill(corrupt)), p.Corrupt)
-	for _, l := range []int{0, m.Model.Layers - 1} {
+	for _, l := range []int{0, m.Config().Layers - 1} {
 		z := src.Tensor(trace.LayerPoint(l, "attn.hook_z"))
 		for _, h := range []int{0, heads - 1} {
 			require.Len(t, p.Patched[l*heads+h], n)
@@ -167,8 +170,8 @@ func TestPatchHeadPositionsIsAHostCopyOfTheCleanHeadAtAPosition(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, "L1H0", viz.LayerHeadLabels(m.Model.Layers, heads)[heads])
-	_, err := m.Try(corrupt, nb.Hooks(nb.PatchHead(0, 0, src, n)))
+	require.Equal(t, "L1H0", viz.LayerHeadLabels(m.Config().Layers, heads)[heads])
+	_, err := m.TryPrefill(corrupt, nb.Hooks(nb.PatchHead(0, 0, src, n)))
 	require.ErrorContains(t, err, fmt.Sprintf("position %d is outside blocks.0.attn.hook_z's %d positions", n, n))
 }
 
@@ -181,7 +184,7 @@ func TestPatchResidNormalized(t *testing.T) {
 			diff = i
 		}
 	}
-	res := m.PatchResidNormalized(clean, corrupt, m.LogitDiff(" b", " c"))
+	res := m.PatchResid(clean, corrupt, m.LogitDiff(" b", " c")).Normalized()
 	// Layer 0's resid_pre is the embedding: patching the differing token
 	// gives the clean run (1), any other position the corrupted one (0).
 	for p := range clean {
@@ -199,7 +202,7 @@ func TestSteeringVectorIsTheResidDifference(t *testing.T) {
 	name := trace.LayerPoint(2, "hook_resid_pre")
 	a := m.Prefill("var x string", nb.Capture(name)).Tensor(name)
 	b := m.Prefill("var x int", nb.Capture(name)).Tensor(name)
-	d := m.Model.DModel
+	d := m.Config().DModel
 	require.Len(t, v, d)
 	for i := range v {
 		require.Equal(t, a.At(a.Shape[0]-1, i)-b.At(b.Shape[0]-1, i), v[i])
@@ -230,7 +233,7 @@ func TestDLASumsToTheLogit(t *testing.T) {
 	for _, pos := range []int{-1} {
 		dla := m.DLA(tr, m.Unembed(tok), pos)
 		require.Equal(t, "embed", dla[0].Label)
-		require.Len(t, dla, 1+2*m.Model.Layers)
+		require.Len(t, dla, 1+2*m.Config().Layers)
 		var sum float64
 		for _, c := range dla {
 			sum += c.Logit
@@ -241,7 +244,7 @@ func TestDLASumsToTheLogit(t *testing.T) {
 		require.InDelta(t, want, sum, 1e-4*(1+math.Abs(want)))
 
 		heads := m.HeadDLA(tr, m.Unembed(tok), pos)
-		for l := range m.Model.Layers {
+		for l := range m.Config().Layers {
 			var s float64
 			for _, v := range heads[l] {
 				s += v
@@ -284,9 +287,9 @@ func TestTokenLensEndsAtTheModelsOutput(t *testing.T) {
 	tr := m.Prefill(prompt, nb.Capture("blocks.*.hook_resid_post"), nb.AllLogits())
 	tok := tr.Predicted[len(tr.Predicted)-1]
 	lens := m.TokenLens(tr, tok)
-	last := m.Model.Layers - 1
+	last := m.Config().Layers - 1
 	T := len(tr.Tokens)
-	require.Len(t, lens.Prob, m.Model.Layers)
+	require.Len(t, lens.Prob, m.Config().Layers)
 	require.Equal(t, 0, lens.Rank[last][T-1], "the predicted token is the top one")
 	l := tr.Tensor("logits")
 	V := l.Shape[1]
@@ -303,8 +306,8 @@ func TestTokenLensEndsAtTheModelsOutput(t *testing.T) {
 		require.Equal(t, rank, lens.Rank[last][p], "position %d", p)
 	}
 	// The top token's probability matches the logit lens's.
-	m.Lens(tr)
-	for layer := range m.Model.Layers {
+	m.LogitLens(tr)
+	for layer := range m.Config().Layers {
 		top := tr.Lens.Token[layer][T-1]
 		got := m.TokenLens(tr, top)
 		require.Equal(t, 0, got.Rank[layer][T-1])
@@ -325,15 +328,15 @@ func TestDLAComponentsByHand(t *testing.T) {
 	row := func(name string) []float32 {
 		x := tr.Tensor(name)
 		require.NotNil(t, x, name)
-		return x.Data[last*m.Model.DModel : (last+1)*m.Model.DModel]
+		return x.Data[last*m.Config().DModel : (last+1)*m.Config().DModel]
 	}
 	var ss float64
-	for _, v := range row(trace.LayerPoint(m.Model.Layers-1, "hook_resid_post")) {
+	for _, v := range row(trace.LayerPoint(m.Config().Layers-1, "hook_resid_post")) {
 		ss += float64(v) * float64(v)
 	}
-	inv := 1 / math.Sqrt(ss/float64(m.Model.DModel)+float64(m.Model.NormEps))
+	inv := 1 / math.Sqrt(ss/float64(m.Config().DModel)+float64(m.Config().NormEps))
 	names := []string{"hook_embed"}
-	for l := range m.Model.Layers {
+	for l := range m.Config().Layers {
 		names = append(names, trace.LayerPoint(l, "hook_attn_out"), trace.LayerPoint(l, "hook_mlp_out"))
 	}
 	dla := m.DLA(tr, u, -1)
@@ -341,7 +344,7 @@ func TestDLAComponentsByHand(t *testing.T) {
 	for i, name := range names {
 		want := 0.0
 		for j, v := range row(name) {
-			want += float64(v) * inv * float64(m.Model.OutNorm[j]) * float64(u[j])
+			want += float64(v) * inv * float64(m.Engine().Model.OutNorm[j]) * float64(u[j])
 		}
 		// The library rounds each normed component to float32 once before
 		// the dot: about 1e-7 relative per term, over d_model terms.
@@ -355,12 +358,12 @@ func TestPatchResidIsAHostCopyOfTheCleanRow(t *testing.T) {
 	m := cpuModel(t)
 	clean, corrupt := "x := a + b; y := a ", "x := a - b; y := a "
 	metric := m.LogitDiff("+", "-")
-	got := m.PatchResid(clean, corrupt, metric)
+	got := m.PatchResid(clean, corrupt, metric).Patched
 	src := m.Prefill(clean, nb.Capture("blocks.*.hook_resid_pre"))
-	d := m.Model.DModel
+	d := m.Config().DModel
 	base, moved := metric(m.Prefill(corrupt)), 0
-	require.Len(t, got, m.Model.Layers)
-	for l := range m.Model.Layers {
+	require.Len(t, got, m.Config().Layers)
+	for l := range m.Config().Layers {
 		x := src.Tensor(trace.LayerPoint(l, "hook_resid_pre"))
 		require.Len(t, got[l], x.Shape[0])
 		for p := range x.Shape[0] {
@@ -375,7 +378,7 @@ func TestPatchResidIsAHostCopyOfTheCleanRow(t *testing.T) {
 			}
 		}
 	}
-	require.GreaterOrEqual(t, moved, m.Model.Layers, "patching the differing token moves the metric in every layer")
+	require.GreaterOrEqual(t, moved, m.Config().Layers, "patching the differing token moves the metric in every layer")
 }
 
 // nb.Fast reaches the engine: the default model's weights are float16,
@@ -421,9 +424,9 @@ func TestTokenLensByHandAtEveryLayer(t *testing.T) {
 	tr := m.Prefill("for i := 0; i < n; i++ {", nb.Capture("blocks.*.hook_resid_post"))
 	tok := m.Token(" i")
 	lens := m.TokenLens(tr, tok)
-	c := &m.Model.Config
+	c := m.Config()
 	out := make([]float32, c.Vocab*c.DModel)
-	m.Model.Output.Format.Dequantize(out, m.Model.Output.Data)
+	m.Engine().Model.Output.Format.Dequantize(out, m.Engine().Model.Output.Data)
 	for l := range c.Layers {
 		x := tr.Tensor(trace.LayerPoint(l, "hook_resid_post"))
 		for p := range x.Shape[0] {
@@ -437,7 +440,7 @@ func TestTokenLensByHandAtEveryLayer(t *testing.T) {
 			hi := math.Inf(-1)
 			for v := range logits {
 				for i, xv := range row {
-					logits[v] += float64(xv) * inv * float64(m.Model.OutNorm[i]) * float64(out[v*c.DModel+i])
+					logits[v] += float64(xv) * inv * float64(m.Engine().Model.OutNorm[i]) * float64(out[v*c.DModel+i])
 				}
 				hi = max(hi, logits[v])
 			}
@@ -463,7 +466,7 @@ func TestHeadDLAByHand(t *testing.T) {
 	tr := m.Prefill("if err != nil {\n\treturn", nb.CaptureDLA())
 	u := m.Unembed(" err")
 	got := m.HeadDLA(tr, u, -1)
-	c := &m.Model.Config
+	c := m.Config()
 	last := len(tr.Tokens) - 1
 	final := tr.Tensor(trace.LayerPoint(c.Layers-1, "hook_resid_post")).Data[last*c.DModel : (last+1)*c.DModel]
 	ss := 0.0
@@ -472,7 +475,7 @@ func TestHeadDLAByHand(t *testing.T) {
 	}
 	inv := 1 / math.Sqrt(ss/float64(c.DModel)+float64(c.NormEps))
 	for l := range c.Layers {
-		o := m.Model.Blocks[l].O // [d_model rows, heads*head_dim cols]
+		o := m.Engine().Model.Blocks[l].O // [d_model rows, heads*head_dim cols]
 		wO := make([]float32, o.Rows*o.Cols)
 		o.Format.Dequantize(wO, o.Data)
 		z := tr.Tensor(trace.LayerPoint(l, "attn.hook_z")).Data[last*c.Heads*c.HeadDim:]
@@ -483,7 +486,7 @@ func TestHeadDLAByHand(t *testing.T) {
 				for k := range c.HeadDim {
 					out += float64(z[h*c.HeadDim+k]) * float64(wO[i*o.Cols+h*c.HeadDim+k])
 				}
-				want += out * inv * float64(m.Model.OutNorm[i]) * float64(u[i])
+				want += out * inv * float64(m.Engine().Model.OutNorm[i]) * float64(u[i])
 			}
 			require.InDelta(t, want, got[l][h], 1e-5*(1+math.Abs(want)), "L%dH%d", l, h)
 		}
@@ -497,7 +500,7 @@ func TestDLAOnALayerNormModelByHand(t *testing.T) {
 	m := openGenerated(t, "tiny-gpt2")
 
 	tr := m.Prefill([]int32{72, 101, 108, 108, 111, 44, 32, 119}, nb.CaptureDLA(), nb.Capture("logits"))
-	d, last := m.Model.DModel, len(tr.Tokens)-1
+	d, last := m.Config().DModel, len(tr.Tokens)-1
 	row := func(name string) []float64 {
 		x := tr.Tensor(name)
 		require.NotNil(t, x, name)
@@ -514,16 +517,16 @@ func TestDLAOnALayerNormModelByHand(t *testing.T) {
 		}
 		return s / float64(len(v))
 	}
-	final := row(trace.LayerPoint(m.Model.Layers-1, "hook_resid_post"))
+	final := row(trace.LayerPoint(m.Config().Layers-1, "hook_resid_post"))
 	mu, ss := mean(final), 0.0
 	for _, v := range final {
 		ss += (v - mu) * (v - mu)
 	}
-	inv := 1 / math.Sqrt(ss/float64(d)+float64(m.Model.NormEps))
+	inv := 1 / math.Sqrt(ss/float64(d)+float64(m.Config().NormEps))
 	tok := tr.Predicted[len(tr.Predicted)-1]
 	u := m.Unembed(tok)
 	names := []string{"hook_embed", "hook_pos_embed"}
-	for l := range m.Model.Layers {
+	for l := range m.Config().Layers {
 		names = append(names, trace.LayerPoint(l, "hook_attn_out"), trace.LayerPoint(l, "hook_mlp_out"))
 	}
 	dla := m.DLA(tr, u, -1)
@@ -534,18 +537,18 @@ func TestDLAOnALayerNormModelByHand(t *testing.T) {
 		c := row(name)
 		cm, want := mean(c), 0.0
 		for j, v := range c {
-			want += (v - cm) * inv * float64(m.Model.OutNorm[j]) * float64(u[j])
+			want += (v - cm) * inv * float64(m.Engine().Model.OutNorm[j]) * float64(u[j])
 		}
 		// As in TestDLAComponentsByHand: one float32 rounding per normed term.
 		require.InDelta(t, want, dla[i].Logit, 1e-5*(1+math.Abs(want)), "%s", name)
 		sum += dla[i].Logit
 	}
 	bias := 0.0
-	for j, b := range m.Model.OutNormBias {
+	for j, b := range m.Engine().Model.OutNormBias {
 		bias += float64(b) * float64(u[j])
 	}
 	logits := tr.Tensor("logits")
-	logit := float64(logits.Data[(logits.Shape[0]-1)*m.Model.Vocab+int(tok)])
+	logit := float64(logits.Data[(logits.Shape[0]-1)*m.Config().Vocab+int(tok)])
 	// float32 logits of magnitude ~10 from a 256-term float32 dot.
 	require.InDelta(t, logit, sum+bias, 1e-4*(1+math.Abs(logit)))
 }
@@ -557,13 +560,12 @@ func TestSweepsRefuseOptionsThatBreakThem(t *testing.T) {
 	m := cpuModel(t)
 	clean, corrupt := "func add(a, b int) int {\n", "func sub(a, b int) int {\n"
 	metric := m.LogitDiff("\n", " ")
-	sweeps := map[string]func(...nb.Option){
-		"PatchResid":           func(o ...nb.Option) { m.PatchResid(clean, corrupt, metric, o...) },
-		"PatchPositions":       func(o ...nb.Option) { m.PatchPositions(clean, corrupt, metric, "hook_mlp_out", o...) },
-		"PatchResidNormalized": func(o ...nb.Option) { m.PatchResidNormalized(clean, corrupt, metric, o...) },
-		"PatchHeads":           func(o ...nb.Option) { m.PatchHeads(clean, corrupt, metric, o...) },
-		"PatchHeadPositions":   func(o ...nb.Option) { m.PatchHeadPositions(clean, corrupt, metric, o...) },
-		"AblateHeads":          func(o ...nb.Option) { m.AblateHeads(clean, nb.ZeroAblation, metric, o...) },
+	sweeps := map[string]func(...nb.PrefillOption){
+		"PatchResid":         func(o ...nb.PrefillOption) { m.PatchResid(clean, corrupt, metric, o...) },
+		"PatchPositions":     func(o ...nb.PrefillOption) { m.PatchPositions(clean, corrupt, metric, "hook_mlp_out", o...) },
+		"PatchHeads":         func(o ...nb.PrefillOption) { m.PatchHeads(clean, corrupt, metric, o...) },
+		"PatchHeadPositions": func(o ...nb.PrefillOption) { m.PatchHeadPositions(clean, corrupt, metric, o...) },
+		"AblateHeads":        func(o ...nb.PrefillOption) { m.AblateHeads(clean, metric, nb.ZeroAblation, o...) },
 	}
 	for name, sweep := range sweeps {
 		require.PanicsWithError(t, "nb."+name+": Continue() would append each of the sweep's runs to the one before; a sweep starts every run over, so leave it out",
@@ -572,14 +574,14 @@ func TestSweepsRefuseOptionsThatBreakThem(t *testing.T) {
 			func() { sweep(nb.Layers(1, 2)) }, name)
 	}
 	for name, sweep := range map[string]func(){
-		"AblateHeads": func() { m.AblateHeads(clean, nb.ZeroAblation, nil) },
+		"AblateHeads": func() { m.AblateHeads(clean, nil, nb.ZeroAblation) },
 		"PatchResid":  func() { m.PatchResid(clean, corrupt, nil) },
 		"PatchHeads":  func() { m.PatchHeads(clean, corrupt, nil) },
 	} {
-		require.PanicsWithError(t, "nb."+name+": the metric is nil: give a function of a trace, such as m.LogitDiff(good, bad) or nb.MeanLoss(0)", sweep)
+		require.PanicsWithError(t, "nb."+name+": the metric is nil: give a function of a trace, such as m.LogitDiff(good, bad) or m.MeanLoss(0)", sweep)
 	}
 	require.PanicsWithError(t, "nb.AblateHeads: Ablation(7) is neither nb.ZeroAblation nor nb.MeanAblation",
-		func() { m.AblateHeads(clean, nb.Ablation(7), metric) })
+		func() { m.AblateHeads(clean, metric, nb.Ablation(7)) })
 }
 
 // PatchPositions patches each of a layer's points a position at a time, as
@@ -593,8 +595,8 @@ func TestPatchPositionsIsAHostCopyOfTheCleanRow(t *testing.T) {
 	for _, point := range []string{"hook_attn_out", "hook_mlp_out", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "mlp.hook_pre", "mlp.hook_post"} {
 		got := m.PatchPositions(clean, corrupt, metric, point)
 		src := m.Prefill(clean, nb.Capture("blocks.*."+point))
-		require.Len(t, got, m.Model.Layers)
-		for _, l := range []int{0, m.Model.Layers - 1} {
+		require.Len(t, got.Patched, m.Config().Layers)
+		for _, l := range []int{0, m.Config().Layers - 1} {
 			x := src.Tensor(trace.LayerPoint(l, trace.Point(point)))
 			row := len(x.Data) / x.Shape[0]
 			for _, p := range []int{0, 3, x.Shape[0] - 1} {
@@ -603,13 +605,13 @@ func TestPatchPositionsIsAHostCopyOfTheCleanRow(t *testing.T) {
 					return nil
 				}}
 				want := metric(m.Prefill(corrupt, nb.Hooks(host)))
-				require.InDelta(t, want, got[l][p], 1e-9, "%s layer %d position %d", point, l, p)
+				require.InDelta(t, want, got.Patched[l][p], 1e-9, "%s layer %d position %d", point, l, p)
 			}
 		}
 	}
-	norm := m.PatchPositionsNormalized(clean, corrupt, metric, "hook_mlp_out")
-	raw := m.PatchPositions(clean, corrupt, metric, "hook_mlp_out")
-	require.Equal(t, nb.Normalize(raw, metric(m.Prefill(clean)), metric(m.Prefill(corrupt))), norm)
+	p := m.PatchPositions(clean, corrupt, metric, "hook_mlp_out")
+	require.Equal(t, metric(m.Prefill(clean)), p.Clean)
+	require.Equal(t, metric(m.Prefill(corrupt)), p.Corrupt)
 	require.PanicsWithError(t, "nb.PatchPositions: \"attn.hook_pattern\" is not one of hook_resid_pre, hook_resid_mid, hook_resid_post, hook_attn_out, hook_mlp_out, attn.hook_q, attn.hook_k, attn.hook_v, attn.hook_z, mlp.hook_pre, mlp.hook_post",
 		func() { m.PatchPositions(clean, corrupt, metric, "attn.hook_pattern") })
 }
@@ -631,7 +633,7 @@ func tryToken(m *nb.Model, piece string) (id int32, ok bool) {
 // and t (or n) are tokens of their own in this model.
 func TestTokensAsShownAndAsTyped(t *testing.T) {
 	m := cpuModel(t)
-	for id := range int32(m.Model.Vocab) {
+	for id := range int32(m.Config().Vocab) {
 		piece := m.Pieces([]int32{id})[0]
 		if got, ok := tryToken(m, piece); ok {
 			require.Equal(t, id, got, "token %d, shown as %q", id, piece)
@@ -717,7 +719,7 @@ func TestTestPromptRatesEachAnswerTokenWhereItIsPredicted(t *testing.T) {
 
 // LensTop is the final norm (with each layer's own scale) and the
 // unembedding of each layer's resid_post at one position, written here in
-// float64 from the captured row, m.Model.OutNorm and m.Unembed: the engine
+// float64 from the captured row, m.Engine().Model.OutNorm and m.Unembed: the engine
 // sums 256 float32 products a logit, so 1e-4 of logits near 10 is float32
 // rounding, not a difference of method.
 func TestLensTopAgainstTheNormAndUnembeddingWrittenOut(t *testing.T) {
@@ -732,8 +734,8 @@ func TestLensTopAgainstTheNormAndUnembeddingWrittenOut(t *testing.T) {
 		}
 		require.Equal(t, p, got.Position)
 		require.Equal(t, m.Pieces(tr.Tokens[p : p+1])[0], got.Token)
-		require.Len(t, got.Layers, m.Model.Layers)
-		c := &m.Model.Config
+		require.Len(t, got.Layers, m.Config().Layers)
+		c := m.Config()
 		for l, top := range got.Layers {
 			x := nb.Must(tr.Resid(l + 1)).Row(p) // resid_post of layer l
 			var ss float64
@@ -745,7 +747,7 @@ func TestLensTopAgainstTheNormAndUnembeddingWrittenOut(t *testing.T) {
 			for tok := range logits {
 				u := m.Unembed(int32(tok))
 				for i, v := range x {
-					logits[tok] += float64(v) / rms * float64(m.Model.OutNorm[i]) * float64(u[i])
+					logits[tok] += float64(v) / rms * float64(m.Engine().Model.OutNorm[i]) * float64(u[i])
 				}
 			}
 			order := make([]int, c.Vocab)
@@ -766,14 +768,14 @@ func TestLensTopAgainstTheNormAndUnembeddingWrittenOut(t *testing.T) {
 		}
 	}
 	// The last layer's lens is the model's own output.
-	last := m.LensTop(tr, -1, 1).Layers[m.Model.Layers-1][0]
+	last := m.LensTop(tr, -1, 1).Layers[m.Config().Layers-1][0]
 	final := nb.Must(tr.TopLogits(-1, 1))[0]
 	require.Equal(t, m.Pieces([]int32{final.ID})[0], last.Token)
 	require.PanicsWithError(t, "nb.LensTop: logit lens: position 99 is out of range: the trace has 16 (-1 is the last)", func() { m.LensTop(tr, 99, 1) })
 	require.PanicsWithError(t, "nb.LensTop: logit lens: position -17 is out of range: the trace has 16 (-1 is the last)", func() { m.LensTop(tr, -17, 1) })
 	require.Contains(t, fmt.Sprint(m.LensTop(tr, -1, 2)), "layer 3: \" s\"")
 	all := m.LensTop(tr, -1, math.MaxInt) // k past the vocabulary: all of it
-	require.Len(t, all.Layers[0], m.Model.Vocab)
+	require.Len(t, all.Layers[0], m.Config().Vocab)
 	var sum float64
 	for _, r := range all.Layers[0] {
 		sum += r.Prob
@@ -818,5 +820,11 @@ func TestTopTokensAndQuotedPieces(t *testing.T) {
 	}
 	require.Equal(t, `" nil" 25.2% (logit `, fmt.Sprint(top[0])[:20])
 	require.Equal(t, `["<|endoftext|>" "if" " err" " !=" " nil" " {\n" "\treturn"]`, nb.Quote(m.Pieces(tr.Tokens)))
-	require.PanicsWithError(t, "nb.TopTokens: trace: TopLogits: row -2 of 1 logit rows is out of range (-1 is the last); the trace kept the last position's logits only (capture every position's with nb.AllLogits() or engine.LogitsAll)", func() { m.TopTokens(tr, -2, 3) })
+	require.PanicsWithError(t, "nb.TopTokens: position -2 has no logits: the trace has 7 positions (-1 is the last) and logits for the last 1 (prefill with nb.AllLogits() for every one)", func() { m.TopTokens(tr, -2, 3) })
+	// Positions are positions: 6 is the last, 0 the first with AllLogits.
+	require.Equal(t, top, m.TopTokens(tr, 6, 3))
+	all := m.Prefill("if err != nil {\n\treturn", nb.AllLogits())
+	require.Equal(t, top, m.TopTokens(all, 6, 3))
+	require.Equal(t, m.TopTokens(all, 0, 3), m.TopTokens(all, -7, 3))
+	require.NotEqual(t, top, m.TopTokens(all, 0, 3))
 }

@@ -20,7 +20,7 @@ func TestTheCacheGrowsAsPromptsNeed(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "long.gguf")
 	require.NoError(t, w.WriteFile(path))
-	m := MustOpen(path, "cpu")
+	m := Open(path, Backend("cpu"))
 
 	m.Prefill([]int32{1, 2, 3})
 	require.Equal(t, minCache, m.sess.Capacity())
@@ -32,7 +32,7 @@ func TestTheCacheGrowsAsPromptsNeed(t *testing.T) {
 	whole := m.Prefill(ids, AllLogits())
 	require.Equal(t, 2*minCache, m.sess.Capacity(), "doubled")
 
-	m2 := MustOpen(path, "cpu")
+	m2 := Open(path, Backend("cpu"))
 	m2.Prefill(ids[:split])
 	require.Equal(t, minCache, m2.sess.Capacity())
 	rest := m2.Prefill(ids[split:], Continue(), AllLogits())

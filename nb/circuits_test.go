@@ -28,7 +28,7 @@ func openGenerated(t *testing.T, shape string) *nb.Model {
 	_, err = w.WriteTo(f)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	m, err := nb.Open(path, "cpu")
+	m, err := nb.TryOpen(path, nb.Backend("cpu"))
 	require.NoError(t, err)
 	return m
 }
@@ -43,13 +43,13 @@ func TestHeadWeightsAreWhatThePrefillMultipliesBy(t *testing.T) {
 	for _, shape := range []string{"tiny-llama", "tiny-gpt2", "tiny-qwen3"} {
 		t.Run(shape, func(t *testing.T) {
 			m := openGenerated(t, shape)
-			c := &m.Model.Config
+			c := m.Config()
 			tokens := []int32{72, 101, 108, 108, 111, 44, 32, 119}
 			const layer = 1
 			tr := m.Prefill(tokens, nb.Capture(trace.LayerPoint(layer, "*")))
 			get := func(p trace.Point) []float32 { return nb.Must(tr.Get(trace.LayerPoint(layer, p))).Data }
 			resid, scale := get("hook_resid_pre"), get("ln1.hook_scale")
-			b := &m.Model.Blocks[layer]
+			b := &m.Engine().Model.Blocks[layer]
 			// What the folded weights leave out: the norm's bias through the
 			// projection, and the projection's bias.
 			offset := func(w *model.Weight, bias []float32, head int) []float64 {
@@ -136,7 +136,7 @@ func TestHeadWeightsAreWhatThePrefillMultipliesBy(t *testing.T) {
 
 // Composition scores, against the d_model x d_model products written out.
 func TestCompositionScoresAgainstTheProductsWrittenOut(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	const layer, head = 3, 0
 	dst := m.HeadWeights(layer, head)
 	product := func(a, b mat.Matrix) *mat.Dense {
@@ -163,11 +163,11 @@ func TestCompositionScoresAgainstTheProductsWrittenOut(t *testing.T) {
 		{nb.KComposition, qk.T()},
 		{nb.VComposition, product(dst.V, dst.O)},
 	} {
-		scores := m.CompositionScores(c.kind, layer, head)
+		scores := m.CompositionScores(layer, head, c.kind)
 		require.Len(t, scores, layer, c.kind)
 		w := mat.DenseCopyOf(c.w)
 		for l := range layer {
-			for h := range m.Model.Heads {
+			for h := range m.Config().Heads {
 				src := m.HeadWeights(l, h)
 				ov := product(src.V, src.O)
 				want := frobenius(product(ov, w)) / (frobenius(ov) * frobenius(w))
@@ -182,14 +182,14 @@ func TestCompositionScoresAgainstTheProductsWrittenOut(t *testing.T) {
 // from the strongest previous-token head: the circuit that notebook 02
 // finds in attention patterns is in the weights too.
 func TestTheInductionHeadsKeysReadThePreviousTokenHead(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	seq := m.RepeatedRandom(40, 7)
 	ind, prev := m.HeadScores(seq, nb.Induction).Best(), m.HeadScores(seq, nb.PrevToken).Best()
-	k := m.CompositionScores(nb.KComposition, ind.Layer, ind.Head).Best()
+	k := m.CompositionScores(ind.Layer, ind.Head, nb.KComposition).Best()
 	require.Equal(t, [2]int{prev.Layer, prev.Head}, [2]int{k.Layer, k.Head})
 
 	require.PanicsWithError(t, "nb.HeadWeights: head 8: the model has 8 heads (0-7)", func() { m.HeadWeights(0, 8) })
-	require.PanicsWithError(t, "nb.HeadWeights: layer 4: the model has 4 layers (0-3)", func() { m.CompositionScores(nb.KComposition, 4, 0) })
+	require.PanicsWithError(t, "nb.HeadWeights: layer 4: the model has 4 layers (0-3)", func() { m.CompositionScores(4, 0, nb.KComposition) })
 }
 
 // Copying scores against the vocabulary-sized OV circuit W_E W_V W_O W_U
@@ -200,7 +200,7 @@ func TestCopyingScoresAgainstTheWholeCircuit(t *testing.T) {
 	for _, shape := range []string{"tiny-llama", "tiny-gpt2", "tiny-gemma2"} {
 		t.Run(shape, func(t *testing.T) {
 			m := openGenerated(t, shape)
-			c := &m.Model.Config
+			c := m.Config()
 			vocab, d := c.Vocab, c.DModel
 			rows := func(w *model.Weight) []float32 {
 				out := make([]float32, w.Rows*w.Cols)
@@ -211,13 +211,13 @@ func TestCopyingScoresAgainstTheWholeCircuit(t *testing.T) {
 			if scale == 0 {
 				scale = 1
 			}
-			e, u := rows(m.Model.Embed), rows(m.Model.Output)
+			e, u := rows(m.Engine().Model.Embed), rows(m.Engine().Model.Output)
 			wE, wU := mat.NewDense(vocab, d, nil), mat.NewDense(d, vocab, nil)
 			for tok := range vocab {
 				var mean float64
 				for i := range d {
 					wE.Set(tok, i, scale*float64(e[tok*d+i]))
-					wU.Set(i, tok, float64(u[tok*d+i])*float64(m.Model.OutNorm[i]))
+					wU.Set(i, tok, float64(u[tok*d+i])*float64(m.Engine().Model.OutNorm[i]))
 					mean += wU.At(i, tok) / float64(d)
 				}
 				if c.Norm == model.NormLayer { // a LayerNorm's output has mean 0
@@ -255,7 +255,7 @@ func TestCopyingScoresAgainstTheWholeCircuit(t *testing.T) {
 
 // The default model's induction head (MODEL.md: L3H0) copies most.
 func TestTheInductionHeadCopies(t *testing.T) {
-	m := nb.MustOpen("", "cpu")
+	m := nb.Open("", nb.Backend("cpu"))
 	s := m.CopyingScores()
 	best := s.Best()
 	require.Equal(t, [2]int{3, 0}, [2]int{best.Layer, best.Head}, "%v", s.Top(5))
@@ -272,7 +272,7 @@ func TestNeuronDLASumsToTheMLPTerm(t *testing.T) {
 	for _, shape := range []string{"tiny-llama", "tiny-gpt2", "tiny-qwen3"} {
 		t.Run(shape, func(t *testing.T) {
 			m := openGenerated(t, shape)
-			c := &m.Model.Config
+			c := m.Config()
 			ids := []int32{1, 5, 9, 2, 7, 3}
 			tr := m.Prefill(ids, nb.CaptureDLA(), nb.CaptureNeuronDLA())
 			dir := m.LogitDirection(int32(4), int32(6))
@@ -289,7 +289,7 @@ func TestNeuronDLASumsToTheMLPTerm(t *testing.T) {
 				}
 				for l := range c.Layers {
 					sum := floats.Sum(neurons[l])
-					if b := m.Model.Blocks[l].DownBias; b != nil {
+					if b := m.Engine().Model.Blocks[l].DownBias; b != nil {
 						// The bias through the final norm, as DLA's term has it.
 						x := final.Row(p)
 						var mean, ss, mb, dot float64
@@ -299,7 +299,7 @@ func TestNeuronDLASumsToTheMLPTerm(t *testing.T) {
 						}
 						for i := range x {
 							ss += (float64(x[i]) - mean) * (float64(x[i]) - mean)
-							dot += (float64(b[i]) - mb) * float64(m.Model.OutNorm[i]) * float64(dir[i])
+							dot += (float64(b[i]) - mb) * float64(m.Engine().Model.OutNorm[i]) * float64(dir[i])
 						}
 						sum += dot / math.Sqrt(ss/float64(c.DModel)+float64(c.NormEps))
 					}

@@ -33,7 +33,7 @@ func TestOneModelFromManyGoroutinesMatchesSerial(t *testing.T) {
 			c.goroutines = 4
 		}
 		t.Run(c.backend, func(t *testing.T) {
-			m, err := nb.Open("", c.backend)
+			m, err := nb.TryOpen("", nb.Backend(c.backend))
 			if errors.Is(err, vulkan.ErrNoDevice) {
 				t.Skipf("this machine has no Vulkan device: %v", err)
 			}
@@ -45,13 +45,13 @@ func TestOneModelFromManyGoroutinesMatchesSerial(t *testing.T) {
 
 func sharedModelAgreesWithSerial(t *testing.T, m *nb.Model, goroutines, rounds int) {
 	prompts := []string{"func main() {", "for i := 0; i < n; i++ {", "package strings", "x := []int{1, 2, 3}"}
-	opts := []nb.Option{nb.Capture("blocks.*.hook_resid_post", "blocks.1.attn.hook_pattern"), nb.AllLogits()}
+	opts := []nb.PrefillOption{nb.Capture("blocks.*.hook_resid_post", "blocks.1.attn.hook_pattern"), nb.AllLogits()}
 	const genTokens = 3
 	wantTrace := make([]*trace.Trace, len(prompts))
 	wantGen := make([]string, len(prompts))
 	for i, p := range prompts {
 		wantTrace[i] = m.Prefill(p, opts...)
-		wantGen[i] = m.Generate(p, genTokens)
+		wantGen[i] = m.Generate(p, genTokens).Text
 	}
 	wantSteps := m.Start(prompts[0]).Finish()
 
@@ -69,7 +69,7 @@ func sharedModelAgreesWithSerial(t *testing.T, m *nb.Model, goroutines, rounds i
 				i := (g + r) % len(prompts)
 				switch (g + r) % 3 {
 				case 0:
-					tr, err := m.Try(prompts[i], opts...)
+					tr, err := m.TryPrefill(prompts[i], opts...)
 					if err != nil {
 						fail("prefill %d: %v", i, err)
 						continue
@@ -80,7 +80,7 @@ func sharedModelAgreesWithSerial(t *testing.T, m *nb.Model, goroutines, rounds i
 						}
 					}
 				case 1:
-					if got := m.Generate(prompts[i], genTokens); got != wantGen[i] {
+					if got := m.Generate(prompts[i], genTokens).Text; got != wantGen[i] {
 						fail("generate %d: %q, serially %q", i, got, wantGen[i])
 					}
 				case 2:
@@ -137,15 +137,15 @@ func TestGenerateStopsAtTheEndOfTheContext(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "tiny.gguf")
 	require.NoError(t, w.WriteFile(path))
-	m := nb.MustOpen(path, "cpu")
+	m := nb.Open(path, nb.Backend("cpu"))
 	prompt := "abc"
 	ids := m.Tokens(prompt)
-	c := m.Model.Context
+	c := m.Config().Context
 	g, err := m.TryGenerate(prompt, 100000)
 	require.NoError(t, err)
 	if !testing.Short() {
 		var out string
-		require.NotPanics(t, func() { out = m.Generate(prompt, 100000) })
+		require.NotPanics(t, func() { out = m.Generate(prompt, 100000).Text })
 		require.Equal(t, g.Text, out)
 	}
 	t.Logf("%d tokens, stopped by %v", len(g.Tokens), g.Stop)
@@ -181,7 +181,7 @@ func TestGenerateStopsAtTheEndOfTheContext(t *testing.T) {
 // Issue 15.9: layer ranges selecting nothing captured only the logits, and
 // Layers(-5,-2) captured every layer.
 func TestLayersOutsideTheModelAreRefused(t *testing.T) {
-	m := nb.MustOpen("", "cpu") // 4 layers
+	m := nb.Open("", nb.Backend("cpu")) // 4 layers
 	for _, c := range []struct {
 		first, last int
 		want        string
@@ -191,11 +191,13 @@ func TestLayersOutsideTheModelAreRefused(t *testing.T) {
 		{-5, -2, "the first layer -5 is negative"},
 		{0, 4, "layer 4 is past the model's last layer 3"},
 	} {
-		_, err := m.Try("x", nb.Capture("blocks.*.hook_resid_post"), nb.Layers(c.first, c.last))
+		_, err := m.TryPrefill("x", nb.Capture("blocks.*.hook_resid_post"), nb.Layers(c.first, c.last))
 		require.ErrorContains(t, err, c.want)
-		_, err = m.Try("x", nb.Layers(c.first, c.last)) // capturing nothing
+		_, err = m.TryPrefill("x", nb.Layers(c.first, c.last)) // capturing nothing
 		require.ErrorContains(t, err, c.want)
 		require.Panics(t, func() { m.Start("x", nb.Layers(c.first, c.last)) })
+		_, err = m.TryStart("x", nb.Layers(c.first, c.last))
+		require.ErrorContains(t, err, c.want)
 	}
 	// Start without Capture keeps the layers asked for.
 	tr := m.Start("x", nb.Layers(2, 2)).Finish()
@@ -206,7 +208,7 @@ func TestLayersOutsideTheModelAreRefused(t *testing.T) {
 
 // Issue 15.13: LogitDiff("", "x") silently compared BOS.
 func TestLogitDiffRefusesTextWithoutTokens(t *testing.T) {
-	m := nb.MustOpen("", "cpu")
+	m := nb.Open("", nb.Backend("cpu"))
 	require.PanicsWithError(t, `nb.LogitDiff: "" encodes to no token (besides BOS): give some text`, func() { m.LogitDiff("", "x") })
 	require.Panics(t, func() { m.LogitDiff("x", "") })
 	diff := m.LogitDiff(" x", " y")
@@ -216,7 +218,7 @@ func TestLogitDiffRefusesTextWithoutTokens(t *testing.T) {
 // A nil model, as left by a failed Open, is an error rather than a nil dereference.
 func TestNilModelIsAnError(t *testing.T) {
 	var m *nb.Model
-	_, err := m.Try("x")
+	_, err := m.TryPrefill("x")
 	require.ErrorContains(t, err, "nil *Model")
 	_, err = m.TryGenerate("x", 1)
 	require.ErrorContains(t, err, "nil *Model")
@@ -240,7 +242,7 @@ func TestNilModelIsAnError(t *testing.T) {
 		"LogitDiff":        func() { m.LogitDiff("a", "b") },
 		"Loss":             func() { m.Loss("a") },
 		"HeadScores":       func() { m.HeadScores("a", nb.PrevToken) },
-		"AblateHeads":      func() { m.AblateHeads("a", nb.ZeroAblation, nil) },
+		"AblateHeads":      func() { m.AblateHeads("a", nil, nb.ZeroAblation) },
 		"PatchResid":       func() { m.PatchResid("a", "b", nil) },
 		"PatchHeads":       func() { m.PatchHeads("a", "b", nil) },
 	}
@@ -252,9 +254,9 @@ func TestNilModelIsAnError(t *testing.T) {
 // A token id given as an int is checked before it becomes an int32: 2^32+5
 // is not token 5.
 func TestTokenIDsOutsideTheVocabularyAreRefused(t *testing.T) {
-	m := nb.MustOpen("", "cpu")
-	for _, id := range []any{1<<32 + 5, -1, int32(-3), m.Model.Vocab} {
-		require.PanicsWithError(t, fmt.Sprintf("nb: token %v is outside the vocabulary of %d", id, m.Model.Vocab), func() { m.Token(id) }, "%v", id)
+	m := nb.Open("", nb.Backend("cpu"))
+	for _, id := range []any{1<<32 + 5, -1, int32(-3), m.Config().Vocab} {
+		require.PanicsWithError(t, fmt.Sprintf("nb: token %v is outside the vocabulary of %d", id, m.Config().Vocab), func() { m.Token(id) }, "%v", id)
 	}
 	require.Panics(t, func() { m.Unembed(1<<32 + 5) })
 	require.Equal(t, int32(5), m.Token(5))
@@ -265,7 +267,7 @@ func TestTokenIDsOutsideTheVocabularyAreRefused(t *testing.T) {
 // A token's text is now taken as a prompt or, failing that, as text within
 // one, so " Lily", "Lily" and "." each name one token.
 func TestLogitDiffTakesOneTokenASide(t *testing.T) {
-	m := nb.MustOpen(sharedtest.Stories(t), "cpu")
+	m := nb.Open(sharedtest.Stories(t), nb.Backend("cpu"))
 	lily := m.Token("Lily")
 	require.Equal(t, " Lily", m.Pieces([]int32{lily})[0])
 	require.Equal(t, lily, m.Token(" Lily"))
@@ -287,7 +289,7 @@ func TestLogitDiffTakesOneTokenASide(t *testing.T) {
 // Continued text was tokenized as a new prompt: a BOS and SentencePiece's
 // space mid-sequence, which heads then attended to.
 func TestContinuedTextIsTokenizedAsPartOfTheWhole(t *testing.T) {
-	m := nb.MustOpen(sharedtest.Stories(t), "cpu")
+	m := nb.Open(sharedtest.Stories(t), nb.Backend("cpu"))
 	whole := m.Prefill("Once upon a time there was", nb.Capture("logits"))
 	m.Prefill("Once upon a time")
 	rest := m.Prefill(" there was", nb.Continue(), nb.Capture("logits"))
@@ -296,12 +298,12 @@ func TestContinuedTextIsTokenizedAsPartOfTheWhole(t *testing.T) {
 	a, b := nb.Must(whole.Get("logits")), nb.Must(rest.Get("logits"))
 	require.InDeltaSlice(t, a.Data[len(a.Data)-len(b.Data):], b.Data, 1e-4, "the same last position")
 	// Continuing an empty session is a fresh prompt, with its BOS.
-	fresh := nb.MustOpen(sharedtest.Stories(t), "cpu")
+	fresh := nb.Open(sharedtest.Stories(t), nb.Backend("cpu"))
 	require.Equal(t, whole.Tokens, fresh.Prefill("Once upon a time there was", nb.Continue()).Tokens)
 }
 
-// Open("", "cpu", "vulkan") opened on the CPU and said nothing of "vulkan".
+// Open("", "cpu", "vulkan") once opened on the CPU and said nothing of "vulkan".
 func TestOpenTakesOneBackend(t *testing.T) {
-	_, err := nb.Open("", "cpu", "vulkan")
-	require.EqualError(t, err, `nb: open "": one backend, not 2 (["cpu" "vulkan"]): to split a model over devices, use OpenPlaced`)
+	_, err := nb.TryOpen("", nb.Backend("cpu"), nb.Backend("vulkan"))
+	require.EqualError(t, err, `nb: open "": one backend, not 2 (["cpu" "vulkan"]): to split a model over devices, use Placement`)
 }

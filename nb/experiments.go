@@ -20,16 +20,16 @@ import (
 func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	m.ready()
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
-	tok := m.Model.Tok
+	tok := m.eng.Model.Tok
 	var ids []int32
 	if bos := m.Tokens(""); len(bos) > 0 {
 		ids = append(ids, bos...)
 	}
-	if n < 0 || n > (m.Model.Context-len(ids))/2 {
-		panic(fmt.Errorf("nb.RepeatedRandom: n = %d: twice n tokens must fit the model's context of %d (n is 0..%d)", n, m.Model.Context, (m.Model.Context-len(ids))/2))
+	if n < 0 || n > (m.eng.Model.Context-len(ids))/2 {
+		panic(fmt.Errorf("nb.RepeatedRandom: n = %d: twice n tokens must fit the model's context of %d (n is 0..%d)", n, m.eng.Model.Context, (m.eng.Model.Context-len(ids))/2))
 	}
 	drawable := false // else the draws below would never end
-	for id := range int32(m.Model.Vocab) {
+	for id := range int32(m.eng.Model.Vocab) {
 		if drawable = tok.IsOrdinary(id); drawable {
 			break
 		}
@@ -39,7 +39,7 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	}
 	var half []int32
 	for len(half) < n {
-		id := int32(r.IntN(m.Model.Vocab))
+		id := int32(r.IntN(m.eng.Model.Vocab))
 		if tok.IsOrdinary(id) {
 			half = append(half, id)
 		}
@@ -87,12 +87,12 @@ func (m *Model) LogitDiff(good, bad any) func(*trace.Trace) float64 {
 // layer and position it runs the corrupted prompt with that layer's
 // resid_pre at that position taken from the clean prompt's run, and records
 // metric. Both prompts must have the same number of tokens; opts go to every
-// prefill (nb.AllLogits() for a loss metric). The result is [layer][position].
+// prefill (nb.AllLogits() for a loss metric). Patched is [layer][position].
 // TransformerLens's get_act_patch_resid_pre; PatchPositions patches the
 // other points.
-func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) [][]float64 {
+func (m *Model) PatchResid(clean, corrupt any, metric func(*trace.Trace) float64, opts ...PrefillOption) *Patching {
 	m.ready()
-	return m.patchPositions("PatchResid", clean, corrupt, metric, "hook_resid_pre", false, opts)
+	return m.patchPositions("PatchResid", clean, corrupt, metric, "hook_resid_pre", opts)
 }
 
 // patchable are the layer points PatchPositions takes: a row per position.
@@ -105,35 +105,30 @@ var patchable = []string{"hook_resid_pre", "hook_resid_mid", "hook_resid_post", 
 // get_act_patch_attn_out, get_act_patch_mlp_out); attn.hook_q, hook_k,
 // hook_v or hook_z (every head at the position at once; PatchHeadPositions
 // takes one head at a time); mlp.hook_pre or mlp.hook_post (a dense MLP's
-// hidden units). The result is [layer][position].
-func (m *Model) PatchPositions(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...Option) [][]float64 {
+// hidden units). Patched is [layer][position].
+func (m *Model) PatchPositions(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...PrefillOption) *Patching {
 	m.ready()
-	return m.patchPositions("PatchPositions", clean, corrupt, metric, point, false, opts)
+	return m.patchPositions("PatchPositions", clean, corrupt, metric, point, opts)
 }
 
-// patchPositions is the sweep of PatchPositions and PatchResid, name's,
-// with the normalised metric when normalized: the clean run that is the
-// patches' source gives the clean metric.
-func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*trace.Trace) float64, point string, normalized bool, opts []Option) [][]float64 {
+// patchPositions is the sweep of PatchPositions and PatchResid, name's.
+func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*trace.Trace) float64, point string, opts []PrefillOption) *Patching {
 	m.checkSweep(name, metric, opts)
 	if !slices.Contains(patchable, point) {
 		panic(fmt.Errorf("nb.%s: %q is not one of %s", name, point, strings.Join(patchable, ", ")))
 	}
-	corruptIDs, src := m.patchSource(name, clean, corrupt, "blocks.*."+point, opts)
+	corruptIDs, src, p := m.baselines(name, clean, corrupt, metric, "blocks.*."+point, opts)
 	defer src.Close()
-	out := make([][]float64, m.Model.Layers)
-	for l := range out {
-		out[l] = make([]float64, len(corruptIDs))
-		for p := range corruptIDs {
-			patch := Hooks(engine.Patch(trace.LayerPoint(l, trace.Point(point)), src, []int{p}))
-			out[l][p] = m.score(metric, corruptIDs, append(opts[:len(opts):len(opts)], patch)...)
+	p.Patched = make(trace.Scores, m.eng.Model.Layers)
+	for l := range p.Patched {
+		p.Patched[l] = make([]float64, len(corruptIDs))
+		for pos := range corruptIDs {
+			patch := Hooks(engine.Patch(trace.LayerPoint(l, trace.Point(point)), src, []int{pos}))
+			p.Patched[l][pos] = m.score(metric, corruptIDs, append(opts[:len(opts):len(opts)], patch)...)
 		}
 	}
-	warnNonFinite(name, out, layerPos)
-	if normalized {
-		return Normalize(out, metric(src), m.score(metric, corruptIDs, opts...))
-	}
-	return out
+	warnNonFinite(name, p.Patched, layerPos)
+	return p
 }
 
 // PromptTest is TransformerLens's utils.test_prompt: how the model rates
@@ -166,15 +161,30 @@ func (r RankedToken) String() string {
 	return fmt.Sprintf("%s %.1f%% (logit %.2f)", quotePiece(r.Token), 100*r.Prob, r.Logit)
 }
 
-// TopTokens are the k tokens the model ranks highest at row of tr's
-// logits (negative counts from the end; every row's with AllLogits), with
-// their text and probability: TopLogits with what a reader wants of it.
-func (m *Model) TopTokens(tr *trace.Trace, row, k int) []RankedToken {
+// TopTokens are the k tokens the model ranks highest at position pos of
+// tr's logits (negative counts from the end; every position's with
+// AllLogits), with their text and probability: TopLogits with what a
+// reader wants of it.
+func (m *Model) TopTokens(tr *trace.Trace, pos, k int) []RankedToken {
 	m.owns("TopTokens", tr)
 	if k < 1 {
 		panic(fmt.Errorf("nb.TopTokens: k is %d; want at least 1", k))
 	}
-	all, err := tr.TopLogits(row, m.Model.Vocab) // the softmax reads them all
+	shape := tr.Shape("logits")
+	if len(shape) != 2 {
+		_, err := tr.Get("logits") // says what was captured
+		panic(fmt.Errorf("nb.TopTokens: %w", err))
+	}
+	// The logits' rows are the last positions': every one with AllLogits.
+	p := pos
+	if p < 0 {
+		p += len(tr.Tokens)
+	}
+	row := p - (len(tr.Tokens) - shape[0])
+	if p < 0 || p >= len(tr.Tokens) || row < 0 {
+		panic(fmt.Errorf("nb.TopTokens: position %d has no logits: the trace has %d positions (-1 is the last) and logits for the last %d (prefill with nb.AllLogits() for every one)", pos, len(tr.Tokens), shape[0]))
+	}
+	all, err := tr.TopLogits(row, m.eng.Model.Vocab) // the softmax reads them all
 	if err != nil {
 		panic(fmt.Errorf("nb.TopTokens: %w", err))
 	}
@@ -195,23 +205,30 @@ func (m *Model) ranked(all []trace.TokenLogit, k int) []RankedToken {
 	return out
 }
 
-// TestPrompt prefills prompt followed by answer (tokenized as it continues
-// the prompt, so a leading space is the answer's own: " Mary") and reports
-// each answer token's rank and probability and the top k tokens there.
-func (m *Model) TestPrompt(prompt, answer string, k int) PromptTest {
+// TestPrompt prefills prompt followed by answer (text tokenized as it
+// continues the prompt, so a leading space is the answer's own: " Mary";
+// or token ids, without a BOS) and reports each answer token's rank and
+// probability and the top k tokens there. opts go to the prefill.
+func (m *Model) TestPrompt(prompt, answer any, k int, opts ...PrefillOption) PromptTest {
 	m.ready()
 	if k < 1 {
 		panic(fmt.Errorf("nb.TestPrompt: k is %d; want at least 1", k))
 	}
 	ids := Must(m.tokens(prompt))
-	ans, err := m.Model.Tok.Encode(answer, tokenizer.Options{Continue: true})
+	var ans []int32
+	var err error
+	if text, ok := answer.(string); ok {
+		ans, err = m.eng.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+	} else {
+		ans, err = m.tokens(answer)
+	}
 	if err != nil {
-		panic(fmt.Errorf("nb.TestPrompt: answer %q: %w", answer, err))
+		panic(fmt.Errorf("nb.TestPrompt: answer %s: %w", describe(answer), err))
 	}
 	if len(ids) == 0 || len(ans) == 0 {
 		panic(fmt.Errorf("nb.TestPrompt: the prompt (%d tokens) and the answer (%d tokens) each need one token or more", len(ids), len(ans)))
 	}
-	tr := m.Prefill(append(slices.Clip(ids), ans...), AllLogits())
+	tr := m.Prefill(append(slices.Clip(ids), ans...), append(opts[:len(opts):len(opts)], AllLogits())...)
 	defer tr.Close()
 	out := PromptTest{Prompt: m.Pieces(ids), Answer: m.Pieces(ans)}
 	for i, id := range ans {

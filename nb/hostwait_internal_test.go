@@ -14,7 +14,7 @@ import (
 // A call that waits behind a Host function says why it may wait forever:
 // made from that function, it would (no Go runtime check catches it).
 func TestACallWaitingBehindAHostFunctionSaysSo(t *testing.T) {
-	m := MustOpen("", "cpu")
+	m := Open("", Backend("cpu"))
 	defer func(d time.Duration) { hostWaitWarning = d }(hostWaitWarning)
 	hostWaitWarning = 50 * time.Millisecond
 	r, w, err := os.Pipe()
@@ -24,11 +24,11 @@ func TestACallWaitingBehindAHostFunctionSaysSo(t *testing.T) {
 
 	inner := make(chan error, 1)
 	hook := engine.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
-		go func() { _, err := m.Try("x"); inner <- err }()
+		go func() { _, err := m.TryPrefill("x"); inner <- err }()
 		time.Sleep(300 * time.Millisecond) // the other call waits and warns
 		return nil
 	}}
-	_, err = m.Try("func main() {", Hooks(hook))
+	_, err = m.TryPrefill("func main() {", Hooks(hook))
 	require.NoError(t, err)
 	require.NoError(t, <-inner, "the waiting call runs once the hooked one ends")
 	w.Close()
@@ -43,14 +43,14 @@ func TestACallWaitingBehindAHostFunctionSaysSo(t *testing.T) {
 // A Host function that calls its own model gets an error at once; one that
 // panics fails the prefill, and the model goes on working.
 func TestAHostFunctionCallingItsModelIsAnError(t *testing.T) {
-	m := MustOpen("", "cpu")
+	m := Open("", Backend("cpu"))
 	before := m.Prefill("func main() {").Predicted
 	var inner error
 	calls := engine.Hook{Point: "blocks.0.hook_resid_post", Host: func(string, []int, []float32) error {
-		_, inner = m.Try("x")
+		_, inner = m.TryPrefill("x")
 		return nil
 	}}
-	_, err := m.Try("func main() {", Hooks(calls))
+	_, err := m.TryPrefill("func main() {", Hooks(calls))
 	require.NoError(t, err)
 	require.ErrorContains(t, inner, "a hook's Host function called the Model that runs it")
 
@@ -58,7 +58,7 @@ func TestAHostFunctionCallingItsModelIsAnError(t *testing.T) {
 		m.Prefill("x")
 		return nil
 	}}
-	_, err = m.Try("func main() {", Hooks(panics))
+	_, err = m.TryPrefill("func main() {", Hooks(panics))
 	require.NotContains(t, err.Error(), "hook_resid_post: hook at")
 	require.ErrorContains(t, err, "hook at blocks.0.hook_resid_post: its Host function panicked: nb: a hook's Host function called the Model that runs it")
 	require.Equal(t, before, m.Prefill("func main() {").Predicted, "the model works after")

@@ -1,7 +1,73 @@
 // Package nb is what notebooks import: open a model, prefill with captures
-// and hooks, step through layers, and show figures, in calls that read well
-// in a GoNB cell. It is a thin layer over model, gpu and viz; the same calls
-// work outside a notebook, where Show writes files instead of displaying.
+// and hooks, step through layers, run the analyses of interpretability
+// (head scores, direct logit attribution, the logit lens, ablation,
+// activation patching, circuits) and show figures, in calls that read well
+// in a GoNB cell. It is a thin layer over model, engine, trace and viz; the
+// same calls work outside a notebook, where Show writes files instead of
+// displaying. docs/TRANSFORMERLENS.md puts TransformerLens's calls beside
+// these.
+//
+// # Conventions
+//
+// Prompts: every call that takes a prompt takes it as any: text (encoded
+// with the tokenizer's BOS), or token ids, []int32 or []int (taken as they
+// are). A token (Token, Unembed, LogitDirection, LogitDiff, TokenLens, WE,
+// WU) is text of one token, an int or an int32. Token ids are int32, as
+// tokenizers and traces hold them; positions, layers and heads are int.
+//
+// Errors: nb's calls panic with the error, which a notebook cell shows;
+// the few a program recovers from have a Try form that returns it instead
+// (TryOpen, TryPrefill, TryGenerate, TryStart). trace and viz return
+// errors: nb.Must(v, err) makes one a panic in a cell, and Show takes a
+// figure call's (figure, error) as it is. Steps.Err returns the error that
+// stopped the steps.
+//
+// Positions: pos is a position of the trace or prompt, from 0; a negative
+// one counts from the end (-1 is the last), everywhere: DLA, HeadDLA,
+// NeuronDLA, LensTop, TopTokens, SteeringVector, Steer, PatchHead, HeadAt,
+// MeanLoss.
+//
+// Results: one value per head is a trace.Scores, [layer][head], with Top,
+// Bottom, Ranked and Best (HeadScores, HeadDLA, AblateHeads,
+// CompositionScores, CopyingScores); per MLP neuron, NeuronScores, with the
+// same methods. Every patching sweep returns a *Patching: the patched
+// metric as a trace.Scores ([layer][head] or [layer][position]), the clean
+// and corrupted metrics, and Normalized(), 0 where a patch does nothing and
+// 1 where it restores the clean run. AblateHeads is ablated minus plain
+// (negative where a head helps the metric).
+//
+// Argument order: what the call acts on comes first, options last. An
+// analysis takes the trace first (m.DLA(tr, dir, pos)); a sweep the
+// prompt(s), then the metric, then what it varies
+// (m.AblateHeads(prompt, metric, how), m.PatchPositions(clean, corrupt,
+// metric, point)); a hook or head the place first (PatchHead(layer, head,
+// from), Steer(layer, vec, alpha), m.CompositionScores(layer, head, kind)).
+// viz's figures take their data first and the title (then axis labels)
+// last: viz.Heatmap(z, rows, cols, title), viz.XY(x, y, title, xLabel,
+// yLabel).
+//
+// Options: every call that runs a prefill takes ...PrefillOption, Generate
+// ...GenerateOption, Open ...OpenOption (Backend, Placement). An Option
+// (Hooks, Steer, Fast, Context, Continue) serves both; a PrefillOnly
+// (Capture, AllLogits, Layers, Budget) a prefill alone and a GenerateOnly
+// (Sample) a generation alone, so that giving one to the other does not
+// compile.
+//
+// # GoNB cells
+//
+// GoNB runs each cell as a new program built from every declaration made so
+// far (globals, functions, types) and the cell's body (after %%): nothing in
+// memory outlives a cell, and a global var is evaluated again in every cell.
+// So var m = nb.Open("") in a notebook's first cell, as Strata's notebooks
+// have it, opens the model once per cell run: for the default model, a
+// memory map, 3 ms on the CPU backend (about 50 ms with "auto", which
+// probes for a Vulkan GPU first). A large model on a GPU takes seconds: open
+// it in the bodies of the cells that use it (m := nb.Open(path)). Keep
+// what a later cell needs as a declaration (a const prompt, a func), or on
+// disk: Trace.Save and trace.Load, or GoNB's cache.Cache for a result gob
+// encodes (trace.Scores, a *Patching). A declaration that does not compile
+// breaks every later cell with only "exit status 1": GoNB keeps it until
+// it is redefined or removed (%rm name).
 package nb
 
 import (
@@ -17,6 +83,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/backends"
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/model"
@@ -35,7 +102,7 @@ import (
 // model's previous call", whichever goroutine made it: give each goroutine
 // its own Model (or engine.Session) for concurrent conversations.
 type Model struct {
-	*engine.Engine
+	eng *engine.Engine // nil once closed
 	// Note says which backend runs the model and why.
 	Note string
 
@@ -54,13 +121,72 @@ type Model struct {
 // saying that, made from that function, it waits forever.
 var hostWaitWarning = 3 * time.Second
 
-var errNilModel = errors.New("nb: nil *Model (Open failed, or the model was never opened)")
+var (
+	errNilModel    = errors.New("nb: nil *Model (Open failed, or the model was never opened)")
+	errClosedModel = errors.New("nb: the Model is closed (or was never opened with nb.Open)")
+)
 
-// ready panics with errNilModel on a model that was never opened.
+// ready panics unless the model is open.
 func (m *Model) ready() {
-	if m == nil || m.Engine == nil {
-		panic(errNilModel)
+	if err := m.usable(); err != nil {
+		panic(err)
 	}
+}
+
+// usable is why the model cannot be used, or nil.
+func (m *Model) usable() error {
+	switch {
+	case m == nil:
+		return errNilModel
+	case m.eng == nil:
+		return errClosedModel
+	}
+	return nil
+}
+
+// Engine is the engine that runs the model, for what nb does not wrap
+// (sessions of one's own, the logit lens on a trace as an error).
+func (m *Model) Engine() *engine.Engine {
+	m.ready()
+	return m.eng
+}
+
+// Config is the model's configuration: layers, heads, d_model, vocabulary...
+func (m *Model) Config() model.Config {
+	m.ready()
+	return m.eng.Model.Config
+}
+
+// Close releases the model: its session's KV cache, its backends' device
+// memory and the model file's mapping. Every later call is an error; a
+// prefill or generation in progress ends first, but a call reading weights
+// on the host (Unembed, WE, HeadWeights, CopyingScores, the DLA family)
+// does not hold the model: close it only once such calls are done.
+// Closing twice, or a nil model, does nothing; a hook's Host function
+// closing the model that runs it is an error.
+func (m *Model) Close() error {
+	if err := m.lock(); err != nil {
+		if err == errNilModel || err == errClosedModel {
+			return nil
+		}
+		return err // called from a hook's Host function
+	}
+	defer m.mu.Unlock()
+	if m.sess != nil {
+		m.sess.Close()
+		m.sess = nil
+	}
+	var errs []error
+	var closed []backend.Backend // tiers may share a backend
+	for _, b := range m.eng.Tiers() {
+		if !slices.Contains(closed, b) {
+			closed = append(closed, b)
+			errs = append(errs, b.Close())
+		}
+	}
+	errs = append(errs, m.eng.Model.Close())
+	m.eng = nil
+	return errors.Join(errs...)
 }
 
 // owns panics unless tr is a trace this model could have made: call's
@@ -70,19 +196,32 @@ func (m *Model) owns(call string, tr *trace.Trace) {
 	if tr == nil {
 		panic(fmt.Errorf("nb.%s of a nil trace", call))
 	}
-	if err := tr.Model.Matches(engine.TraceModel(&m.Model.Config)); err != nil {
+	if err := tr.Model.Matches(engine.TraceModel(&m.eng.Model.Config)); err != nil {
 		panic(fmt.Errorf("nb.%s: %w", call, err))
 	}
 }
 
 // lock serialises a call on the model's session.
 func (m *Model) lock() error {
-	if m == nil || m.Engine == nil {
+	if m == nil {
 		return errNilModel
 	}
-	if m.mu.TryLock() {
-		return nil
+	if !m.mu.TryLock() {
+		if err := m.wait(); err != nil {
+			return err
+		}
 	}
+	if m.eng == nil {
+		m.mu.Unlock()
+		return errClosedModel
+	}
+	return nil
+}
+
+// wait takes m.mu, which another call holds. A call made by a hook's Host
+// function, on the goroutine of the call that runs the hook, would wait
+// for ever: it is an error instead.
+func (m *Model) wait() error {
 	if id := m.hostGoroutine.Load(); id != 0 && id == goroutineID() {
 		return errors.New("nb: a hook's Host function called the Model that runs it: the model runs one call at a time, so this call would wait forever for the one running the hook")
 	}
@@ -138,28 +277,56 @@ func (m *Model) watchHosts(hooks []engine.Hook) []engine.Hook {
 	return hooks
 }
 
-// Open loads a GGUF model ("" for the embedded default model) on the best
-// backend, or on the one named ("cpu", "vulkan", "auto").
-func Open(path string, backend ...string) (*Model, error) {
-	name := "auto"
-	switch len(backend) {
-	case 0:
-	case 1:
-		name = backend[0]
-	default:
-		return nil, fmt.Errorf("nb: open %q: one backend, not %d (%q): to split a model over devices, use OpenPlaced", path, len(backend), backend)
-	}
-	return OpenPlaced(path, name, "")
+// OpenOption adjusts how Open loads a model.
+type OpenOption func(*openSettings)
+
+type openSettings struct {
+	backends  []string
+	placement string
 }
 
-// OpenPlaced loads a model split over the backend's devices as tiers, as
+// Backend names the backend to run on: "cpu", "vulkan" or "auto" (the
+// default: a Vulkan GPU when there is one). One model runs on one backend:
+// Open refuses two.
+func Backend(name string) OpenOption {
+	return func(o *openSettings) { o.backends = append(o.backends, name) }
+}
+
+// Placement splits the model over the backend's devices as tiers, as
 // `strata run --placement` takes it: "0:0-13,1:14-27" puts layers 0-13 on
 // device 0 and 14-27 on device 1 (a device named twice is two logical
-// devices on it); "auto" plans from the devices' memory; "" is Open. Every
-// call works across the tiers as on one device. A placement that does not
-// hold the weights and a KV cache of the model's context is refused before
-// anything is allocated, saying what is short where.
-func OpenPlaced(path, backend, placement string) (*Model, error) {
+// devices on it); "auto" plans from the devices' memory. Every call works
+// across the tiers as on one device. A placement that does not hold the
+// weights and a KV cache of the model's context is refused before anything
+// is allocated, saying what is short where.
+func Placement(spec string) OpenOption { return func(o *openSettings) { o.placement = spec } }
+
+// Open loads a GGUF model ("" for the embedded default model), on the best
+// backend unless Backend says which; it panics with the error. In GoNB
+// it runs again in every cell: "GoNB cells" in the package doc says what
+// that costs.
+func Open(path string, opts ...OpenOption) *Model {
+	m, err := TryOpen(path, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// TryOpen is Open returning the error.
+func TryOpen(path string, opts ...OpenOption) (*Model, error) {
+	var o openSettings
+	for _, opt := range opts {
+		opt(&o)
+	}
+	backend := "auto"
+	switch len(o.backends) {
+	case 0:
+	case 1:
+		backend = o.backends[0]
+	default:
+		return nil, fmt.Errorf("nb: open %q: one backend, not %d (%q): to split a model over devices, use Placement", path, len(o.backends), o.backends)
+	}
 	var m *model.Model
 	var err error
 	if path == "" {
@@ -170,36 +337,43 @@ func OpenPlaced(path, backend, placement string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, note, err := backends.Engine(m, backend, placement, engine.PlanRequest{Capacity: m.Context, Tokens: 1})
+	e, note, err := backends.Engine(m, backend, o.placement, engine.PlanRequest{Capacity: m.Context, Tokens: 1})
 	if err != nil {
-		if placement != "" {
-			return nil, fmt.Errorf("nb: placement %q: %w", placement, err)
+		m.Close()
+		if o.placement != "" {
+			return nil, fmt.Errorf("nb: placement %q: %w", o.placement, err)
 		}
 		return nil, err
 	}
-	return &Model{Engine: e, Note: note}, nil
+	return &Model{eng: e, Note: note}, nil
 }
 
-// MustOpen is Open for notebook cells: it panics with the error.
-func MustOpen(path string, backend ...string) *Model {
-	m, err := Open(path, backend...)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
-
-// MustOpenPlaced is OpenPlaced for notebook cells: it panics with the error.
-func MustOpenPlaced(path, backend, placement string) *Model {
-	m, err := OpenPlaced(path, backend, placement)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
-
-// Option adjusts a prefill or a generation.
+// Option adjusts a prefill or a generation alike: Hooks, PromptHooks,
+// Steer, Fast, Continue, Context.
 type Option func(*settings)
+
+// PrefillOnly adjusts what a prefill captures and computes: Capture,
+// Layers, AllLogits, Budget, CaptureDLA, CaptureNeuronDLA. Generate takes
+// none (it captures nothing and computes the last position's logits only:
+// prefill the generated text to look inside).
+type PrefillOnly func(*settings)
+
+// GenerateOnly adjusts how a generation draws its tokens: Sample. A
+// prefill takes none (its trace's Predicted are the most likely tokens, its
+// logits the whole distribution).
+type GenerateOnly func(*settings)
+
+// PrefillOption is what Prefill, Start and every call that runs a prefill
+// take: an Option or a PrefillOnly.
+type PrefillOption interface{ applyPrefill(*settings) }
+
+// GenerateOption is what Generate takes: an Option or a GenerateOnly.
+type GenerateOption interface{ applyGenerate(*settings) }
+
+func (o Option) applyPrefill(s *settings)        { o(s) }
+func (o Option) applyGenerate(s *settings)       { o(s) }
+func (o PrefillOnly) applyPrefill(s *settings)   { o(s) }
+func (o GenerateOnly) applyGenerate(s *settings) { o(s) }
 
 type settings struct {
 	o        engine.Options
@@ -210,26 +384,23 @@ type settings struct {
 	// and how tokens are drawn.
 	promptOnly []int
 	sample     *engine.Sampler
-	// Options a generation has no use for, by name.
-	prefillOnly []string
 }
 
 // Capture keeps the points matching the globs, e.g.
-// Capture("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post").
-func Capture(globs ...string) Option {
+// Capture("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post");
+// Capture("*") keeps every point, as TransformerLens's run_with_cache does.
+func Capture(globs ...string) PrefillOnly {
 	return func(s *settings) {
 		s.o.Capture.Globs = append(s.o.Capture.Globs, globs...)
 		s.captured = true
-		s.prefillOnly = append(s.prefillOnly, "Capture")
 	}
 }
 
 // Layers limits per-layer captures to layers first..last (last -1: the last
 // layer); a range outside the model's layers, or selecting none, is refused.
-func Layers(first, last int) Option {
+func Layers(first, last int) PrefillOnly {
 	return func(s *settings) {
 		s.o.Capture.FirstLayer, s.o.Capture.LastLayer = first, last
-		s.prefillOnly = append(s.prefillOnly, "Layers")
 	}
 }
 
@@ -258,24 +429,22 @@ func PromptHooks(h ...engine.Hook) Option {
 
 // AllLogits computes logits (and predictions) at every position, not only
 // the last; so do the final norm's points (ln_final.*).
-func AllLogits() Option {
+func AllLogits() PrefillOnly {
 	return func(s *settings) {
 		s.o.Logits = engine.LogitsAll
-		s.prefillOnly = append(s.prefillOnly, "AllLogits")
 	}
 }
 
 // Budget bounds the capture's memory in bytes.
-func Budget(bytes int64) Option {
+func Budget(bytes int64) PrefillOnly {
 	return func(s *settings) {
 		s.o.Budget = bytes
-		s.prefillOnly = append(s.prefillOnly, "Budget")
 	}
 }
 
 // Sample makes Generate draw each token as sampler says (temperature,
 // top-k, top-p, min-p, seed) instead of taking the most likely one.
-func Sample(sampler engine.Sampler) Option { return func(s *settings) { s.sample = &sampler } }
+func Sample(sampler engine.Sampler) GenerateOnly { return func(s *settings) { s.sample = &sampler } }
 
 // Fast runs the prefill's matrix products on float16 inputs
 // (engine.PrecisionFast), on tensor cores for every weight format: on the
@@ -294,14 +463,6 @@ func Continue() Option { return func(s *settings) { s.cont = true } }
 // Context lets a prefill be cancelled.
 func Context(ctx context.Context) Option { return func(s *settings) { s.ctx = ctx } }
 
-// forPrefill refuses options only a generation has a use for.
-func (s *settings) forPrefill() error {
-	if s.sample != nil {
-		return errors.New("nb: Sample draws the tokens Generate adds; a prefill adds none (its trace's Predicted are the most likely, its logits the whole distribution)")
-	}
-	return nil
-}
-
 func (s *settings) generateOptions() engine.GenerateOptions {
 	g := engine.GenerateOptions{Precision: s.o.Precision}
 	if s.sample != nil {
@@ -317,13 +478,32 @@ func (s *settings) generateOptions() engine.GenerateOptions {
 	return g
 }
 
-func (m *Model) settings(opts []Option) *settings {
+// prefillSettings are the settings opts make for a prefill.
+func (m *Model) prefillSettings(opts []PrefillOption) *settings {
+	s := newSettings()
+	for _, o := range opts {
+		o.applyPrefill(s)
+	}
+	return m.finish(s)
+}
+
+// generateSettings are the settings opts make for a generation.
+func (m *Model) generateSettings(opts []GenerateOption) *settings {
+	s := newSettings()
+	for _, o := range opts {
+		o.applyGenerate(s)
+	}
+	return m.finish(s)
+}
+
+func newSettings() *settings {
 	s := &settings{ctx: context.Background()}
 	s.o.Capture.LastLayer = -1
 	s.o.Predict = true
-	for _, o := range opts {
-		o(s)
-	}
+	return s
+}
+
+func (m *Model) finish(s *settings) *settings {
 	if !s.captured {
 		s.o.Capture.Globs = nil
 	}
@@ -331,15 +511,26 @@ func (m *Model) settings(opts []Option) *settings {
 	return s
 }
 
-// Tokens encodes text as the model's tokenizer does for a prompt (BOS per
-// its metadata); it panics on text the tokenizer cannot represent.
-func (m *Model) Tokens(text string) []int32 {
+// Tokens are the ids of a prompt: text encoded as the model's tokenizer
+// does for a prompt (BOS per its metadata; TransformerLens's to_tokens), or
+// ids checked against the vocabulary. It panics on text the tokenizer
+// cannot represent.
+func (m *Model) Tokens(prompt any) []int32 {
 	m.ready()
-	ids, err := m.Model.Tok.Encode(text, tokenizer.Options{})
-	if err != nil {
-		panic(err)
+	return Must(m.tokens(prompt))
+}
+
+// ToString decodes ids to the text they stand for (TransformerLens's
+// to_string), as llama.cpp does with special tokens not rendered: the BOS
+// and other control tokens give nothing, so ToString(Tokens(text)) is text.
+func (m *Model) ToString(ids []int32) string {
+	m.ready()
+	for i, id := range ids {
+		if id < 0 || int(id) >= m.eng.Model.Vocab {
+			panic(fmt.Errorf("nb.ToString: token %d at index %d is outside the vocabulary of %d", id, i, m.eng.Model.Vocab))
+		}
 	}
-	return ids
+	return Must(m.eng.Model.Tok.Decode(ids))
 }
 
 // Pieces are the display strings of ids (TransformerLens's
@@ -348,7 +539,7 @@ func (m *Model) Pieces(ids []int32) []string {
 	m.ready()
 	out := make([]string, len(ids))
 	for i, id := range ids {
-		out[i] = m.Model.Tok.Piece(id)
+		out[i] = m.eng.Model.Tok.Piece(id)
 	}
 	return out
 }
@@ -360,7 +551,7 @@ func Quote(pieces []string) string { return quotePieces(pieces) }
 func (m *Model) tokens(prompt any) ([]int32, error) {
 	switch p := prompt.(type) {
 	case string:
-		return m.Model.Tok.Encode(p, tokenizer.Options{})
+		return m.eng.Model.Tok.Encode(p, tokenizer.Options{})
 	case []int32:
 		return p, nil
 	case []int:
@@ -368,8 +559,8 @@ func (m *Model) tokens(prompt any) ([]int32, error) {
 		// into the vocabulary.
 		ids := make([]int32, len(p))
 		for i, v := range p {
-			if v < 0 || v >= m.Model.Vocab {
-				return nil, fmt.Errorf("nb: token %d at index %d is outside the vocabulary of %d (ids are 0..%d)", v, i, m.Model.Vocab, m.Model.Vocab-1)
+			if v < 0 || v >= m.eng.Model.Vocab {
+				return nil, fmt.Errorf("nb: token %d at index %d is outside the vocabulary of %d (ids are 0..%d)", v, i, m.eng.Model.Vocab, m.eng.Model.Vocab-1)
 			}
 			ids[i] = int32(v)
 		}
@@ -388,7 +579,7 @@ func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
 	var ids []int32
 	var err error
 	if text, ok := prompt.(string); ok && cont && m.sess != nil && m.sess.Pos() > 0 {
-		ids, err = m.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+		ids, err = m.eng.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
 	} else {
 		ids, err = m.tokens(prompt)
 	}
@@ -404,9 +595,9 @@ func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
 // one of a long context (a 32k-token 8B model's is 10 GB) would take the
 // device's memory for a short prompt.
 func (m *Model) session(cont bool, need int) (*engine.Session, error) {
-	limit := m.Model.Context
+	limit := m.eng.Model.Context
 	if m.sess == nil {
-		s, err := m.NewSession(min(limit, max(need, minCache)))
+		s, err := m.eng.NewSession(min(limit, max(need, minCache)))
 		if err != nil {
 			return nil, err
 		}
@@ -441,8 +632,8 @@ func (m *Model) FreeSpare() {
 	m.sess.FreeSpare()
 }
 
-// Try runs a prefill and returns its trace or an error.
-func (m *Model) Try(prompt any, opts ...Option) (*trace.Trace, error) {
+// TryPrefill is Prefill returning the error.
+func (m *Model) TryPrefill(prompt any, opts ...PrefillOption) (*trace.Trace, error) {
 	if err := m.lock(); err != nil {
 		return nil, err
 	}
@@ -450,11 +641,8 @@ func (m *Model) Try(prompt any, opts ...Option) (*trace.Trace, error) {
 	return m.try(prompt, opts...)
 }
 
-func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
-	s := m.settings(opts)
-	if err := s.forPrefill(); err != nil {
-		return nil, err
-	}
+func (m *Model) try(prompt any, opts ...PrefillOption) (*trace.Trace, error) {
+	s := m.prefillSettings(opts)
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		return nil, err
@@ -469,24 +657,30 @@ func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
 // Prefill runs the prompt (text or token ids) through every layer and
 // returns what was captured, with tr.Predicted the most likely next token
 // at each position; it panics with the error, as notebook cells want.
-func (m *Model) Prefill(prompt any, opts ...Option) *trace.Trace {
-	tr, err := m.Try(prompt, opts...)
+func (m *Model) Prefill(prompt any, opts ...PrefillOption) *trace.Trace {
+	tr, err := m.TryPrefill(prompt, opts...)
 	if err != nil {
 		panic(err)
 	}
 	return tr
 }
 
-// Generate continues text by up to n tokens, greedily unless Sample says
-// otherwise, and returns the continuation. It stops early at the
-// end-of-sequence token or when the context is full; TryGenerate says which.
-// It panics on an error.
-func (m *Model) Generate(text string, n int, opts ...Option) string {
-	g, err := m.TryGenerate(text, n, opts...)
+// Generate continues the prompt (text or token ids) by up to n tokens,
+// from a fresh cache (or after the previous call with Continue()): the most
+// likely token at each step, or one drawn as Sample says. It stops early at
+// the end-of-sequence token or when the context is full (Stop says which),
+// and panics on an error. Hooks act at every step (the prompt, then each new
+// token's one row); PromptHooks, and Steer at given positions, act in the
+// prompt's prefill only, before the other hooks; Steer without positions
+// adds at every position, generated ones included. Fast and Context apply
+// too; options that only a prefill has a use for (PrefillOnly: Capture,
+// AllLogits, Layers, Budget) do not compile.
+func (m *Model) Generate(prompt any, n int, opts ...GenerateOption) Generated {
+	g, err := m.TryGenerate(prompt, n, opts...)
 	if err != nil {
 		panic(err)
 	}
-	return g.Text
+	return g
 }
 
 // Generated is a continuation and why it ended.
@@ -498,27 +692,19 @@ type Generated struct {
 	Stop engine.StopReason
 }
 
-// TryGenerate continues the prompt (text or token ids) by up to n tokens,
-// from a fresh cache (or after the previous call with Continue()): the most
-// likely token at each step, or one drawn as Sample says. Hooks act at every
-// step (the prompt, then each new token's one row); PromptHooks, and Steer
-// at given positions, act in the prompt's prefill only, before the other
-// hooks; Steer without positions adds at every position, generated ones
-// included. Fast and
-// Context apply too; options that only a prefill has a use for (Capture,
-// AllLogits, Layers, Budget) are an error. Reaching the end of the context
-// is not an error: it returns what was generated with Stop
+// String is the generated text.
+func (g Generated) String() string { return g.Text }
+
+// TryGenerate is Generate returning the error. Reaching the end of the
+// context is not an error: it returns what was generated with Stop
 // engine.StopContext. On an error part way (a cancelled Context) it returns
 // what was generated so far and the error.
-func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error) {
+func (m *Model) TryGenerate(prompt any, n int, opts ...GenerateOption) (Generated, error) {
 	if err := m.lock(); err != nil {
 		return Generated{Stop: engine.StopError}, err
 	}
 	defer m.mu.Unlock()
-	s := m.settings(opts)
-	if len(s.prefillOnly) > 0 {
-		return Generated{Stop: engine.StopError}, fmt.Errorf("nb: Generate has no use for %s: it captures nothing and computes only the last position's logits (Prefill the generated text to look inside)", strings.Join(slices.Compact(slices.Sorted(slices.Values(s.prefillOnly))), ", "))
-	}
+	s := m.generateSettings(opts)
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
 		return Generated{Stop: engine.StopError}, err
@@ -532,7 +718,7 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 		m.pending = g.Tokens[len(g.Tokens)-1:] // chosen, not yet run: see promptTokens
 	}
 	out := Generated{Tokens: g.Tokens, Stop: g.Stop}
-	text, derr := m.Model.Tok.Decode(g.Tokens)
+	text, derr := m.eng.Model.Tok.Decode(g.Tokens)
 	out.Text = text
 	if err == nil {
 		err = derr
@@ -540,15 +726,16 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 	return out, err
 }
 
-// Lens adds the logit lens to a trace that captured every layer's
-// resid_post: row l is after layer l, each normalised by the final norm
-// with its own scale (the embedding is not a row). AccumulatedResid(tr,
-// true) differs on both counts, as TransformerLens's does: row l is before
-// layer l, and every row takes the scale of the final residual.
-func (m *Model) Lens(tr *trace.Trace) *trace.Trace {
-	m.owns("Lens", tr)
-	if err := m.LogitLens(tr); err != nil {
-		panic(err)
+// LogitLens adds the logit lens to a trace that captured every layer's
+// resid_post (tr.Lens, drawn by viz.LogitLens) and returns the trace: row
+// l is after layer l, each normalised by the final norm with its own scale
+// (the embedding is not a row). AccumulatedResid(tr, true) differs on both
+// counts, as TransformerLens's does: row l is before layer l, and every
+// row takes the scale of the final residual.
+func (m *Model) LogitLens(tr *trace.Trace) *trace.Trace {
+	m.owns("LogitLens", tr)
+	if err := m.eng.LogitLens(tr); err != nil {
+		panic(fmt.Errorf("nb.LogitLens: %w", err))
 	}
 	return tr
 }
@@ -561,72 +748,76 @@ type Steps struct {
 
 // Start begins a step-wise prefill; call Next to advance a layer. The
 // model's next prefill (or Start) ends it: the steps share its buffers.
-// Without Capture it captures every point (of the Layers given).
-func (m *Model) Start(prompt any, opts ...Option) *Steps {
+// Without Capture it captures every point (of the Layers given). It panics
+// with the error.
+func (m *Model) Start(prompt any, opts ...PrefillOption) *Steps {
+	return Must(m.TryStart(prompt, opts...))
+}
+
+// TryStart is Start returning the error.
+func (m *Model) TryStart(prompt any, opts ...PrefillOption) (*Steps, error) {
 	if err := m.lock(); err != nil {
-		panic(err)
+		return nil, err
 	}
 	defer m.mu.Unlock()
-	s := m.settings(opts)
-	if err := s.forPrefill(); err != nil {
-		panic(err)
-	}
+	s := m.prefillSettings(opts)
 	ids, err := m.promptTokens(prompt, s.cont)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	if !s.captured {
 		s.o.Capture.Globs = []string{"*"}
 	}
 	sess, err := m.session(s.cont, len(ids))
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	r, err := sess.Start(s.ctx, ids, s.o)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
-	return &Steps{m: m, r: r}
+	return &Steps{m: m, r: r}, nil
 }
+
+var errNilSteps = errors.New("nb: nil *Steps (use Model.Start)")
 
 // do runs f on the steps' run with the model's session to itself.
-func (s *Steps) do(f func(r *engine.Run)) {
+func (s *Steps) do(f func(r *engine.Run) error) error {
 	if s == nil || s.r == nil {
-		panic(errors.New("nb: nil *Steps (use Model.Start)"))
+		return errNilSteps
 	}
 	if err := s.m.lock(); err != nil {
-		panic(err)
+		return err
 	}
 	defer s.m.mu.Unlock()
-	f(s.r)
+	return f(s.r)
 }
 
-// Next runs the next layer; false once every layer has run.
+// Next runs the next layer; false once every layer has run, or the steps
+// stopped (Err says why).
 func (s *Steps) Next() (more bool) {
-	s.do(func(r *engine.Run) { more = r.Next() })
+	s.do(func(r *engine.Run) error { more = r.Next(); return nil })
 	return more
 }
 
 // Err is why the steps stopped early (nil when every layer ran), e.g. the
 // model's next prefill took the steps' buffers.
-func (s *Steps) Err() (err error) {
-	s.do(func(r *engine.Run) { err = r.Err() })
-	return err
+func (s *Steps) Err() error {
+	return s.do(func(r *engine.Run) error { return r.Err() })
 }
 
 // Layer is the layer that ran last (-1 before the first), the last one
 // after the steps have run out or finished.
-func (s *Steps) Layer() (l int) {
-	s.do(func(r *engine.Run) { l = r.Layer() })
+func (s *Steps) Layer() int {
+	l := -1
+	s.do(func(r *engine.Run) error { l = r.Layer(); return nil })
 	return l
 }
 
 // To runs until the named point, e.g. "blocks.2.attn.hook_pattern"; a point
 // already passed panics at once (a run goes forward only).
 func (s *Steps) To(point string) *Steps {
-	var err error
-	s.do(func(r *engine.Run) { err = r.RunTo(point) })
-	if err != nil {
+	if err := s.do(func(r *engine.Run) error { return r.RunTo(point) }); err != nil {
 		panic(err)
 	}
 	return s
@@ -635,21 +826,19 @@ func (s *Steps) To(point string) *Steps {
 // Trace is what has been captured so far.
 func (s *Steps) Trace() *trace.Trace {
 	var tr *trace.Trace
-	var err error
-	s.do(func(r *engine.Run) { tr, err = r.Trace() })
-	if err != nil {
-		panic(err)
-	}
+	Must(tr, s.do(func(r *engine.Run) (err error) { tr, err = r.Trace(); return err }))
 	return tr
 }
 
 // Finish runs the rest and returns the whole trace.
 func (s *Steps) Finish() *trace.Trace {
 	var tr *trace.Trace
-	var err error
-	s.do(func(r *engine.Run) { tr, err = r.Finish() })
-	if err != nil {
-		panic(err)
-	}
+	Must(tr, s.do(func(r *engine.Run) (err error) { tr, err = r.Finish(); return err }))
 	return tr
+}
+
+// Close abandons unfinished steps, handing their buffers back to the
+// model; what they captured stays readable in a trace taken before.
+func (s *Steps) Close() {
+	s.do(func(r *engine.Run) error { r.Close(); return nil })
 }

@@ -16,12 +16,12 @@ import (
 )
 
 func TestPrefillCapturesWhatWasAsked(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	tr := m.Prefill("func main() {", nb.Capture("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post"))
 	T := len(tr.Tokens)
 	require.Equal(t, m.Pieces(tr.Tokens), tr.Pieces)
-	require.Len(t, tr.Names, 2*m.Model.Layers+1, "patterns, resid_post, and the last position's logits")
-	require.Equal(t, []int{m.Model.Heads, T, T}, tr.Tensor("blocks.0.attn.hook_pattern").Shape)
+	require.Len(t, tr.Names, 2*m.Config().Layers+1, "patterns, resid_post, and the last position's logits")
+	require.Equal(t, []int{m.Config().Heads, T, T}, tr.Tensor("blocks.0.attn.hook_pattern").Shape)
 	require.Len(t, tr.Predicted, 1)
 
 	first := nb.Layers(1, 1)
@@ -29,13 +29,13 @@ func TestPrefillCapturesWhatWasAsked(t *testing.T) {
 	require.True(t, tr.Has("blocks.1.hook_resid_post"))
 	require.False(t, tr.Has("blocks.0.hook_resid_post"))
 
-	_, err := m.Try(3.5)
+	_, err := m.TryPrefill(3.5)
 	require.ErrorContains(t, err, "a prompt is a string or token ids")
 	require.Panics(t, func() { m.Prefill("x", nb.Capture("nope")) })
 }
 
 func TestStepsEndLikeAOneShotPrefill(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	prompt := "for i := 0; i < n; i++ {"
 	want := m.Prefill(prompt, nb.Capture("*"))
 	s := m.Start(prompt)
@@ -53,14 +53,37 @@ func TestStepsEndLikeAOneShotPrefill(t *testing.T) {
 	}
 }
 
+// Steps report errors without panicking: nil steps, and steps a later
+// prefill took over; Close hands an unfinished run's buffers back.
+func TestStepsSayWhyTheyStopped(t *testing.T) {
+	var none *nb.Steps
+	require.EqualError(t, none.Err(), "nb: nil *Steps (use Model.Start)")
+	require.False(t, none.Next())
+	require.Equal(t, -1, none.Layer())
+
+	m := nb.Open("")
+	s := m.Start("x := 1")
+	require.True(t, s.Next())
+	require.NoError(t, s.Err())
+	m.Prefill("y := 2")
+	require.False(t, s.Next())
+	require.Error(t, s.Err(), "the prefill took the steps' buffers")
+
+	s = m.Start("x := 1")
+	require.True(t, s.Next())
+	s.Close()
+	require.False(t, s.Next())
+	require.Equal(t, m.Prefill("x := 1").Predicted, m.Start("x := 1").Finish().Predicted, "the model works on")
+}
+
 func TestContinueUsesTheCache(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	ids := m.Tokens("package main\n\nimport \"fmt\"\n")
 	whole := m.Prefill(ids, nb.Capture("blocks.3.hook_resid_post"))
 	m.Prefill(ids[:5])
 	rest := m.Prefill(ids[5:], nb.Continue(), nb.Capture("blocks.3.hook_resid_post"))
 	require.Equal(t, 5, rest.Pos0)
-	d := m.Model.DModel
+	d := m.Config().DModel
 	got, want := rest.Tensor("blocks.3.hook_resid_post").Data, whole.Tensor("blocks.3.hook_resid_post").Data[5*d:]
 	for i := range want {
 		require.InDelta(t, want[i], got[i], float64(1e-4*(1+abs(want[i]))))
@@ -75,7 +98,7 @@ func abs(x float32) float32 {
 }
 
 func TestRepeatedRandomAndPatching(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	ids := m.RepeatedRandom(10, 1)
 	bos := len(m.Tokens(""))
 	require.Len(t, ids, bos+20)
@@ -91,8 +114,8 @@ func TestRepeatedRandomAndPatching(t *testing.T) {
 	}
 	metric := m.LogitDiff(" b", " c")
 	cleanScore, corruptScore := metric(m.Prefill(clean)), metric(m.Prefill(corrupt))
-	res := m.PatchResid(clean, corrupt, metric)
-	require.Len(t, res, m.Model.Layers)
+	res := m.PatchResid(clean, corrupt, metric).Patched
+	require.Len(t, res, m.Config().Layers)
 	// At layer 0 the residual stream is the embedding: patching the one
 	// differing position gives the clean run, any other changes nothing.
 	for p := range clean {
@@ -127,9 +150,9 @@ func (fakeFigure) Encode(w io.Writer, format string) error {
 // previous-token head, scored as usual over a batch of repeated random
 // token sequences (the mean over 8 sequences per head; MODEL.md).
 func TestDefaultModelHasInductionAndPreviousTokenHeads(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	const period, batch = 40, 8
-	L, H := m.Model.Layers, m.Model.Heads
+	L, H := m.Config().Layers, m.Config().Heads
 	ind, prev := make([]float64, L*H), make([]float64, L*H)
 	for seed := range uint64(batch) {
 		tr := m.Prefill(m.RepeatedRandom(period, seed+1), nb.Capture("blocks.*.attn.hook_pattern"))
@@ -156,9 +179,9 @@ func TestDefaultModelHasInductionAndPreviousTokenHeads(t *testing.T) {
 // text: byte tokens made its first copy cost 15.9 nats a token, past
 // a uniform guess's ln(512) = 6.2.
 func TestRepeatedRandomDrawsOrdinaryTokens(t *testing.T) {
-	m := nb.MustOpen(sharedtest.Stories(t), "cpu")
+	m := nb.Open(sharedtest.Stories(t), nb.Backend("cpu"))
 	ids := m.RepeatedRandom(100, 3)
 	for _, id := range ids[1:] {
-		require.True(t, m.Model.Tok.IsOrdinary(id), "token %d %q", id, m.Pieces([]int32{id})[0])
+		require.True(t, m.Engine().Model.Tok.IsOrdinary(id), "token %d %q", id, m.Pieces([]int32{id})[0])
 	}
 }

@@ -39,14 +39,14 @@ func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			path := tc.path(t)
-			m, err := nb.Open(path, "cpu")
+			m, err := nb.TryOpen(path, nb.Backend("cpu"))
 			require.NoError(t, err)
-			tok, c := m.Model.Tok, m.Model.Config
+			tok, c := m.Engine().Model.Tok, m.Config()
 			bos := tok.BOS()
 
 			// Invalid UTF-8 (a lone continuation byte, a UTF-16 surrogate, NUL) runs as byte tokens.
 			for _, text := range []string{"\xff\xfe bad", "\xed\xa0\x80", "a\x00b"} {
-				tr, err := m.Try(text)
+				tr, err := m.TryPrefill(text)
 				require.NoError(t, err, "%q", text)
 				require.Equal(t, m.Tokens(text), tr.Tokens)
 				require.Greater(t, len(tr.Tokens), 1, "%q", text)
@@ -60,14 +60,14 @@ func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
 			// Special-token text is ordinary text: the BOS piece written in
 			// the prompt does not become the BOS token.
 			special := tok.Piece(bos)
-			tr, err := m.Try(special + "hi" + special)
+			tr, err := m.TryPrefill(special + "hi" + special)
 			require.NoError(t, err)
 			require.Equal(t, bos, tr.Tokens[0])
 			require.NotContains(t, tr.Tokens[1:], bos, "%q was parsed as a control token", special)
 
 			refused := []struct {
 				prompt any
-				opts   []nb.Option
+				opts   []nb.PrefillOption
 				want   string
 			}{
 				{[]int32{}, nil, "the prompt is empty"},
@@ -76,31 +76,31 @@ func TestOddPromptsThenAPrefillAsIfNothingHappened(t *testing.T) {
 				{strings.Repeat("once upon a time ", c.Context), nil, fmt.Sprintf("which exceed the KV cache of %d positions (the model's context is %d tokens)", c.Context, c.Context)},
 				{[]int{1<<32 + 5}, nil, fmt.Sprintf("token 4294967301 at index 0 is outside the vocabulary of %d", c.Vocab)},
 				{[]int{int(bos), -1 << 40}, nil, "token -1099511627776 at index 1 is outside the vocabulary"},
-				{"x", []nb.Option{nb.Capture("blocks.*.no_such_hook")}, "matches no capture point"},
+				{"x", []nb.PrefillOption{nb.Capture("blocks.*.no_such_hook")}, "matches no capture point"},
 				{3.5, nil, "a prompt is a string or token ids"},
 			}
 			for _, r := range refused {
-				_, err := m.Try(r.prompt, r.opts...)
+				_, err := m.TryPrefill(r.prompt, r.opts...)
 				require.ErrorContains(t, err, r.want, "prompt %.40v", r.prompt)
 			}
 
 			// A continuation whose positions run past the cache.
 			fill := make([]int32, c.Context-2)
 			fill[0] = bos
-			_, err = m.Try(fill)
+			_, err = m.TryPrefill(fill)
 			require.NoError(t, err)
-			_, err = m.Try([]int32{5, 6, 7}, nb.Continue())
+			_, err = m.TryPrefill([]int32{5, 6, 7}, nb.Continue())
 			require.ErrorContains(t, err, fmt.Sprintf("3 tokens at position %d exceed the KV cache of %d positions", c.Context-2, c.Context))
 
 			// A cancelled prefill.
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			_, err = m.Try("abc", nb.Context(ctx))
+			_, err = m.TryPrefill("abc", nb.Context(ctx))
 			require.True(t, errors.Is(err, context.Canceled), "got %v", err)
 
 			const prompt = "Once upon a time"
 			got := m.Prefill(prompt, nb.AllLogits())
-			fresh, err := nb.Open(path, "cpu")
+			fresh, err := nb.TryOpen(path, nb.Backend("cpu"))
 			require.NoError(t, err)
 			want := fresh.Prefill(prompt, nb.AllLogits())
 			require.Equal(t, want.Tokens, got.Tokens)
@@ -119,7 +119,7 @@ func TestHostAnalysesOfAModelChangedOnDiskAreErrors(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "copy.gguf")
 	require.NoError(t, os.WriteFile(path, src, 0o644))
-	m := nb.MustOpen(path, "cpu")
+	m := nb.Open(path, nb.Backend("cpu"))
 	tr := m.Prefill("Once upon a time", nb.CaptureDLA())
 	defer tr.Close()
 	require.NotEmpty(t, m.Unembed(" Lily"))
@@ -161,7 +161,7 @@ func TestTracesOfAnotherModelAreRefused(t *testing.T) {
 		"StackHeadResults": func() { m.StackHeadResults(tr, true) },
 		"DLA":              func() { m.DLA(tr, dir, -1) },
 		"HeadDLA":          func() { m.HeadDLA(tr, dir, -1) },
-		"Lens":             func() { m.Lens(tr) },
+		"LogitLens":        func() { m.LogitLens(tr) },
 		"TokenLens":        func() { m.TokenLens(tr, int32(1)) },
 		"LogitDiff":        func() { m.LogitDiff(int32(1), int32(2))(tr) },
 		"FinalNorm":        func() { m.FinalNorm(tr, nil) },
@@ -176,5 +176,21 @@ func TestTracesOfAnotherModelAreRefused(t *testing.T) {
 		require.ErrorContains(t, got, "nb."+name+": the trace is from another model: it was made by gostd-qwen3-4m (qwen3)", name)
 	}
 	// Its own model reads it.
-	require.Len(t, other.DLA(tr, other.Unembed(" {"), -1), 1+2*other.Model.Layers)
+	require.Len(t, other.DLA(tr, other.Unembed(" {"), -1), 1+2*other.Config().Layers)
+}
+
+// Close lets go of the model; every later call says it is closed, and a
+// second Close does nothing.
+func TestClosedModelsSaySo(t *testing.T) {
+	m := nb.Open("", nb.Backend("cpu"))
+	require.Len(t, m.Prefill("x := 1").Tokens, 5)
+	require.NoError(t, m.Close())
+	_, err := m.TryPrefill("x := 1")
+	require.EqualError(t, err, "nb: the Model is closed (or was never opened with nb.Open)")
+	require.PanicsWithError(t, "nb: the Model is closed (or was never opened with nb.Open)", func() { m.Tokens("x") })
+	_, err = m.TryGenerate("x", 2)
+	require.ErrorContains(t, err, "closed")
+	require.NoError(t, m.Close())
+	var none *nb.Model
+	require.NoError(t, none.Close())
 }

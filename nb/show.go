@@ -127,11 +127,11 @@ func show(it any) error {
 	case *plot.Plot:
 		return showFigure(viz.Plot(x, 0, 0))
 	case []float64:
-		return showMade(viz.Line("", x))
+		return showMade(viz.Line(x, ""))
 	case []float32:
-		return showMade(viz.Tensor("", &trace.Tensor{Shape: []int{len(x)}, Data: x}))
+		return showMade(viz.Tensor(&trace.Tensor{Shape: []int{len(x)}, Data: x}, ""))
 	case [][]float64:
-		return showMade(viz.Heatmap("", x))
+		return showMade(viz.Heatmap(x, nil, nil, ""))
 	case trace.Scores:
 		return showMade(viz.HeadHeatmap(x, "score of each head", "score"))
 	case trace.HeadList:
@@ -151,9 +151,9 @@ func show(it any) error {
 		for i, c := range x {
 			labels[i], values[i] = c.Label, c.Logit
 		}
-		return showMade(viz.Bars("direct logit attribution", "contribution to the logit (difference)", labels, values))
+		return showMade(viz.Bars(labels, values, "direct logit attribution", "contribution to the logit (difference)"))
 	case *trace.Tensor:
-		return showMade(viz.Tensor("", x))
+		return showMade(viz.Tensor(x, ""))
 	case view:
 		return showView(x)
 	case *trace.Trace:

@@ -21,7 +21,7 @@ import (
 // In a notebook a figure is inline SVG at its PNG's size: not shrunk by
 // the notebook's max-width rule, scrolled when wider than the output.
 func TestFigureHTMLKeepsTheFiguresSize(t *testing.T) {
-	f, err := viz.Heatmap("t", [][]float64{{1, 2, 3}})
+	f, err := viz.Heatmap([][]float64{{1, 2, 3}}, nil, nil, "t")
 	require.NoError(t, err)
 	h, err := figureHTML(f)
 	require.NoError(t, err)
@@ -41,7 +41,7 @@ func TestFigureHTMLKeepsTheFiguresSize(t *testing.T) {
 func TestFiguresShownAreExportedForComparison(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "exports")
 	t.Setenv(ExportEnv, dir)
-	f, err := viz.Heatmap("t", [][]float64{{1, 2, 3}})
+	f, err := viz.Heatmap([][]float64{{1, 2, 3}}, nil, nil, "t")
 	require.NoError(t, err)
 	for range 2 {
 		_, err = figureHTML(f)

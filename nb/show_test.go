@@ -51,7 +51,7 @@ func showFiles(t *testing.T, items ...any) (string, []string) {
 }
 
 func TestShowTurnsFigureErrorsIntoMessages(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	tr := m.Prefill("func main() {", nb.Capture("blocks.*.attn.hook_pattern"))
 	var out string
 	var files []string
@@ -83,7 +83,7 @@ type panicking struct{}
 func (panicking) Encode(io.Writer, string) error { panic("drawing went wrong") }
 
 func TestShowDrawsWhatUsersHave(t *testing.T) {
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	tr := m.Prefill("func main() {", nb.Capture("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post", "blocks.0.attn.hook_q"))
 	p := plot.New()
 	p.Title.Text = "mine"
@@ -139,7 +139,7 @@ func TestShowPrintsTablesAndTraces(t *testing.T) {
 	require.Contains(t, out, "nb.Show: table row 0 has 1 cells, and the header 2")
 	require.Contains(t, out, "nb.Show: table row 1 has 2 cells, and row 0 1")
 
-	m := nb.MustOpen("")
+	m := nb.Open("")
 	tr := m.Prefill("\tx", nb.Capture("blocks.0.hook_resid_post"))
 	out, _ = showFiles(t, tr)
 	require.Contains(t, out, "blocks.0.hook_resid_post")

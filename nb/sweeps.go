@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/engine"
@@ -30,10 +31,12 @@ func (a Ablation) String() string {
 }
 
 // AblateHeads ablates each head in turn and returns, [layer][head], the
-// metric of the ablated run minus that of the plain run: negative where a
-// head helps the metric. opts go to every prefill (a loss metric needs
+// metric of the ablated run minus that of the plain run (as ARENA's
+// get_ablation_scores does): negative where a head helps the metric, so
+// Bottom(k) are the heads a logit difference needs most, and Top(k) those a
+// loss needs most. opts go to every prefill (a loss metric needs
 // AllLogits()).
-func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) float64, opts ...Option) trace.Scores {
+func (m *Model) AblateHeads(prompt any, metric func(*trace.Trace) float64, how Ablation, opts ...PrefillOption) trace.Scores {
 	m.ready()
 	m.checkSweep("AblateHeads", metric, opts)
 	var ablate func(layer, head int) engine.Hook
@@ -47,9 +50,9 @@ func (m *Model) AblateHeads(prompt any, how Ablation, metric func(*trace.Trace) 
 	}
 	base := m.score(metric, prompt, opts...)
 	plainFinite := !warnRun("AblateHeads", "the plain run", base, "so is every cell, a difference from it")
-	out := make(trace.Scores, m.Model.Layers)
+	out := make(trace.Scores, m.eng.Model.Layers)
 	for l := range out {
-		out[l] = make([]float64, m.Model.Heads)
+		out[l] = make([]float64, m.eng.Model.Heads)
 		for h := range out[l] {
 			out[l][h] = m.score(metric, prompt, append(opts[:len(opts):len(opts)], Hooks(ablate(l, h)))...) - base
 		}
@@ -107,22 +110,22 @@ func layerPos(l, p int) string  { return fmt.Sprintf("layer %d, position %d", l,
 // checkSweep refuses a missing metric and options that would make a
 // sweep's runs wrong: each run starts over, and the sweep covers every
 // layer.
-func (m *Model) checkSweep(name string, metric func(*trace.Trace) float64, opts []Option) {
+func (m *Model) checkSweep(name string, metric func(*trace.Trace) float64, opts []PrefillOption) {
 	if metric == nil {
-		panic(fmt.Errorf("nb.%s: the metric is nil: give a function of a trace, such as m.LogitDiff(good, bad) or nb.MeanLoss(0)", name))
+		panic(fmt.Errorf("nb.%s: the metric is nil: give a function of a trace, such as m.LogitDiff(good, bad) or m.MeanLoss(0)", name))
 	}
-	s := m.settings(opts)
+	s := m.prefillSettings(opts)
 	if s.cont {
 		panic(fmt.Errorf("nb.%s: Continue() would append each of the sweep's runs to the one before; a sweep starts every run over, so leave it out", name))
 	}
-	if last := s.o.Capture.LastLayer; s.o.Capture.FirstLayer != 0 || last != -1 && last != m.Model.Layers-1 {
+	if last := s.o.Capture.LastLayer; s.o.Capture.FirstLayer != 0 || last != -1 && last != m.eng.Model.Layers-1 {
 		panic(fmt.Errorf("nb.%s: Layers(%d, %d) narrows captures, and the sweep runs over every layer; leave it out", name, s.o.Capture.FirstLayer, s.o.Capture.LastLayer))
 	}
 }
 
 // score runs a prefill, applies metric and closes the trace: a sweep's
 // hundreds of prefills do not hold device memory until they are collected.
-func (m *Model) score(metric func(*trace.Trace) float64, prompt any, opts ...Option) float64 {
+func (m *Model) score(metric func(*trace.Trace) float64, prompt any, opts ...PrefillOption) float64 {
 	tr := m.Prefill(prompt, opts...)
 	defer tr.Close()
 	return metric(tr)
@@ -130,27 +133,29 @@ func (m *Model) score(metric func(*trace.Trace) float64, prompt any, opts ...Opt
 
 // Patching is the result of an activation-patching sweep: the metric of
 // each patched run of the corrupted prompt, and of the two unpatched runs.
+// Patched is [layer][head] (PatchHeads), [layer][position] (PatchResid,
+// PatchPositions; a ranked cell's Head is then its position) or
+// [layer*heads+head][position] (PatchHeadPositions).
 type Patching struct {
-	Patched        [][]float64
+	Patched        trace.Scores
 	Clean, Corrupt float64
 }
 
-// Normalized is (patched - corrupt) / (clean - corrupt): 0 where patching
-// does nothing, 1 where it restores the clean metric.
-func (p *Patching) Normalized() [][]float64 { return Normalize(p.Patched, p.Clean, p.Corrupt) }
-
-// Normalize maps each value x to (x - corrupt) / (clean - corrupt).
-func Normalize(x [][]float64, clean, corrupt float64) [][]float64 {
+// Normalized is (patched - corrupt) / (clean - corrupt), as Patched: 0
+// where patching does nothing, 1 where it restores the clean metric. It
+// panics when the clean and corrupted metrics are equal or not finite.
+func (p *Patching) Normalized() trace.Scores {
+	clean, corrupt := p.Clean, p.Corrupt
 	if math.IsNaN(clean-corrupt) || math.IsInf(clean-corrupt, 0) {
-		panic(fmt.Errorf("nb.Normalize: the clean metric is %g and the corrupted %g: every cell would be NaN; the model or the metric went non-finite (a trace with nb.Capture(\"*\") names the first point that did)", clean, corrupt))
+		panic(fmt.Errorf("nb.Patching.Normalized: the clean metric is %g and the corrupted %g: every cell would be NaN; the model or the metric went non-finite (a trace with nb.Capture(\"*\") names the first point that did)", clean, corrupt))
 	}
 	if clean == corrupt {
-		panic(fmt.Errorf("nb.Normalize: the clean and corrupted metric are both %g; nothing to normalise by", clean))
+		panic(fmt.Errorf("nb.Patching.Normalized: the clean and corrupted metric are both %g; nothing to normalise by", clean))
 	}
-	out := make([][]float64, len(x))
-	for i := range x {
-		out[i] = make([]float64, len(x[i]))
-		for j, v := range x[i] {
+	out := make(trace.Scores, len(p.Patched))
+	for i := range p.Patched {
+		out[i] = make([]float64, len(p.Patched[i]))
+		for j, v := range p.Patched[i] {
 			out[i][j] = (v - corrupt) / (clean - corrupt)
 		}
 	}
@@ -160,7 +165,7 @@ func Normalize(x [][]float64, clean, corrupt float64) [][]float64 {
 // patchSource checks that the prompts have the same length and returns
 // the corrupted ids and the clean run's trace with capture, the patches'
 // source; name is the sweep's, for the error.
-func (m *Model) patchSource(name string, clean, corrupt any, capture string, opts []Option) ([]int32, *trace.Trace) {
+func (m *Model) patchSource(name string, clean, corrupt any, capture string, opts []PrefillOption) ([]int32, *trace.Trace) {
 	c := Must(m.tokens(clean))
 	x := Must(m.tokens(corrupt))
 	if len(c) != len(x) {
@@ -170,7 +175,7 @@ func (m *Model) patchSource(name string, clean, corrupt any, capture string, opt
 }
 
 // baselines is patchSource and both prompts' metrics, unpatched.
-func (m *Model) baselines(name string, clean, corrupt any, metric func(*trace.Trace) float64, capture string, opts []Option) ([]int32, *trace.Trace, *Patching) {
+func (m *Model) baselines(name string, clean, corrupt any, metric func(*trace.Trace) float64, capture string, opts []PrefillOption) ([]int32, *trace.Trace, *Patching) {
 	x, src := m.patchSource(name, clean, corrupt, capture, opts)
 	p := &Patching{Clean: metric(src), Corrupt: m.score(metric, x, opts...)}
 	const follows = "so the result cannot be normalised"
@@ -179,32 +184,18 @@ func (m *Model) baselines(name string, clean, corrupt any, metric func(*trace.Tr
 	return x, src, p
 }
 
-// PatchResidNormalized is PatchResid with the normalised metric: [layer][position].
-func (m *Model) PatchResidNormalized(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) [][]float64 {
-	m.ready()
-	return m.patchPositions("PatchResidNormalized", clean, corrupt, metric, "hook_resid_pre", true, opts)
-}
-
-// PatchPositionsNormalized is PatchPositions with the normalised metric:
-// [layer][position], 0 where a patch does nothing, 1 where it restores the
-// clean run's metric.
-func (m *Model) PatchPositionsNormalized(clean, corrupt any, metric func(*trace.Trace) float64, point string, opts ...Option) [][]float64 {
-	m.ready()
-	return m.patchPositions("PatchPositionsNormalized", clean, corrupt, metric, point, true, opts)
-}
-
 // PatchHeads is activation patching per head: for every layer and head it
 // runs the corrupted prompt with that head's hook_z, at every position,
 // taken from the clean run, and records metric: Patched is [layer][head].
 // Both prompts must have the same number of tokens; opts go to every prefill.
-func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
+func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64, opts ...PrefillOption) *Patching {
 	m.ready()
 	m.checkSweep("PatchHeads", metric, opts)
 	ids, src, p := m.baselines("PatchHeads", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
 	defer src.Close()
-	p.Patched = make([][]float64, m.Model.Layers)
+	p.Patched = make(trace.Scores, m.eng.Model.Layers)
 	for l := range p.Patched {
-		p.Patched[l] = make([]float64, m.Model.Heads)
+		p.Patched[l] = make([]float64, m.eng.Model.Heads)
 		for h := range p.Patched[l] {
 			p.Patched[l][h] = m.score(metric, ids, append(opts[:len(opts):len(opts)], Hooks(PatchHead(l, h, src)))...)
 		}
@@ -220,14 +211,14 @@ func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64
 // layer by layer (row layer*Heads+head, labelled by viz.LayerHeadLabels),
 // and a column per position. Both prompts must have the same number of
 // tokens; opts go to every prefill.
-func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace) float64, opts ...Option) *Patching {
+func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace) float64, opts ...PrefillOption) *Patching {
 	m.ready()
 	m.checkSweep("PatchHeadPositions", metric, opts)
 	ids, src, p := m.baselines("PatchHeadPositions", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
 	defer src.Close()
-	heads := m.Model.Heads
-	p.Patched = make([][]float64, m.Model.Layers*heads)
-	for l := range m.Model.Layers {
+	heads := m.eng.Model.Heads
+	p.Patched = make(trace.Scores, m.eng.Model.Layers*heads)
+	for l := range m.eng.Model.Layers {
 		for h := range heads {
 			row := make([]float64, len(ids))
 			for pos := range row {
@@ -243,15 +234,15 @@ func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace)
 }
 
 // PatchHead is a hook that overwrites one head's hook_z, at the given
-// positions (every position when none are given), with the same head's
-// from another run's trace, on the backend.
+// positions (every position when none are given; negative ones count from
+// the end), with the same head's from another run's trace, on the backend.
 func PatchHead(layer, head int, from *trace.Trace, positions ...int) engine.Hook {
 	return engine.Hook{Point: trace.LayerPoint(layer, trace.AttnZ), Device: func(name string, shape []int) ([]engine.DeviceEdit, error) {
 		src, err := from.Get(name)
 		if err != nil {
 			return nil, err
 		}
-		if fmt.Sprint(src.Shape) != fmt.Sprint(shape) || len(shape) != 3 {
+		if !slices.Equal(src.Shape, shape) || len(shape) != 3 {
 			return nil, fmt.Errorf("source trace has %s with shape %v, this run %v", name, src.Shape, shape)
 		}
 		if head < 0 || head >= shape[1] {
@@ -262,9 +253,13 @@ func PatchHead(layer, head int, from *trace.Trace, positions ...int) engine.Hook
 			return []engine.DeviceEdit{{Edit: backend.Edit{Op: backend.EditSet, Off: off, Rows: shape[0], Cols: shape[2], Stride: stride, SrcOff: off, SrcStride: stride}, Data: src.Data}}, nil
 		}
 		var edits []engine.DeviceEdit
-		for _, p := range positions {
+		for _, pos := range positions {
+			p := pos
+			if p < 0 {
+				p += shape[0]
+			}
 			if p < 0 || p >= shape[0] {
-				return nil, fmt.Errorf("position %d is outside %s's %d positions", p, name, shape[0])
+				return nil, fmt.Errorf("position %d is outside %s's %d positions", pos, name, shape[0])
 			}
 			at := p*stride + off
 			edits = append(edits, engine.DeviceEdit{Edit: backend.Edit{Op: backend.EditSet, Off: at, Rows: 1, Cols: shape[2], SrcOff: at}, Data: src.Data})

@@ -16,7 +16,7 @@ import (
 // how many there are and which came first; a baseline run that is not
 // finite is named as such, not blamed on a cell.
 func TestSweepsSayWhichCellsAreNotFinite(t *testing.T) {
-	m := MustOpen("", "cpu")
+	m := Open("", Backend("cpu"))
 	defer func(w io.Writer) { warnings = w }(warnings)
 	var said strings.Builder
 	warnings = &said
@@ -33,7 +33,7 @@ func TestSweepsSayWhichCellsAreNotFinite(t *testing.T) {
 			return logitDiff(tr)
 		}
 	}
-	layers, heads := m.Model.Layers, m.Model.Heads
+	layers, heads := m.Config().Layers, m.Config().Heads
 	ids, err := m.tokens(corrupt)
 	require.NoError(t, err)
 	T := len(ids)
@@ -44,11 +44,11 @@ func TestSweepsSayWhichCellsAreNotFinite(t *testing.T) {
 	}
 
 	// Run 1 is the plain run; runs 2, 3, ... ablate L0H0, L0H1, ...
-	got := m.AblateHeads(clean, ZeroAblation, bad(map[int]float64{3: math.NaN(), heads + 4: math.Inf(1)}))
+	got := m.AblateHeads(clean, bad(map[int]float64{3: math.NaN(), heads + 4: math.Inf(1)}), ZeroAblation)
 	require.True(t, math.IsNaN(got[0][1]))
 	require.True(t, math.IsInf(got[1][2], 1))
 	require.Equal(t, cells("AblateHeads", 2, layers*heads, "layer 0, head 1 (NaN)"), saidNow())
-	m.AblateHeads(clean, ZeroAblation, bad(map[int]float64{1: math.NaN()}))
+	m.AblateHeads(clean, bad(map[int]float64{1: math.NaN()}), ZeroAblation)
 	require.Equal(t, "nb.AblateHeads: the plain run's metric is NaN, so is every cell, a difference from it. To see why, "+findHow+"\n", saidNow())
 
 	// Runs 1 and 2 are the clean and corrupted baselines, then a run per
@@ -63,12 +63,10 @@ func TestSweepsSayWhichCellsAreNotFinite(t *testing.T) {
 	require.True(t, math.IsNaN(p.Patched[heads+2][3]))
 	require.Equal(t, cells("PatchHeadPositions", 1, layers*heads*T, "layer 1, head 2, position 3 (NaN)"), saidNow())
 
-	// PatchResid takes no baselines: run 1 patches layer 0, position 0.
-	m.PatchResid(clean, corrupt, bad(map[int]float64{T + 1 + 1: math.Inf(-1)}))
+	// PatchResid takes its baselines first too: run 3 patches layer 0,
+	// position 0.
+	m.PatchResid(clean, corrupt, bad(map[int]float64{2 + T + 1 + 1: math.Inf(-1)}))
 	require.Equal(t, cells("PatchResid", 1, layers*T, "layer 1, position 1 (-Inf)"), saidNow())
-	// The normalised sweep says so once, before normalising.
-	m.PatchResidNormalized(clean, corrupt, bad(map[int]float64{2*T + 3 + 1: math.NaN()}))
-	require.Equal(t, cells("PatchResidNormalized", 1, layers*T, "layer 2, position 3 (NaN)"), saidNow())
 
 	// A finite sweep says nothing.
 	m.PatchHeads(clean, corrupt, logitDiff)

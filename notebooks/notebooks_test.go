@@ -255,7 +255,7 @@ func TestSetUpCellFromAnotherFolder(t *testing.T) {
 	for _, c := range cells {
 		cell := c.(map[string]any)
 		source := toString(cell["source"])
-		if cell["cell_type"] == "code" && (strings.Contains(source, "gonb-setup") || strings.Contains(source, "nb.MustOpen") || strings.Contains(source, "m.Note")) {
+		if cell["cell_type"] == "code" && (strings.Contains(source, "gonb-setup") || strings.Contains(source, "nb.Open(") || strings.Contains(source, "m.Note")) {
 			kept = append(kept, c)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // cpu is the embedded default model on the CPU backend, opened once.
-var cpu = sync.OnceValue(func() *nb.Model { return nb.MustOpen("", "cpu") })
+var cpu = sync.OnceValue(func() *nb.Model { return nb.Open("", nb.Backend("cpu")) })
 
 func ExampleTrace_TokenLoss() {
 	tr := cpu().Prefill("if err != nil {\n\treturn err\n}", nb.AllLogits())
@@ -99,8 +99,8 @@ func ExampleTrace_DecomposeResid() {
 	m := cpu()
 	tr := m.Prefill("return nil", nb.CaptureDLA())
 	dec, _ := tr.DecomposeResid()
-	final, _ := tr.Resid(m.Model.Layers)
-	normed, _ := dec.ApplyFinalNorm(final, m.Model.OutNorm, m.Model.NormEps)
+	final, _ := tr.Resid(m.Config().Layers)
+	normed, _ := dec.ApplyFinalNorm(final, m.Engine().Model.OutNorm, m.Config().NormEps)
 	dla, _ := normed.Dot(m.Unembed("\n"), -1)
 	sum := 0.0
 	for _, v := range dla {
@@ -115,8 +115,8 @@ func ExampleTrace_DecomposeResid() {
 func ExampleTrace_HeadResults() {
 	m := cpu()
 	tr := m.Prefill("return nil", nb.Capture("blocks.2.attn.hook_z"))
-	wO := make([]float32, m.Model.DModel*m.Model.Heads*m.Model.HeadDim)
-	o := m.Model.Blocks[2].O
+	wO := make([]float32, m.Config().DModel*m.Config().Heads*m.Config().HeadDim)
+	o := m.Engine().Model.Blocks[2].O
 	o.Format.Dequantize(wO, o.Data)
 	r, _ := tr.HeadResults(2, wO)
 	fmt.Println(r.Shape)
@@ -149,7 +149,7 @@ func ExampleStack_Dot() {
 	m := cpu()
 	tr := m.Prefill("return nil", nb.Capture("blocks.*.hook_resid_post", "hook_embed"))
 	acc, _ := tr.AccumulatedResid()
-	normed, _ := acc.ApplyFinalNorm(acc.X[len(acc.X)-1], m.Model.OutNorm, m.Model.NormEps)
+	normed, _ := acc.ApplyFinalNorm(acc.X[len(acc.X)-1], m.Engine().Model.OutNorm, m.Config().NormEps)
 	v, _ := normed.Dot(m.Unembed("\n"), -1) // a logit lens for "\n" along the stream
 	fmt.Printf("%s %.2f\n", normed.Labels[len(v)-1], v[len(v)-1])
 	// Output: final_post 6.44

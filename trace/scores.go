@@ -87,8 +87,9 @@ func (s Scores) Top(k int) HeadList {
 	return r[:min(max(k, 0), len(r))]
 }
 
-// Bottom returns the k lowest-scoring heads, lowest first: for effects
-// such as AblateHeads', the heads whose loss hurts most.
+// Bottom returns the k lowest-scoring heads, lowest first: for ablation
+// effects on a logit difference (nb's AblateHeads, ablated minus plain),
+// the heads the answer needs most; on a loss, those are Top.
 func (s Scores) Bottom(k int) HeadList {
 	r := s.Ranked()
 	r = r[len(r)-min(max(k, 0), len(r)):]

@@ -12,7 +12,7 @@ import (
 // Bars draws one horizontal bar per label, the first at the top, positive
 // values blue and negative red: a direct logit attribution, one bar per
 // component, reads as which parts push the answer up and which down.
-func Bars(title, valueLabel string, labels []string, values []float64) (*Figure, error) {
+func Bars(labels []string, values []float64, title, valueLabel string) (*Figure, error) {
 	if len(labels) == 0 || len(labels) != len(values) {
 		return nil, fmt.Errorf("viz: Bars: %d labels and %d values; want the same number, at least one", len(labels), len(values))
 	}

@@ -29,7 +29,7 @@ func Plot(p *plot.Plot, width, height vg.Length) *Figure {
 }
 
 // Line draws y against its index.
-func Line(title string, y []float64) (*Figure, error) {
+func Line(y []float64, title string) (*Figure, error) {
 	if len(y) == 0 {
 		return nil, fmt.Errorf("viz: Line: no values")
 	}
@@ -48,17 +48,40 @@ func Line(title string, y []float64) (*Figure, error) {
 	return newFigure(title, 480, 320, p.Draw), nil
 }
 
-// Heatmap draws z[row][col], row 0 at the top, rows and columns labelled by
-// index: blue-white-red centred on zero when z has both signs, white to
-// blue otherwise. Columns beyond a thousand are averaged in blocks.
-func Heatmap(title string, z [][]float64) (*Figure, error) {
-	return heatmap("Heatmap", title, z, axes{})
+// Heatmap draws z[row][col], row 0 at the top, rows and columns labelled
+// by rowLabels and colLabels (numbered where nil): blue-white-red centred
+// on zero when z has both signs, white to blue otherwise. Columns beyond a
+// thousand are averaged in blocks (without column labels, which would no
+// longer name them).
+func Heatmap(z [][]float64, rowLabels, colLabels []string, title string) (*Figure, error) {
+	const name = "Heatmap"
+	if rowLabels != nil && len(rowLabels) != len(z) {
+		return nil, fmt.Errorf("viz: %s: %d row labels for %d rows", name, len(rowLabels), len(z))
+	}
+	if colLabels != nil && (len(z) == 0 || len(colLabels) != len(z[0])) {
+		return nil, fmt.Errorf("viz: %s: %d column labels for a %d-row z whose first row has %d values", name, len(colLabels), len(z), len(firstRow(z)))
+	}
+	if colLabels != nil && len(colLabels) > 1024 {
+		return nil, fmt.Errorf("viz: %s: %d labelled columns; past 1024 columns are averaged in blocks, which labels cannot name: leave colLabels nil", name, len(colLabels))
+	}
+	ax := axes{cols: colLabels}
+	for _, s := range rowLabels {
+		ax.rows = append(ax.rows, label(s))
+	}
+	return heatmap(name, title, z, ax)
+}
+
+func firstRow(z [][]float64) []float64 {
+	if len(z) == 0 {
+		return nil
+	}
+	return z[0]
 }
 
 // axes names a heatmap's axes and labels its rows (tokens); empty ones
 // are numbered.
 type axes struct {
-	rows         []string
+	rows, cols   []string
 	xName, yName string
 }
 
@@ -78,6 +101,9 @@ func heatmap(name, title string, z [][]float64, ax axes) (*Figure, error) {
 	g := grid{z: z, rows: ax.rows, cols: numbers(len(z[0])), xName: cmp.Or(ax.xName, "index 1"), yName: cmp.Or(ax.yName, "index 0")}
 	if g.rows == nil {
 		g.rows = numbers(len(z))
+	}
+	for i, s := range ax.cols {
+		g.cols[i] = label(s)
 	}
 	sc := scaleFor(z)
 	extra := labelMargin(g.rows) + barWidth + 30
@@ -122,7 +148,7 @@ func meanPool(z [][]float64, k int) [][]float64 {
 // Tensor draws a tensor by its shape: 1-D as a line, 2-D as a heatmap,
 // 3-D as one heatmap per index of the first axis (at most 16), all on one
 // colour scale.
-func Tensor(title string, x *trace.Tensor) (*Figure, error) {
+func Tensor(x *trace.Tensor, title string) (*Figure, error) {
 	return tensorFigure(title, x, axes{})
 }
 
@@ -175,7 +201,7 @@ func tensorFigure(title string, x *trace.Tensor, ax axes) (*Figure, error) {
 	}
 	switch len(x.Shape) {
 	case 1:
-		return Line(title, float64s(x.Data))
+		return Line(float64s(x.Data), title)
 	case 2:
 		return heatmap(name, title, matrix(x.Data, x.Shape[0], x.Shape[1]), ax)
 	case 3:

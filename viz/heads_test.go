@@ -35,20 +35,26 @@ func TestHeadHeatmapLabelsLayersAndHeads(t *testing.T) {
 }
 
 func TestXYRefusesMismatchedSeries(t *testing.T) {
-	f, err := XY("sweep", "alpha", "metric", []float64{0, 1, 2}, []float64{-3, 0, 4})
+	f, err := XY([]float64{0, 1, 2}, []float64{-3, 0, 4}, "sweep", "alpha", "metric")
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	require.NoError(t, f.Encode(&buf, "png"))
-	_, err = XY("sweep", "alpha", "metric", []float64{0, 1}, []float64{1})
+	_, err = XY([]float64{0, 1}, []float64{1}, "sweep", "alpha", "metric")
 	require.ErrorContains(t, err, "2 x values and 1 y values")
-	_, err = XY("sweep", "alpha", "metric", nil, nil)
+	_, err = XY(nil, nil, "sweep", "alpha", "metric")
 	require.Error(t, err)
+
+	// x nil is 0, 1, ...: the same figure as given those.
+	var indexed, given bytes.Buffer
+	require.NoError(t, must(XY(nil, []float64{-3, 0, 4}, "sweep", "alpha", "metric")).Encode(&indexed, "svg"))
+	require.NoError(t, must(XY([]float64{0, 1, 2}, []float64{-3, 0, 4}, "sweep", "alpha", "metric")).Encode(&given, "svg"))
+	require.Equal(t, given.String(), indexed.String())
 }
 
 // Bars puts each label's bar on its own row, in order from the top, on the
 // side of zero its sign says: checked on the drawn pixels.
 func TestBarsDrawEachValueOnItsRowAndSide(t *testing.T) {
-	f, err := Bars("dla", "logit", []string{"up", "down", "up again"}, []float64{2, -1, 1})
+	f, err := Bars([]string{"up", "down", "up again"}, []float64{2, -1, 1}, "dla", "logit")
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	require.NoError(t, f.Encode(&buf, "png"))
@@ -77,7 +83,7 @@ func TestBarsDrawEachValueOnItsRowAndSide(t *testing.T) {
 	require.Greater(t, red.minY, blue.minY, "the red bar is below the first blue one")
 	require.Less(t, red.maxY, blue.maxY, "and above the last")
 
-	f, err = Bars("dla", "logit", []string{"a", "b"}, []float64{1, 2})
+	f, err = Bars([]string{"a", "b"}, []float64{1, 2}, "dla", "logit")
 	require.NoError(t, err)
 	buf.Reset()
 	require.NoError(t, f.Encode(&buf, "png"))
@@ -85,9 +91,9 @@ func TestBarsDrawEachValueOnItsRowAndSide(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, find(func(r, g, b uint32) bool { return r > 180 && g < 60 && b < 60 }).n, "no negative value, no red")
 
-	_, err = Bars("x", "y", []string{"a"}, []float64{1, 2})
+	_, err = Bars([]string{"a"}, []float64{1, 2}, "x", "y")
 	require.ErrorContains(t, err, "1 labels and 2 values")
-	_, err = Bars("x", "y", []string{"a"}, []float64{math.NaN()})
+	_, err = Bars([]string{"a"}, []float64{math.NaN()}, "x", "y")
 	require.ErrorContains(t, err, "a is NaN")
 }
 
@@ -96,7 +102,7 @@ func TestBarsDrawEachValueOnItsRowAndSide(t *testing.T) {
 // plot's flip had nothing to read it against).
 func TestLinesNameEachSeriesAndMarkZero(t *testing.T) {
 	x := []float64{0, 1, 2, 3}
-	fig, err := Lines("p by layer", "layer", "probability", x, Series{"clean", []float64{0.1, 0.2, 0.6, 0.9}}, Series{"corrupt", []float64{0.1, 0.1, 0.05, 0.02}})
+	fig, err := Lines(x, []Series{{"clean", []float64{0.1, 0.2, 0.6, 0.9}}, {"corrupt", []float64{0.1, 0.1, 0.05, 0.02}}}, "p by layer", "layer", "probability")
 	require.NoError(t, err)
 	var rec recorder.Canvas
 	fig.paint(&rec)
@@ -117,7 +123,7 @@ func TestLinesNameEachSeriesAndMarkZero(t *testing.T) {
 	require.True(t, colors[lineColors[0]] && colors[lineColors[1]], "two colours")
 	require.Zero(t, dashed, "all positive: no zero line")
 
-	fig, err = XY("steering", "alpha", "metric", []float64{0, 1, 2}, []float64{-3, 0.5, 4})
+	fig, err = XY([]float64{0, 1, 2}, []float64{-3, 0.5, 4}, "steering", "alpha", "metric")
 	require.NoError(t, err)
 	rec = recorder.Canvas{}
 	fig.paint(&rec)
@@ -128,17 +134,17 @@ func TestLinesNameEachSeriesAndMarkZero(t *testing.T) {
 	}
 	require.Positive(t, dashed, "a sign flip gets the zero line")
 
-	_, err = Lines("layers", "layer", "p", nil, Series{"a", []float64{0.1, 0.3, 0.2}})
+	_, err = Lines(nil, []Series{{"a", []float64{0.1, 0.3, 0.2}}}, "layers", "layer", "p")
 	require.NoError(t, err, "x nil counts from 0")
-	_, err = Lines("x", "a", "b", x, Series{"short", []float64{1}})
+	_, err = Lines(x, []Series{{"short", []float64{1}}}, "x", "a", "b")
 	require.EqualError(t, err, `viz: Lines: 4 x values and 1 y values (series "short"); want the same number, at least one`)
 	many := make([]Series, 11)
 	for i := range many {
 		many[i] = Series{fmt.Sprint(i), x}
 	}
-	_, err = Lines("x", "a", "b", x, many...)
+	_, err = Lines(x, many, "x", "a", "b")
 	require.ErrorContains(t, err, "11 series, more than the 10 colours")
-	_, err = Lines("x", "a", "b", x, Series{"nan", []float64{0, math.NaN(), 1, 2}})
+	_, err = Lines(x, []Series{{"nan", []float64{0, math.NaN(), 1, 2}}}, "x", "a", "b")
 	require.ErrorContains(t, err, `viz: Lines (series "nan"): `)
 }
 
@@ -161,7 +167,7 @@ func TestWholeNumberAxesTickAtWholeNumbers(t *testing.T) {
 	for i := range x {
 		x[i] = float64(i)
 	}
-	fig, err := XY("by layer", "layer", "value", x, x)
+	fig, err := XY(x, x, "by layer", "layer", "value")
 	require.NoError(t, err)
 	texts := drawn(fig)
 	for i := range 12 {
@@ -189,7 +195,7 @@ func TestWholeNumberAxesTickAtWholeNumbers(t *testing.T) {
 	lab, _ = labels(integerTicks{}.Ticks(0, 2047))
 	require.Equal(t, []float64{0, 200, 400, 600, 800, 1000, 1200, 1400, 1600, 1800, 2000}, lab)
 
-	fig, err = XY("steering", "alpha", "metric", []float64{0, 0.25, 0.5}, []float64{1, 2, 3})
+	fig, err = XY([]float64{0, 0.25, 0.5}, []float64{1, 2, 3}, "steering", "alpha", "metric")
 	require.NoError(t, err)
 	fractions := 0
 	for s := range drawn(fig) {
@@ -276,7 +282,7 @@ func TestColourBarsTickTheirEnds(t *testing.T) {
 // marks: notebook 05's steering figure labelled -9, -3 and 3.
 func TestLinesLabelZeroWhereTheyCrossIt(t *testing.T) {
 	steer := []float64{-9.008, -6.725, -3.890, -1.454, 0.511, 2.269, 3.445}
-	fig := must(XY("steering toward counting down", "step", "logit(--) − logit(++)", []float64{1, 2, 3, 4, 5, 6, 7}, steer))
+	fig := must(XY([]float64{1, 2, 3, 4, 5, 6, 7}, steer, "steering toward counting down", "step", "logit(--) − logit(++)"))
 	labels := drawnStrings(fig, 8) // x: 1 to 7; y: the rest
 	require.Subset(t, labels, []string{"-8", "-6", "-4", "-2", "0", "2"})
 	require.NotContains(t, labels, "-9")
@@ -309,11 +315,11 @@ func TestLegendsStandClearOfAxesAndLines(t *testing.T) {
 		rising[i], falling[i] = x[i], 10-x[i]
 	}
 	thumb := plot.New().Legend.ThumbnailWidth + measured(9).Width(" ")
-	fig := must(Lines("rising", "layer", "v", x, Series{"up", rising}))
+	fig := must(Lines(x, []Series{{"up", rising}}, "rising", "layer", "v"))
 	legend, axis := where(fig, "up")
 	require.GreaterOrEqual(t, float64(legend-thumb-axis), 8.0, "the legend's swatch stands clear of the y axis")
 	require.Less(t, float64(legend), float64(fig.Width/2), "top left is free")
-	fig = must(Lines("falling", "layer", "v", x, Series{"down", falling}))
+	fig = must(Lines(x, []Series{{"down", falling}}, "falling", "layer", "v"))
 	legend, _ = where(fig, "down")
 	require.Greater(t, float64(legend), float64(fig.Width/2), "the line runs through the top left: the legend moves right")
 }
@@ -337,10 +343,10 @@ func TestTicksAtTheEndsOfFloat64(t *testing.T) {
 	}
 	// Figures of values equal but for rounding, or at float64's ends.
 	for name, draw := range map[string]func() (*Figure, error){
-		"XY 0.1+0.2":    func() (*Figure, error) { return XY("", "x", "y", []float64{0, 1}, []float64{0.1 + 0.2, 0.3}) },
-		"XY 2.5":        func() (*Figure, error) { return XY("", "x", "y", []float64{0, 1}, []float64{2.5, 2.5000000000000004}) },
-		"Heatmap":       func() (*Figure, error) { return Heatmap("", [][]float64{{0.1 + 0.2, 0.3}}) },
-		"XY 1e-322":     func() (*Figure, error) { return XY("", "x", "y", []float64{0, 1}, []float64{0, 1e-322}) },
+		"XY 0.1+0.2":    func() (*Figure, error) { return XY([]float64{0, 1}, []float64{0.1 + 0.2, 0.3}, "", "x", "y") },
+		"XY 2.5":        func() (*Figure, error) { return XY([]float64{0, 1}, []float64{2.5, 2.5000000000000004}, "", "x", "y") },
+		"Heatmap":       func() (*Figure, error) { return Heatmap([][]float64{{0.1 + 0.2, 0.3}}, nil, nil, "") },
+		"XY 1e-322":     func() (*Figure, error) { return XY([]float64{0, 1}, []float64{0, 1e-322}, "", "x", "y") },
 		"HeadHeatmap 0": func() (*Figure, error) { return HeadHeatmap([][]float64{{0, 5e-324}}, "") },
 		"HeadHeatmap 1e308": func() (*Figure, error) {
 			return HeadHeatmap([][]float64{{0, 1e308}}, "")

@@ -9,7 +9,7 @@ import (
 )
 
 func ExampleTokenLoss() {
-	m := nb.MustOpen("", "cpu")
+	m := nb.Open("", nb.Backend("cpu"))
 	tr := m.Prefill("if err != nil {\n\treturn err\n}", nb.AllLogits())
 	h, err := viz.TokenLoss(tr) // nb.Show(h) in a notebook
 	if err != nil {
@@ -26,7 +26,7 @@ func ExampleTokenValues() {
 }
 
 func ExampleAttentionView() {
-	m := nb.MustOpen("", "cpu")
+	m := nb.Open("", nb.Backend("cpu"))
 	tr := m.Prefill("a b a b", nb.Capture("blocks.*.attn.hook_pattern"))
 	h, err := viz.AttentionView(tr, 2, 3) // layers 2 and 3; none: every captured layer
 	if err != nil {

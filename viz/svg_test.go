@@ -127,12 +127,15 @@ func TestSVGDrawsRastersAndTextWhereThePNGDoes(t *testing.T) {
 // genericCases draws what nb.Show draws for plain data.
 func genericCases(tr *trace.Trace) []figureCase {
 	return []figureCase{
-		{"Line", func() (*Figure, error) { return Line("a line", []float64{1, 3, 2}) }, []string{"a line"}},
-		{"Heatmap", func() (*Figure, error) { return Heatmap("signed", [][]float64{{1, -2, 0}, {0.5, 0, 3}}) }, []string{"signed", "index 0"}},
+		{"Line", func() (*Figure, error) { return Line([]float64{1, 3, 2}, "a line") }, []string{"a line"}},
+		{"Heatmap", func() (*Figure, error) { return Heatmap([][]float64{{1, -2, 0}, {0.5, 0, 3}}, nil, nil, "signed") }, []string{"signed", "index 0"}},
+		{"HeatmapLabelled", func() (*Figure, error) {
+			return Heatmap([][]float64{{1, -2, 0}, {0.5, 0, 3}}, []string{"clean", "corrupt"}, []string{"tok_a", "tok_b", "tok_c"}, "labelled")
+		}, []string{"labelled", "corrupt", "tok_b"}},
 		{"Tensor1D", func() (*Figure, error) {
-			return Tensor("v", &trace.Tensor{Shape: []int{4}, Data: []float32{1, 2, 3, 4}})
+			return Tensor(&trace.Tensor{Shape: []int{4}, Data: []float32{1, 2, 3, 4}}, "v")
 		}, []string{"v [4]"}},
-		{"Tensor3D", func() (*Figure, error) { return Tensor("", tr.Tensor("blocks.0.attn.hook_pattern")) }, []string{"[0]", "[7]"}},
+		{"Tensor3D", func() (*Figure, error) { return Tensor(tr.Tensor("blocks.0.attn.hook_pattern"), "") }, []string{"[0]", "[7]"}},
 		{"CapturedPattern", func() (*Figure, error) { return Captured(tr, "blocks.0.attn.hook_pattern") }, []string{"H7", "&lt;|unused_300|&gt;"}},
 		{"CapturedQ", func() (*Figure, error) { return Captured(tr, "blocks.1.attn.hook_q") }, []string{"&lt;|unused_300|&gt;"}},
 		{"Plot", func() (*Figure, error) { return Plot(newPlot("mine"), 0, 0), nil }, []string{"mine"}},
@@ -149,12 +152,14 @@ func TestGenericFiguresRefuseWhatTheyCannotDraw(t *testing.T) {
 		err  error
 		want string
 	}{
-		{second(Line("x", nil)), "Line: no values"},
-		{second(Line("x", []float64{1, math.NaN()})), "Line"},
-		{second(Heatmap("x", [][]float64{{1, 2}, {3}})), "row 1 has 1 values, row 0 has 2"},
-		{second(Tensor("x", &trace.Tensor{Shape: []int{1, 1, 1, 2}, Data: []float32{1, 2}})), "cannot draw a 4-D tensor"},
-		{second(Tensor("x", &trace.Tensor{Shape: []int{3}, Data: []float32{1, 2}})), "shape [3] wants 3 values, the tensor holds 2"},
-		{second(Tensor("x", nil)), "a nil tensor"},
+		{second(Line(nil, "x")), "Line: no values"},
+		{second(Line([]float64{1, math.NaN()}, "x")), "Line"},
+		{second(Heatmap([][]float64{{1, 2}, {3}}, nil, nil, "x")), "row 1 has 1 values, row 0 has 2"},
+		{second(Heatmap([][]float64{{1, 2}}, []string{"a", "b"}, nil, "x")), "2 row labels for 1 rows"},
+		{second(Heatmap([][]float64{{1, 2}}, nil, []string{"a"}, "x")), "1 column labels"},
+		{second(Tensor(&trace.Tensor{Shape: []int{1, 1, 1, 2}, Data: []float32{1, 2}}, "x")), "cannot draw a 4-D tensor"},
+		{second(Tensor(&trace.Tensor{Shape: []int{3}, Data: []float32{1, 2}}, "x")), "shape [3] wants 3 values, the tensor holds 2"},
+		{second(Tensor(nil, "x")), "a nil tensor"},
 		{second(Captured(trace.New(), "blocks.0.attn.hook_q")), `capture "blocks.*.attn.hook_q"`},
 	} {
 		require.ErrorContains(t, c.err, c.want)
@@ -166,7 +171,7 @@ func TestWideHeatmapsAverageColumns(t *testing.T) {
 	for i := range row {
 		row[i] = float64(i % 3)
 	}
-	f := must(Heatmap("wide", [][]float64{row}))
+	f := must(Heatmap([][]float64{row}, nil, nil, "wide"))
 	require.Contains(t, f.Title, "averaged in blocks of 3")
 	require.Equal(t, [][]float64{{1, 2}}, meanPool([][]float64{{0, 2, 3, 1}}, 2))
 }

@@ -13,10 +13,23 @@ import (
 )
 
 // XY draws y against x as a line with points, axes labelled: a metric over
-// a sweep (steering strength, a layer, a position). Where the values cross
-// zero a grey line marks it, so a sign flip shows.
-func XY(title, xLabel, yLabel string, x, y []float64) (*Figure, error) {
-	return lines("XY", title, xLabel, yLabel, x, []Series{{Y: y}})
+// a sweep (steering strength, a layer, a position). x nil is 0, 1, ...
+// (layers). Where the values cross zero a grey line marks it, so a sign
+// flip shows.
+func XY(x, y []float64, title, xLabel, yLabel string) (*Figure, error) {
+	return lines("XY", title, xLabel, yLabel, indexOr(x, len(y)), []Series{{Y: y}})
+}
+
+// indexOr is x, or 0, 1, ..., n-1 when x is nil.
+func indexOr(x []float64, n int) []float64 {
+	if x != nil {
+		return x
+	}
+	x = make([]float64, n)
+	for i := range x {
+		x[i] = float64(i)
+	}
+	return x
 }
 
 // Series is one line of Lines: its name in the legend and its values.
@@ -28,16 +41,11 @@ type Series struct {
 // Lines draws several series against the same x, each in its own colour
 // and named in a legend: a token's probability by layer for two prompts,
 // a metric for each of several heads. x nil is 0, 1, ... (layers).
-func Lines(title, xLabel, yLabel string, x []float64, series ...Series) (*Figure, error) {
+func Lines(x []float64, series []Series, title, xLabel, yLabel string) (*Figure, error) {
 	if len(series) == 0 {
 		return nil, fmt.Errorf("viz: Lines: no series")
 	}
-	if x == nil {
-		x = make([]float64, len(series[0].Y))
-		for i := range x {
-			x[i] = float64(i)
-		}
-	}
+	x = indexOr(x, len(series[0].Y))
 	if len(series) > len(lineColors) {
 		return nil, fmt.Errorf("viz: Lines: %d series, more than the %d colours that stay apart", len(series), len(lineColors))
 	}

@@ -182,8 +182,8 @@ func TestRunDrawsAsTheLibraryDoes(t *testing.T) {
 	args := []string{"run", "--backend", "cpu", "--prompt", prompt, "-n", "12", "--temperature", "0.9", "--top-p", "0.95"}
 	out, err := strata(t, append(args, "--seed", "7")...)
 	require.NoError(t, err)
-	m := nb.MustOpen("", "cpu")
-	want := m.Generate(prompt, 12, nb.Sample(engine.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 7}))
+	m := nb.Open("", nb.Backend("cpu"))
+	want := m.Generate(prompt, 12, nb.Sample(engine.Sampler{Temperature: 0.9, TopP: 0.95, Seed: 7})).Text
 	require.Equal(t, want+"\n", out)
 	other, err := strata(t, append(args, "--seed", "8")...)
 	require.NoError(t, err)
