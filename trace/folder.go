@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -46,20 +47,11 @@ type folderMeta struct {
 // Files that Strata did not write are never removed: a folder that holds
 // any is refused, as is a second writer while one is at work (ErrBusy).
 func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
-	abs, err := filepath.Abs(dir)
+	abs, err := replaceable(dir)
 	if err != nil {
-		return fmt.Errorf("trace: %s: %w", dir, err)
-	}
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real // replace the folder a link points to, not the link
+		return err
 	}
 	parent, base := filepath.Split(abs)
-	if base == "" {
-		return fmt.Errorf("trace: %s: is the root of the file system: choose a folder below it", dir)
-	}
-	if wd, err := filepath.EvalSymlinks("."); err == nil && isWithin(mustAbs(wd), abs) {
-		return fmt.Errorf("trace: %s: holds the current directory, which replacing the folder would pull away: choose another folder", dir)
-	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("trace: %s: cannot make the folder above it: %s", dir, blocker(parent, dir, abs, err))
 	}
@@ -118,6 +110,43 @@ func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
 	}
 	syncDir(parent)
 	return nil
+}
+
+// CheckFolder says, before any work, why ReplaceFolder would refuse dir:
+// the root, a folder holding the current directory, something not a
+// folder, or a folder holding files Strata did not write.
+func CheckFolder(dir string) error {
+	abs, err := replaceable(dir)
+	if err != nil {
+		return err
+	}
+	_, err = readFolder(abs)
+	if errors.Is(err, syscall.ENOTDIR) {
+		return fmt.Errorf("trace: %s: cannot make the folder above it: %s", dir, blocker(filepath.Dir(abs), dir, abs, err))
+	}
+	if err != nil {
+		return fmt.Errorf("trace: %s: %w", dir, err)
+	}
+	return nil
+}
+
+// replaceable resolves dir to the folder a replacement of it replaces, and
+// refuses one whose replacement would pull the ground away.
+func replaceable(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("trace: %s: %w", dir, err)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real // replace the folder a link points to, not the link
+	}
+	if _, base := filepath.Split(abs); base == "" {
+		return "", fmt.Errorf("trace: %s: is the root of the file system: choose a folder below it", dir)
+	}
+	if wd, err := filepath.EvalSymlinks("."); err == nil && isWithin(mustAbs(wd), abs) {
+		return "", fmt.Errorf("trace: %s: holds the current directory, which replacing the folder would pull away: choose another folder", dir)
+	}
+	return abs, nil
 }
 
 // blocker says why the folders above abs could not be made, in the terms

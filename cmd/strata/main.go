@@ -652,6 +652,9 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	case *dir == "":
 		return errors.New("--out is empty: give the folder to write")
 	}
+	if err := trace.CheckFolder(*dir); err != nil {
+		return traceOutError(*dir, err)
+	}
 	m, err := openModel(*path)
 	if err != nil {
 		return err
@@ -717,8 +720,7 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("interrupted: --out %s was not replaced (it is as it was)", *dir)
 		}
-		// The error names the folder already: say it as the flag the user gave.
-		return &rewordedError{"--out " + *dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+*dir+": "), err}
+		return traceOutError(*dir, err)
 	}
 	name, nf, err := tr.FirstNonFinite()
 	if err != nil {
@@ -736,11 +738,20 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
+// traceOutError says a folder error as the flag the user gave: the error
+// names the folder already.
+func traceOutError(dir string, err error) error {
+	return &rewordedError{"--out " + dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+dir+": "), err}
+}
+
 // checkOutFile refuses, before any work, an output file that cannot be
 // written where the user asked.
 func checkOutFile(flag, path string) error {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return fmt.Errorf("%s %s: is a folder; give a file name", flag, path)
+	} else if err == nil && !st.Mode().IsRegular() {
+		// A pipe would block the write; a device is no place for a file.
+		return fmt.Errorf("%s %s: exists and is not a regular file (%v); give a file name", flag, path, st.Mode().Type())
 	}
 	dir := filepath.Dir(path)
 	st, err := os.Stat(dir)
@@ -751,6 +762,20 @@ func checkOutFile(flag, path string) error {
 		return fmt.Errorf("%s %s: %w", flag, path, err)
 	case !st.IsDir():
 		return fmt.Errorf("%s %s: %s is not a folder", flag, path, dir)
+	}
+	return nil
+}
+
+// checkNotSame refuses an output that is the same file as another path
+// the command was given (the model it reads, another output).
+func checkNotSame(flag, path, otherFlag, other string) error {
+	if path == "" || other == "" {
+		return nil
+	}
+	a, errA := os.Stat(path)
+	b, errB := os.Stat(other)
+	if errA == nil && errB == nil && os.SameFile(a, b) || filepath.Clean(path) == filepath.Clean(other) {
+		return fmt.Errorf("%s %s: is the file of %s; write elsewhere", flag, path, otherFlag)
 	}
 	return nil
 }
