@@ -520,18 +520,26 @@ func TestAblateAndForceExperts(t *testing.T) {
 	_, err = s.Prefill(context.Background(), testTokens, engine.Options{Hooks: []engine.Hook{engine.Scale("blocks.0.mlp.hook_expert_ids", 0)}})
 	require.ErrorContains(t, err, "token 0 lists expert 0 twice")
 
-	// Every expert ablated, or NaN logits: the model goes non-finite and is
-	// still traced.
+	// Every expert ablated: every slot is empty (id -1, weight 0) and the
+	// MLP adds nothing. It routed to experts 0 and 1 at NaN weights.
 	require.NoError(t, s.Reset())
 	var all []engine.Hook
 	for x := range m.Experts {
 		all = append(all, engine.AblateExpert(0, x))
 	}
-	tr, err := s.Prefill(context.Background(), testTokens, engine.Options{Capture: points, Hooks: all})
+	tr, err := s.Prefill(context.Background(), testTokens, engine.Options{Capture: engine.CaptureOf("blocks.*.mlp.*", "blocks.*.hook_mlp_out"), Hooks: all})
 	require.NoError(t, err)
+	n := len(testTokens) * k
+	require.Equal(t, slices.Repeat([]float32{-1}, n), tr.Tensor("blocks.0.mlp.hook_expert_ids").Data)
+	require.Equal(t, make([]float32, n), tr.Tensor("blocks.0.mlp.hook_expert_weights").Data)
+	require.Equal(t, make([]float32, n*m.DModel), tr.Tensor("blocks.0.mlp.hook_expert_out").Data)
+	require.Equal(t, make([]float32, len(testTokens)*m.DModel), tr.Tensor("blocks.0.hook_mlp_out").Data)
+	usage, err = tr.ExpertUsage(0)
+	require.NoError(t, err)
+	require.Equal(t, make([]int, m.Experts), usage, "ablated experts are not counted as used")
 	name, _, err := tr.FirstNonFinite()
 	require.NoError(t, err)
-	require.Equal(t, "blocks.0.mlp.hook_expert_weights", name)
+	require.Empty(t, name, "the ablated router logits' -Inf is no fault")
 }
 
 // TransformerLens's hook_scale: each row's divisor, and a hook there

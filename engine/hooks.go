@@ -155,7 +155,8 @@ func MeanAblateHead(layer, head int) Hook {
 
 // AblateExpert keeps a mixture's expert from every token in one layer: its
 // router logit becomes -Inf, so the tokens' top experts are chosen, and
-// weighted, among the others.
+// weighted, among the others. With every expert of the layer ablated,
+// every slot is empty (id -1, weight 0) and the MLP adds nothing.
 func AblateExpert(layer, expert int) Hook { return expertLogit(layer, expert, float32(math.Inf(-1))) }
 
 // ForceExpert routes every token of one layer to one expert: its router
