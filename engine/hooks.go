@@ -63,7 +63,7 @@ func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, off int, shape [
 	}
 	n := elements(shape)
 	if h.Device != nil {
-		edits, err := h.Device(name, shape)
+		edits, err := callDevice(h, name, shape)
 		if err != nil {
 			return err
 		}
@@ -89,8 +89,17 @@ func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, off int, shape [
 	return nil
 }
 
-// callHost runs a hook's Host function, its panic (user code's) an error
-// of the prefill, which then ends as after any other error.
+// callDevice and callHost run a hook's functions, a panic (user code's) an
+// error of the prefill, which then ends as after any other error.
+func callDevice(h *Hook, name string, shape []int) (edits []DeviceEdit, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			edits, err = nil, fmt.Errorf("its Device function panicked: %v", p)
+		}
+	}()
+	return h.Device(name, shape)
+}
+
 func callHost(h *Hook, name string, shape []int, data []float32) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
