@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/nb"
 	"github.com/stratalab/strata/trace"
@@ -177,4 +178,20 @@ func TestTracesOfAnotherModelAreRefused(t *testing.T) {
 	}
 	// Its own model reads it.
 	require.Len(t, other.DLA(tr, other.Unembed(" {"), -1), 1+2*other.Model.Layers)
+}
+
+// Issue 47.6 and 47.7: a panic in a Device hook function escaped Try (a
+// Host one's was an error), and PatchHead from a nil trace dereferenced it
+// in one. Both are errors of the prefill, and the model works after.
+func TestDeviceHookPanicsAndNilPatchesAreErrors(t *testing.T) {
+	m := cpuModel(t)
+	want := m.Prefill("func main() {").Predicted
+	_, err := m.Try("func main() {", nb.Hooks(nb.PatchHead(0, 1, nil)))
+	require.ErrorContains(t, err, "nb.PatchHead(0, 1) has no source trace (nil)")
+	panics := engine.Hook{Point: "blocks.0.hook_resid_pre", Device: func(string, []int) ([]engine.DeviceEdit, error) {
+		panic("a user's bug")
+	}}
+	_, err = m.Try("func main() {", nb.Hooks(panics))
+	require.ErrorContains(t, err, "its Device function panicked: a user's bug")
+	require.Equal(t, want, m.Prefill("func main() {").Predicted, "the model works after")
 }

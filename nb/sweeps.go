@@ -247,6 +247,9 @@ func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace)
 // from another run's trace, on the backend.
 func PatchHead(layer, head int, from *trace.Trace, positions ...int) engine.Hook {
 	return engine.Hook{Point: engine.LayerPoint(layer, "attn.hook_z"), Device: func(name string, shape []int) ([]engine.DeviceEdit, error) {
+		if from == nil {
+			return nil, fmt.Errorf("nb.PatchHead(%d, %d) has no source trace (nil)", layer, head)
+		}
 		src, err := from.Get(name)
 		if err != nil {
 			return nil, err
