@@ -156,7 +156,11 @@ func Engine(m *model.Model, name, placement string, q engine.PlanRequest) (*engi
 			return nil, "", err
 		}
 		e, err := engine.NewEngine(m, b)
-		return e, note, err
+		if err != nil {
+			b.Close() // its device memory would otherwise stay taken
+			return nil, "", err
+		}
+		return e, note, nil
 	}
 	kind, plan, devs, err := Plan(m, name, placement, q)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -48,6 +49,67 @@ type Model struct {
 	// hostGoroutine is the goroutine running one (0: none).
 	inHost        atomic.Int32
 	hostGoroutine atomic.Uint64
+
+	shared *sharedEngine // nil for a Model made by hand
+	closed atomic.Bool
+}
+
+// sharedEngine is one engine that every open Model of the same file,
+// backend and placement uses, each with its own session: a notebook that
+// re-runs its open cell maps the file and uploads the weights once.
+type sharedEngine struct {
+	key  engineKey
+	info os.FileInfo // the file's, to tell it from one replaced on disk
+	e    *engine.Engine
+	note string
+	refs int // open Models using it, under enginesMu
+}
+
+type engineKey struct {
+	path, backend, placement string
+	size, mtime              int64
+}
+
+var (
+	enginesMu sync.Mutex
+	engines   = map[engineKey]*sharedEngine{}
+)
+
+var errClosed = errors.New("nb: the Model is closed")
+
+// Close frees the Model's session and, when no other open Model shares it,
+// its engine: the weights on every tier, the backends and the model file's
+// mapping. It waits for a call in progress to end; later calls fail (or
+// panic, as their kind does) with "the Model is closed", and traces it made
+// on a GPU can no longer be read. Close again does nothing.
+func (m *Model) Close() error {
+	if m == nil || m.Engine == nil {
+		return nil
+	}
+	if err := m.lock(); errors.Is(err, errClosed) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	m.closed.Store(true)
+	m.sess.Close()
+	m.sess = nil
+	if m.shared == nil {
+		return nil
+	}
+	enginesMu.Lock()
+	defer enginesMu.Unlock()
+	if m.shared.refs--; m.shared.refs > 0 {
+		return nil
+	}
+	if engines[m.shared.key] == m.shared {
+		delete(engines, m.shared.key)
+	}
+	for _, b := range m.Tiers() {
+		b.Close()
+	}
+	return m.Model.Close()
 }
 
 // hostWaitWarning is how long a call waits behind a Host function before
@@ -60,6 +122,9 @@ var errNilModel = errors.New("nb: nil *Model (Open failed, or the model was neve
 func (m *Model) ready() {
 	if m == nil || m.Engine == nil {
 		panic(errNilModel)
+	}
+	if m.closed.Load() {
+		panic(errClosed)
 	}
 }
 
@@ -81,7 +146,7 @@ func (m *Model) lock() error {
 		return errNilModel
 	}
 	if m.mu.TryLock() {
-		return nil
+		return m.unlessClosed()
 	}
 	if id := m.hostGoroutine.Load(); id != 0 && id == goroutineID() {
 		return errors.New("nb: a hook's Host function called the Model that runs it: the model runs one call at a time, so this call would wait forever for the one running the hook")
@@ -106,6 +171,15 @@ func (m *Model) lock() error {
 		}
 	}()
 	m.mu.Lock()
+	return m.unlessClosed()
+}
+
+// unlessClosed releases m.mu, which the caller took, if m is closed.
+func (m *Model) unlessClosed() error {
+	if m.closed.Load() {
+		m.mu.Unlock()
+		return errClosed
+	}
 	return nil
 }
 
@@ -159,25 +233,56 @@ func Open(path string, backend ...string) (*Model, error) {
 // call works across the tiers as on one device. A placement that does not
 // hold the weights and a KV cache of the model's context is refused before
 // anything is allocated, saying what is short where.
+//
+// Models of the same file, backend and placement share one engine (the
+// weights, once), each with its own session; Close frees it with the last.
 func OpenPlaced(path, backend, placement string) (*Model, error) {
-	var m *model.Model
-	var err error
-	if path == "" {
-		m, err = models.Open()
-	} else {
-		m, err = model.Open(path)
-	}
-	if err != nil {
-		return nil, err
-	}
-	e, note, err := backends.Engine(m, backend, placement, engine.PlanRequest{Capacity: m.Context, Tokens: 1})
-	if err != nil {
-		if placement != "" {
-			return nil, fmt.Errorf("nb: placement %q: %w", placement, err)
+	key := engineKey{path: path, backend: backend, placement: placement}
+	var info os.FileInfo
+	if path != "" {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, err
 		}
-		return nil, err
+		st, err := os.Stat(abs)
+		if err != nil {
+			return nil, err
+		}
+		key.path, key.size, key.mtime = abs, st.Size(), st.ModTime().UnixNano()
+		info = st
 	}
-	return &Model{Engine: e, Note: note}, nil
+	enginesMu.Lock()
+	defer enginesMu.Unlock()
+	shared := engines[key]
+	if shared != nil && info != nil && !os.SameFile(shared.info, info) {
+		shared = nil // another file of the same size and time: not shared
+	}
+	if shared == nil {
+		var m *model.Model
+		var err error
+		if path == "" {
+			m, err = models.Open()
+		} else {
+			m, err = model.Open(path)
+		}
+		if err != nil {
+			return nil, err
+		}
+		e, note, err := backends.Engine(m, backend, placement, engine.PlanRequest{Capacity: m.Context, Tokens: 1})
+		if err != nil {
+			m.Close()
+			if placement != "" {
+				return nil, fmt.Errorf("nb: placement %q: %w", placement, err)
+			}
+			return nil, err
+		}
+		shared = &sharedEngine{key: key, info: info, e: e, note: note}
+		if engines[key] == nil {
+			engines[key] = shared
+		}
+	}
+	shared.refs++
+	return &Model{Engine: shared.e, Note: shared.note, shared: shared}, nil
 }
 
 // MustOpen is Open for notebook cells: it panics with the error.
