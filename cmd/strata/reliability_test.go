@@ -569,3 +569,17 @@ func TestInterruptedWritesLeaveWhatWasThere(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, entries, "no temporary file")
 }
+
+// Issue 47.11: gen wrote mixtures in TQ2_0_g128 that Strata then refused
+// to load; gen and bench refuse the combination before generating.
+func TestMixturesInTQ2AreRefusedUpFront(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m.gguf")
+	for _, args := range [][]string{
+		{"gen", "--shape", "tiny-qwen3moe", "--type", "TQ2_0_g128", "--out", out},
+		{"bench", "--shape", "tiny-mixtral", "--type", "TQ2_0_g128", "--tokens", "4", "--iters", "1"},
+	} {
+		_, err := strata(t, args...)
+		require.ErrorContains(t, err, "a mixture's expert tensors in TQ2_0_g128 are not supported", "%v", args)
+	}
+	require.NoFileExists(t, out)
+}

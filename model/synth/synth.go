@@ -85,6 +85,10 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	if !ok {
 		return nil, fmt.Errorf("model: cannot generate architecture %q", s.Arch)
 	}
+	// The same check model.Load makes: a file it would refuse is not made.
+	if s.Experts > 0 && typ == gguf.TQ2_0_G128 {
+		return nil, fmt.Errorf("model: a mixture's expert tensors in %s are not supported, so the model would not load: choose another type", typ)
+	}
 	// Sizes become uint32 metadata: check them before they can wrap.
 	for _, d := range []struct {
 		name string
