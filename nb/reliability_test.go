@@ -263,3 +263,12 @@ func TestOpenSharesTheEngineAndCloseFreesIt(t *testing.T) {
 	}
 	require.Zero(t, mappings(t, path))
 }
+
+// Issue 47.12: nil stacks and patchings are named, not dereferenced.
+func TestNilStacksAndPatchingsAreNamed(t *testing.T) {
+	m := cpuModel(t)
+	tr := m.Prefill("func main() {", nb.CaptureDLA())
+	require.PanicsWithError(t, "trace: final norm of a nil stack or residual stream (stack false, final true)", func() { m.FinalNorm(tr, nil) })
+	var p *nb.Patching
+	require.PanicsWithError(t, "nb: Normalized of a nil *Patching", func() { p.Normalized() })
+}

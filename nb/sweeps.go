@@ -1,6 +1,7 @@
 package nb
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -137,7 +138,12 @@ type Patching struct {
 
 // Normalized is (patched - corrupt) / (clean - corrupt): 0 where patching
 // does nothing, 1 where it restores the clean metric.
-func (p *Patching) Normalized() [][]float64 { return Normalize(p.Patched, p.Clean, p.Corrupt) }
+func (p *Patching) Normalized() [][]float64 {
+	if p == nil {
+		panic(errors.New("nb: Normalized of a nil *Patching"))
+	}
+	return Normalize(p.Patched, p.Clean, p.Corrupt)
+}
 
 // Normalize maps each value x to (x - corrupt) / (clean - corrupt).
 func Normalize(x [][]float64, clean, corrupt float64) [][]float64 {
