@@ -74,7 +74,32 @@ func main() {
 	}
 }
 
-func dispatch(ctx context.Context, args []string, out io.Writer) error {
+// dispatch runs a command; output it could not write (a full disk, a
+// closed pipe) fails the command, as any other error does.
+func dispatch(ctx context.Context, args []string, w io.Writer) error {
+	out := &checkedWriter{w: w}
+	err := dispatchTo(ctx, args, out)
+	if err == nil && out.err != nil {
+		return fmt.Errorf("writing the output: %w", out.err)
+	}
+	return err
+}
+
+// checkedWriter keeps the first error of its writes.
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+func dispatchTo(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 { // a script that lost its command fails, as an unknown one does
 		usage(stderr)
 		return errors.New("no command given (strata help lists them)")
