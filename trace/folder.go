@@ -55,9 +55,9 @@ func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("trace: %s: cannot make the folder above it: %s", dir, blocker(parent, dir, abs, err))
 	}
-	unlock, err := lockFolder(filepath.Join(parent, "."+base+".lock"))
+	unlock, err := lockFolder(filepath.Join(parent, stem(base)+".lock"))
 	if errors.Is(err, ErrBusy) {
-		return fmt.Errorf("trace: %s: %w (lock %s); nothing was written", dir, ErrBusy, filepath.Join(parent, "."+base+".lock"))
+		return fmt.Errorf("trace: %s: %w (lock %s); nothing was written", dir, ErrBusy, filepath.Join(parent, stem(base)+".lock"))
 	}
 	if err != nil {
 		return fmt.Errorf("trace: %s: lock: %w", dir, err)
@@ -78,7 +78,7 @@ func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
 	}
-	tmp, err := os.MkdirTemp(parent, "."+base+".new-*") // the random part at the last *, not at one in base
+	tmp, err := os.MkdirTemp(parent, stem(base)+".new-*") // the random part at the last *, not at one in base
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
 	}
@@ -281,8 +281,8 @@ func readRegular(path string, e fs.DirEntry) ([]byte, error) {
 // killed between its two renames left aside, and removes what killed
 // writers left half-made.
 func recoverFolder(parent, base string) error {
-	olds, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+".old-*"))
-	news, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+".new-*"))
+	olds, _ := filepath.Glob(filepath.Join(parent, globEscape(stem(base))+".old-*"))
+	news, _ := filepath.Glob(filepath.Join(parent, globEscape(stem(base))+".new-*"))
 	if _, err := os.Lstat(filepath.Join(parent, base)); errors.Is(err, fs.ErrNotExist) && len(olds) > 0 {
 		slices.Sort(olds) // names carry the time they were set aside: the last is the newest
 		if err := os.Rename(olds[len(olds)-1], filepath.Join(parent, base)); err != nil {
@@ -294,6 +294,19 @@ func recoverFolder(parent, base string) error {
 		_ = os.RemoveAll(p) // litter; a failure here harms nothing
 	}
 	return nil
+}
+
+// stem is how the hidden files beside base begin (its lock, the folder
+// being filled, the one set aside, a file being written): "."+base, or for
+// a name near the 255-byte limit of a file name, a shorter one that a
+// hash of base keeps apart from others.
+func stem(base string) string {
+	const room = 200 // leaves room for ".old-" and a time and random suffix
+	if len(base) < room {
+		return "." + base
+	}
+	sum := sha256.Sum256([]byte(base))
+	return "." + strings.ToValidUTF8(base[:64], "") + "~" + hex.EncodeToString(sum[:8])
 }
 
 func globEscape(s string) string {
@@ -342,7 +355,7 @@ func swapIn(tmp, dir string, exists bool) error {
 	}
 	// Two renames: dir is absent between them; recoverFolder undoes the first
 	// after a crash there.
-	aside := filepath.Join(filepath.Dir(dir), fmt.Sprintf(".%s.old-%020d-%s", filepath.Base(dir), time.Now().UnixNano(), randomSuffix()))
+	aside := filepath.Join(filepath.Dir(dir), fmt.Sprintf("%s.old-%020d-%s", stem(filepath.Base(dir)), time.Now().UnixNano(), randomSuffix()))
 	if err := os.Rename(dir, aside); err != nil {
 		return err
 	}

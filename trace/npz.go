@@ -160,7 +160,7 @@ func WriteAtomic(path string, write func(io.Writer) error) (err error) {
 			mode = st.Mode().Perm()
 		}
 	}
-	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".tmp-*")
+	f, err := os.CreateTemp(filepath.Dir(target), stem(filepath.Base(target))+".tmp-*")
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
