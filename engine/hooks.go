@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"strings"
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/model"
@@ -46,6 +47,17 @@ func (h *Hook) validate(c *model.Config) error {
 		}
 	}
 	return fmt.Errorf("hook: %q matches no point of a %d-layer %s model%s", h.Point, c.Layers, c.Arch, pointHint(c, h.Point))
+}
+
+// reachesBody says whether h matches a point before the final norm: the
+// points a prefill without logits (LogitsNone) reaches.
+func (h *Hook) reachesBody(c *model.Config) bool {
+	for _, n := range Points(c) {
+		if ok, _ := path.Match(h.Point, n); ok && n != "logits" && !strings.HasPrefix(n, "ln_final.") {
+			return true
+		}
+	}
+	return false
 }
 
 func hooked(hooks []Hook, name string) bool {

@@ -134,6 +134,9 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if isSet(fs, "type") && *shape == "" {
+		return fmt.Errorf("--type %s: it is the weight type of a generated model (--shape); a model file's types are its own", *typName)
+	}
 	// The budget becomes bytes in an int64: refuse what has no such value.
 	if !(*budget*(1<<30) >= 1 && *budget < 1<<32) {
 		return fmt.Errorf("--budget %g: want a size in GiB of at least one byte (1e-9) and below 2^32", *budget)

@@ -319,6 +319,9 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		_, err := strata(t, args...)
 		require.ErrorContains(t, err, c.want, "%v", c.args)
 	}
+	// Issue 47.12: --type without --shape was ignored.
+	_, err := strata(t, "bench", "--type", "Q8_0", "--tokens", "4")
+	require.EqualError(t, err, "--type Q8_0: it is the weight type of a generated model (--shape); a model file's types are its own")
 }
 
 // traceArgs are two different traces of stories260K to one folder.
