@@ -390,8 +390,12 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 
 	est := engine.EstimateMemory(c, *n, 0, *n, engine.Options{})
 	_, other := m.Resident()
-	fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, header and tokenizer %s, KV cache %s, activations %s\n",
-		*n, human.Bytes(weightBytes+other+est.Total()), human.Bytes(weightBytes), human.Bytes(other), human.Bytes(est.Cache), human.Bytes(est.Scratch))
+	if est.Cache == engine.MaxEstimate {
+		fmt.Fprintf(out, "prefill of %d tokens needs more bytes than 64 bits count: no machine holds it\n", *n)
+	} else {
+		fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, header and tokenizer %s, KV cache %s, activations %s\n",
+			*n, human.Bytes(weightBytes+other+est.Total()), human.Bytes(weightBytes), human.Bytes(other), human.Bytes(est.Cache), human.Bytes(est.Scratch))
+	}
 	if *points {
 		fmt.Fprintln(out, "capture points:")
 		for _, p := range engine.Points(c) {
