@@ -298,9 +298,13 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 		}
 		fmt.Fprintln(out)
 		if lr := c.LongRope; lr != nil {
-			fmt.Fprintf(out, "long rope     factors %.3g to %.3g for a KV cache within %d positions, %.3g to %.3g past it; magnitude x %.4g\n",
+			which := "short"
+			if c.Context > c.Rope.Scaling.OrigContext {
+				which = "long"
+			}
+			fmt.Fprintf(out, "long rope     factors %.3g to %.3g for a context within %d positions, %.3g to %.3g past it: the %s ones for this model's; magnitude x %.4g\n",
 				slices.Min(c.Rope.FreqFactors), slices.Max(c.Rope.FreqFactors), c.Rope.Scaling.OrigContext,
-				slices.Min(lr.FreqFactors), slices.Max(lr.FreqFactors), c.Rope.Scaling.AttnFactor)
+				slices.Min(lr.FreqFactors), slices.Max(lr.FreqFactors), which, c.Rope.Scaling.AttnFactor)
 		}
 		if lr := c.LocalRope; lr != nil {
 			fmt.Fprintf(out, "local rope    theta %g, scaling %s (sliding-window layers)\n", lr.Theta, lr.Scaling.Type)
