@@ -473,11 +473,12 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 	if len(pos) > 1 { // joining them would lose the user's spacing
 		return fmt.Errorf("unexpected argument %q: %s takes one TEXT (a text of several words goes in quotes: strata tokenize \"Once upon a time\")", pos[1], fs.Name())
 	}
-	m, err := openModel(*path)
+	tok, done, err := openTokenizer(*path)
 	if err != nil {
 		return err
 	}
-	ids, err := m.Tok.Encode(pos[0], tokenizer.Options{ParseSpecial: *special})
+	defer done()
+	ids, err := tok.Encode(pos[0], tokenizer.Options{ParseSpecial: *special})
 	if err != nil {
 		return err
 	}
@@ -487,6 +488,28 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintln(out, strings.Join(strs, " "))
 	return nil
+}
+
+// openTokenizer reads the tokenizer of a GGUF file, which may hold no
+// tensors (llama.cpp's ggml-vocab-*.gguf), or of the default model.
+// done releases the file, which the tokenizer may read until then.
+func openTokenizer(path string) (tok *tokenizer.Tokenizer, done func() error, err error) {
+	if path == "" {
+		m, err := models.Open()
+		if err != nil {
+			return nil, nil, err
+		}
+		return m.Tok, m.Close, nil
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tok, err = tokenizer.FromGGUF(f); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return tok, f.Close, nil
 }
 
 // precisionFlag adds --precision, the same for every command that
