@@ -20,7 +20,10 @@ type Hook struct {
 	Point string
 	// Device returns the edits to make at a point of the given shape.
 	Device func(name string, shape []int) ([]DeviceEdit, error)
-	// Host may read and change data in place.
+	// Host may read and change data in place. It runs on the prefill's
+	// goroutine and is not given the run's context: a cancel takes effect
+	// when it returns, so one that may block must watch a context of its
+	// own (the one it was given to the prefill, say) and return.
 	Host func(name string, shape []int, data []float32) error
 
 	err error // why the constructor refused it, reported by the prefill's check
