@@ -20,6 +20,7 @@ import (
 
 	"github.com/stratalab/strata/backends"
 	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/internal/human"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
 	"github.com/stratalab/strata/models"
@@ -505,11 +506,16 @@ func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
 
 // session returns the model's session, fresh unless continuing, with room
 // for need more positions where the context allows (past it, the call's
-// own error says so); m.mu is held. The KV cache starts small and grows:
-// one of a long context (a 32k-token 8B model's is 10 GB) would take the
-// device's memory for a short prompt.
-func (m *Model) session(cont bool, need int) (*engine.Session, error) {
+// own error says so), for a prefill of t tokens with options o; m.mu is
+// held. The KV cache starts small and grows: one of a long context
+// (a 32k-token 8B model's is 10 GB) would take the device's memory for a
+// short prompt. On the CPU a call that would not fit the host's memory is
+// refused first.
+func (m *Model) session(cont bool, need, t int, o engine.Options) (*engine.Session, error) {
 	limit := m.Model.Context
+	if err := m.hostFits(cont, need, t, o); err != nil {
+		return nil, err
+	}
 	if m.sess == nil {
 		s, err := m.NewSession(min(limit, max(need, minCache)))
 		if err != nil {
@@ -528,6 +534,42 @@ func (m *Model) session(cont bool, need int) (*engine.Session, error) {
 		}
 	}
 	return m.sess, nil
+}
+
+// hostAvailable is backends.HostAvailable; tests make the host small.
+var hostAvailable = backends.HostAvailable
+
+// hostFits refuses, on the CPU, a prefill of t tokens, in a cache with room
+// for need more positions, whose buffers
+// (engine.EstimateMemory) do not fit the host memory left: past it the Go
+// runtime dies with "fatal error: out of memory" (under ulimit -v, a long
+// prefill did) rather than fail. m.mu is held.
+func (m *Model) hostFits(cont bool, need, t int, o engine.Options) error {
+	if !backends.OnHost(m.Engine) {
+		return nil
+	}
+	avail, err := hostAvailable()
+	if err != nil {
+		return nil // not known here: nothing to check against
+	}
+	c := &m.Model.Config
+	pos, capacity := 0, min(c.Context, max(need, minCache))
+	if m.sess != nil {
+		if cont {
+			pos = m.sess.Pos()
+		}
+		capacity = max(m.sess.Capacity(), min(c.Context, pos+need))
+	}
+	est := engine.EstimateMemory(c, min(t, c.Context), pos, capacity, o)
+	needed, cache := est.Total(), "KV cache "+human.Bytes(est.Cache)
+	if m.sess != nil && capacity == m.sess.Capacity() {
+		needed, cache = needed-est.Cache, "the KV cache is held already"
+	}
+	if needed > avail {
+		return fmt.Errorf("nb: this call needs about %s more of host memory (scratch %s, capture %s, %s), and %s is left: use a shorter prompt or fewer captures",
+			human.Bytes(needed), human.Bytes(est.Scratch), human.Bytes(est.Capture), cache, human.Bytes(avail))
+	}
+	return nil
 }
 
 // minCache is the positions a model's first KV cache holds at least.
@@ -564,7 +606,7 @@ func (m *Model) try(prompt any, opts ...Option) (*trace.Trace, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := m.session(s.cont, len(ids))
+	sess, err := m.session(s.cont, len(ids), len(ids), s.o)
 	if err != nil {
 		return nil, err
 	}
@@ -628,7 +670,7 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...Option) (Generated, error
 	if err != nil {
 		return Generated{Stop: engine.StopError}, err
 	}
-	sess, err := m.session(s.cont, len(ids)+max(n, 0))
+	sess, err := m.session(s.cont, len(ids)+max(n, 0), len(ids), engine.Options{Precision: s.o.Precision})
 	if err != nil {
 		return Generated{Stop: engine.StopError}, err
 	}
@@ -683,7 +725,7 @@ func (m *Model) Start(prompt any, opts ...Option) *Steps {
 	if !s.captured {
 		s.o.Capture.Globs = []string{"*"}
 	}
-	sess, err := m.session(s.cont, len(ids))
+	sess, err := m.session(s.cont, len(ids), len(ids), s.o)
 	if err != nil {
 		panic(err)
 	}
