@@ -156,7 +156,10 @@ type Stream interface {
 	// Route picks each of rows tokens' experts from its router logits
 	// [rows, experts]: the softmax's top k, renormalised to sum to 1
 	// (ties to the lower index). It writes their ids (as float32) and
-	// weights, [rows, k] each, best first.
+	// weights, [rows, k] each, best first; -1 and 0 for a slot only
+	// experts of probability 0 could fill (every slot when every logit is
+	// -Inf: each expert ablated). A row with a NaN logit gets experts
+	// 0..k-1 at NaN weights.
 	Route(ids, weights, logits Tensor, rows, experts, k int)
 	// GatherRows copies row rows[i] of src to row i of dst, cols wide.
 	GatherRows(dst, src Tensor, rows []int32, cols int)

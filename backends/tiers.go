@@ -26,7 +26,7 @@ func Devices(name string) (kind string, devs []engine.Device, err error) {
 		return "", nil, err
 	}
 	if kind == "cpu" {
-		free, err := hostAvailable()
+		free, err := HostAvailable()
 		if err != nil {
 			return "", nil, fmt.Errorf("the host's free memory: %w", err)
 		}
@@ -62,8 +62,34 @@ func resolve(name string) (string, error) {
 	return "", fmt.Errorf("unknown backend %q (choose from %v)", name, Names)
 }
 
-// hostAvailable reads MemAvailable from /proc/meminfo.
-func hostAvailable() (int64, error) {
+// HostAvailable is the host memory a process may still take: what Linux
+// counts as available (MemAvailable), and no more than the room left under
+// an address-space limit (ulimit -v), where the Go runtime dies with
+// "fatal error: out of memory" instead of failing an allocation.
+func HostAvailable() (int64, error) {
+	avail, err := memAvailable()
+	if err != nil {
+		return 0, err
+	}
+	if room, ok := addressRoom(); ok {
+		avail = min(avail, room)
+	}
+	return avail, nil
+}
+
+// OnHost says whether every tier of e keeps its tensors in host memory
+// (the CPU backend): a prefill's buffers are then the process's memory.
+func OnHost(e *engine.Engine) bool {
+	for _, b := range e.Tiers() {
+		if _, ok := b.(*cpu.Backend); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// memAvailable reads MemAvailable from /proc/meminfo.
+func memAvailable() (int64, error) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
 		return 0, err
@@ -156,7 +182,11 @@ func Engine(m *model.Model, name, placement string, q engine.PlanRequest) (*engi
 			return nil, "", err
 		}
 		e, err := engine.NewEngine(m, b)
-		return e, note, err
+		if err != nil {
+			b.Close() // its device memory would otherwise stay taken
+			return nil, "", err
+		}
+		return e, note, nil
 	}
 	kind, plan, devs, err := Plan(m, name, placement, q)
 	if err != nil {

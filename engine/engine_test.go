@@ -399,34 +399,51 @@ func TestSessionsRunConcurrently(t *testing.T) {
 	}
 }
 
-// Phi-3 takes its long RoPE factors when the session's KV cache holds more
-// than the original context, the short ones otherwise, as llama.cpp chooses
-// them by its context size.
-func TestPhi3RopeFactorsFollowTheCacheSize(t *testing.T) {
+// Phi-3 takes its long RoPE factors when the model's context is more than
+// the original one, as llama.cpp chooses them by its context, whatever the
+// session's cache. Issue 47.9: chosen by the cache's size, a prompt's
+// logits differed (by up to 1.87) once nb's cache had grown past the
+// original context, and run -n 4000 and -n 4100 differed.
+func TestPhi3RopeFactorsFollowTheModelsContext(t *testing.T) {
 	m := genModel(t, "tiny-phi3", gguf.F32, 2)
 	e := newEngine(t, m)
-	ref := newRef(m)
+	want := newRef(m).points(testTokens)
 	orig := m.Rope.Scaling.OrigContext
 	require.Equal(t, 64, orig)
-	var rotated [][]float32
-	for _, capacity := range []int{orig, orig + 1} {
-		s, err := e.NewSession(capacity)
-		require.NoError(t, err)
-		tr, err := s.Prefill(context.Background(), testTokens, engine.Options{Capture: engine.CaptureOf("blocks.*.attn.hook_rot_k", "blocks.*.hook_resid_post")})
-		require.NoError(t, err)
-		want := ref.pointsIn(testTokens, capacity)
+	require.Greater(t, m.Context, orig)
+	o := engine.Options{Capture: engine.CaptureOf("blocks.*.attn.hook_rot_k", "blocks.*.hook_resid_post"), Logits: engine.LogitsAll}
+	check := func(tr *trace.Trace, what string) {
 		for _, name := range tr.Names {
-			if name == "logits" { // the last row only
-				continue
-			}
 			rel, ok := relErr(tr.Tensor(name).Data, want[name])
 			require.True(t, ok, "%s: %d values, want %d", name, len(tr.Tensor(name).Data), len(want[name]))
-			require.LessOrEqual(t, rel, parityTol, "%s at capacity %d", name, capacity)
+			require.LessOrEqual(t, rel, parityTol, "%s %s", name, what)
 		}
-		rotated = append(rotated, tr.Tensor("blocks.0.attn.hook_rot_k").Data)
+	}
+	var logits [][]float32
+	for _, capacity := range []int{len(testTokens), orig, orig + 1, m.Context} {
+		s, err := e.NewSession(capacity)
+		require.NoError(t, err)
+		tr, err := s.Prefill(context.Background(), testTokens, o)
+		require.NoError(t, err)
+		check(tr, fmt.Sprintf("at capacity %d", capacity))
+		logits = append(logits, tr.Tensor("logits").Data)
 		s.Close()
 	}
-	require.NotEqual(t, rotated[0], rotated[1], "long and short factors rotate K differently")
+	for _, l := range logits[1:] {
+		require.Equal(t, logits[0], l, "one prompt, one set of logits, whatever the cache's size")
+	}
+	// A cache grown past the original context, with positions in it, as
+	// nb's grows: the same prompt again gives the same logits.
+	s, err := e.NewSession(len(testTokens))
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Prefill(context.Background(), testTokens, o)
+	require.NoError(t, err)
+	require.NoError(t, s.Grow(orig+1))
+	require.NoError(t, s.Reset())
+	tr, err := s.Prefill(context.Background(), testTokens, o)
+	require.NoError(t, err)
+	require.Equal(t, logits[0], tr.Tensor("logits").Data)
 }
 
 // A mixture's experts: routing is the float64 reference's at every point
@@ -499,18 +516,26 @@ func TestAblateAndForceExperts(t *testing.T) {
 	_, err = s.Prefill(context.Background(), testTokens, engine.Options{Hooks: []engine.Hook{engine.Scale("blocks.0.mlp.hook_expert_ids", 0)}})
 	require.ErrorContains(t, err, "token 0 lists expert 0 twice")
 
-	// Every expert ablated, or NaN logits: the model goes non-finite and is
-	// still traced.
+	// Every expert ablated: every slot is empty (id -1, weight 0) and the
+	// MLP adds nothing. It routed to experts 0 and 1 at NaN weights.
 	require.NoError(t, s.Reset())
 	var all []engine.Hook
 	for x := range m.Experts {
 		all = append(all, engine.AblateExpert(0, x))
 	}
-	tr, err := s.Prefill(context.Background(), testTokens, engine.Options{Capture: points, Hooks: all})
+	tr, err := s.Prefill(context.Background(), testTokens, engine.Options{Capture: engine.CaptureOf("blocks.*.mlp.*", "blocks.*.hook_mlp_out"), Hooks: all})
 	require.NoError(t, err)
+	n := len(testTokens) * k
+	require.Equal(t, slices.Repeat([]float32{-1}, n), tr.Tensor("blocks.0.mlp.hook_expert_ids").Data)
+	require.Equal(t, make([]float32, n), tr.Tensor("blocks.0.mlp.hook_expert_weights").Data)
+	require.Equal(t, make([]float32, n*m.DModel), tr.Tensor("blocks.0.mlp.hook_expert_out").Data)
+	require.Equal(t, make([]float32, len(testTokens)*m.DModel), tr.Tensor("blocks.0.hook_mlp_out").Data)
+	usage, err = tr.ExpertUsage(0)
+	require.NoError(t, err)
+	require.Equal(t, make([]int, m.Experts), usage, "ablated experts are not counted as used")
 	name, _, err := tr.FirstNonFinite()
 	require.NoError(t, err)
-	require.Equal(t, "blocks.0.mlp.hook_expert_weights", name)
+	require.Empty(t, name, "the ablated router logits' -Inf is no fault")
 }
 
 // TransformerLens's hook_scale: each row's divisor, and a hook there

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"strings"
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/model"
@@ -19,7 +20,10 @@ type Hook struct {
 	Point string
 	// Device returns the edits to make at a point of the given shape.
 	Device func(name string, shape []int) ([]DeviceEdit, error)
-	// Host may read and change data in place.
+	// Host may read and change data in place. It runs on the prefill's
+	// goroutine and is not given the run's context: a cancel takes effect
+	// when it returns, so one that may block must watch a context of its
+	// own (the one it was given to the prefill, say) and return.
 	Host func(name string, shape []int, data []float32) error
 
 	err error // why the constructor refused it, reported by the prefill's check
@@ -48,6 +52,17 @@ func (h *Hook) validate(c *model.Config) error {
 	return fmt.Errorf("hook: %q matches no point of a %d-layer %s model%s", h.Point, c.Layers, c.Arch, trace.PointHint(c, h.Point))
 }
 
+// reachesBody says whether h matches a point before the final norm: the
+// points a prefill without logits (LogitsNone) reaches.
+func (h *Hook) reachesBody(c *model.Config) bool {
+	for _, n := range trace.Points(c) {
+		if ok, _ := path.Match(h.Point, n); ok && n != "logits" && !strings.HasPrefix(n, "ln_final.") {
+			return true
+		}
+	}
+	return false
+}
+
 func hooked(hooks []Hook, name string) bool {
 	for _, h := range hooks {
 		if ok, _ := path.Match(h.Point, name); ok {
@@ -63,7 +78,7 @@ func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int) err
 	}
 	n := elements(shape)
 	if h.Device != nil {
-		edits, err := h.Device(name, shape)
+		edits, err := callDevice(h, name, shape)
 		if err != nil {
 			return err
 		}
@@ -89,8 +104,17 @@ func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int) err
 	return nil
 }
 
-// callHost runs a hook's Host function, its panic (user code's) an error
-// of the prefill, which then ends as after any other error.
+// callDevice and callHost run a hook's functions, a panic (user code's) an
+// error of the prefill, which then ends as after any other error.
+func callDevice(h *Hook, name string, shape []int) (edits []DeviceEdit, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			edits, err = nil, fmt.Errorf("its Device function panicked: %v", p)
+		}
+	}()
+	return h.Device(name, shape)
+}
+
 func callHost(h *Hook, name string, shape []int, data []float32) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -154,7 +178,8 @@ func MeanAblateHead(layer, head int) Hook {
 
 // AblateExpert keeps a mixture's expert from every token in one layer: its
 // router logit becomes -Inf, so the tokens' top experts are chosen, and
-// weighted, among the others.
+// weighted, among the others. With every expert of the layer ablated,
+// every slot is empty (id -1, weight 0) and the MLP adds nothing.
 func AblateExpert(layer, expert int) Hook { return expertLogit(layer, expert, float32(math.Inf(-1))) }
 
 // ForceExpert routes every token of one layer to one expert: its router

@@ -77,9 +77,15 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	if o.Budget < 0 {
 		return nil, fmt.Errorf("engine: Options.Budget %d is negative (0 means the default, %s)", o.Budget, human.Bytes(DefaultBudget))
 	}
+	if o.Logits == LogitsNone && o.Predict {
+		return nil, errors.New("engine: Options.Predict with LogitsNone: there are no logits to predict from (use LogitsLast)")
+	}
 	for i := range o.Hooks {
 		if err := o.Hooks[i].validate(c); err != nil {
 			return nil, err
+		}
+		if o.Logits == LogitsNone && !o.Hooks[i].reachesBody(c) {
+			return nil, fmt.Errorf("engine: hook at %q: with LogitsNone the final norm and LM head do not run, so it would never act (use LogitsLast or LogitsAll)", o.Hooks[i].Point)
 		}
 	}
 	l := newLayout(c, len(tokens), s.Pos(), o)

@@ -98,13 +98,12 @@ type TierNeed struct {
 }
 
 // Total sums the parts.
-func (n TierNeed) Total() int64 { return n.Weights + n.Cache + n.Scratch + n.Capture }
+func (n TierNeed) Total() int64 { return addBytes(n.Weights, n.Cache, n.Scratch, n.Capture) }
 
 // Needs says what each tier of p needs for model m and the request: a tier
 // with layers holds all of a layer's scratch, the head's tier the logits.
 func Needs(m *model.Model, p Placement, q PlanRequest) []TierNeed {
 	c := &m.Config
-	l := newLayout(c, max(q.Tokens, 0), 0, q.Options)
 	out := make([]TierNeed, p.Tiers())
 	out[p.Embed].Weights += weightBytes(m.Embed) + weightBytes(m.PosEmbed)
 	switch {
@@ -114,13 +113,22 @@ func Needs(m *model.Model, p Placement, q PlanRequest) []TierNeed {
 		out[p.Head].Weights += weightBytes(m.Embed)
 	}
 	out[p.Head].Weights += 4 * int64(len(m.OutNorm)+len(m.OutNormBias))
-	cache := 4 * 2 * int64(max(q.Capacity, 0)) * int64(c.KVDim())
 	for i, t := range p.Layers {
 		if i < len(m.Blocks) {
 			out[t].Weights += layerBytes(&m.Blocks[i])
 		}
+	}
+	if overflows(c, max(q.Tokens, 0), 0, max(q.Capacity, 0)) {
+		for t := range out {
+			out[t].Cache, out[t].Scratch, out[t].Capture = MaxEstimate, MaxEstimate, MaxEstimate
+		}
+		return out
+	}
+	cache := 4 * 2 * int64(max(q.Capacity, 0)) * int64(c.KVDim())
+	for _, t := range p.Layers {
 		out[t].Cache += cache
 	}
+	l := newLayout(c, max(q.Tokens, 0), 0, q.Options)
 	for i, n := range l.arenas {
 		out[p.tierOfPoint(l.arenaPoints[i])].Capture += 4 * int64(n)
 	}
@@ -201,7 +209,7 @@ func (pl Plan) Check(devs []Device) error {
 		if d < 0 || d >= len(devs) {
 			return fmt.Errorf("plan: tier %d is on device %d; there are %d devices (0 to %d)", t, d, len(devs), len(devs)-1)
 		}
-		used[d] += pl.Needs[t].Total()
+		used[d] = addBytes(used[d], pl.Needs[t].Total())
 	}
 	var short []string
 	for d, u := range used {

@@ -77,14 +77,8 @@ func newRef(m *model.Model) *refModel {
 }
 
 // refPoints runs tokens at positions 0.. through the model in float64 and
-// returns every capture point, flattened in the engine's layouts, for a
-// session of the model's whole context (Phi-3's long RoPE factors).
+// returns every capture point, flattened in the engine's layouts.
 func (r *refModel) points(tokens []int32) map[string][]float64 {
-	return r.pointsIn(tokens, r.c.Context)
-}
-
-// pointsIn is points for a session of capacity positions.
-func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 	c := &r.c
 	T, H, KV, hd := len(tokens), c.Heads, c.KVHeads, c.HeadDim
 	out := map[string][]float64{}
@@ -155,7 +149,8 @@ func (r *refModel) pointsIn(tokens []int32, capacity int) map[string][]float64 {
 				ropeL = *c.LocalRope
 			}
 		}
-		if c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext {
+		if c.LongRope != nil && c.Context > c.Rope.Scaling.OrigContext { // as llama.cpp chooses
+
 			ropeL = *c.LongRope
 		}
 		if c.Pos == model.PosRope {

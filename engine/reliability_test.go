@@ -452,3 +452,41 @@ func TestEstimateMemoryOfNegativeCountsIsNotNegative(t *testing.T) {
 	require.Zero(t, est.Cache)
 	require.Positive(t, engine.EstimateMemory(&m.Config, 5, 0, 512, engine.Options{}).Total())
 }
+
+// Issue 47.6: a panic in a Device hook function escaped Prefill, where a
+// Host one's became an error; both are errors now, and the session works
+// after.
+func TestDeviceHookPanicIsAnError(t *testing.T) {
+	e := newEngine(t, genModel(t, "tiny-llama", gguf.F32, 16))
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	panics := engine.Hook{Point: "blocks.0.hook_resid_pre", Device: func(string, []int) ([]engine.DeviceEdit, error) {
+		var shape []int
+		_ = shape[3] // a user's bug
+		return nil, nil
+	}}
+	_, err = s.Prefill(context.Background(), testTokens, engine.Options{Hooks: []engine.Hook{panics}})
+	require.ErrorContains(t, err, "hook at blocks.0.hook_resid_pre: its Device function panicked: runtime error: index out of range [3] with length 0")
+	require.NoError(t, s.Reset())
+	_, err = s.Prefill(context.Background(), testTokens, engine.Options{})
+	require.NoError(t, err, "the session works after")
+}
+
+// Issue 47.12: Predict, and a hook at the logits, under LogitsNone did
+// nothing, silently: no logits are made to act on.
+func TestLogitsNoneRefusesWhatNeedsLogits(t *testing.T) {
+	e := newEngine(t, genModel(t, "tiny-llama", gguf.F32, 16))
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Prefill(context.Background(), testTokens, engine.Options{Logits: engine.LogitsNone, Predict: true})
+	require.ErrorContains(t, err, "Options.Predict with LogitsNone: there are no logits to predict from")
+	for _, point := range []string{"logits", "ln_final.*"} {
+		_, err = s.Prefill(context.Background(), testTokens, engine.Options{Logits: engine.LogitsNone, Hooks: []engine.Hook{engine.Scale(point, 2)}})
+		require.ErrorContains(t, err, fmt.Sprintf("hook at %q: with LogitsNone the final norm and LM head do not run", point))
+	}
+	tr, err := s.Prefill(context.Background(), testTokens, engine.Options{Logits: engine.LogitsNone, Hooks: []engine.Hook{engine.Scale("*", 1)}})
+	require.NoError(t, err, "a hook that also matches the body runs there")
+	require.Empty(t, tr.Predicted)
+}

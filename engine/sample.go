@@ -242,6 +242,9 @@ func (d *Draws) Next(logits []float32) (int32, error) {
 // likely after its last position (the prefill must Predict), or a draw from
 // that position's logits. Logits holding NaN give ErrNaNLogits.
 func (d *Draws) Pick(tr *trace.Trace) (int32, error) {
+	if tr == nil {
+		return -1, errors.New("sampling: Pick of a nil trace")
+	}
 	if d.s.Greedy() {
 		if len(tr.Predicted) == 0 {
 			return -1, errors.New("sampling: the step predicted nothing (run it with Options.Predict)")

@@ -266,3 +266,11 @@ func name(s engine.Sampler) string {
 	}
 	return "temperature"
 }
+
+// Issue 47.12: Pick of a nil trace is an error, not a nil dereference.
+func TestPickOfANilTrace(t *testing.T) {
+	_, err := engine.Sampler{}.Start().Pick(nil)
+	require.EqualError(t, err, "sampling: Pick of a nil trace")
+	_, err = engine.Sampler{Temperature: 1}.Start().Pick(nil)
+	require.EqualError(t, err, "sampling: Pick of a nil trace")
+}

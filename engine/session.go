@@ -21,7 +21,6 @@ type Session struct {
 	e        *Engine
 	tiers    []sessionTier // one per engine tier
 	capacity int
-	longRope bool // the model's LongRope, not Rope
 	pos      atomic.Int64
 	cacheK   []backend.Tensor // each on its layer's home tier
 	cacheV   []backend.Tensor
@@ -75,9 +74,6 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 	for i, b := range e.tiers {
 		s.tiers[i].st = b.NewStream()
 	}
-	// Phi-3: a cache past the original context takes the long RoPE
-	// factors for all its positions, as llama.cpp chooses by its context.
-	s.longRope = c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext
 	for l := 0; l < c.Layers; l++ {
 		st := s.tiers[e.place.Layers[l]].st
 		k, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), capacity*c.KVDim())
@@ -98,8 +94,11 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 
 // ropeAt is the RoPE this session's layer uses.
 func (s *Session) ropeAt(layer int) *model.Rope {
-	if s.longRope {
-		return s.e.Model.LongRope
+	if c := &s.e.Model.Config; c.LongRope != nil && c.Context > c.Rope.Scaling.OrigContext {
+		// Phi-3's long factors, chosen by the model's context as llama.cpp
+		// chooses by its own: by the cache's size, a prompt's logits
+		// depended on what the session had held before.
+		return c.LongRope
 	}
 	return s.e.Model.RopeAt(layer)
 }
@@ -237,10 +236,6 @@ func (s *Session) Grow(capacity int) error {
 	case capacity > c.Context:
 		return fmt.Errorf("engine: KV cache of %d positions exceeds the model's context length %d", capacity, c.Context)
 	}
-	longRope := c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext
-	if longRope != s.longRope && s.Pos() > 0 {
-		return fmt.Errorf("engine: a KV cache of %d positions takes the model's long RoPE factors for every position, and the %d cached positions were made with the short ones: start a session of %d positions", capacity, s.Pos(), capacity)
-	}
 	s.endRun(errSuperseded)
 	kvd, keep := c.KVDim(), s.Pos()*c.KVDim()
 	k, v := make([]backend.Tensor, c.Layers), make([]backend.Tensor, c.Layers)
@@ -278,7 +273,7 @@ func (s *Session) Grow(capacity int) error {
 	k, s.cacheK = s.cacheK, k
 	v, s.cacheV = s.cacheV, v
 	free() // the old caches
-	s.capacity, s.longRope = capacity, longRope
+	s.capacity = capacity
 	return nil
 }
 

@@ -3,13 +3,16 @@ package gguf
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Writer builds a GGUF v3 file from KVs and tensors, written in the order added.
@@ -216,7 +219,12 @@ func (w *Writer) WriteFile(path string) error { return w.WriteFileContext(contex
 // WriteFileContext is WriteFile that ctx can stop: then path is as it was
 // and no temporary file stays.
 func (w *Writer) WriteFileContext(ctx context.Context, path string) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	base := filepath.Base(path)
+	if len(base) > 200 { // the temporary name must fit the 255-byte limit too
+		sum := sha256.Sum256([]byte(base))
+		base = strings.ToValidUTF8(base[:64], "") + "~" + hex.EncodeToString(sum[:8])
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), base+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("gguf: %w", err)
 	}

@@ -158,9 +158,9 @@ type Config struct {
 	// Rope (gemma3: base 10000, unscaled); nil when it does not.
 	LocalRope *Rope
 	// LongRope is Phi-3's long-context RoPE (rope_factors_long.weight),
-	// which a session whose KV cache holds more positions than
-	// Rope.Scaling.OrigContext uses, as llama.cpp chooses it; Rope then has
-	// the short factors. nil for other models.
+	// which a model whose Context is more than Rope.Scaling.OrigContext
+	// uses at every position, as llama.cpp chooses it by its context; Rope
+	// then has the short factors. nil for other models.
 	LongRope *Rope
 	QKVBias  bool // qwen2, gpt2
 	QKNorm   bool // qwen3, gemma3: per-head RMSNorm on Q and K before RoPE

@@ -474,3 +474,35 @@ func TestGenerateHoldsOneTensorAtATime(t *testing.T) {
 	t.Logf("wrote %d MB, allocating %d MB", n>>20, allocated>>20)
 	require.Less(t, allocated, uint64(size)/4)
 }
+
+// Issue 47.11: gen wrote mixtures in TQ2_0_g128 that Load then refused.
+// Whatever Generate makes, Load takes: every tiny shape in every type.
+func TestEveryGeneratedModelLoads(t *testing.T) {
+	refused := 0
+	for name, s := range synth.Shapes {
+		if !strings.HasPrefix(name, "tiny-") {
+			continue // the full-size shapes take minutes each
+		}
+		for id := range 64 {
+			typ := gguf.Type(id)
+			if _, ok := typ.Info(); !ok {
+				continue
+			}
+			w, err := synth.Generate(s, typ, 1)
+			if err != nil {
+				refused++
+				continue
+			}
+			var buf bytes.Buffer
+			_, err = w.WriteTo(&buf)
+			require.NoError(t, err)
+			f, err := gguf.Parse(buf.Bytes(), name)
+			require.NoError(t, err)
+			_, err = model.Load(f)
+			require.NoError(t, err, "%s in %s: generated, then refused", name, typ)
+		}
+	}
+	require.Positive(t, refused, "some types are refused up front")
+	_, err := synth.Generate(synth.Shapes["tiny-qwen3moe"], gguf.TQ2_0_G128, 1)
+	require.ErrorContains(t, err, "a mixture's expert tensors in TQ2_0_g128 are not supported")
+}

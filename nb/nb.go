@@ -75,6 +75,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -86,6 +87,7 @@ import (
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/backends"
 	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/internal/human"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
 	"github.com/stratalab/strata/models"
@@ -115,7 +117,30 @@ type Model struct {
 	// hostGoroutine is the goroutine running one (0: none).
 	inHost        atomic.Int32
 	hostGoroutine atomic.Uint64
+
+	shared *sharedEngine // nil for a Model made by hand
 }
+
+// sharedEngine is one engine that every open Model of the same file,
+// backend and placement uses, each with its own session: a notebook that
+// re-runs its open cell maps the file and uploads the weights once.
+type sharedEngine struct {
+	key  engineKey
+	info os.FileInfo // the file's, to tell it from one replaced on disk
+	e    *engine.Engine
+	note string
+	refs int // open Models using it, under enginesMu
+}
+
+type engineKey struct {
+	path, backend, placement string
+	size, mtime              int64
+}
+
+var (
+	enginesMu sync.Mutex
+	engines   = map[engineKey]*sharedEngine{}
+)
 
 // hostWaitWarning is how long a call waits behind a Host function before
 // saying that, made from that function, it waits forever.
@@ -157,13 +182,15 @@ func (m *Model) Config() model.Config {
 	return m.eng.Model.Config
 }
 
-// Close releases the model: its session's KV cache, its backends' device
-// memory and the model file's mapping. Every later call is an error; a
-// prefill or generation in progress ends first, but a call reading weights
-// on the host (Unembed, WE, HeadWeights, CopyingScores, the DLA family)
-// does not hold the model: close it only once such calls are done.
-// Closing twice, or a nil model, does nothing; a hook's Host function
-// closing the model that runs it is an error.
+// Close releases the model: its session's KV cache and, when no other open
+// Model of the same file, backend and placement shares it, its engine (the
+// backends' device memory and the model file's mapping). Every later call
+// is an error, and traces it made on a GPU can no longer be read; a prefill
+// or generation in progress ends first, but a call reading weights on the
+// host (Unembed, WE, HeadWeights, CopyingScores, the DLA family) does not
+// hold the model: close it only once such calls are done. Closing twice,
+// or a nil model, does nothing; a hook's Host function closing the model
+// that runs it is an error.
 func (m *Model) Close() error {
 	if err := m.lock(); err != nil {
 		if err == errNilModel || err == errClosedModel {
@@ -176,16 +203,27 @@ func (m *Model) Close() error {
 		m.sess.Close()
 		m.sess = nil
 	}
+	e, shared := m.eng, m.shared
+	m.eng = nil
+	if shared != nil {
+		enginesMu.Lock()
+		defer enginesMu.Unlock()
+		if shared.refs--; shared.refs > 0 {
+			return nil
+		}
+		if engines[shared.key] == shared {
+			delete(engines, shared.key)
+		}
+	}
 	var errs []error
 	var closed []backend.Backend // tiers may share a backend
-	for _, b := range m.eng.Tiers() {
+	for _, b := range e.Tiers() {
 		if !slices.Contains(closed, b) {
 			closed = append(closed, b)
 			errs = append(errs, b.Close())
 		}
 	}
-	errs = append(errs, m.eng.Model.Close())
-	m.eng = nil
+	errs = append(errs, e.Model.Close())
 	return errors.Join(errs...)
 }
 
@@ -327,25 +365,52 @@ func TryOpen(path string, opts ...OpenOption) (*Model, error) {
 	default:
 		return nil, fmt.Errorf("nb: open %q: one backend, not %d (%q): to split a model over devices, use Placement", path, len(o.backends), o.backends)
 	}
-	var m *model.Model
-	var err error
-	if path == "" {
-		m, err = models.Open()
-	} else {
-		m, err = model.Open(path)
-	}
-	if err != nil {
-		return nil, err
-	}
-	e, note, err := backends.Engine(m, backend, o.placement, engine.PlanRequest{Capacity: m.Context, Tokens: 1})
-	if err != nil {
-		m.Close()
-		if o.placement != "" {
-			return nil, fmt.Errorf("nb: placement %q: %w", o.placement, err)
+	key := engineKey{path: path, backend: backend, placement: o.placement}
+	var info os.FileInfo
+	if path != "" {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, err
 		}
-		return nil, err
+		st, err := os.Stat(abs)
+		if err != nil {
+			return nil, err
+		}
+		key.path, key.size, key.mtime = abs, st.Size(), st.ModTime().UnixNano()
+		info = st
 	}
-	return &Model{eng: e, Note: note}, nil
+	enginesMu.Lock()
+	defer enginesMu.Unlock()
+	shared := engines[key]
+	if shared != nil && info != nil && !os.SameFile(shared.info, info) {
+		shared = nil // another file of the same size and time: not shared
+	}
+	if shared == nil {
+		var m *model.Model
+		var err error
+		if path == "" {
+			m, err = models.Open()
+		} else {
+			m, err = model.Open(path)
+		}
+		if err != nil {
+			return nil, err
+		}
+		e, note, err := backends.Engine(m, backend, o.placement, engine.PlanRequest{Capacity: m.Context, Tokens: 1})
+		if err != nil {
+			m.Close()
+			if o.placement != "" {
+				return nil, fmt.Errorf("nb: placement %q: %w", o.placement, err)
+			}
+			return nil, err
+		}
+		shared = &sharedEngine{key: key, info: info, e: e, note: note}
+		if engines[key] == nil {
+			engines[key] = shared
+		}
+	}
+	shared.refs++
+	return &Model{eng: shared.e, Note: shared.note, shared: shared}, nil
 }
 
 // Option adjusts a prefill or a generation alike: Hooks, PromptHooks,
@@ -591,11 +656,16 @@ func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
 
 // session returns the model's session, fresh unless continuing, with room
 // for need more positions where the context allows (past it, the call's
-// own error says so); m.mu is held. The KV cache starts small and grows:
-// one of a long context (a 32k-token 8B model's is 10 GB) would take the
-// device's memory for a short prompt.
-func (m *Model) session(cont bool, need int) (*engine.Session, error) {
+// own error says so), for a prefill of t tokens with options o; m.mu is
+// held. The KV cache starts small and grows: one of a long context
+// (a 32k-token 8B model's is 10 GB) would take the device's memory for a
+// short prompt. On the CPU a call that would not fit the host's memory is
+// refused first.
+func (m *Model) session(cont bool, need, t int, o engine.Options) (*engine.Session, error) {
 	limit := m.eng.Model.Context
+	if err := m.hostFits(cont, need, t, o); err != nil {
+		return nil, err
+	}
 	if m.sess == nil {
 		s, err := m.eng.NewSession(min(limit, max(need, minCache)))
 		if err != nil {
@@ -614,6 +684,42 @@ func (m *Model) session(cont bool, need int) (*engine.Session, error) {
 		}
 	}
 	return m.sess, nil
+}
+
+// hostAvailable is backends.HostAvailable; tests make the host small.
+var hostAvailable = backends.HostAvailable
+
+// hostFits refuses, on the CPU, a prefill of t tokens, in a cache with room
+// for need more positions, whose buffers
+// (engine.EstimateMemory) do not fit the host memory left: past it the Go
+// runtime dies with "fatal error: out of memory" (under ulimit -v, a long
+// prefill did) rather than fail. m.mu is held.
+func (m *Model) hostFits(cont bool, need, t int, o engine.Options) error {
+	if !backends.OnHost(m.eng) {
+		return nil
+	}
+	avail, err := hostAvailable()
+	if err != nil {
+		return nil // not known here: nothing to check against
+	}
+	c := &m.eng.Model.Config
+	pos, capacity := 0, min(c.Context, max(need, minCache))
+	if m.sess != nil {
+		if cont {
+			pos = m.sess.Pos()
+		}
+		capacity = max(m.sess.Capacity(), min(c.Context, pos+need))
+	}
+	est := engine.EstimateMemory(c, min(t, c.Context), pos, capacity, o)
+	needed, cache := est.Total(), "KV cache "+human.Bytes(est.Cache)
+	if m.sess != nil && capacity == m.sess.Capacity() {
+		needed, cache = needed-est.Cache, "the KV cache is held already"
+	}
+	if needed > avail {
+		return fmt.Errorf("nb: this call needs about %s more of host memory (scratch %s, capture %s, %s), and %s is left: use a shorter prompt or fewer captures",
+			human.Bytes(needed), human.Bytes(est.Scratch), human.Bytes(est.Capture), cache, human.Bytes(avail))
+	}
+	return nil
 }
 
 // minCache is the positions a model's first KV cache holds at least.
@@ -647,7 +753,7 @@ func (m *Model) try(prompt any, opts ...PrefillOption) (*trace.Trace, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := m.session(s.cont, len(ids))
+	sess, err := m.session(s.cont, len(ids), len(ids), s.o)
 	if err != nil {
 		return nil, err
 	}
@@ -709,7 +815,7 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...GenerateOption) (Generate
 	if err != nil {
 		return Generated{Stop: engine.StopError}, err
 	}
-	sess, err := m.session(s.cont, len(ids)+max(n, 0))
+	sess, err := m.session(s.cont, len(ids)+max(n, 0), len(ids), engine.Options{Precision: s.o.Precision})
 	if err != nil {
 		return Generated{Stop: engine.StopError}, err
 	}
@@ -768,7 +874,7 @@ func (m *Model) TryStart(prompt any, opts ...PrefillOption) (*Steps, error) {
 	if !s.captured {
 		s.o.Capture.Globs = []string{"*"}
 	}
-	sess, err := m.session(s.cont, len(ids))
+	sess, err := m.session(s.cont, len(ids), len(ids), s.o)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/internal/sharedtest"
+	"github.com/stratalab/strata/model/synth"
 	"github.com/stratalab/strata/nb"
 	"github.com/stratalab/strata/trace"
 )
@@ -193,4 +196,96 @@ func TestClosedModelsSaySo(t *testing.T) {
 	require.NoError(t, m.Close())
 	var none *nb.Model
 	require.NoError(t, none.Close())
+}
+
+// Issue 47.6 and 47.7: a panic in a Device hook function escaped Try (a
+// Host one's was an error), and PatchHead from a nil trace dereferenced it
+// in one. Both are errors of the prefill, and the model works after.
+func TestDeviceHookPanicsAndNilPatchesAreErrors(t *testing.T) {
+	m := cpuModel(t)
+	want := m.Prefill("func main() {").Predicted
+	_, err := m.TryPrefill("func main() {", nb.Hooks(nb.PatchHead(0, 1, nil)))
+	require.ErrorContains(t, err, "nb.PatchHead(0, 1) has no source trace (nil)")
+	panics := engine.Hook{Point: "blocks.0.hook_resid_pre", Device: func(string, []int) ([]engine.DeviceEdit, error) {
+		panic("a user's bug")
+	}}
+	_, err = m.TryPrefill("func main() {", nb.Hooks(panics))
+	require.ErrorContains(t, err, "its Device function panicked: a user's bug")
+	require.Equal(t, want, m.Prefill("func main() {").Predicted, "the model works after")
+}
+
+// mappings counts the mappings of path in this process (Linux).
+func mappings(t *testing.T, path string) int {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip("no /proc/self/maps here")
+	}
+	return strings.Count(string(maps), path)
+}
+
+// Issue 47.8: nb.Model had no Close, and each Open mapped the file and
+// uploaded the weights again: 200 Opens grew RSS from 18 MB to 1,087 MB
+// with 201 mappings of the file. Models of one file share one engine, each
+// with its own session, and Close frees it with the last.
+func TestOpenSharesTheEngineAndCloseFreesIt(t *testing.T) {
+	w, err := synth.Generate(synth.Shapes["tiny-llama"], gguf.F32, 3)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	require.NoError(t, w.WriteFile(path))
+	first := nb.Open(path, nb.Backend("cpu"))
+	firstEngine := first.Engine()
+	want := first.Prefill("abc").Predicted
+	var opened []*nb.Model
+	for range 200 { // a notebook re-running its open cell
+		m := nb.Open(path, nb.Backend("cpu"))
+		require.Same(t, firstEngine, m.Engine())
+		require.Equal(t, want, m.Prefill("abc").Predicted)
+		opened = append(opened, m)
+	}
+	require.Equal(t, 1, mappings(t, path), "one mapping of the file for 201 open Models")
+	for _, m := range opened {
+		require.NoError(t, m.Close())
+		require.NoError(t, m.Close(), "again: nothing")
+	}
+	require.Equal(t, want, first.Prefill("abc").Predicted, "the last open Model still works")
+	_, err = opened[0].TryPrefill("abc")
+	require.EqualError(t, err, "nb: the Model is closed (or was never opened with nb.Open)")
+	require.PanicsWithError(t, "nb: the Model is closed (or was never opened with nb.Open)", func() { opened[0].Prefill("abc") })
+	require.NoError(t, first.Close())
+	require.Zero(t, mappings(t, path), "the last Close unmaps the file")
+
+	// Opened again, it is a new engine; a Close while another goroutine's
+	// call is in progress waits for it.
+	again := nb.Open(path, nb.Backend("cpu"))
+	require.NotSame(t, firstEngine, again.Engine())
+	type result struct {
+		tokens []int32
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		tr, err := again.TryPrefill("abc")
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{tokens: tr.Predicted}
+	}()
+	require.NoError(t, again.Close())
+	if r := <-done; r.err != nil {
+		require.EqualError(t, r.err, "nb: the Model is closed (or was never opened with nb.Open)", "Close came first")
+	} else {
+		require.Equal(t, want, r.tokens, "the call in progress ended whole")
+	}
+	require.Zero(t, mappings(t, path))
+}
+
+// Issue 47.12: nil stacks and patchings are named, not dereferenced.
+func TestNilStacksAndPatchingsAreNamed(t *testing.T) {
+	m := cpuModel(t)
+	tr := m.Prefill("func main() {", nb.CaptureDLA())
+	require.PanicsWithError(t, "trace: final norm of a nil stack or residual stream (stack false, final true)", func() { m.FinalNorm(tr, nil) })
+	var p *nb.Patching
+	require.PanicsWithError(t, "nb: Normalized of a nil *Patching", func() { p.Normalized() })
 }

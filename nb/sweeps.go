@@ -1,6 +1,7 @@
 package nb
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -145,6 +146,9 @@ type Patching struct {
 // where patching does nothing, 1 where it restores the clean metric. It
 // panics when the clean and corrupted metrics are equal or not finite.
 func (p *Patching) Normalized() trace.Scores {
+	if p == nil {
+		panic(errors.New("nb: Normalized of a nil *Patching"))
+	}
 	clean, corrupt := p.Clean, p.Corrupt
 	if math.IsNaN(clean-corrupt) || math.IsInf(clean-corrupt, 0) {
 		panic(fmt.Errorf("nb.Patching.Normalized: the clean metric is %g and the corrupted %g: every cell would be NaN; the model or the metric went non-finite (a trace with nb.Capture(\"*\") names the first point that did)", clean, corrupt))
@@ -238,6 +242,9 @@ func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace)
 // the end), with the same head's from another run's trace, on the backend.
 func PatchHead(layer, head int, from *trace.Trace, positions ...int) engine.Hook {
 	return engine.Hook{Point: trace.LayerPoint(layer, trace.AttnZ), Device: func(name string, shape []int) ([]engine.DeviceEdit, error) {
+		if from == nil {
+			return nil, fmt.Errorf("nb.PatchHead(%d, %d) has no source trace (nil)", layer, head)
+		}
 		src, err := from.Get(name)
 		if err != nil {
 			return nil, err

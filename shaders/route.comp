@@ -3,9 +3,10 @@
 // A mixture's routing: for each row of router logits [rows, experts], the
 // softmax's top k experts (the lower index on a tie), their probabilities
 // renormalised to sum to 1; ids (as float) and weights [rows, k], best
-// first; -1 and 0 for a slot only experts of probability 0 could fill. A
-// row with a NaN logit, or with every logit -Inf, gets experts 0..k-1 at
-// NaN weights. One invocation per row: experts are at most a few hundred.
+// first; -1 and 0 for a slot only experts of probability 0 could fill,
+// every slot when every logit is -Inf (each expert ablated). A row with a
+// NaN logit gets experts 0..k-1 at NaN weights. One invocation per row:
+// experts are at most a few hundred.
 layout(local_size_x = 64) in;
 #include "common.glsl"
 
@@ -20,9 +21,19 @@ layout(std430, binding = 2) readonly buffer Logits { float logits[]; };
 void main() {
     for (uint r = globalIndex(); r < pc.rows; r += gridStride()) {
         uint base = r * pc.experts;
-        float m = uintBitsToFloat(0xff800000u);
+        float negInf = uintBitsToFloat(0xff800000u);
+        float m = negInf;
+        bool ablated = true; // every logit -Inf; a NaN is not
         for (uint e = 0; e < pc.experts; e++) {
             m = max(m, logits[base + e]);
+            ablated = ablated && logits[base + e] == negInf;
+        }
+        if (ablated) {
+            for (uint j = 0; j < pc.k; j++) {
+                ids[r * pc.k + j] = -1.0;
+                weights[r * pc.k + j] = 0.0;
+            }
+            continue;
         }
         float sum = 0.0;
         for (uint e = 0; e < pc.experts; e++) {

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -139,7 +140,12 @@ func RepeatPeriod(tokens []int32) int {
 }
 
 // patternDims checks that x is shaped as hook_pattern is.
-func patternDims(x *Tensor) (heads, t, keys int, err error) { return patternShape(x.Shape) }
+func patternDims(x *Tensor) (heads, t, keys int, err error) {
+	if x == nil {
+		return 0, 0, 0, errors.New("trace: attention pattern is nil")
+	}
+	return patternShape(x.Shape)
+}
 
 func patternShape(shape []int) (heads, t, keys int, err error) {
 	if len(shape) != 3 {

@@ -171,3 +171,20 @@ func TestRepeatPeriod(t *testing.T) {
 	// the hours the plain count takes.
 	require.Equal(t, 1, RepeatPeriod(make([]int32, 2_000_000)))
 }
+
+// Issue 47.12: nil and out-of-range arguments are errors, not panics.
+func TestNilAndOutOfRangeArguments(t *testing.T) {
+	_, err := InductionScores(nil, 0)
+	require.EqualError(t, err, "trace: attention pattern is nil")
+	_, err = PrevTokenScores(nil)
+	require.EqualError(t, err, "trace: attention pattern is nil")
+	p, rank := ProbRank([]float32{1, 2}, -1)
+	require.Equal(t, 0.0, p)
+	require.Equal(t, 2, rank)
+	p, rank = ProbRank([]float32{1, 2}, 2)
+	require.Equal(t, 0.0, p)
+	require.Equal(t, 2, rank)
+	var s *Stack
+	_, err = s.ApplyFinalNorm(&Matrix{}, nil, 1e-5)
+	require.ErrorContains(t, err, "final norm of a nil stack")
+}

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -46,26 +47,17 @@ type folderMeta struct {
 // Files that Strata did not write are never removed: a folder that holds
 // any is refused, as is a second writer while one is at work (ErrBusy).
 func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
-	abs, err := filepath.Abs(dir)
+	abs, err := replaceable(dir)
 	if err != nil {
-		return fmt.Errorf("trace: %s: %w", dir, err)
-	}
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real // replace the folder a link points to, not the link
+		return err
 	}
 	parent, base := filepath.Split(abs)
-	if base == "" {
-		return fmt.Errorf("trace: %s: is the root of the file system: choose a folder below it", dir)
-	}
-	if wd, err := filepath.EvalSymlinks("."); err == nil && isWithin(mustAbs(wd), abs) {
-		return fmt.Errorf("trace: %s: holds the current directory, which replacing the folder would pull away: choose another folder", dir)
-	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("trace: %s: cannot make the folder above it: %s", dir, blocker(parent, dir, abs, err))
 	}
-	unlock, err := lockFolder(filepath.Join(parent, "."+base+".lock"))
+	unlock, err := lockFolder(filepath.Join(parent, stem(base)+".lock"))
 	if errors.Is(err, ErrBusy) {
-		return fmt.Errorf("trace: %s: %w (lock %s); nothing was written", dir, ErrBusy, filepath.Join(parent, "."+base+".lock"))
+		return fmt.Errorf("trace: %s: %w (lock %s); nothing was written", dir, ErrBusy, filepath.Join(parent, stem(base)+".lock"))
 	}
 	if err != nil {
 		return fmt.Errorf("trace: %s: lock: %w", dir, err)
@@ -86,7 +78,7 @@ func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
 	}
-	tmp, err := os.MkdirTemp(parent, "."+base+".new-*") // the random part at the last *, not at one in base
+	tmp, err := os.MkdirTemp(parent, stem(base)+".new-*") // the random part at the last *, not at one in base
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
 	}
@@ -118,6 +110,43 @@ func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
 	}
 	syncDir(parent)
 	return nil
+}
+
+// CheckFolder says, before any work, why ReplaceFolder would refuse dir:
+// the root, a folder holding the current directory, something not a
+// folder, or a folder holding files Strata did not write.
+func CheckFolder(dir string) error {
+	abs, err := replaceable(dir)
+	if err != nil {
+		return err
+	}
+	_, err = readFolder(abs)
+	if errors.Is(err, syscall.ENOTDIR) {
+		return fmt.Errorf("trace: %s: cannot make the folder above it: %s", dir, blocker(filepath.Dir(abs), dir, abs, err))
+	}
+	if err != nil {
+		return fmt.Errorf("trace: %s: %w", dir, err)
+	}
+	return nil
+}
+
+// replaceable resolves dir to the folder a replacement of it replaces, and
+// refuses one whose replacement would pull the ground away.
+func replaceable(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("trace: %s: %w", dir, err)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real // replace the folder a link points to, not the link
+	}
+	if _, base := filepath.Split(abs); base == "" {
+		return "", fmt.Errorf("trace: %s: is the root of the file system: choose a folder below it", dir)
+	}
+	if wd, err := filepath.EvalSymlinks("."); err == nil && isWithin(mustAbs(wd), abs) {
+		return "", fmt.Errorf("trace: %s: holds the current directory, which replacing the folder would pull away: choose another folder", dir)
+	}
+	return abs, nil
 }
 
 // blocker says why the folders above abs could not be made, in the terms
@@ -252,8 +281,8 @@ func readRegular(path string, e fs.DirEntry) ([]byte, error) {
 // killed between its two renames left aside, and removes what killed
 // writers left half-made.
 func recoverFolder(parent, base string) error {
-	olds, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+".old-*"))
-	news, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+".new-*"))
+	olds, _ := filepath.Glob(filepath.Join(parent, globEscape(stem(base))+".old-*"))
+	news, _ := filepath.Glob(filepath.Join(parent, globEscape(stem(base))+".new-*"))
 	if _, err := os.Lstat(filepath.Join(parent, base)); errors.Is(err, fs.ErrNotExist) && len(olds) > 0 {
 		slices.Sort(olds) // names carry the time they were set aside: the last is the newest
 		if err := os.Rename(olds[len(olds)-1], filepath.Join(parent, base)); err != nil {
@@ -265,6 +294,19 @@ func recoverFolder(parent, base string) error {
 		_ = os.RemoveAll(p) // litter; a failure here harms nothing
 	}
 	return nil
+}
+
+// stem is how the hidden files beside base begin (its lock, the folder
+// being filled, the one set aside, a file being written): "."+base, or for
+// a name near the 255-byte limit of a file name, a shorter one that a
+// hash of base keeps apart from others.
+func stem(base string) string {
+	const room = 200 // leaves room for ".old-" and a time and random suffix
+	if len(base) < room {
+		return "." + base
+	}
+	sum := sha256.Sum256([]byte(base))
+	return "." + strings.ToValidUTF8(base[:64], "") + "~" + hex.EncodeToString(sum[:8])
 }
 
 func globEscape(s string) string {
@@ -313,7 +355,7 @@ func swapIn(tmp, dir string, exists bool) error {
 	}
 	// Two renames: dir is absent between them; recoverFolder undoes the first
 	// after a crash there.
-	aside := filepath.Join(filepath.Dir(dir), fmt.Sprintf(".%s.old-%020d-%s", filepath.Base(dir), time.Now().UnixNano(), randomSuffix()))
+	aside := filepath.Join(filepath.Dir(dir), fmt.Sprintf("%s.old-%020d-%s", stem(filepath.Base(dir)), time.Now().UnixNano(), randomSuffix()))
 	if err := os.Rename(dir, aside); err != nil {
 		return err
 	}

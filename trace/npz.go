@@ -83,6 +83,11 @@ func (t *Trace) WriteFiles(dir string) error {
 	if err := m.check(); err != nil { // what Load would refuse
 		return fmt.Errorf("trace: cannot save: %w", err)
 	}
+	for _, name := range t.Names {
+		if err := checkArrayName(name); err != nil {
+			return fmt.Errorf("trace: cannot save: %w", err)
+		}
+	}
 	var manifest []byte
 	err := writeFile(filepath.Join(dir, "trace.npz"), func(w io.Writer) error {
 		z := zip.NewWriter(w)
@@ -112,6 +117,17 @@ func (t *Trace) WriteFiles(dir string) error {
 		_, err := w.Write(append(manifest, '\n'))
 		return err
 	})
+}
+
+// checkArrayName refuses a capture name that is not one plain file name
+// in trace.npz: "../../evil" would be a path out of the folder of whoever
+// unzips the archive.
+func checkArrayName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\:`) || !filepath.IsLocal(name+".npy") ||
+		strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return fmt.Errorf("capture name %q is not a plain file name, which trace.npz needs for its array", name)
+	}
+	return nil
 }
 
 func writeFile(path string, write func(io.Writer) error) error {
@@ -144,7 +160,7 @@ func WriteAtomic(path string, write func(io.Writer) error) (err error) {
 			mode = st.Mode().Perm()
 		}
 	}
-	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".tmp-*")
+	f, err := os.CreateTemp(filepath.Dir(target), stem(filepath.Base(target))+".tmp-*")
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {

@@ -112,6 +112,9 @@ func (s *Stack) ApplyFinalLayerNorm(final *Matrix, gain []float32, eps float32) 
 }
 
 func (s *Stack) applyNorm(final *Matrix, gain []float32, eps float32, center bool) (*Stack, error) {
+	if s == nil || final == nil {
+		return nil, fmt.Errorf("trace: final norm of a nil stack or residual stream (stack %v, final %v)", s != nil, final != nil)
+	}
 	if len(gain) != final.Cols {
 		return nil, fmt.Errorf("trace: final norm gain has %d values, the residual stream %d", len(gain), final.Cols)
 	}

@@ -13,8 +13,12 @@ type TokenLens struct {
 }
 
 // ProbRank returns softmax(logits)[target] and how many logits exceed
-// logits[target] (its rank, 0 for the top token).
+// logits[target] (its rank, 0 for the top token). A target outside the
+// logits has probability 0 and rank len(logits), as a token never ranked.
 func ProbRank(logits []float32, target int) (float64, int) {
+	if target < 0 || target >= len(logits) {
+		return 0, len(logits)
+	}
 	m := math.Inf(-1)
 	for _, v := range logits {
 		m = max(m, float64(v))

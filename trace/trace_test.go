@@ -3,6 +3,7 @@ package trace
 import (
 	"archive/zip"
 	"bytes"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -327,4 +328,18 @@ func TestMatchesComparesEveryRecordedFact(t *testing.T) {
 	llama := want
 	llama.Arch = "llama"
 	require.EqualError(t, llama.Matches(want), "the trace is from another model: it was made by m (llama), not by m (qwen3)")
+}
+
+// Issue 47.12: capture names went into trace.npz as they were: an array
+// named ../../evil.npy is a zip-slip for whoever unzips the archive.
+func TestSaveRefusesNamesThatArePaths(t *testing.T) {
+	for _, name := range []string{"../../evil", "/etc/evil", `..\evil`, "a/b", "..", "", "c:evil", "new\nline"} {
+		tr := New()
+		tr.Tokens, tr.Pieces = []int32{1}, []string{"a"}
+		tr.Put("hook_embed", &Tensor{Shape: []int{1, 1}, Data: []float32{1}})
+		tr.Put(name, &Tensor{Shape: []int{1}, Data: []float32{1}})
+		dir := filepath.Join(t.TempDir(), "out")
+		require.ErrorContains(t, tr.Save(dir), fmt.Sprintf("capture name %q is not a plain file name", name))
+		require.NoDirExists(t, dir, "nothing is written")
+	}
 }

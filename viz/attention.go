@@ -37,6 +37,9 @@ func headMatrix(p *trace.Tensor, head int) [][]float64 {
 // AttentionHead draws one head's attention pattern: queries down, keys
 // across, each labelled by its token.
 func AttentionHead(tr *trace.Trace, layer, head int) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("AttentionHead")
+	}
 	const name = "AttentionHead"
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err
@@ -82,6 +85,9 @@ func labelMargin(labels []string) vg.Length { return labelWidth(labels) + 30 }
 // layers down and heads across, as bertviz's model view does. Tiles of
 // prompts longer than a tile has pixels show each block's largest weight.
 func AttentionGrid(tr *trace.Trace) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("AttentionGrid")
+	}
 	const name = "AttentionGrid"
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err
@@ -139,6 +145,9 @@ func AttentionGrid(tr *trace.Trace) (*Figure, error) {
 // PrevTokenScores draws each head's previous-token score (see
 // trace.PrevTokenScores) by layer and head.
 func PrevTokenScores(tr *trace.Trace) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("PrevTokenScores")
+	}
 	return headScores(tr, "PrevTokenScores", "Previous-token score by head", trace.PrevTokenScores)
 }
 
@@ -146,6 +155,9 @@ func PrevTokenScores(tr *trace.Trace) (*Figure, error) {
 // trace.InductionScores) by layer and head, for a prompt that ends with two
 // copies of a period-token sequence; period 0 finds it (trace.RepeatPeriod).
 func InductionScores(tr *trace.Trace, period int) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("InductionScores")
+	}
 	if tr != nil && period == 0 {
 		if period = trace.RepeatPeriod(tr.Tokens); period == 0 {
 			if tr.Pos0 > 0 { // the copies may be in an earlier prefill, out of sight

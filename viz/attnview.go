@@ -16,6 +16,9 @@ import (
 // blocks.L.attn.hook_pattern for the layers given (every captured layer
 // when none are).
 func AttentionView(tr *trace.Trace, layers ...int) (HTML, error) {
+	if tr == nil {
+		return HTML{}, nilTrace("AttentionView")
+	}
 	if len(layers) == 0 {
 		for l := range tr.Model.Layers {
 			if tr.Has(fmt.Sprintf("blocks.%d.attn.hook_pattern", l)) {

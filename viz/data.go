@@ -2,6 +2,7 @@ package viz
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/stratalab/strata/trace"
@@ -52,9 +53,14 @@ func copyOf(tr *trace.Trace, name string) (*trace.Tensor, error) {
 	return tr.Rows(name, 0, shape[0])
 }
 
+// elements is the number of values of shape; -1 for a negative axis or
+// one past an int.
 func elements(shape []int) int {
 	n := 1
 	for _, d := range shape {
+		if d < 0 || d > 0 && n > math.MaxInt/d {
+			return -1
+		}
 		n *= d
 	}
 	return n
@@ -92,6 +98,9 @@ func residStages(tr *trace.Trace, figure string) (points, labels []string, err e
 	}
 	return points, labels, nil
 }
+
+// nilTrace is the error of a figure given a nil trace.
+func nilTrace(figure string) error { return fmt.Errorf("viz: %s of a nil trace", figure) }
 
 func checkTokens(tr *trace.Trace, figure string) error {
 	if len(tr.Tokens) == 0 {

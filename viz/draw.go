@@ -260,6 +260,15 @@ func finiteRange(z [][]float64) (lo, hi float64) {
 	return lo, hi
 }
 
+// checkSpan refuses values whose range float64 cannot hold (+-1e308: hi-lo
+// is +Inf), on which gonum's tick search never ends.
+func checkSpan(figure string, vs ...[]float64) error {
+	if lo, hi := finiteRange(vs); math.IsInf(hi-lo, 0) {
+		return fmt.Errorf("viz: %s: the values span %g to %g, a range wider than float64 holds: scale them first", figure, lo, hi)
+	}
+	return nil
+}
+
 func maxAbs(z [][]float64) float64 {
 	lo, hi := finiteRange(z)
 	return max(math.Abs(lo), math.Abs(hi))

@@ -14,6 +14,9 @@ import (
 // captured blocks.*.mlp.hook_expert_ids). A balanced router gives every
 // cell about k/experts.
 func ExpertUsage(tr *trace.Trace) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("ExpertUsage")
+	}
 	const name = "ExpertUsage"
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err

@@ -38,6 +38,14 @@ func newFigure(title string, width, height vg.Length, draw func(draw.Canvas)) *F
 	return &Figure{Title: title, Width: max(width, sty.Width(title)+barWidth+2*margin), Height: height, draw: draw}
 }
 
+// maxSide bounds a figure's width and height, in points, and maxPixels a
+// PNG's pixels (4 bytes each, 1 GiB): a figure of 1e6 by 1e6 points took
+// 7 TB as a PNG.
+const (
+	maxSide   vg.Length = 1e6
+	maxPixels           = 1 << 28
+)
+
 // margin is the blank border around every figure, in points.
 const margin = 6
 
@@ -55,9 +63,15 @@ func (f *Figure) PixelSize() (w, h int) {
 
 // Encode writes the figure in format: "png", "svg" or "pdf".
 func (f *Figure) Encode(w io.Writer, format string) (err error) {
+	if !(f.Width >= 1 && f.Height >= 1 && f.Width <= maxSide && f.Height <= maxSide) {
+		return fmt.Errorf("viz: %q is %g by %g points: want each side from 1 to %g points", f.Title, f.Width, f.Height, float64(maxSide))
+	}
 	var c vg.CanvasWriterTo
 	switch strings.ToLower(format) {
 	case "png":
+		if pw, ph := f.PixelSize(); pw*ph > maxPixels {
+			return fmt.Errorf("viz: %q as a PNG is %d by %d pixels, %d bytes of image: want at most %d pixels (make Width and Height smaller, or write SVG)", f.Title, pw, ph, 4*pw*ph, maxPixels)
+		}
 		c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(f.Width, f.Height), vgimg.UseDPI(PNGDPI))}
 	case "svg":
 		pw, ph := f.PixelSize()

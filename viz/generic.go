@@ -33,6 +33,9 @@ func Line(y []float64, title string) (*Figure, error) {
 	if len(y) == 0 {
 		return nil, fmt.Errorf("viz: Line: no values")
 	}
+	if err := checkSpan("Line", y); err != nil {
+		return nil, err
+	}
 	xy := make(plotter.XYs, len(y))
 	for i, v := range y {
 		xy[i] = plotter.XY{X: float64(i), Y: v}
@@ -158,6 +161,9 @@ func Tensor(x *trace.Tensor, title string) (*Figure, error) {
 // layer's attention pattern or scores ([heads, T, keys]) as a tile per head
 // with its queries and keys labelled.
 func Captured(tr *trace.Trace, name string) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("Captured")
+	}
 	if !tr.Has(name) {
 		return nil, missing("Captured", name, captureHint(name))
 	}
@@ -191,7 +197,9 @@ func tensorFigure(title string, x *trace.Tensor, ax axes) (*Figure, error) {
 	if x == nil {
 		return nil, fmt.Errorf("viz: %s: a nil tensor", name)
 	}
-	if n := elements(x.Shape); len(x.Data) != n || n == 0 {
+	if n := elements(x.Shape); n < 0 {
+		return nil, fmt.Errorf("viz: %s: shape %v has a negative axis, or more values than an int counts", name, x.Shape)
+	} else if len(x.Data) != n || n == 0 {
 		return nil, fmt.Errorf("viz: %s: shape %v wants %d values, the tensor holds %d", name, x.Shape, n, len(x.Data))
 	}
 	if title == "" {

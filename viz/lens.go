@@ -17,6 +17,9 @@ import (
 // that token (cut to the cell's width) while the prompt is short enough
 // (up to 35 tokens) for two letters and more to fit.
 func LogitLens(tr *trace.Trace) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("LogitLens")
+	}
 	const name = "LogitLens"
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err

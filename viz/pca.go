@@ -27,6 +27,9 @@ import (
 // as the title says: such states took the first component to themselves
 // and squeezed the other positions into a corner.
 func PCA(tr *trace.Trace) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("PCA")
+	}
 	const name = "PCA"
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err

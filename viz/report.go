@@ -32,6 +32,9 @@ const minRepeat = 4
 // files of another trace never stay beside the report, while trace.npz and
 // manifest.json of this same trace (from Trace.Save) are kept.
 func Report(tr *trace.Trace, dir string) error {
+	if tr == nil {
+		return nilTrace("Report")
+	}
 	return tr.ReplaceFolder(dir, func(tmp string) error { return writeReport(context.Background(), tr, tmp) })
 }
 
@@ -42,6 +45,9 @@ func Export(tr *trace.Trace, dir string) error { return ExportContext(context.Ba
 // ExportContext is Export that ctx can stop before the folder is replaced:
 // then the folder holds what it held.
 func ExportContext(ctx context.Context, tr *trace.Trace, dir string) error {
+	if tr == nil {
+		return nilTrace("Export")
+	}
 	return tr.ReplaceFolder(dir, func(tmp string) error {
 		if err := tr.WriteFiles(tmp); err != nil {
 			return err

@@ -23,6 +23,9 @@ import (
 // largest norm, drawn in the deepest colour: on its scale the rest were
 // all pale.
 func ResidNorms(tr *trace.Trace) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("ResidNorms")
+	}
 	const name = "ResidNorms"
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err
@@ -90,6 +93,9 @@ func firstAndRest(z [][]float64) (first, rest float64) {
 // what attention (hook_attn_out) and the MLP (hook_mlp_out) add to the
 // residual stream; either may be missing, not both.
 func AttnMLPNorms(tr *trace.Trace) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("AttnMLPNorms")
+	}
 	const name = "AttnMLPNorms"
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err
@@ -144,6 +150,9 @@ var seriesColors = []color.Color{color.RGBA{31, 119, 180, 255}, color.RGBA{214, 
 // KVCache draws one layer's cache for one KV head: K and V as positions ×
 // head_dim heatmaps, and each position's K and V norms.
 func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
+	if tr == nil {
+		return nil, nilTrace("KVCache")
+	}
 	const name = "KVCache"
 	if err := checkTokens(tr, name); err != nil {
 		return nil, err

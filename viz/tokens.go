@@ -115,6 +115,9 @@ func valueColor(v, lim float64, signed bool) string {
 // every position's logits (nb.AllLogits()). Give two runs the same scale
 // (ColorScale{0, 10}, say) to compare them.
 func TokenLoss(tr *trace.Trace, scale ...ColorScale) (HTML, error) {
+	if tr == nil {
+		return HTML{}, nilTrace("TokenLoss")
+	}
 	loss, err := tr.TokenLoss()
 	if err != nil {
 		return HTML{}, fmt.Errorf("viz: TokenLoss: %w", err)

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/floats"
@@ -686,4 +687,45 @@ func TestViridisIsViridis(t *testing.T) {
 	}
 	require.Equal(t, color.RGBA{68, 1, 84, 255}, viridis(0))
 	require.Equal(t, color.RGBA{253, 231, 37, 255}, viridis(1))
+}
+
+// Issue 47.10: data spanning +-1e308 hung gonum's tick search (also
+// through nb.Show), a 1e6-point PNG took 7 TB, shape [-1, -1] panicked,
+// and a nil trace was dereferenced. Each is an error now, promptly.
+func TestHostileFigureInputsAreErrors(t *testing.T) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := Line([]float64{-1e308, 1e308}, "wide")
+		if err == nil {
+			_, err = XY([]float64{0, 1}, []float64{-1e308, 1e308}, "wide", "x", "y")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "a range wider than float64 holds")
+	case <-time.After(10 * time.Second):
+		t.Fatal("a figure of values spanning +-1e308 hangs")
+	}
+	_, err := XY([]float64{-1e308, 1e308}, []float64{0, 1}, "wide x", "x", "y")
+	require.ErrorContains(t, err, "viz: XY: the values span -1e+308 to 1e+308")
+
+	f, err := Line([]float64{1, 2}, "big")
+	require.NoError(t, err)
+	f.Width, f.Height = 1e6, 1e6
+	require.ErrorContains(t, f.Encode(io.Discard, "png"), "want at most 268435456 pixels")
+	f.Width, f.Height = vg.Length(math.NaN()), 100
+	require.ErrorContains(t, f.Encode(io.Discard, "svg"), "want each side from 1 to")
+
+	_, err = Tensor(&trace.Tensor{Shape: []int{-1, -1}, Data: []float32{1}}, "neg")
+	require.ErrorContains(t, err, "shape [-1 -1] has a negative axis")
+
+	_, err = AttentionGrid(nil)
+	require.EqualError(t, err, "viz: AttentionGrid of a nil trace")
+	_, err = TokenLoss(nil)
+	require.EqualError(t, err, "viz: TokenLoss of a nil trace")
+	require.EqualError(t, Export(nil, t.TempDir()), "viz: Export of a nil trace")
+	require.EqualError(t, Report(nil, t.TempDir()), "viz: Report of a nil trace")
+	_, err = Captured(nil, "logits")
+	require.EqualError(t, err, "viz: Captured of a nil trace")
 }

@@ -74,6 +74,9 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 		for j := range x {
 			xy[j] = plotter.XY{X: x[j], Y: s.Y[j]}
 		}
+		if err := checkSpan(name, x, s.Y); err != nil {
+			return nil, err
+		}
 		ys = append(ys, s.Y)
 		paths = append(paths, xy)
 		line, points, err := plotter.NewLinePoints(xy)

@@ -4,7 +4,6 @@
 package cpu
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -43,7 +42,7 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-var errClosed = errors.New("cpu: the backend is closed")
+var errClosed = fmt.Errorf("cpu: %w", backend.ErrBackendClosed)
 
 // tensor is host memory.
 type tensor struct {

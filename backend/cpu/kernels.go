@@ -665,7 +665,13 @@ func (s *stream) Route(ids, weights, logits backend.Tensor, rows, experts, k int
 				sum += p[e]
 			}
 			ids, ws := id[r*k:(r+1)*k], w[r*k:(r+1)*k]
-			if !(sum > 0) { // a NaN logit, or every logit -Inf
+			if math.IsInf(m, -1) { // every expert ablated: no slot is filled
+				for j := range k {
+					ids[j], ws[j] = -1, 0
+				}
+				continue
+			}
+			if !(sum > 0) { // a NaN logit
 				for j := range k {
 					ids[j], ws[j] = float32(j), float32(math.NaN())
 				}

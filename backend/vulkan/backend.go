@@ -60,7 +60,11 @@ type Backend struct {
 	// masked scores were not written again.
 	onMasksKept atomic.Pointer[func()]
 
-	mu         sync.Mutex // guards everything below
+	mu sync.Mutex // guards everything below
+	// inUse counts streams' spans of work on the device's objects (enter):
+	// Close waits, on idle, for none.
+	inUse      int
+	idle       sync.Cond
 	pipelines  map[pipelineKey]*pipeline
 	setLayouts [maxBindings + 1]vk.DescriptorSetLayout
 	layouts    [maxBindings + 1]vk.PipelineLayout
@@ -97,6 +101,7 @@ func Open(o Options) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{in: in, phys: d, pipelines: map[pipelineKey]*pipeline{}, buffers: map[*buffer]struct{}{}, streams: map[*streamRes]struct{}{}, stageTimes: map[string]*StageTime{}}
+	b.idle.L = &b.mu
 	if err := b.init(o); err != nil {
 		b.Close()
 		return nil, err
@@ -236,13 +241,19 @@ func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
+	// Work in progress on other goroutines ends first (a wait on a fence
+	// within fenceTimeout); what they try next fails with ErrBackendClosed.
+	// Destroying a fence another goroutine waited on hung both.
+	for b.inUse > 0 {
+		b.idle.Wait()
+	}
 	var errs []error
 	if b.device != 0 {
 		if err := b.f.DeviceWaitIdle(b.device); err != nil {
 			errs = append(errs, err)
 		}
 		for r := range b.streams {
-			r.destroy(b)
+			r.release(b)
 		}
 		for buf := range b.buffers {
 			b.destroyBuffer(buf)
@@ -266,6 +277,26 @@ func (b *Backend) Close() error {
 	}
 	b.in.destroy()
 	return errors.Join(errs...)
+}
+
+// enter starts a span of a stream's work on the device's objects, which
+// Close waits for; false once the backend is closed. exit ends it.
+func (b *Backend) enter() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return false
+	}
+	b.inUse++
+	return true
+}
+
+func (b *Backend) exit() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inUse--; b.inUse == 0 {
+		b.idle.Broadcast()
+	}
 }
 
 // validationErrors returns what the validation layer reported since the
@@ -308,9 +339,10 @@ type buffer struct {
 func (buf *buffer) bytes() []byte { return unsafe.Slice((*byte)(buf.mapped), buf.size) }
 
 func (b *Backend) newBuffer(size uint64, kind memKind) (*buffer, error) {
-	if b.closed.Load() {
+	if !b.enter() {
 		return nil, errClosed
 	}
+	defer b.exit()
 	size = max(size, 4)
 	usage := vk.BufferUsageTransferSrcBit | vk.BufferUsageTransferDstBit
 	if kind == deviceLocal {

@@ -243,7 +243,14 @@ func TestExpertInterventionsMatchCPU(t *testing.T) {
 	for name, hooks := range map[string][]engine.Hook{"ablate": {engine.AblateExpert(0, 3)}, "force": {engine.ForceExpert(1, 6)}, "ablate all": all} {
 		t.Run(name, func(t *testing.T) {
 			o := engine.Options{Capture: capture, Logits: engine.LogitsAll, Hooks: hooks}
-			requireSameTrace(t, prefill(t, ve, testTokens, o), prefill(t, ce, testTokens, o), pointTol)
+			vt := prefill(t, ve, testTokens, o)
+			requireSameTrace(t, vt, prefill(t, ce, testTokens, o), pointTol)
+			if name == "ablate all" { // every slot empty, as documented; it was NaN
+				n := len(testTokens) * m.ExpertsUsed
+				require.Equal(t, slices.Repeat([]float32{-1}, n), vt.Tensor("blocks.1.mlp.hook_expert_ids").Data)
+				require.Equal(t, make([]float32, n), vt.Tensor("blocks.1.mlp.hook_expert_weights").Data)
+				require.Equal(t, make([]float32, len(testTokens)*m.DModel), vt.Tensor("blocks.1.hook_mlp_out").Data)
+			}
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/backend/cpu"
 	"github.com/stratalab/strata/backend/vulkan"
 	"github.com/stratalab/strata/engine"
@@ -293,4 +294,18 @@ func requireSameTraceQuiet(t *testing.T, got, want *trace.Trace, what string) {
 		require.Equal(t, w.Shape, g.Shape, "%s: %s", what, name)
 		requireClose(t, g.Data, w.Data, pointTol, what+": "+name)
 	}
+}
+
+// Issue 47.1: Close while another goroutine prefilled hung (3 of 12 runs):
+// it destroyed a fence the prefill waited on, or returned and left the
+// prefill waiting on a destroyed one. Close now waits for the work in
+// progress and fails what comes after with ErrBackendClosed.
+func TestCloseWhilePrefilling(t *testing.T) {
+	testBackend(t)
+	m := genModel(t, "tiny-llama", gguf.F32, 5)
+	enginetest.CheckCloseWhilePrefilling(t, func() backend.Backend {
+		b, err := vulkan.Open(vulkan.Options{})
+		require.NoError(t, err)
+		return b
+	}, m, 12)
 }

@@ -89,6 +89,13 @@ func (r *streamRes) destroy(b *Backend) {
 			}
 		}
 	}
+	r.release(b)
+}
+
+// release destroys the frames' Vulkan objects and forgets the stream,
+// leaving its buffers to the caller: Close destroys every buffer, and
+// reads none of the lists the stream's goroutine may still change.
+func (r *streamRes) release(b *Backend) {
 	for _, fr := range r.frames {
 		fr.destroy(b)
 	}
@@ -212,6 +219,10 @@ func (b *Backend) newStream() *stream {
 // addFrame makes a command pool, buffer and fence (and query pool when
 // profiling) for one more frame.
 func (s *stream) addFrame() error {
+	if !s.b.enter() {
+		return errClosed
+	}
+	defer s.b.exit()
 	f, d := s.b.f, s.b.device
 	fr := &frame{}
 	err := func() error {
@@ -252,6 +263,16 @@ func (s *stream) fail(err error) {
 	}
 }
 
+// enter starts a span of work on the device's objects (Backend.enter),
+// or fails the stream for good once the backend is closed.
+func (s *stream) enter() bool {
+	if !s.b.enter() {
+		s.die(errClosed)
+		return false
+	}
+	return true
+}
+
 // die fails the stream for good.
 var errStreamClosed = errors.New("vulkan: the stream is closed")
 
@@ -279,13 +300,13 @@ func (s *stream) begin() bool {
 	if s.err != nil {
 		return false
 	}
-	if s.b.closed.Load() {
-		s.die(errClosed)
+	if s.recording {
+		return !s.b.closed.Load() || s.enter() // enter dies with errClosed
+	}
+	if !s.enter() {
 		return false
 	}
-	if s.recording {
-		return true
-	}
+	defer s.b.exit()
 	bi := vk.CommandBufferBeginInfo{SType: vk.StructureTypeCommandBufferBeginInfo, Flags: vk.CommandBufferUsageOneTimeSubmitBit}
 	if err := s.b.f.BeginCommandBuffer(s.frame().cmd, &bi); err != nil {
 		s.fail(err)
@@ -396,9 +417,10 @@ func (s *stream) descriptorSet(bufs []*buffer, binds [][2]uint64) (vk.Descriptor
 // dispatch records one kernel: name is a shader variant, uses its storage
 // buffers in binding order, push its push constants.
 func (s *stream) dispatch(name string, spec []uint32, uses []use, push []uint32, x, y, z uint32) {
-	if !s.begin() {
+	if !s.begin() || !s.enter() {
 		return
 	}
+	defer s.b.exit()
 	if x == 0 || y == 0 || z == 0 {
 		return
 	}
@@ -442,9 +464,10 @@ func (s *stream) dispatch(name string, spec []uint32, uses []use, push []uint32,
 
 // copyBuffer records a device copy of n bytes.
 func (s *stream) copyBuffer(dst *buffer, dstOff uint64, src *buffer, srcOff, n uint64) {
-	if n == 0 || !s.begin() {
+	if n == 0 || !s.begin() || !s.enter() {
 		return
 	}
+	defer s.b.exit()
 	s.access(use{buf: src, lo: srcOff, hi: srcOff + n}, use{buf: dst, write: true, lo: dstOff, hi: dstOff + n})
 	sc := s.r.sc
 	sc.region = vk.BufferCopy{SrcOffset: vk.DeviceSize(srcOff), DstOffset: vk.DeviceSize(dstOff), Size: vk.DeviceSize(n)}
@@ -489,10 +512,11 @@ func (s *stream) writeBytes(dst *buffer, off uint64, data []byte) {
 			s.fail(err)
 			return
 		}
-		if !s.begin() { // stage may have submitted what was recorded
+		if !s.begin() || !s.enter() { // stage may have submitted what was recorded
 			return
 		}
 		copy(buf.bytes()[at:at+n], data[:n])
+		s.b.exit()
 		s.copyBuffer(dst, off, buf, at, n)
 		data, off = data[n:], off+n
 	}
@@ -569,17 +593,17 @@ func (s *stream) drain() {
 // what the stream's state (zeroed tensors, mirrors, the RoPE table) says
 // has happened.
 func (s *stream) submit() {
-	fr, f, sc := s.frame(), s.b.f, s.r.sc
 	s.recording, s.bound = false, 0
 	clear(s.sets)
 	s.poolIdx, s.poolUsed = 0, 0
 	s.stageIdx, s.stageOff, s.staged = 0, 0, 0
-	fr.deferred = append(fr.deferred, s.r.deferred...)
-	s.r.deferred = s.r.deferred[:0]
-	if s.b.closed.Load() { // Close destroyed the command buffer
-		s.die(errClosed)
+	if !s.enter() { // closed: the recorded work is dropped, and Close freed the buffers
 		return
 	}
+	defer s.b.exit()
+	fr, f, sc := s.frame(), s.b.f, s.r.sc
+	fr.deferred = append(fr.deferred, s.r.deferred...)
+	s.r.deferred = s.r.deferred[:0]
 	// Make device writes visible to the host that reads mapped memory next.
 	s.barrier(vk.PipelineStageComputeShaderBit|vk.PipelineStageTransferBit, vk.AccessShaderWriteBit|vk.AccessTransferWriteBit,
 		vk.PipelineStageHostBit, vk.AccessHostReadBit)
@@ -600,9 +624,10 @@ func (s *stream) submit() {
 
 // wait blocks until fr's submission has run, then collects its timestamps.
 func (s *stream) wait(fr *frame) {
-	if !fr.pending {
+	if !fr.pending || !s.enter() {
 		return
 	}
+	defer s.b.exit()
 	f, d, sc := s.b.f, s.b.device, s.r.sc
 	sc.fence = fr.fence
 	res, err := f.WaitForFences(d, 1, &sc.fence, 1, uint64(fenceTimeout.Nanoseconds()))
@@ -624,6 +649,10 @@ func (s *stream) wait(fr *frame) {
 // recycle resets a finished frame's command and descriptor pools and frees
 // what its submission held.
 func (s *stream) recycle(fr *frame) {
+	if !s.enter() {
+		return
+	}
+	defer s.b.exit()
 	f, d := s.b.f, s.b.device
 	if err := f.ResetCommandPool(d, fr.pool, 0); err != nil {
 		s.die(err)
@@ -752,10 +781,11 @@ func (s *stream) Alloc(name string, n int) (backend.Tensor, error) {
 		return nil, fmt.Errorf("vulkan: allocating %s (%d floats): %w", name, n, err)
 	}
 	t := &tensor{b: s.b, name: name, n: n, buf: buf}
-	if !s.begin() {
+	if !s.begin() || !s.enter() {
 		s.b.freeBuffer(buf)
 		return nil, s.err
 	}
+	defer s.b.exit()
 	s.access(use{buf: buf, write: true})
 	s.b.f.CmdFillBuffer(s.frame().cmd, buf.handle, 0, vk.DeviceSize(vk.WholeSize), 0)
 	s.prof.stamp(s, "fill")
@@ -854,6 +884,10 @@ func (s *stream) Read(src backend.Tensor, off int, dst []float32) error {
 			return err
 		}
 	}
+	if !s.enter() {
+		return s.Sync()
+	}
+	defer s.b.exit()
 	copyParallel(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), t.mirror.bytes()[4*off:])
 	return nil
 }
@@ -915,6 +949,10 @@ func (s *stream) ReadBatch(reqs []backend.ReadRequest) error {
 		}
 	}
 	out := func(k int) {
+		if !s.enter() {
+			return // closed: the stream's error says so
+		}
+		defer s.b.exit()
 		bytes := s.r.readBufs[k%2].bytes()
 		dsts, srcs := make([][]byte, len(chunks[k])), make([][]byte, len(chunks[k]))
 		for i, p := range chunks[k] {
@@ -926,7 +964,7 @@ func (s *stream) ReadBatch(reqs []backend.ReadRequest) error {
 	for k, chunk := range chunks {
 		// One copy command per source buffer, its pieces as regions: a
 		// gather of thousands of single elements is one command, not thousands.
-		for len(chunk) > 0 && s.begin() {
+		for len(chunk) > 0 && s.begin() && s.enter() {
 			n := 1
 			for n < len(chunk) && chunk[n].src == chunk[0].src {
 				n++
@@ -941,6 +979,7 @@ func (s *stream) ReadBatch(reqs []backend.ReadRequest) error {
 			s.access(use{buf: chunk[0].src, lo: lo, hi: hi}, use{buf: dst, write: true, lo: chunk[0].at, hi: chunk[n-1].at + chunk[n-1].n})
 			s.b.f.CmdCopyBuffer(s.frame().cmd, chunk[0].src.handle, dst.handle, uint32(n), &regions[0])
 			s.prof.stamp(s, "copy")
+			s.b.exit()
 			chunk = chunk[n:]
 		}
 		if s.err != nil {
@@ -960,7 +999,7 @@ func (s *stream) ReadBatch(reqs []backend.ReadRequest) error {
 		return err
 	}
 	out(len(chunks) - 1)
-	return nil
+	return s.err // errClosed where out found the backend closed
 }
 
 // copyParallel copies a large read on every core.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +26,7 @@ import (
 	"github.com/stratalab/strata/model/synth"
 	"github.com/stratalab/strata/models"
 	"github.com/stratalab/strata/trace"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 type benchRow struct {
@@ -113,7 +116,7 @@ func stageSummary(stages map[string]float64) string {
 	return "device ms: " + strings.Join(parts, ", ")
 }
 
-func cmdBench(ctx context.Context, args []string, out io.Writer) error {
+func cmdBench(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flags("bench", out)
 	path := fs.String("model", "", "model file (default: the default model)")
 	shape := fs.String("shape", "", "generate a random model of this shape instead: "+strings.Join(synth.ShapeNames(), ", "))
@@ -131,17 +134,36 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if isSet(fs, "type") && *shape == "" {
+		return fmt.Errorf("--type %s: it is the weight type of a generated model (--shape); a model file's types are its own", *typName)
+	}
 	// The budget becomes bytes in an int64: refuse what has no such value.
 	if !(*budget*(1<<30) >= 1 && *budget < 1<<32) {
 		return fmt.Errorf("--budget %g: want a size in GiB of at least one byte (1e-9) and below 2^32", *budget)
 	}
-	if *jsonOut != "" {
-		if err := checkOutFile("--json", *jsonOut); err != nil {
+	outputs := []struct {
+		flag, path, what string
+		ours             func(string) bool
+	}{
+		{"--json", *jsonOut, "rows strata bench wrote", benchRows},
+		{"--cpuprofile", *cpuProfile, "a CPU profile", cpuProfileFile},
+	}
+	for _, o := range outputs {
+		if o.path == "" {
+			continue
+		}
+		if err := checkOutFile(o.flag, o.path); err != nil {
 			return err
 		}
-		if err := checkReplaceable("--json", *jsonOut, "rows strata bench wrote", benchRows); err != nil {
+		if err := checkNotSame(o.flag, o.path, "--model", *path); err != nil {
 			return err
 		}
+		if err := checkReplaceable(o.flag, o.path, o.what, o.ours); err != nil {
+			return err
+		}
+	}
+	if err := checkNotSame("--cpuprofile", *cpuProfile, "--json", *jsonOut); err != nil {
+		return err
 	}
 	if *iters < 1 {
 		return fmt.Errorf("--iters %d: want at least 1 timed run", *iters)
@@ -197,15 +219,24 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer s.Close()
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
+		// The profile is written whole at the end, as --json is: a failed
+		// bench leaves what was there.
+		var profile bytes.Buffer
+		if err := pprof.StartCPUProfile(&profile); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			pprof.StopCPUProfile()
+			if err != nil {
+				return
+			}
+			if werr := trace.WriteAtomic(*cpuProfile, func(w io.Writer) error {
+				_, err := w.Write(profile.Bytes())
+				return err
+			}); werr != nil {
+				err = outFileError("--cpuprofile", *cpuProfile, werr)
+			}
+		}()
 	}
 	var rows []benchRow
 	// The backend's name can be long (a Vulkan device's, or tiers'): its column fits it.
@@ -364,6 +395,36 @@ func timePrefill(ctx context.Context, s *engine.Session, tokens []int32, o engin
 	}
 	slices.Sort(times)
 	return times[len(times)/2], nil
+}
+
+// cpuProfileFile says whether path holds a profile as runtime/pprof writes
+// one: a gzip stream of one well-formed protocol buffer.
+func cpuProfileFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(io.LimitReader(f, 64<<20))
+	if err != nil {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(z, 256<<20))
+	if err != nil || len(b) == 0 {
+		return false
+	}
+	for len(b) > 0 {
+		_, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		m := protowire.ConsumeFieldValue(0, typ, b[n:])
+		if m < 0 {
+			return false
+		}
+		b = b[n+m:]
+	}
+	return true
 }
 
 // benchRows says whether path holds rows strata bench --json wrote.

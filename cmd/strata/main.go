@@ -74,7 +74,32 @@ func main() {
 	}
 }
 
-func dispatch(ctx context.Context, args []string, out io.Writer) error {
+// dispatch runs a command; output it could not write (a full disk, a
+// closed pipe) fails the command, as any other error does.
+func dispatch(ctx context.Context, args []string, w io.Writer) error {
+	out := &checkedWriter{w: w}
+	err := dispatchTo(ctx, args, out)
+	if err == nil && out.err != nil {
+		return fmt.Errorf("writing the output: %w", out.err)
+	}
+	return err
+}
+
+// checkedWriter keeps the first error of its writes.
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+func dispatchTo(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 { // a script that lost its command fails, as an unknown one does
 		usage(stderr)
 		return errors.New("no command given (strata help lists them)")
@@ -273,9 +298,13 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 		}
 		fmt.Fprintln(out)
 		if lr := c.LongRope; lr != nil {
-			fmt.Fprintf(out, "long rope     factors %.3g to %.3g for a KV cache within %d positions, %.3g to %.3g past it; magnitude x %.4g\n",
+			which := "short"
+			if c.Context > c.Rope.Scaling.OrigContext {
+				which = "long"
+			}
+			fmt.Fprintf(out, "long rope     factors %.3g to %.3g for a context within %d positions, %.3g to %.3g past it: the %s ones for this model's; magnitude x %.4g\n",
 				slices.Min(c.Rope.FreqFactors), slices.Max(c.Rope.FreqFactors), c.Rope.Scaling.OrigContext,
-				slices.Min(lr.FreqFactors), slices.Max(lr.FreqFactors), c.Rope.Scaling.AttnFactor)
+				slices.Min(lr.FreqFactors), slices.Max(lr.FreqFactors), which, c.Rope.Scaling.AttnFactor)
 		}
 		if lr := c.LocalRope; lr != nil {
 			fmt.Fprintf(out, "local rope    theta %g, scaling %s (sliding-window layers)\n", lr.Theta, lr.Scaling.Type)
@@ -365,8 +394,12 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 
 	est := engine.EstimateMemory(c, *n, 0, *n, engine.Options{})
 	_, other := m.Resident()
-	fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, header and tokenizer %s, KV cache %s, activations %s\n",
-		*n, human.Bytes(weightBytes+other+est.Total()), human.Bytes(weightBytes), human.Bytes(other), human.Bytes(est.Cache), human.Bytes(est.Scratch))
+	if est.Cache == engine.MaxEstimate {
+		fmt.Fprintf(out, "prefill of %d tokens needs more bytes than 64 bits count: no machine holds it\n", *n)
+	} else {
+		fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, header and tokenizer %s, KV cache %s, activations %s\n",
+			*n, human.Bytes(weightBytes+other+est.Total()), human.Bytes(weightBytes), human.Bytes(other), human.Bytes(est.Cache), human.Bytes(est.Scratch))
+	}
 	if *points {
 		fmt.Fprintln(out, "capture points:")
 		for _, p := range trace.Points(c) {
@@ -440,11 +473,12 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 	if len(pos) > 1 { // joining them would lose the user's spacing
 		return fmt.Errorf("unexpected argument %q: %s takes one TEXT (a text of several words goes in quotes: strata tokenize \"Once upon a time\")", pos[1], fs.Name())
 	}
-	m, err := openModel(*path)
+	tok, done, err := openTokenizer(*path)
 	if err != nil {
 		return err
 	}
-	ids, err := m.Tok.Encode(pos[0], tokenizer.Options{ParseSpecial: *special})
+	defer done()
+	ids, err := tok.Encode(pos[0], tokenizer.Options{ParseSpecial: *special})
 	if err != nil {
 		return err
 	}
@@ -454,6 +488,28 @@ func cmdTokenize(_ context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintln(out, strings.Join(strs, " "))
 	return nil
+}
+
+// openTokenizer reads the tokenizer of a GGUF file, which may hold no
+// tensors (llama.cpp's ggml-vocab-*.gguf), or of the default model.
+// done releases the file, which the tokenizer may read until then.
+func openTokenizer(path string) (tok *tokenizer.Tokenizer, done func() error, err error) {
+	if path == "" {
+		m, err := models.Open()
+		if err != nil {
+			return nil, nil, err
+		}
+		return m.Tok, m.Close, nil
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tok, err = tokenizer.FromGGUF(f); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return tok, f.Close, nil
 }
 
 // precisionFlag adds --precision, the same for every command that
@@ -652,6 +708,9 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	case *dir == "":
 		return errors.New("--out is empty: give the folder to write")
 	}
+	if err := trace.CheckFolder(*dir); err != nil {
+		return traceOutError(*dir, err)
+	}
 	m, err := openModel(*path)
 	if err != nil {
 		return err
@@ -717,8 +776,7 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("interrupted: --out %s was not replaced (it is as it was)", *dir)
 		}
-		// The error names the folder already: say it as the flag the user gave.
-		return &rewordedError{"--out " + *dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+*dir+": "), err}
+		return traceOutError(*dir, err)
 	}
 	name, nf, err := tr.FirstNonFinite()
 	if err != nil {
@@ -736,11 +794,20 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
+// traceOutError says a folder error as the flag the user gave: the error
+// names the folder already.
+func traceOutError(dir string, err error) error {
+	return &rewordedError{"--out " + dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+dir+": "), err}
+}
+
 // checkOutFile refuses, before any work, an output file that cannot be
 // written where the user asked.
 func checkOutFile(flag, path string) error {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return fmt.Errorf("%s %s: is a folder; give a file name", flag, path)
+	} else if err == nil && !st.Mode().IsRegular() {
+		// A pipe would block the write; a device is no place for a file.
+		return fmt.Errorf("%s %s: exists and is not a regular file (%v); give a file name", flag, path, st.Mode().Type())
 	}
 	dir := filepath.Dir(path)
 	st, err := os.Stat(dir)
@@ -751,6 +818,20 @@ func checkOutFile(flag, path string) error {
 		return fmt.Errorf("%s %s: %w", flag, path, err)
 	case !st.IsDir():
 		return fmt.Errorf("%s %s: %s is not a folder", flag, path, dir)
+	}
+	return nil
+}
+
+// checkNotSame refuses an output that is the same file as another path
+// the command was given (the model it reads, another output).
+func checkNotSame(flag, path, otherFlag, other string) error {
+	if path == "" || other == "" {
+		return nil
+	}
+	a, errA := os.Stat(path)
+	b, errB := os.Stat(other)
+	if errA == nil && errB == nil && os.SameFile(a, b) || filepath.Clean(path) == filepath.Clean(other) {
+		return fmt.Errorf("%s %s: is the file of %s; write elsewhere", flag, path, otherFlag)
 	}
 	return nil
 }

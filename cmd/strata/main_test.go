@@ -16,6 +16,7 @@ import (
 
 	"github.com/stratalab/strata/backend/vulkan"
 	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/internal/sharedtest"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/nb"
@@ -200,4 +201,25 @@ func TestRunDrawsAsTheLibraryDoes(t *testing.T) {
 	require.ErrorContains(t, err, "set a temperature above 0")
 	_, err = strata(t, "run", "--prompt", prompt, "--temperature", "1", "--top-p", "2")
 	require.ErrorContains(t, err, "top-p 2: it must be in [0, 1]")
+}
+
+// Issue 47.13: tokenize refused a vocabulary-only GGUF (llama.cpp's
+// ggml-vocab-*.gguf: "needs at least 144 tensors, but the file has 0");
+// the tokenizer needs no tensors. stories260K's metadata alone tokenizes
+// as the whole file does.
+func TestTokenizeAVocabularyOnlyFile(t *testing.T) {
+	f, err := gguf.Open(sharedtest.Stories(t))
+	require.NoError(t, err)
+	defer f.Close()
+	w := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		require.NoError(t, w.AddKV(kv.Key, kv.Value.Any()))
+	}
+	path := filepath.Join(t.TempDir(), "vocab.gguf")
+	require.NoError(t, w.WriteFile(path))
+	out, err := strata(t, "tokenize", "--model", path, "Once upon a time")
+	require.NoError(t, err)
+	require.Equal(t, "1 403 407 261 378\n", out)
+	_, err = strata(t, "info", path)
+	require.ErrorContains(t, err, "needs at least", "a model it is not")
 }

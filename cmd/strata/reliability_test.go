@@ -319,6 +319,9 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		_, err := strata(t, args...)
 		require.ErrorContains(t, err, c.want, "%v", c.args)
 	}
+	// Issue 47.12: --type without --shape was ignored.
+	_, err := strata(t, "bench", "--type", "Q8_0", "--tokens", "4")
+	require.EqualError(t, err, "--type Q8_0: it is the weight type of a generated model (--shape); a model file's types are its own")
 }
 
 // traceArgs are two different traces of stories260K to one folder.
@@ -568,4 +571,59 @@ func TestInterruptedWritesLeaveWhatWasThere(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Empty(t, entries, "no temporary file")
+}
+
+// Issue 47.11: gen wrote mixtures in TQ2_0_g128 that Strata then refused
+// to load; gen and bench refuse the combination before generating.
+func TestMixturesInTQ2AreRefusedUpFront(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m.gguf")
+	for _, args := range [][]string{
+		{"gen", "--shape", "tiny-qwen3moe", "--type", "TQ2_0_g128", "--out", out},
+		{"bench", "--shape", "tiny-mixtral", "--type", "TQ2_0_g128", "--tokens", "4", "--iters", "1"},
+	} {
+		_, err := strata(t, args...)
+		require.ErrorContains(t, err, "a mixture's expert tensors in TQ2_0_g128 are not supported", "%v", args)
+	}
+	require.NoFileExists(t, out)
+}
+
+// fullWriter fails every write, as /dev/full does.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// Issue 47.12: `strata tokenize hi >/dev/full` exited 0; output a command
+// could not write fails it, for every command that writes.
+func TestUnwritableOutputFails(t *testing.T) {
+	for _, args := range [][]string{
+		{"tokenize", "hi"},
+		{"info"},
+		{"gen", "--shape", "tiny-llama", "--out", filepath.Join(t.TempDir(), "m.gguf")},
+		{"help"},
+	} {
+		err := dispatch(context.Background(), args, fullWriter{})
+		require.ErrorIs(t, err, syscall.ENOSPC, "%v", args)
+		require.ErrorContains(t, err, "writing the output", "%v", args)
+	}
+}
+
+// Issue 47.12: --out names of 240 to 255 bytes failed on the hidden name
+// beside them (the temporary file, the lock), 6 to 30 bytes longer.
+func TestLongOutputNames(t *testing.T) {
+	dir := t.TempDir()
+	long := func(ext string) string { return filepath.Join(dir, strings.Repeat("n", 255-len(ext))+ext) }
+	model := long(".gguf")
+	_, err := strata(t, "gen", "--shape", "tiny-llama", "--out", model)
+	require.NoError(t, err)
+	_, err = strata(t, "gen", "--shape", "tiny-llama", "--out", model)
+	require.NoError(t, err, "again, over its own")
+	_, err = strata(t, "bench", "--model", model, "--tokens", "4", "--iters", "1", "--warmup", "0s", "--json", long(".json"))
+	require.NoError(t, err)
+	_, err = strata(t, "trace", "--model", model, "--tokens", "1,2", "--out", long(""))
+	require.NoError(t, err)
+	_, err = strata(t, "trace", "--model", model, "--tokens", "1,2", "--out", long(""))
+	require.NoError(t, err, "again, over its own")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 3, "no hidden file is left")
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/internal/sharedtest"
+	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/trace"
 )
 
@@ -90,4 +93,22 @@ func TestBenchOverTwoTiers(t *testing.T) {
 	out, err := strata(t, "bench", "--model", sharedtest.Stories(t), "--backend", "cpu", "--placement", "0:0-2,0:3-4", "--tokens", "16", "--iters", "1", "--capture", "none,all")
 	require.NoError(t, err)
 	require.Equal(t, 2, strings.Count(out, "(tiers 0:0-2,1:3-4)"), out)
+}
+
+// Issue 47.5: the estimate of 512 heads over a context of 2^24 wrapped
+// int64 (capture -9223372036854775808 B), and info --devices printed the
+// plan as fitting. It saturates now: no part is negative, and the plan
+// does not fit.
+func TestInfoOfAnEstimatePast64Bits(t *testing.T) {
+	s := tinyShape
+	s.Heads, s.KVHeads, s.Context = 512, 512, 1<<24
+	path := writeModel(t, s, "")
+	out, err := strata(t, "info", path, "-n", fmt.Sprint(1<<24), "--devices", "--backend", "cpu", "--capture", "*")
+	require.Contains(t, out, "prefill of 16777216 tokens needs more bytes than 64 bits count")
+	require.ErrorIs(t, err, engine.ErrDoesNotFit, out)
+	require.NotRegexp(t, `-[0-9.]+ [KMGTPE]?i?B`, out+err.Error(), "no negative size")
+	c := model.Config{Arch: "llama", Layers: 2, DModel: 32, FFN: 64, Heads: 512, KVHeads: 512, HeadDim: 16, Vocab: 300, Context: 1 << 24}
+	est := engine.EstimateMemory(&c, 1<<24, 0, 1<<24, engine.Options{Capture: engine.CaptureAll()})
+	require.Equal(t, engine.Estimate{Scratch: engine.MaxEstimate, Capture: engine.MaxEstimate, Cache: engine.MaxEstimate}, est)
+	require.Positive(t, est.Total())
 }

@@ -85,6 +85,10 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	if !ok {
 		return nil, fmt.Errorf("model: cannot generate architecture %q", s.Arch)
 	}
+	// The same check model.Load makes: a file it would refuse is not made.
+	if s.Experts > 0 && typ == gguf.TQ2_0_G128 {
+		return nil, fmt.Errorf("model: a mixture's expert tensors in %s are not supported, so the model would not load: choose another type", typ)
+	}
 	// Sizes become uint32 metadata: check them before they can wrap.
 	for _, d := range []struct {
 		name string
@@ -112,12 +116,18 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 			return nil, fmt.Errorf("model: width %d is not a multiple of %s's %d-element blocks", w, typ, format.BlockSize)
 		}
 	}
-	if s.Vocab < 257 {
-		return nil, fmt.Errorf("model: vocabulary of %d cannot hold the 256 byte tokens and an end token", s.Vocab)
-	}
 	w := gguf.NewWriter()
 	p := s.Arch + "."
-	tokens, types := byteVocab(s.Vocab)
+	var control []string
+	if s.Arch == "phi3" {
+		// llama.cpp looks these up by name in a model named phi3 (to set
+		// their attributes), and fails to load one without them.
+		control = []string{"<unk>", "<s>", "</s>"}
+	}
+	if s.Vocab < 257+len(control) {
+		return nil, fmt.Errorf("model: vocabulary of %d cannot hold the 256 byte tokens and %d control tokens", s.Vocab, 1+len(control))
+	}
+	tokens, types := byteVocab(s.Vocab, control...)
 	type kv struct {
 		k string
 		v any
@@ -134,7 +144,7 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	// The keys llama.cpp's converter writes for the family.
 	pre := "qwen2"
 	if traits.Norm == model.NormLayer {
-		pre = "gpt2"
+		pre = "gpt-2" // llama.cpp writes and expects this spelling, not "gpt2"
 		kvs = append(kvs, kv{p + "attention.layer_norm_epsilon", float32(1e-5)})
 	} else {
 		kvs = append(kvs, kv{p + "attention.layer_norm_rms_epsilon", float32(1e-6)})
@@ -277,16 +287,18 @@ func longRopeAttnFactor(ctx, orig int) float64 {
 	return math.Sqrt(1 + math.Log(scale)/math.Log(float64(orig)))
 }
 
-// byteVocab is a byte-level vocabulary: the 256 byte tokens, an end token,
-// then unused fillers up to n.
-func byteVocab(n int) ([]string, []int32) {
+// byteVocab is a byte-level vocabulary: the 256 byte tokens, an end token
+// and the control tokens given, then unused fillers up to n.
+func byteVocab(n int, control ...string) ([]string, []int32) {
 	tokens := append([]string(nil), tokenizer.ByteTokens()...)
 	types := make([]int32, n)
 	for i := range types {
 		types[i] = 1
 	}
-	tokens = append(tokens, "<|endoftext|>")
-	types[256] = 3
+	for _, c := range append([]string{"<|endoftext|>"}, control...) {
+		types[len(tokens)] = 3
+		tokens = append(tokens, c)
+	}
 	for i := len(tokens); i < n; i++ {
 		tokens = append(tokens, fmt.Sprintf("<|unused_%d|>", i))
 		types[i] = 5
