@@ -12,8 +12,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
-	"gonum.org/v1/plot/palette"
-	"gonum.org/v1/plot/palette/moreland"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
@@ -27,45 +25,34 @@ type scale struct {
 	at           func(t float64) color.Color // t in [0, 1]
 }
 
-var (
-	nanColor = color.RGBA{200, 200, 200, 255}
+var nanColor = color.RGBA{200, 200, 200, 255}
 
-	// blues runs from navy to white with luminance rising linearly
-	// (Moreland's construction); sequential reverses it so larger values
-	// are darker, as attention weights read best on a white page.
-	blues = mustLuminance(color.RGBA{8, 48, 107, 255}, color.RGBA{33, 113, 181, 255},
-		color.RGBA{107, 174, 214, 255}, color.RGBA{198, 219, 239, 255}, color.RGBA{255, 255, 255, 255})
-	blueRed = unitMap(moreland.SmoothBlueRed())
+// deepRed and deepBlue end every colour scale in viz, plots and HTML views
+// alike (ColorBrewer's RdBu): white is zero, red above it, blue below.
+var (
+	deepRed  = color.RGBA{178, 24, 43, 255}
+	deepBlue = color.RGBA{33, 102, 172, 255}
 )
 
-func mustLuminance(c ...color.Color) palette.ColorMap {
-	m, err := moreland.NewLuminance(c)
-	if err != nil {
-		panic(err) // the control colours above are fixed
+// shade is the colour of t in [-1, 1] (clamped): white at 0, fading
+// linearly to deepRed at 1 and deepBlue at -1.
+func shade(t float64) color.RGBA {
+	end := deepRed
+	if t < 0 {
+		end, t = deepBlue, -t
 	}
-	return unitMap(m)
+	t = min(t, 1)
+	fade := func(c uint8) uint8 { return uint8(math.Round(255 - t*(255-float64(c)))) }
+	return color.RGBA{fade(end.R), fade(end.G), fade(end.B), 255}
 }
 
-func unitMap(m palette.ColorMap) palette.ColorMap {
-	m.SetMin(0)
-	m.SetMax(1)
-	return m
-}
-
-func colorAt(m palette.ColorMap, t float64) color.Color {
-	c, err := m.At(min(max(t, 0), 1))
-	if err != nil {
-		return nanColor
-	}
-	return c
-}
-
-// sequential is white at lo and dark blue at hi, each end rounded out to
-// a tick of its colour bar (barEnds).
+// sequential is white at lo and deep red at hi, each end rounded out to
+// a tick of its colour bar (barEnds): the red half of diverging, for
+// values that are never negative.
 func sequential(lo, hi float64) scale {
 	lo, hi = widen(lo, hi)
 	lo, hi, step := barEnds(lo, hi, 2, 5)
-	return scale{lo, hi, step, func(t float64) color.Color { return colorAt(blues, 1-t) }}
+	return scale{lo, hi, step, func(t float64) color.Color { return shade(t) }}
 }
 
 // diverging is blue below zero, white at zero and red above, symmetric,
@@ -74,7 +61,7 @@ func sequential(lo, hi float64) scale {
 func diverging(lim float64) scale {
 	_, lim = widen(-lim, lim)
 	_, lim, step := barEnds(0, lim, 1, 4)
-	return scale{-lim, lim, step, func(t float64) color.Color { return colorAt(blueRed, t) }}
+	return scale{-lim, lim, step, func(t float64) color.Color { return shade(2*t - 1) }}
 }
 
 // barEnds rounds lo and hi out to multiples of a round step (1, 2, 2.5 or

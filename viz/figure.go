@@ -2,6 +2,17 @@
 // patterns, residual-stream norms, the logit lens, the KV cache, head
 // scores, activation patching and PCA of hidden states. Each figure exports
 // to PNG, SVG and PDF; Report writes them all as a self-contained page.
+//
+// Colours mean the same in every figure and HTML view. Values that can
+// have either sign (attributions, logit differences, patching results) sit
+// on a diverging scale: blue below zero, white exactly at zero, red above,
+// symmetric about zero; a figure centred elsewhere (chance, say) plots the
+// difference from it and says so in its title. Values that are never
+// negative (attention weights, norms, loss, probabilities) sit on the
+// sequential scale, the diverging one's red half: white at the bottom of
+// its colour bar, deep red at the top. Bars follow the same rule: red for
+// positive, blue for negative. Grey marks a missing value (NaN). Lines
+// and points of several series use categorical colours named in a legend.
 package viz
 
 import (

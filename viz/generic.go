@@ -50,7 +50,7 @@ func Line(y []float64, title string) (*Figure, error) {
 
 // Heatmap draws z[row][col], row 0 at the top, rows and columns labelled
 // by rowLabels and colLabels (numbered where nil): blue-white-red centred
-// on zero when z has both signs, white to blue otherwise. Columns beyond a
+// on zero when z has both signs, white to red otherwise. Columns beyond a
 // thousand are averaged in blocks (without column labels, which would no
 // longer name them).
 func Heatmap(z [][]float64, rowLabels, colLabels []string, title string) (*Figure, error) {

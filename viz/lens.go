@@ -147,7 +147,7 @@ func resultScale(z [][]float64) scale {
 // PatchingHeatmap draws an activation-patching result: result[row][col],
 // rows (usually layers) stacked upward from row 0, columns (usually
 // positions) across, on a blue-white-red scale centred on zero (white to
-// blue from 0 when no value is negative), each cell with its value where
+// red from 0 when no value is negative), each cell with its value where
 // cells have room. Rows labelled as LayerLabels are
 // named "layer", and then columns "head" (HeadLabels) or "position". The
 // colour bar is labelled barLabel (at most one: what the values are, in a

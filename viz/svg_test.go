@@ -340,7 +340,7 @@ func TestHeatmapNumbersAreNeverCut(t *testing.T) {
 	require.ElementsMatch(t, []string{"1.0", "0", "0.5", "0", "0.2", "0", "-0.8", "0.1"}, got)
 }
 
-// A result with nothing below 0 runs white to blue from 0; one with negative
+// A result with nothing below 0 runs white to red from 0; one with negative
 // values is centred on 0. Either way 0 is the palest colour.
 func TestResultScalesMakeZeroPale(t *testing.T) {
 	pos := resultScale([][]float64{{0.05, 0.2}, {0.1, math.NaN()}})
