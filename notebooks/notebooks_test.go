@@ -76,7 +76,7 @@ var stories = map[string]func(t *testing.T, out string){
 	"06-direct-logit-attribution.ipynb": func(t *testing.T, out string) {
 		assert.Equal(t, `" err"`, line(t, out, `the model continues with (.*)`), "the model gets the completion right")
 		assert.Regexp(t, `answer token " err": rank 0, logit [0-9.]+, probability [0-9.]+%\n  top 0: .*" err"`, out, "TestPrompt ranks it first")
-		diff := number(t, out, `logit\( err\) − logit\( nil\): ([-0-9.]+)`)
+		diff := number(t, out, `logit\(' err'\) − logit\(' nil'\): ([-0-9.]+)`)
 		assert.Greater(t, diff, 3.0)
 		// The components sum to the difference (printed to 3 decimals).
 		assert.InDelta(t, diff, sumOfParts(t, out), 0.01, "the parts add up to the logit difference")
@@ -87,7 +87,7 @@ var stories = map[string]func(t *testing.T, out string){
 		head := line(t, out, `strongest head: (layer \d+ head \d+) writes`)
 		assert.Greater(t, number(t, out, `strongest head: layer \d+ head \d+ writes ([-0-9.]+)`), 1.5)
 		assert.Equal(t, `" err"`, line(t, out, `attends most to (".*") \(`), "the head reads the token it writes")
-		assert.Less(t, number(t, out, `head \d+ zeroed: logit\( err\) − logit\( nil\) = ([-0-9.]+)`), diff-1.5, "ablating it costs much of the answer")
+		assert.Less(t, number(t, out, `head \d+ zeroed: logit\(' err'\) − logit\(' nil'\) = ([-0-9.]+)`), diff-1.5, "ablating it costs much of the answer")
 		assert.Equal(t, head, line(t, out, `the head whose ablation costs the most: (layer \d+ head \d+)`), "attribution and ablation agree")
 	},
 }

@@ -49,6 +49,31 @@ func newFigure(title string, width, height vg.Length, draw func(draw.Canvas)) *F
 	return &Figure{Title: title, Width: max(width, sty.Width(title)+barWidth+2*margin), Height: height, draw: draw}
 }
 
+// captionSize is a caption's type size in points: larger than a title's
+// 12, as a caption tells apart figures whose titles are the same.
+const captionSize = 14
+
+// WithCaption returns a copy of f with caption (lines split at \n)
+// written above its title, as nb.Show(nb.Caption(...), f) shows it: two
+// views alike, a plain run and an ablated one, say which is which in the
+// figure itself, so its exports keep it.
+func (f *Figure) WithCaption(caption string) *Figure {
+	if caption == "" {
+		return f
+	}
+	sty := measured(captionSize)
+	sty.XAlign, sty.YAlign = draw.XLeft, draw.YTop
+	room := sty.Height(caption) + 4
+	g := *f
+	g.Width = max(f.Width, sty.Width(caption)+2*margin)
+	g.Height = f.Height + room
+	g.draw = func(c draw.Canvas) {
+		c.FillText(sty, vg.Point{X: c.Min.X, Y: c.Max.Y}, caption)
+		f.draw(draw.Crop(c, 0, 0, 0, -room))
+	}
+	return &g
+}
+
 // margin is the blank border around every figure, in points.
 const margin = 6
 
