@@ -47,7 +47,7 @@ func Bars(labels []string, values []float64, title, valueLabel string) (*Figure,
 	lo, hi := math.Min(0, slices.Min(values)), math.Max(0, slices.Max(values))
 	pad := 0.05 * math.Max(hi-lo, 1e-9)
 	p.X.Min, p.X.Max = lo-pad, hi+pad
-	p.Y.Tick.Marker = nominal(labels, true, barH, 9)
+	p.Y.Tick.Marker = nominal(labels, true, barH, labelGap)
 	height := vg.Length(60 + barH*n)
 	return newFigure(title, 480, height, p.Draw), nil
 }

@@ -251,7 +251,7 @@ func slices3(title string, x *trace.Tensor) (*Figure, error) {
 	height := titleH + vg.Length(down)*(tileH+labelH+gap) + 12
 	return newFigure(title, width, height, func(cv draw.Canvas) {
 		drawTitle(cv, title)
-		sty := text.Style{Color: color.Black, Font: font.From(sans, 9), Handler: plot.DefaultTextHandler,
+		sty := text.Style{Color: color.Black, Font: font.From(sans, tickText), Handler: plot.DefaultTextHandler,
 			XAlign: draw.XCenter, YAlign: draw.YCenter}
 		top := cv.Max.Y - titleH
 		for i, z := range tiles {

@@ -213,8 +213,8 @@ func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
 	normW := max(2*heatW, vg.Length(keys)*cellSize(keys, 700, 6, 24, maxWidth-100)+100)
 	normCell := (normW - 100) / vg.Length(keys)
 	if upright(labels, normCell) {
-		np.X.Tick.Marker = nominal(labels, false, normCell, 9)
-		np.X.Label.Text = withNote(np.X.Label.Text, everyNth(labelStep(normCell, 9), ""))
+		np.X.Tick.Marker = nominal(labels, false, normCell, labelGap)
+		np.X.Label.Text = withNote(np.X.Label.Text, everyNth(labelStep(normCell, labelGap), ""))
 		np.X.Tick.Label.Rotation = math.Pi / 2
 		np.X.Tick.Label.XAlign, np.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
 	} else {
