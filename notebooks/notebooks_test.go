@@ -24,6 +24,8 @@ import (
 var stories = map[string]func(t *testing.T, out string){
 	"01-tour.ipynb": func(t *testing.T, out string) {
 		assert.Contains(t, out, "gostd-qwen3-4m: qwen3, 4 layers")
+		assert.Greater(t, number(t, out, `strongest previous-token head: layer \d+ head \d+ \(score ([0-9.]+)\)`), 0.5,
+			"the head shown up close attends mostly to the previous token, as the text says")
 		assert.Regexp(t, `(?s)— greedy —\n.{10,}`, out, "the generation cell printed a continuation")
 		assert.NotEqual(t, line(t, out, `(?s)— drawn at temperature 0.5 —\n(.*)— drawn at temperature 1.5`),
 			line(t, out, `(?s)— drawn at temperature 1.5 —\n(.*)`), "two temperatures, two texts")
@@ -50,6 +52,7 @@ var stories = map[string]func(t *testing.T, out string){
 		diff := number(t, out, `logit\(.*\) ([-0-9.]+), runner-up`) - number(t, out, `runner-up logit\(.*\) ([-0-9.]+)`)
 		assert.Greater(t, diff, 0.0, "the prediction leads")
 		assert.InDelta(t, diff, sumOfParts(t, out), 0.01, "the parts add up to the lead")
+		assert.InDelta(t, diff, number(t, out, `the parts sum to ([-0-9.]+)`), 0.01, "the sum the cell prints, under its figure")
 	},
 	"04-kv-cache.ipynb": func(t *testing.T, out string) {
 		// Two prefills of the same tokens, one incremental: float32 sums in a
