@@ -142,17 +142,14 @@ func show(it any, caption Caption) error {
 	}
 	// A figure or view carries its caption; anything else has it shown
 	// above as a heading.
-	showMade := func(f *viz.Figure, err error) error {
+	if f, ok, err := asFigure(it); ok {
 		if err != nil {
 			return err
 		}
 		return showFigure(f.WithCaption(string(caption)))
 	}
-	switch x := it.(type) {
-	case *viz.Figure:
-		return showMade(x, nil)
-	case viz.HTML:
-		return showView(x.WithCaption(string(caption)))
+	if h, ok := it.(viz.HTML); ok {
+		return showView(h.WithCaption(string(caption)))
 	}
 	if caption != "" {
 		showHeading(caption)
@@ -164,16 +161,6 @@ func show(it any, caption Caption) error {
 		return x
 	case figure:
 		return showFigure(x)
-	case *plot.Plot:
-		return showMade(viz.Plot(x, 0, 0), nil)
-	case []float64:
-		return showMade(viz.Line(x, ""))
-	case []float32:
-		return showMade(viz.Tensor(&trace.Tensor{Shape: []int{len(x)}, Data: x}, ""))
-	case [][]float64:
-		return showMade(viz.Heatmap(x, nil, nil, ""))
-	case trace.Scores:
-		return showMade(viz.HeadHeatmap(x, "score of each head", "score"))
 	case trace.HeadList:
 		t := Table{Header: []string{"head", "score"}}
 		for _, h := range x {
@@ -186,14 +173,6 @@ func show(it any, caption Caption) error {
 			t.Rows = append(t.Rows, []string{fmt.Sprintf("L%dN%d", n.Layer, n.Neuron), fmt.Sprintf("%+.3f", n.Score)})
 		}
 		return showTable(t)
-	case []Contribution:
-		labels, values := make([]string, len(x)), make([]float64, len(x))
-		for i, c := range x {
-			labels[i], values[i] = c.Label, c.Logit
-		}
-		return showMade(viz.Bars(labels, values, "direct logit attribution of each component", "contribution to the logit (difference)"))
-	case *trace.Tensor:
-		return showMade(viz.Tensor(x, ""))
 	case view:
 		return showView(x)
 	case *trace.Trace:
@@ -217,6 +196,36 @@ func show(it any, caption Caption) error {
 		return fmt.Errorf("nb.Show: cannot show a %T: it shows figures, *plot.Plot, []float64, [][]float64, trace.Scores, trace.HeadList, nb.NeuronList, *trace.Tensor, *trace.Trace, HTML views, nb.Table, [][]string, strings and errors", it)
 	}
 	return nil
+}
+
+// asFigure draws the items Show draws as viz figures; ok is false for
+// any other item.
+func asFigure(it any) (f *viz.Figure, ok bool, err error) {
+	switch x := it.(type) {
+	case *viz.Figure:
+		return x, true, nil
+	case *plot.Plot:
+		return viz.Plot(x, 0, 0), true, nil
+	case []float64:
+		f, err = viz.Line(x, "")
+	case []float32:
+		f, err = viz.Tensor(&trace.Tensor{Shape: []int{len(x)}, Data: x}, "")
+	case [][]float64:
+		f, err = viz.Heatmap(x, nil, nil, "")
+	case trace.Scores:
+		f, err = viz.HeadHeatmap(x, "score of each head", "score")
+	case []Contribution:
+		labels, values := make([]string, len(x)), make([]float64, len(x))
+		for i, c := range x {
+			labels[i], values[i] = c.Label, c.Logit
+		}
+		f, err = viz.Bars(labels, values, "direct logit attribution of each component", "contribution to the logit (difference)")
+	case *trace.Tensor:
+		f, err = viz.Tensor(x, "")
+	default:
+		return nil, false, nil
+	}
+	return f, true, err
 }
 
 // showFile writes a file named kind-NNN.ext under ShowDir and prints its
