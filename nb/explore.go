@@ -48,7 +48,9 @@ func Explore(tr *trace.Trace, idle time.Duration) {
 	uid := gonbui.UniqueId()
 	controlsID, div := "strata_explore_controls_"+uid, "strata_explore_div_"+uid
 	layerOut, headOut := "strata_explore_layer_"+uid, "strata_explore_head_"+uid
-	gonbui.UpdateHTML(controlsID, fmt.Sprintf(`<div id="%s" style="font:14px sans-serif"></div>`, div))
+	// Jupyter stretches a range input across the page: kept short, each
+	// slider stays on one line with its name and value.
+	gonbui.UpdateHTML(controlsID, fmt.Sprintf(`<style>#%s input[type=range]{width:14em;display:inline-block;vertical-align:middle}</style><div id="%s" style="font:14px sans-serif"></div>`, div, div))
 	stop := func(why string) {
 		gonbui.UpdateHTML(controlsID, stoppedHTML(why, layer, head))
 		gonbui.Sync()

@@ -65,11 +65,13 @@ var (
 // Outside GoNB it writes figures as PNG files and views as HTML files
 // under ShowDir and prints their paths, and prints everything else.
 //
-// A Caption captions the item after it, nb.Show(nb.Caption("ablated"),
-// viz.TokenLoss(tr)): written above a figure or view, in larger type than
-// its title, and kept in the PNG or HTML file written outside GoNB; shown as
-// a heading above anything else. A Caption with nothing after it is shown
-// alone.
+// A Caption captions the item after it, nb.Show(nb.Caption("DLA"),
+// parts): written above a figure or view, in larger type than its title,
+// and kept in the PNG or HTML file written outside GoNB; shown as a
+// heading above anything else. A Caption with nothing after it is shown
+// alone. For a figure call's (figure, error), which Go passes on only as a
+// call's whole arguments, Caption's Show method takes it:
+// nb.Caption("ablated").Show(viz.TokenLoss(tr)).
 func Show(items ...any) {
 	var caption Caption
 	for i, it := range items {
@@ -97,6 +99,10 @@ func Show(items ...any) {
 // Caption is a caption for the item after it in Show: what this figure
 // or view shows, beside others like it.
 type Caption string
+
+// Show shows items with the caption on the first:
+// nb.Caption("L3H0 ablated").Show(viz.TokenLoss(tr)).
+func (c Caption) Show(items ...any) { Show(append([]any{c}, items...)...) }
 
 // ShowTensor shows the tensor tr captured under name, positions labelled
 // by token (viz.Captured): a layer's attention pattern or scores as a tile

@@ -200,9 +200,15 @@ func TestShowCaptionsTheNextItem(t *testing.T) {
 	require.Len(t, captioned, 1)
 	require.Greater(t, height(captioned[0]), height(plain[0]))
 
-	view, err := viz.TokenValues([]string{"a", "b"}, []float64{1, 2}, "loss")
+	nb.ShowDir = t.TempDir()
+	stdout(t, func() { nb.Caption("plain run").Show(viz.TokenValues([]string{"a", "b"}, []float64{1, 2}, "loss")) })
+	stdout(t, func() { nb.Show(viz.TokenValues([]string{"a", "b"}, []float64{1, 2}, "loss")) })
+	entries, err := os.ReadDir(nb.ShowDir)
 	require.NoError(t, err)
-	_, files := showFiles(t, nb.Caption("plain run"), view, view)
+	var files []string
+	for _, e := range entries {
+		files = append(files, filepath.Join(nb.ShowDir, e.Name()))
+	}
 	require.Len(t, files, 2)
 	pages := []string{}
 	for _, f := range files {
