@@ -64,9 +64,13 @@ var stories = map[string]func(t *testing.T, out string){
 		assert.Greater(t, clean, 2.0, "the clean run prefers i--")
 		assert.Less(t, corrupt, -2.0, "the corrupted run prefers i++")
 		// The comparison token is where the runs differ: patching it restores
-		// the clean answer at every layer, most of the way.
-		assert.Equal(t, `" >"`, line(t, out, `layer 3: patching (".*") restores`))
-		assert.Greater(t, number(t, out, `layer 3: patching ".*" restores ([-0-9.]+) of the way`), 0.5)
+		// the clean answer after layers 0 to 2, most of the way, while the
+		// last position holds little; after layer 3 the last position holds
+		// it all.
+		assert.Equal(t, `" >"`, line(t, out, `after layer 2: patching (".*") restores`))
+		assert.Greater(t, number(t, out, `after layer 2: patching ".*" restores ([-0-9.]+) of the way`), 0.5)
+		assert.Less(t, number(t, out, `after layer 2: .*; the last position ([-0-9.]+)`), 0.2, "the last position reads it only in layer 3")
+		assert.Greater(t, number(t, out, `after layer 3: .*; the last position ([-0-9.]+)`), 0.9)
 		assert.Greater(t, number(t, out, `alpha 1.50: logit\(--\) − logit\(\+\+\) = ([-+0-9.]+)`),
 			number(t, out, `alpha 0.00: logit\(--\) − logit\(\+\+\) = ([-+0-9.]+)`)+5, "steering moves the metric by 5 or more")
 		assert.Equal(t, "++", line(t, out, `plain:   (.*)`))
