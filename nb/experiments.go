@@ -47,6 +47,20 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	return append(append(ids, half...), half...)
 }
 
+// LogitDiffName names LogitDiff(good, bad) for a title, each token as
+// Python prints a string (Repr): logit(' err') − logit(' nil').
+func (m *Model) LogitDiffName(good, bad any) string {
+	m.ready()
+	name := func(t any) string {
+		id, err := m.tokenID(t)
+		if err != nil {
+			panic(fmt.Errorf("nb.LogitDiffName: %w", err))
+		}
+		return "logit(" + Repr(m.Pieces([]int32{id})[0]) + ")"
+	}
+	return name(good) + " − " + name(bad)
+}
+
 // LogitDiff is a patching metric: the last position's logit of good minus
 // that of bad, two different tokens, each text of one token (as Token
 // takes it: " Mary" and " John") or an id.

@@ -613,6 +613,16 @@ func (m *Model) Pieces(ids []int32) []string {
 // to_str_tokens: ["<|endoftext|>" "func" " ("].
 func Quote(pieces []string) string { return quotePieces(pieces) }
 
+// Repr quotes a piece (m.Pieces) as Python's repr prints a string, so
+// that a leading space shows: ' err', "'s". A piece's escapes (\n, \t,
+// \\) are already written, as repr writes them.
+func Repr(piece string) string {
+	if strings.Contains(piece, "'") && !strings.Contains(piece, `"`) {
+		return `"` + piece + `"`
+	}
+	return "'" + strings.ReplaceAll(piece, "'", `\'`) + "'"
+}
+
 func (m *Model) tokens(prompt any) ([]int32, error) {
 	switch p := prompt.(type) {
 	case string:

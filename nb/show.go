@@ -64,18 +64,45 @@ var (
 //
 // Outside GoNB it writes figures as PNG files and views as HTML files
 // under ShowDir and prints their paths, and prints everything else.
+//
+// A Caption captions the item after it, nb.Show(nb.Caption("DLA"),
+// parts): written above a figure or view, in larger type than its title,
+// and kept in the PNG or HTML file written outside GoNB; shown as a
+// heading above anything else. A Caption with nothing after it is shown
+// alone. For a figure call's (figure, error), which Go passes on only as a
+// call's whole arguments, Caption's Show method takes it:
+// nb.Caption("ablated").Show(viz.TokenLoss(tr)).
 func Show(items ...any) {
+	var caption Caption
 	for i, it := range items {
+		if c, ok := it.(Caption); ok {
+			if caption != "" { // two in a row: the first captions nothing
+				showOne(caption, "")
+			}
+			caption = c
+			continue
+		}
 		// (nil, err) from a figure function: the error says it all.
 		if isNil(it) && i+1 < len(items) {
 			if err, ok := items[i+1].(error); ok && err != nil {
 				continue
 			}
 		}
-
-		showOne(it)
+		showOne(it, caption)
+		caption = ""
+	}
+	if caption != "" {
+		showOne(caption, "")
 	}
 }
+
+// Caption is a caption for the item after it in Show: what this figure
+// or view shows, beside others like it.
+type Caption string
+
+// Show shows items with the caption on the first:
+// nb.Caption("L3H0 ablated").Show(viz.TokenLoss(tr)).
+func (c Caption) Show(items ...any) { Show(append([]any{c}, items...)...) }
 
 // ShowTensor shows the tensor tr captured under name, positions labelled
 // by token (viz.Captured): a layer's attention pattern or scores as a tile
@@ -88,13 +115,13 @@ func ShowTensor(tr *trace.Trace, name string) {
 	Show(viz.Captured(tr, name))
 }
 
-func showOne(it any) {
+func showOne(it any, caption Caption) {
 	defer func() {
 		if r := recover(); r != nil {
 			showError(fmt.Errorf("nb.Show: showing a %T failed: %v", it, r))
 		}
 	}()
-	if err := show(it); err != nil {
+	if err := show(it, caption); err != nil {
 		showError(err)
 	}
 }
@@ -112,28 +139,34 @@ func isNil(it any) bool {
 	return false
 }
 
-func show(it any) error {
+func show(it any, caption Caption) error {
 	if it == nil { // a nil error: nb.Show(m.LogitLens(tr)) that went well
 		return nil
 	}
 	if isNil(it) {
 		return fmt.Errorf("nb.Show: a nil %T, nothing to show", it)
 	}
+	// A figure or view carries its caption; anything else has it shown
+	// above as a heading.
+	if f, ok, err := asFigure(it); ok {
+		if err != nil {
+			return err
+		}
+		return showFigure(f.WithCaption(string(caption)))
+	}
+	if h, ok := it.(viz.HTML); ok {
+		return showView(h.WithCaption(string(caption)))
+	}
+	if caption != "" {
+		showHeading(caption)
+	}
 	switch x := it.(type) {
+	case Caption:
+		showHeading(x)
 	case error:
 		return x
 	case figure:
 		return showFigure(x)
-	case *plot.Plot:
-		return showFigure(viz.Plot(x, 0, 0))
-	case []float64:
-		return showMade(viz.Line(x, ""))
-	case []float32:
-		return showMade(viz.Tensor(&trace.Tensor{Shape: []int{len(x)}, Data: x}, ""))
-	case [][]float64:
-		return showMade(viz.Heatmap(x, nil, nil, ""))
-	case trace.Scores:
-		return showMade(viz.HeadHeatmap(x, "score of each head", "score"))
 	case trace.HeadList:
 		t := Table{Header: []string{"head", "score"}}
 		for _, h := range x {
@@ -146,14 +179,6 @@ func show(it any) error {
 			t.Rows = append(t.Rows, []string{fmt.Sprintf("L%dN%d", n.Layer, n.Neuron), fmt.Sprintf("%+.3f", n.Score)})
 		}
 		return showTable(t)
-	case []Contribution:
-		labels, values := make([]string, len(x)), make([]float64, len(x))
-		for i, c := range x {
-			labels[i], values[i] = c.Label, c.Logit
-		}
-		return showMade(viz.Bars(labels, values, "direct logit attribution", "contribution to the logit (difference)"))
-	case *trace.Tensor:
-		return showMade(viz.Tensor(x, ""))
 	case view:
 		return showView(x)
 	case *trace.Trace:
@@ -179,11 +204,34 @@ func show(it any) error {
 	return nil
 }
 
-func showMade(f *viz.Figure, err error) error {
-	if err != nil {
-		return err
+// asFigure draws the items Show draws as viz figures; ok is false for
+// any other item.
+func asFigure(it any) (f *viz.Figure, ok bool, err error) {
+	switch x := it.(type) {
+	case *viz.Figure:
+		return x, true, nil
+	case *plot.Plot:
+		return viz.Plot(x, 0, 0), true, nil
+	case []float64:
+		f, err = viz.Line(x, "")
+	case []float32:
+		f, err = viz.Tensor(&trace.Tensor{Shape: []int{len(x)}, Data: x}, "")
+	case [][]float64:
+		f, err = viz.Heatmap(x, nil, nil, "")
+	case trace.Scores:
+		f, err = viz.HeadHeatmap(x, "score of each head", "score")
+	case []Contribution:
+		labels, values := make([]string, len(x)), make([]float64, len(x))
+		for i, c := range x {
+			labels[i], values[i] = c.Label, c.Logit
+		}
+		f, err = viz.Bars(labels, values, "direct logit attribution of each component", "contribution to the logit (difference)")
+	case *trace.Tensor:
+		f, err = viz.Tensor(x, "")
+	default:
+		return nil, false, nil
 	}
-	return showFigure(f)
+	return f, true, err
 }
 
 // showFile writes a file named kind-NNN.ext under ShowDir and prints its
@@ -288,6 +336,11 @@ func exportPNG(f figure) error {
 	}
 	path := filepath.Join(dir, fmt.Sprintf("figure-%03d.png", len(done)+1))
 	return trace.WriteAtomic(path, func(w io.Writer) error { return f.Encode(w, "png") })
+}
+
+// showHeading shows a caption on its own, as a figure's caption looks.
+func showHeading(c Caption) {
+	display(viz.HTML{}.WithCaption(string(c)).HTML(), string(c)+"\n")
 }
 
 func showError(err error) {

@@ -181,3 +181,60 @@ func TestShownFiguresNeverOverwriteEachOther(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "another run's", string(b))
 }
+
+// A caption goes with the item after it: into a figure's PNG (taller by
+// the caption), a view's HTML file, or as a line above anything else.
+func TestShowCaptionsTheNextItem(t *testing.T) {
+	fig, err := viz.Bars([]string{"a", "b"}, []float64{1, -1}, "dla", "logit")
+	require.NoError(t, err)
+	height := func(path string) int {
+		f, err := os.Open(path)
+		require.NoError(t, err)
+		defer f.Close()
+		img, err := png.Decode(f)
+		require.NoError(t, err)
+		return img.Bounds().Dy()
+	}
+	_, plain := showFiles(t, fig)
+	_, captioned := showFiles(t, nb.Caption("L3H0 ablated"), fig)
+	require.Len(t, captioned, 1)
+	require.Greater(t, height(captioned[0]), height(plain[0]))
+
+	nb.ShowDir = t.TempDir()
+	stdout(t, func() { nb.Caption("plain run").Show(viz.TokenValues([]string{"a", "b"}, []float64{1, 2}, "loss")) })
+	stdout(t, func() { nb.Show(viz.TokenValues([]string{"a", "b"}, []float64{1, 2}, "loss")) })
+	entries, err := os.ReadDir(nb.ShowDir)
+	require.NoError(t, err)
+	var files []string
+	for _, e := range entries {
+		files = append(files, filepath.Join(nb.ShowDir, e.Name()))
+	}
+	require.Len(t, files, 2)
+	pages := []string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		pages = append(pages, string(b))
+	}
+	require.Contains(t, pages[0], `plain run</div>`)
+	require.NotContains(t, pages[1], "plain run", "the caption goes with the next item only")
+
+	// A figure Show draws from data carries the caption too, once.
+	out, made := showFiles(t, nb.Caption("dla"), []nb.Contribution{{Label: "embed", Logit: 1}, {Label: "0_attn_out", Logit: -1}})
+	require.Len(t, made, 1)
+	require.Equal(t, made[0]+"\n", out, "no heading besides the caption in the figure")
+	_, plainMade := showFiles(t, []nb.Contribution{{Label: "embed", Logit: 1}, {Label: "0_attn_out", Logit: -1}})
+	require.Greater(t, height(made[0]), height(plainMade[0]))
+
+	out, _ = showFiles(t, nb.Caption("heads"), nb.Table{Header: []string{"head"}, Rows: [][]string{{"L0H0"}}}, nb.Caption("alone"))
+	require.Equal(t, "heads\nhead\nL0H0\nalone\n", out)
+}
+
+func TestReprQuotesAsPython(t *testing.T) {
+	require.Equal(t, `' err'`, nb.Repr(" err"))
+	require.Equal(t, `"'s"`, nb.Repr("'s"))
+	require.Equal(t, `'say "it\'s"'`, nb.Repr(`say "it's"`))
+	require.Equal(t, `' {\n'`, nb.Repr(` {\n`), "a piece's escapes stay as written")
+	m := nb.Open("")
+	require.Equal(t, "logit(' err') − logit(' nil')", m.LogitDiffName(" err", " nil"))
+}

@@ -24,6 +24,8 @@ import (
 var stories = map[string]func(t *testing.T, out string){
 	"01-tour.ipynb": func(t *testing.T, out string) {
 		assert.Contains(t, out, "gostd-qwen3-4m: qwen3, 4 layers")
+		assert.Greater(t, number(t, out, `strongest previous-token head: layer \d+ head \d+ \(score ([0-9.]+)\)`), 0.5,
+			"the head shown up close attends mostly to the previous token, as the text says")
 		assert.Regexp(t, `(?s)— greedy —\n.{10,}`, out, "the generation cell printed a continuation")
 		assert.NotEqual(t, line(t, out, `(?s)— drawn at temperature 0.5 —\n(.*)— drawn at temperature 1.5`),
 			line(t, out, `(?s)— drawn at temperature 1.5 —\n(.*)`), "two temperatures, two texts")
@@ -50,6 +52,7 @@ var stories = map[string]func(t *testing.T, out string){
 		diff := number(t, out, `logit\(.*\) ([-0-9.]+), runner-up`) - number(t, out, `runner-up logit\(.*\) ([-0-9.]+)`)
 		assert.Greater(t, diff, 0.0, "the prediction leads")
 		assert.InDelta(t, diff, sumOfParts(t, out), 0.01, "the parts add up to the lead")
+		assert.InDelta(t, diff, number(t, out, `the parts sum to ([-0-9.]+)`), 0.01, "the sum the cell prints, under its figure")
 	},
 	"04-kv-cache.ipynb": func(t *testing.T, out string) {
 		// Two prefills of the same tokens, one incremental: float32 sums in a
@@ -61,9 +64,13 @@ var stories = map[string]func(t *testing.T, out string){
 		assert.Greater(t, clean, 2.0, "the clean run prefers i--")
 		assert.Less(t, corrupt, -2.0, "the corrupted run prefers i++")
 		// The comparison token is where the runs differ: patching it restores
-		// the clean answer at every layer, most of the way.
-		assert.Equal(t, `" >"`, line(t, out, `layer 3: patching (".*") restores`))
-		assert.Greater(t, number(t, out, `layer 3: patching ".*" restores ([-0-9.]+) of the way`), 0.5)
+		// the clean answer after layers 0 to 2, most of the way, while the
+		// last position holds little; after layer 3 the last position holds
+		// it all.
+		assert.Equal(t, `" >"`, line(t, out, `after layer 2: patching (".*") restores`))
+		assert.Greater(t, number(t, out, `after layer 2: patching ".*" restores ([-0-9.]+) of the way`), 0.5)
+		assert.Less(t, number(t, out, `after layer 2: .*; the last position ([-0-9.]+)`), 0.2, "the last position reads it only in layer 3")
+		assert.Greater(t, number(t, out, `after layer 3: .*; the last position ([-0-9.]+)`), 0.9)
 		assert.Greater(t, number(t, out, `alpha 1.50: logit\(--\) − logit\(\+\+\) = ([-+0-9.]+)`),
 			number(t, out, `alpha 0.00: logit\(--\) − logit\(\+\+\) = ([-+0-9.]+)`)+5, "steering moves the metric by 5 or more")
 		assert.Equal(t, "++", line(t, out, `plain:   (.*)`))
@@ -76,7 +83,7 @@ var stories = map[string]func(t *testing.T, out string){
 	"06-direct-logit-attribution.ipynb": func(t *testing.T, out string) {
 		assert.Equal(t, `" err"`, line(t, out, `the model continues with (.*)`), "the model gets the completion right")
 		assert.Regexp(t, `answer token " err": rank 0, logit [0-9.]+, probability [0-9.]+%\n  top 0: .*" err"`, out, "TestPrompt ranks it first")
-		diff := number(t, out, `logit\( err\) − logit\( nil\): ([-0-9.]+)`)
+		diff := number(t, out, `logit\(' err'\) − logit\(' nil'\): ([-0-9.]+)`)
 		assert.Greater(t, diff, 3.0)
 		// The components sum to the difference (printed to 3 decimals).
 		assert.InDelta(t, diff, sumOfParts(t, out), 0.01, "the parts add up to the logit difference")
@@ -87,7 +94,7 @@ var stories = map[string]func(t *testing.T, out string){
 		head := line(t, out, `strongest head: (layer \d+ head \d+) writes`)
 		assert.Greater(t, number(t, out, `strongest head: layer \d+ head \d+ writes ([-0-9.]+)`), 1.5)
 		assert.Equal(t, `" err"`, line(t, out, `attends most to (".*") \(`), "the head reads the token it writes")
-		assert.Less(t, number(t, out, `head \d+ zeroed: logit\( err\) − logit\( nil\) = ([-0-9.]+)`), diff-1.5, "ablating it costs much of the answer")
+		assert.Less(t, number(t, out, `head \d+ zeroed: logit\(' err'\) − logit\(' nil'\) = ([-0-9.]+)`), diff-1.5, "ablating it costs much of the answer")
 		assert.Equal(t, head, line(t, out, `the head whose ablation costs the most: (layer \d+ head \d+)`), "attribution and ablation agree")
 	},
 }

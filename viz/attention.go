@@ -70,7 +70,7 @@ func AttentionHead(tr *trace.Trace, layer, head int) (*Figure, error) {
 
 // labelWidth is the width of the widest tick label.
 func labelWidth(labels []string) vg.Length {
-	sty := measured(8)
+	sty := measured(tickText)
 	w := vg.Length(0)
 	for _, l := range labels {
 		w = max(w, sty.Width(l))
@@ -115,7 +115,7 @@ func AttentionGrid(tr *trace.Trace) (*Figure, error) {
 	width := left + vg.Length(heads)*(tile+gap) + barWidth + 16
 	height := titleH + top + vg.Length(len(layers))*(tile+gap) + 12
 	return newFigure(title, width, height, func(c draw.Canvas) {
-		sty := text.Style{Color: color.Black, Font: font.From(sans, 9), Handler: plot.DefaultTextHandler,
+		sty := text.Style{Color: color.Black, Font: font.From(sans, tickText), Handler: plot.DefaultTextHandler,
 			XAlign: draw.XCenter, YAlign: draw.YCenter}
 		drawTitle(c, title)
 		y0 := c.Max.Y - titleH - top // top of the first row of tiles
@@ -222,7 +222,7 @@ func headScores(tr *trace.Trace, name, title string, score func(*trace.Tensor) (
 				texts[r] = append(texts[r], fmt.Sprintf("%.2f", v))
 			}
 		}
-		if err := annotate(p, g, sc, texts, 7); err != nil {
+		if err := annotate(p, g, sc, texts, minText); err != nil {
 			return nil, fmt.Errorf("viz: %s: %w", name, err)
 		}
 	}
@@ -319,9 +319,9 @@ func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern 
 	height := titleH + max(rowsH, labelH+minBar) + bottom
 	return newFigure(title, width, height, func(c draw.Canvas) {
 		drawTitle(c, title)
-		head := text.Style{Color: color.Black, Font: font.From(sans, 9), Handler: plot.DefaultTextHandler,
+		head := text.Style{Color: color.Black, Font: font.From(sans, tickText), Handler: plot.DefaultTextHandler,
 			XAlign: draw.XCenter, YAlign: draw.YCenter}
-		query := text.Style{Color: color.Black, Font: font.From(sans, 8), Handler: plot.DefaultTextHandler,
+		query := text.Style{Color: color.Black, Font: font.From(sans, tickText), Handler: plot.DefaultTextHandler,
 			XAlign: draw.XRight, YAlign: draw.YCenter}
 		key := query
 		key.Rotation = math.Pi / 2 // read upwards, ending under its column

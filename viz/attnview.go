@@ -132,7 +132,7 @@ function paint(){
       if(focus>=0) w = kind==='to' ? weight(focus,j) : weight(j,focus);
       s.dataset.w = isNaN(w) ? '' : w;
       s.title = isNaN(w) ? '' : (kind==='to' ? 'attention from the hovered token: ' : 'attention to the hovered token: ')+w.toFixed(4);
-      s.style.background = isNaN(w) ? 'transparent' : 'rgba(33,102,172,'+w+')';
+      s.style.background = isNaN(w) ? 'transparent' : 'rgba(178,24,43,'+w+')';
       s.style.outline = j===focus ? '2px solid #e08a00' : 'none'; // its own weight stays visible
       s.style.color = w>0.6 ? 'white' : 'black';
     });

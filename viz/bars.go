@@ -2,6 +2,7 @@ package viz
 
 import (
 	"fmt"
+	"image/color"
 	"math"
 	"slices"
 
@@ -10,8 +11,9 @@ import (
 )
 
 // Bars draws one horizontal bar per label, the first at the top, positive
-// values blue and negative red: a direct logit attribution, one bar per
+// values red and negative blue: a direct logit attribution, one bar per
 // component, reads as which parts push the answer up and which down.
+// Positive bars are red and negative blue, as on every diverging scale.
 func Bars(labels []string, values []float64, title, valueLabel string) (*Figure, error) {
 	if len(labels) == 0 || len(labels) != len(values) {
 		return nil, fmt.Errorf("viz: Bars: %d labels and %d values; want the same number, at least one", len(labels), len(values))
@@ -37,7 +39,7 @@ func Bars(labels []string, values []float64, title, valueLabel string) (*Figure,
 		if err != nil {
 			return nil, fmt.Errorf("viz: Bars: %w", err)
 		}
-		b.Horizontal, b.Color, b.LineStyle.Width = true, seriesColors[k], 0
+		b.Horizontal, b.Color, b.LineStyle.Width = true, []color.Color{deepRed, deepBlue}[k], 0
 		p.Add(b)
 	}
 	p.Add(plotter.NewGrid())
@@ -45,7 +47,7 @@ func Bars(labels []string, values []float64, title, valueLabel string) (*Figure,
 	lo, hi := math.Min(0, slices.Min(values)), math.Max(0, slices.Max(values))
 	pad := 0.05 * math.Max(hi-lo, 1e-9)
 	p.X.Min, p.X.Max = lo-pad, hi+pad
-	p.Y.Tick.Marker = nominal(labels, true, barH, 9)
+	p.Y.Tick.Marker = nominal(labels, true, barH, labelGap)
 	height := vg.Length(60 + barH*n)
 	return newFigure(title, 480, height, p.Draw), nil
 }

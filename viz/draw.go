@@ -12,8 +12,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
-	"gonum.org/v1/plot/palette"
-	"gonum.org/v1/plot/palette/moreland"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
@@ -27,45 +25,34 @@ type scale struct {
 	at           func(t float64) color.Color // t in [0, 1]
 }
 
-var (
-	nanColor = color.RGBA{200, 200, 200, 255}
+var nanColor = color.RGBA{200, 200, 200, 255}
 
-	// blues runs from navy to white with luminance rising linearly
-	// (Moreland's construction); sequential reverses it so larger values
-	// are darker, as attention weights read best on a white page.
-	blues = mustLuminance(color.RGBA{8, 48, 107, 255}, color.RGBA{33, 113, 181, 255},
-		color.RGBA{107, 174, 214, 255}, color.RGBA{198, 219, 239, 255}, color.RGBA{255, 255, 255, 255})
-	blueRed = unitMap(moreland.SmoothBlueRed())
+// deepRed and deepBlue end every colour scale in viz, plots and HTML views
+// alike (ColorBrewer's RdBu): white is zero, red above it, blue below.
+var (
+	deepRed  = color.RGBA{178, 24, 43, 255}
+	deepBlue = color.RGBA{33, 102, 172, 255}
 )
 
-func mustLuminance(c ...color.Color) palette.ColorMap {
-	m, err := moreland.NewLuminance(c)
-	if err != nil {
-		panic(err) // the control colours above are fixed
+// shade is the colour of t in [-1, 1] (clamped): white at 0, fading
+// linearly to deepRed at 1 and deepBlue at -1.
+func shade(t float64) color.RGBA {
+	end := deepRed
+	if t < 0 {
+		end, t = deepBlue, -t
 	}
-	return unitMap(m)
+	t = min(t, 1)
+	fade := func(c uint8) uint8 { return uint8(math.Round(255 - t*(255-float64(c)))) }
+	return color.RGBA{fade(end.R), fade(end.G), fade(end.B), 255}
 }
 
-func unitMap(m palette.ColorMap) palette.ColorMap {
-	m.SetMin(0)
-	m.SetMax(1)
-	return m
-}
-
-func colorAt(m palette.ColorMap, t float64) color.Color {
-	c, err := m.At(min(max(t, 0), 1))
-	if err != nil {
-		return nanColor
-	}
-	return c
-}
-
-// sequential is white at lo and dark blue at hi, each end rounded out to
-// a tick of its colour bar (barEnds).
+// sequential is white at lo and deep red at hi, each end rounded out to
+// a tick of its colour bar (barEnds): the red half of diverging, for
+// values that are never negative.
 func sequential(lo, hi float64) scale {
 	lo, hi = widen(lo, hi)
 	lo, hi, step := barEnds(lo, hi, 2, 5)
-	return scale{lo, hi, step, func(t float64) color.Color { return colorAt(blues, 1-t) }}
+	return scale{lo, hi, step, func(t float64) color.Color { return shade(t) }}
 }
 
 // diverging is blue below zero, white at zero and red above, symmetric,
@@ -74,7 +61,7 @@ func sequential(lo, hi float64) scale {
 func diverging(lim float64) scale {
 	_, lim = widen(-lim, lim)
 	_, lim, step := barEnds(0, lim, 1, 4)
-	return scale{-lim, lim, step, func(t float64) color.Color { return colorAt(blueRed, t) }}
+	return scale{-lim, lim, step, func(t float64) color.Color { return shade(2*t - 1) }}
 }
 
 // barEnds rounds lo and hi out to multiples of a round step (1, 2, 2.5 or
@@ -294,6 +281,22 @@ func raster(z [][]float64, sc scale, px int) *image.RGBA {
 	return img
 }
 
+// Text sizes, in points. minText is the smallest text in any figure, what
+// its cells and points are labelled with: 12 pixels in a PNG at 96 dpi, so
+// that a figure shown 1280 pixels wide on a classroom projector is
+// readable (issue 49 measured cell text of 7 to 8 pixels). Text that does
+// not fit at it is thinned, cut with an ellipsis or left out, never drawn
+// smaller. Ticks and legends are a point larger, axis names larger still.
+const (
+	minText  = 9
+	tickText = 10
+	axisText = 11
+)
+
+// labelGap is the room a row of level labels, or a rotated label, needs
+// across: a tick label's height.
+const labelGap = tickText + 2
+
 // measured is a style of sans at size points, for measuring text.
 func measured(size vg.Length) text.Style {
 	return text.Style{Font: font.From(sans, size), Handler: plot.DefaultTextHandler}
@@ -304,10 +307,10 @@ func newPlot(title string) *plot.Plot {
 	p.Title.Text = title
 	p.Title.TextStyle.Font = font.From(sans, 12)
 	for _, a := range []*plot.Axis{&p.X, &p.Y} {
-		a.Label.TextStyle.Font = font.From(sans, 10)
-		a.Tick.Label.Font = font.From(sans, 8)
+		a.Label.TextStyle.Font = font.From(sans, axisText)
+		a.Tick.Label.Font = font.From(sans, tickText)
 	}
-	p.Legend.TextStyle.Font = font.From(sans, 9)
+	p.Legend.TextStyle.Font = font.From(sans, tickText)
 	return p
 }
 
@@ -337,14 +340,14 @@ func heatPlot(title string, g grid, sc scale, cellW, cellH vg.Length) *plot.Plot
 	case upright(g.cols, cellW):
 		p.X.Tick.Label.Rotation = math.Pi / 2
 		p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
-		gapX = 9 // the height of a rotated label
+		gapX = labelGap
 	case collide(g.cols, cellW):
 		gapX = labelWidth(g.cols) + 8
 	}
 	p.X.Tick.Marker = nominal(g.cols, false, cellW, gapX)
-	p.Y.Tick.Marker = nominal(rowLabels, true, cellH, 9)
+	p.Y.Tick.Marker = nominal(rowLabels, true, cellH, labelGap)
 	p.X.Label.Text = withNote(p.X.Label.Text, everyNth(labelStep(cellW, gapX), ""))
-	p.Y.Label.Text = withNote(p.Y.Label.Text, everyNth(labelStep(cellH, 9), ""))
+	p.Y.Label.Text = withNote(p.Y.Label.Text, everyNth(labelStep(cellH, labelGap), ""))
 	p.X.Padding, p.Y.Padding = 0, 0
 	return p
 }
@@ -358,7 +361,7 @@ func upright(labels []string, cell vg.Length) bool {
 
 // collide says whether level labels centred cell points apart would touch.
 func collide(labels []string, cell vg.Length) bool {
-	sty := measured(8)
+	sty := measured(tickText)
 	for i := 1; i < len(labels); i++ {
 		if (sty.Width(labels[i-1])+sty.Width(labels[i]))/2+3 > cell {
 			return true

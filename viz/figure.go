@@ -2,6 +2,17 @@
 // patterns, residual-stream norms, the logit lens, the KV cache, head
 // scores, activation patching and PCA of hidden states. Each figure exports
 // to PNG, SVG and PDF; Report writes them all as a self-contained page.
+//
+// Colours mean the same in every figure and HTML view. Values that can
+// have either sign (attributions, logit differences, patching results) sit
+// on a diverging scale: blue below zero, white exactly at zero, red above,
+// symmetric about zero; a figure centred elsewhere (chance, say) plots the
+// difference from it and says so in its title. Values that are never
+// negative (attention weights, norms, loss, probabilities) sit on the
+// sequential scale, the diverging one's red half: white at the bottom of
+// its colour bar, deep red at the top. Bars follow the same rule: red for
+// positive, blue for negative. Grey marks a missing value (NaN). Lines
+// and points of several series use categorical colours named in a legend.
 package viz
 
 import (
@@ -45,6 +56,31 @@ const (
 	maxSide   vg.Length = 1e6
 	maxPixels           = 1 << 28
 )
+
+// captionSize is a caption's type size in points: larger than a title's
+// 12, as a caption tells apart figures whose titles are the same.
+const captionSize = 14
+
+// WithCaption returns a copy of f with caption (lines split at \n)
+// written above its title, as nb.Show(nb.Caption(...), f) shows it: two
+// views alike, a plain run and an ablated one, say which is which in the
+// figure itself, so its exports keep it.
+func (f *Figure) WithCaption(caption string) *Figure {
+	if caption == "" {
+		return f
+	}
+	sty := measured(captionSize)
+	sty.XAlign, sty.YAlign = draw.XLeft, draw.YTop
+	room := sty.Height(caption) + 4
+	g := *f
+	g.Width = max(f.Width, sty.Width(caption)+2*margin)
+	g.Height = f.Height + room
+	g.draw = func(c draw.Canvas) {
+		c.FillText(sty, vg.Point{X: c.Min.X, Y: c.Max.Y}, caption)
+		f.draw(draw.Crop(c, 0, 0, 0, -room))
+	}
+	return &g
+}
 
 // margin is the blank border around every figure, in points.
 const margin = 6

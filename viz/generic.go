@@ -53,7 +53,7 @@ func Line(y []float64, title string) (*Figure, error) {
 
 // Heatmap draws z[row][col], row 0 at the top, rows and columns labelled
 // by rowLabels and colLabels (numbered where nil): blue-white-red centred
-// on zero when z has both signs, white to blue otherwise. Columns beyond a
+// on zero when z has both signs, white to red otherwise. Columns beyond a
 // thousand are averaged in blocks (without column labels, which would no
 // longer name them).
 func Heatmap(z [][]float64, rowLabels, colLabels []string, title string) (*Figure, error) {
@@ -259,7 +259,7 @@ func slices3(title string, x *trace.Tensor) (*Figure, error) {
 	height := titleH + vg.Length(down)*(tileH+labelH+gap) + 12
 	return newFigure(title, width, height, func(cv draw.Canvas) {
 		drawTitle(cv, title)
-		sty := text.Style{Color: color.Black, Font: font.From(sans, 9), Handler: plot.DefaultTextHandler,
+		sty := text.Style{Color: color.Black, Font: font.From(sans, tickText), Handler: plot.DefaultTextHandler,
 			XAlign: draw.XCenter, YAlign: draw.YCenter}
 		top := cv.Max.Y - titleH
 		for i, z := range tiles {

@@ -76,12 +76,12 @@ func TestBarsDrawEachValueOnItsRowAndSide(t *testing.T) {
 		return e
 	}
 	blue := find(func(r, g, b uint32) bool { return b > 150 && r < 60 })
-	red := find(func(r, g, b uint32) bool { return r > 180 && g < 60 && b < 60 })
-	require.Positive(t, blue.n, "positive bars are blue")
-	require.Positive(t, red.n, "negative bars are red")
-	require.Less(t, red.maxX, blue.minX+2, "the negative bar lies left of zero, the positive ones right")
-	require.Greater(t, red.minY, blue.minY, "the red bar is below the first blue one")
-	require.Less(t, red.maxY, blue.maxY, "and above the last")
+	red := find(func(r, g, b uint32) bool { return r > 160 && g < 60 && b < 60 })
+	require.Positive(t, red.n, "positive bars are red")
+	require.Positive(t, blue.n, "negative bars are blue")
+	require.Less(t, blue.maxX, red.minX+2, "the negative bar lies left of zero, the positive ones right")
+	require.Greater(t, blue.minY, red.minY, "the blue bar is below the first red one")
+	require.Less(t, blue.maxY, red.maxY, "and above the last")
 
 	f, err = Bars([]string{"a", "b"}, []float64{1, 2}, "dla", "logit")
 	require.NoError(t, err)
@@ -89,7 +89,7 @@ func TestBarsDrawEachValueOnItsRowAndSide(t *testing.T) {
 	require.NoError(t, f.Encode(&buf, "png"))
 	img, err = png.Decode(&buf)
 	require.NoError(t, err)
-	require.Zero(t, find(func(r, g, b uint32) bool { return r > 180 && g < 60 && b < 60 }).n, "no negative value, no red")
+	require.Zero(t, find(func(r, g, b uint32) bool { return b > 150 && r < 60 }).n, "no negative value, no blue")
 
 	_, err = Bars([]string{"a"}, []float64{1, 2}, "x", "y")
 	require.ErrorContains(t, err, "1 labels and 2 values")
@@ -234,13 +234,13 @@ func TestHeatmapCellsShareTheirDecimals(t *testing.T) {
 	require.Equal(t, [][]string{{"168", "40", "9"}}, cellNumbers([][]float64{{168, 39.6, 8.7}}, 30))
 	require.Equal(t, [][]string{{"1.0", "0.5", "0"}}, cellNumbers([][]float64{{0.996, 0.5, -0.01}}, 30), "0.996 has two digits as 1.0")
 	// A cell too narrow for two decimals takes one, for every cell.
-	narrow := measured(7).Width("-0.4")
+	narrow := measured(minText).Width("-0.4")
 	require.Equal(t, [][]string{{"0.2", "0.4", "-0.4", "0"}}, cellNumbers([][]float64{{0.2484, 0.4124, -0.41, -0.0033}}, narrow))
-	require.Nil(t, cellNumbers([][]float64{{1234, 5}}, measured(7).Width("123")), "a number is never cut")
+	require.Nil(t, cellNumbers([][]float64{{1234, 5}}, measured(minText).Width("123")), "a number is never cut")
 
 	// What a figure draws in its cells (7 points).
 	fig := must(HeadHeatmap([][]float64{{0.057, 0.063}, {0.052, 0.041}, {0.187, 0.197}}, "K-composition"))
-	require.ElementsMatch(t, []string{"0.06", "0.06", "0.05", "0.04", "0.19", "0.20"}, drawnStrings(fig, 7))
+	require.ElementsMatch(t, []string{"0.06", "0.06", "0.05", "0.04", "0.19", "0.20"}, drawnStrings(fig, minText))
 }
 
 // A colour bar is ticked at round numbers with a tick at (or within a
@@ -270,10 +270,10 @@ func TestColourBarsTickTheirEnds(t *testing.T) {
 	require.Equal(t, []string{"0", "25", "50", "75"}, ticks(norms))
 
 	fig := must(HeadHeatmap([][]float64{{0.057, 0.063}, {0.052, 0.041}, {0.187, 0.197}}, "K-composition"))
-	require.Subset(t, drawnStrings(fig, 8), []string{"0", "0.1", "0.2"}, "the bar's ticks")
-	require.Contains(t, drawnStrings(fig, 10), "value", "the bar is named")
+	require.Subset(t, drawnStrings(fig, tickText), []string{"0", "0.1", "0.2"}, "the bar's ticks")
+	require.Contains(t, drawnStrings(fig, axisText), "value", "the bar is named")
 	fig = must(HeadHeatmap([][]float64{{0.1, 0.2}}, "K-composition", "composition score"))
-	require.Contains(t, drawnStrings(fig, 10), "composition score")
+	require.Contains(t, drawnStrings(fig, axisText), "composition score")
 	_, err := HeadHeatmap([][]float64{{0.1, 0.2}}, "x", "a", "b")
 	require.ErrorContains(t, err, "2 colour bar labels; at most one")
 }
@@ -283,7 +283,7 @@ func TestColourBarsTickTheirEnds(t *testing.T) {
 func TestLinesLabelZeroWhereTheyCrossIt(t *testing.T) {
 	steer := []float64{-9.008, -6.725, -3.890, -1.454, 0.511, 2.269, 3.445}
 	fig := must(XY([]float64{1, 2, 3, 4, 5, 6, 7}, steer, "steering toward counting down", "step", "logit(--) − logit(++)"))
-	labels := drawnStrings(fig, 8) // x: 1 to 7; y: the rest
+	labels := drawnStrings(fig, tickText) // x: 1 to 7; y: the rest
 	require.Subset(t, labels, []string{"-8", "-6", "-4", "-2", "0", "2"})
 	require.NotContains(t, labels, "-9")
 	require.NotContains(t, labels, "-3")
@@ -302,7 +302,7 @@ func TestLegendsStandClearOfAxesAndLines(t *testing.T) {
 					legend = s.Point.X
 				case "0": // the first x tick, centred on the plotting area's left edge (padded 5 points)
 					if axisLeft == 0 {
-						axisLeft = s.Point.X + measured(8).Width("0")/2 - 5
+						axisLeft = s.Point.X + measured(tickText).Width("0")/2 - 5
 					}
 				}
 			}
@@ -314,7 +314,7 @@ func TestLegendsStandClearOfAxesAndLines(t *testing.T) {
 	for i := range x {
 		rising[i], falling[i] = x[i], 10-x[i]
 	}
-	thumb := plot.New().Legend.ThumbnailWidth + measured(9).Width(" ")
+	thumb := plot.New().Legend.ThumbnailWidth + measured(tickText).Width(" ")
 	fig := must(Lines(x, []Series{{"up", rising}}, "rising", "layer", "v"))
 	legend, axis := where(fig, "up")
 	require.GreaterOrEqual(t, float64(legend-thumb-axis), 8.0, "the legend's swatch stands clear of the y axis")

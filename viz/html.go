@@ -20,6 +20,17 @@ type HTML struct {
 // HTML returns the fragment, for a notebook's HTML output.
 func (h HTML) HTML() string { return h.Body }
 
+// WithCaption returns the view with caption written above it, in larger
+// type than the view's own header, as nb.Show(nb.Caption(...), h) shows
+// it; the caption also titles its page.
+func (h HTML) WithCaption(caption string) HTML {
+	if caption == "" {
+		return h
+	}
+	return HTML{Title: caption, Body: `<div class="strata-caption" style="font:bold 18px sans-serif;margin:8px 0 4px">` +
+		html.EscapeString(caption) + "</div>" + h.Body}
+}
+
 // Page returns a complete HTML document holding the view.
 func (h HTML) Page() string {
 	return "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + html.EscapeString(h.Title) +

@@ -135,7 +135,7 @@ v.querySelector('.row.to span[data-i="3"]').dispatchEvent(new MouseEvent('mouseo
 	span := dom[i:]
 	span = span[strings.Index(span, `data-i="3"`):]
 	span = span[:strings.Index(span, ">")]
-	require.Contains(t, span, fmt.Sprintf("background: rgba(33, 102, 172, %.3g)", to[focus]), "its weight %v, as the browser rounds alpha", to[focus])
+	require.Contains(t, span, fmt.Sprintf("background: rgba(178, 24, 43, %.3g)", to[focus]), "its weight %v, as the browser rounds alpha", to[focus])
 	require.Contains(t, span, "outline: rgb(224, 138, 0) solid 2px")
 	first := dom[strings.Index(dom, `class="row to"`):]
 	require.Equal(t, 6, strings.Count(first[:strings.Index(first, "</div>")], "<span"), "the first view drew its own tokens")

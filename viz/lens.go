@@ -14,8 +14,12 @@ import (
 
 // LogitLens draws the logit lens (tr.Lens): by layer and position, the
 // probability of the top next-token prediction, each cell annotated with
-// that token (cut to the cell's width) while the prompt is short enough
-// (up to 35 tokens) for two letters and more to fit.
+// that token at minText (cut to the cell's width, two letters at least).
+// Positions run across while their cells are wide enough for that; a
+// longer prompt turns the figure, positions down and layers across, so 64
+// tokens still name their predictions; past that (more positions than fit
+// down the page, or too many layers across) the cells go unnamed and the
+// title says so.
 func LogitLens(tr *trace.Trace) (*Figure, error) {
 	if tr == nil {
 		return nil, nilTrace("LogitLens")
@@ -32,7 +36,13 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 	if len(lens.Prob) == 0 || len(lens.Piece) != len(lens.Prob) {
 		return nil, fmt.Errorf("viz: %s: the logit lens has %d probability rows and %d piece rows, want one per layer", name, len(lens.Prob), len(lens.Piece))
 	}
-	g := grid{cols: positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, t), xName: "position (input token)", yName: "layer", rowsUp: true}
+	layers := len(lens.Prob)
+	positions := positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, t)
+	// layersUp: [layer][position], layers stacked upward; its transpose
+	// [position][layer] reads top down.
+	layersUp := grid{cols: positions, xName: "position (input token)", yName: "layer", rowsUp: true}
+	across := grid{rows: positions, xName: "layer", yName: "position (input token)"}
+	texts := make([][]string, layers)
 	for l, row := range lens.Prob {
 		if len(row) != t || len(lens.Piece[l]) != t {
 			return nil, fmt.Errorf("viz: %s: logit lens layer %d has %d probabilities and %d pieces, want %d (one per token)", name, l, len(row), len(lens.Piece[l]), t)
@@ -41,33 +51,55 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 		for i, v := range row {
 			z[i] = float64(v)
 		}
-		g.z, g.rows = append(g.z, z), append(g.rows, layerName(l))
+		layersUp.z, layersUp.rows = append(layersUp.z, z), append(layersUp.rows, layerName(l))
+		across.cols = append(across.cols, layerName(l))
+		texts[l] = slices.Clone(lens.Piece[l]) // cut below; the trace keeps its own
+	}
+	for i := range t {
+		row := make([]float64, layers)
+		for l := range layers {
+			row[l] = layersUp.z[l][i]
+		}
+		across.z = append(across.z, row)
 	}
 	sc := sequential(0, 1)
 	title := "Logit lens: top next-token prediction and its probability"
-	// Cells wide enough for a token name, narrower (unannotated) for long
-	// prompts so the figure stays a readable size.
-	cellW := cellSize(t, 1600, 10, 46, maxWidth-barWidth-90)
-	if cellW < 16 {
+	const rowH = 18
+	nameable := measured(minText).Width("·ab…") + 2 // a cut name's two letters
+	g, cellW, cellH, extra := layersUp, cellSize(t, 1600, 10, 46, maxWidth-barWidth-90), vg.Length(rowH), vg.Length(barWidth+90)
+	if cellW < nameable {
+		ext := labelMargin(positions) + barWidth + 30
+		g, cellW, cellH, extra = across, cellSize(layers, 360, 10, 72, maxWidth-ext), min(rowH, maxSpan/vg.Length(t)), ext
+		texts = transpose(texts)
+	}
+	named := cellW >= nameable && cellH >= labelGap
+	if !named {
 		title += " (too many positions to name the tokens: tr.Lens has them)"
 	}
-	p := heatPlot(title, g, sc, cellW, 18)
-	if cellW >= 16 {
-		size := vg.Length(7)
-		if cellW < 24 {
-			size = 6
-		}
-		texts := make([][]string, len(lens.Piece))
-		for l, row := range lens.Piece {
-			for _, piece := range row {
-				texts[l] = append(texts[l], cellText(piece, size, cellW-2))
+	p := heatPlot(title, g, sc, cellW, cellH)
+	if named {
+		for _, row := range texts {
+			for i, piece := range row {
+				row[i] = cellText(piece, minText, cellW-2)
 			}
 		}
-		if err := annotate(p, g, sc, texts, size); err != nil {
+		if err := annotate(p, g, sc, texts, minText); err != nil {
 			return nil, fmt.Errorf("viz: %s: %w", name, err)
 		}
 	}
-	return newFigure(title, vg.Length(t)*cellW+barWidth+90, vg.Length(len(g.rows))*18+xLabelRoom(g.cols, cellW)+60, withBar(p, barPlot(sc, "probability"))), nil
+	return newFigure(title, vg.Length(len(g.cols))*cellW+extra, vg.Length(len(g.rows))*cellH+xLabelRoom(g.cols, cellW)+60, withBar(p, barPlot(sc, "probability"))), nil
+}
+
+// transpose is s with rows and columns swapped, in new slices.
+func transpose(s [][]string) [][]string {
+	out := make([][]string, len(s[0]))
+	for i := range out {
+		out[i] = make([]string, len(s))
+		for j := range s {
+			out[i][j] = s[j][i]
+		}
+	}
+	return out
 }
 
 // cellNumbers writes every value of z with one number of decimals, the
@@ -79,7 +111,7 @@ func LogitLens(tr *trace.Trace) (*Figure, error) {
 // had put "0.2" beside "0.19" and "0.0037" beside "0.98". nil when neither
 // fits every cell: a number is never cut ("-0.0…" reads as 0).
 func cellNumbers(z [][]float64, width vg.Length) [][]string {
-	sty := measured(7)
+	sty := measured(minText)
 	decimals := 0
 	if top := maxAbs(z); top > 0 {
 		top, _ = strconv.ParseFloat(strconv.FormatFloat(top, 'g', 2, 64), 64) // 0.996 is 1.0
@@ -150,7 +182,7 @@ func resultScale(z [][]float64) scale {
 // PatchingHeatmap draws an activation-patching result: result[row][col],
 // rows (usually layers) stacked upward from row 0, columns (usually
 // positions) across, on a blue-white-red scale centred on zero (white to
-// blue from 0 when no value is negative), each cell with its value where
+// red from 0 when no value is negative), each cell with its value where
 // cells have room. Rows labelled as LayerLabels are
 // named "layer", and then columns "head" (HeadLabels) or "position". The
 // colour bar is labelled barLabel (at most one: what the values are, in a
@@ -197,7 +229,7 @@ func PatchingHeatmap(result [][]float64, rowLabels, colLabels []string, title st
 	cellH := rowHeight(cellW, len(result))
 	p := heatPlot(title, g, sc, cellW, cellH)
 	if texts := cellNumbers(result, cellW-2); cellH >= 12 && texts != nil {
-		if err := annotate(p, g, sc, texts, 7); err != nil {
+		if err := annotate(p, g, sc, texts, minText); err != nil {
 			return nil, fmt.Errorf("viz: %s: %w", name, err)
 		}
 	}

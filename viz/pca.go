@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"gonum.org/v1/gonum/mat"
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
@@ -126,16 +127,8 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		at = append(at, plotter.XY{X: proj.At(last*n+i, 0), Y: proj.At(last*n+i, 1)})
 		texts = append(texts, label(pieceAt(tr, kept[i])))
 	}
-	tokens, err := plotter.NewLabels(plotter.XYLabels{XYs: at, Labels: texts})
-	if err != nil {
-		return nil, fmt.Errorf("viz: %s: %w", name, err)
-	}
-	for i := range tokens.TextStyle {
-		tokens.TextStyle[i] = text.Style{Color: color.Gray{60}, Font: font.From(sans, 7), XAlign: draw.XLeft,
-			YAlign: draw.YCenter, Handler: p.TextHandler}
-		tokens.Offset = vg.Point{X: 4}
-	}
-	p.Add(tokens)
+	p.Add(spacedLabels{at: at, texts: texts, offset: 4,
+		style: text.Style{Color: color.Gray{60}, Font: font.From(sans, minText), XAlign: draw.XLeft, YAlign: draw.YCenter, Handler: p.TextHandler}})
 	entries := stages
 	if len(names) > 1 { // one stage has no lines between layers
 		legend.Add(pathName, pathLine)
@@ -154,6 +147,33 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		p.Draw(draw.Crop(c, 0, -legendW, 0, 0))
 		legend.Draw(draw.Crop(c, c.Max.X-c.Min.X-legendW+8, 0, 0, -8))
 	}), nil
+}
+
+// spacedLabels writes each text just right of its point, in order,
+// leaving out any that would overlap one already written: at 64 tokens
+// PCA's labels had piled into one another unreadably.
+type spacedLabels struct {
+	at     plotter.XYs
+	texts  []string
+	style  text.Style
+	offset vg.Length
+}
+
+func (l spacedLabels) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	var placed []vg.Rectangle
+	for i, xy := range l.at {
+		at := vg.Point{X: trX(xy.X) + l.offset, Y: trY(xy.Y)}
+		w, h := l.style.Width(l.texts[i]), l.style.Height(l.texts[i])
+		r := vg.Rectangle{Min: vg.Point{X: at.X, Y: at.Y - h/2}, Max: vg.Point{X: at.X + w, Y: at.Y + h/2}}
+		if slices.ContainsFunc(placed, func(q vg.Rectangle) bool {
+			return r.Min.X < q.Max.X && q.Min.X < r.Max.X && r.Min.Y < q.Max.Y && q.Min.Y < r.Max.Y
+		}) {
+			continue
+		}
+		placed = append(placed, r)
+		c.FillText(l.style, at, l.texts[i])
+	}
 }
 
 // pathName names, in PCA's legend, the grey lines joining each position's

@@ -204,7 +204,9 @@ func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
 	}
 	np := newPlot("per-position norm")
 	np.X.Label.Text, np.Y.Label.Text = "position", "L2 norm"
-	for i, what := range []string{"K norm", "V norm"} {
+	names := []string{"K norm", "V norm"}
+	var paths []plotter.XYs
+	for i, what := range names {
 		var xy plotter.XYs
 		for p, v := range norms[i] {
 			xy = append(xy, plotter.XY{X: float64(p), Y: v})
@@ -216,14 +218,16 @@ func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
 		line.Color, points.Color = seriesColors[i], seriesColors[i]
 		np.Add(line, points)
 		np.Legend.Add(what, line, points)
+		paths = append(paths, xy)
 	}
-	np.Legend.Top = true
-	np.Y.Min, np.Y.Max = 0, 1.2*max(floats.Max(norms[0]), floats.Max(norms[1])) // headroom for the legend
+	// Headroom for the legend, in the corner the lines cross least: at 1.2
+	// times the largest norm it sat on the K line.
+	np.Y.Min, np.Y.Max = 0, 1.45*max(floats.Max(norms[0]), floats.Max(norms[1]))
 	normW := max(2*heatW, vg.Length(keys)*cellSize(keys, 700, 6, 24, maxWidth-100)+100)
 	normCell := (normW - 100) / vg.Length(keys)
 	if upright(labels, normCell) {
-		np.X.Tick.Marker = nominal(labels, false, normCell, 9)
-		np.X.Label.Text = withNote(np.X.Label.Text, everyNth(labelStep(normCell, 9), ""))
+		np.X.Tick.Marker = nominal(labels, false, normCell, labelGap)
+		np.X.Label.Text = withNote(np.X.Label.Text, everyNth(labelStep(normCell, labelGap), ""))
 		np.X.Tick.Label.Rotation = math.Pi / 2
 		np.X.Tick.Label.XAlign, np.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
 	} else {
@@ -237,6 +241,6 @@ func KVCache(tr *trace.Trace, layer, kvHead int) (*Figure, error) {
 		half := (top.Max.X - top.Min.X) / 2
 		panels[0](draw.Crop(top, 0, -half, 0, 0))
 		panels[1](draw.Crop(top, half, 0, 0, 0))
-		np.Draw(draw.Crop(c, 0, 0, 0, -(30 + heatH)))
+		legendInCorner(np, names, paths)(draw.Crop(c, 0, 0, 0, -(30 + heatH)))
 	}), nil
 }

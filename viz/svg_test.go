@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,7 +223,7 @@ func TestAnnotationsContrastWithEveryCell(t *testing.T) {
 }
 
 func TestColumnLabelsStandUprightOnlyWhenLevelOnesCollide(t *testing.T) {
-	require.False(t, upright([]string{"<|endoftext|>", " x", " :=", " a"}, 32), "one long label between short ones fits")
+	require.False(t, upright([]string{"<|endoftext|>", " x", " :=", " a"}, 44), "one long label between short ones fits")
 	require.True(t, upright([]string{"<|endoftext|>", "func", " add"}, 20))
 	require.False(t, upright([]string{"10", "11", "12"}, 2), "numbers stay level, thinned")
 	require.True(t, collide([]string{"10", "11", "12"}, 2))
@@ -263,12 +264,14 @@ document.getElementById('out').textContent = 'spaced=' + spaced.length + ' bad='
 	require.Contains(t, svg, ">·(</text>")
 }
 
-// The lens names its top token in every cell up to 35 tokens, each name cut
-// to its cell but to no fewer than two letters; at 19 tokens it named none
-// (its cells were under 30 points).
-func TestLogitLensNamesTokensInEveryCellUpTo35Tokens(t *testing.T) {
+// The logit lens names its prediction in every cell, at minText and
+// within the cell, up to 64 tokens and beyond: a short prompt runs across,
+// a long one turns (positions down, layers across) rather than cutting its
+// names to "Co…" at 7 pixels, as notebook 03 did at 30 tokens. Only past
+// what fits down the page do the cells go unnamed, and the title says so.
+func TestLogitLensNamesTokensInEveryCell(t *testing.T) {
 	m := synthModel(t)
-	for _, n := range []int{12, 19, 30, 35, 36} {
+	for _, n := range []int{12, 19, 30, 35, 36, 64, 150} {
 		tokens := make([]int32, n)
 		for i := range tokens {
 			tokens[i] = int32(1 + 37*i%1500)
@@ -277,29 +280,49 @@ func TestLogitLensNamesTokensInEveryCellUpTo35Tokens(t *testing.T) {
 		fig := must(LogitLens(tr))
 		var rec recorder.Canvas
 		fig.paint(&rec)
-		cells, says := 0, false
-		cellW := (fig.Width - barWidth - 90) / vg.Length(n) // LogitLens's layout
+		says := false
+		type cell struct {
+			centre, width vg.Length
+			text          string
+		}
+		rows := map[vg.Length][]cell{}
 		for _, a := range rec.Actions {
 			s, ok := a.(*recorder.FillString)
-			if ok && strings.Contains(s.String, "too many positions to name the tokens") {
+			if !ok {
+				continue
+			}
+			if strings.Contains(s.String, "too many positions to name the tokens") {
 				says = true
 			}
-			if !ok || s.Font.Size > 7 {
-				continue // titles and ticks: 8 points and more
+			require.GreaterOrEqual(t, float64(s.Font.Size), float64(minText), "%d tokens: %q", n, s.String)
+			if s.Font.Size > minText {
+				continue // titles and ticks
 			}
-			cells++
 			width := text.Style{Font: s.Font, Handler: plot.DefaultTextHandler}.Width(s.String)
-			require.LessOrEqual(t, float64(width), float64(cellW), "%d tokens: %q fits its cell", n, s.String)
+			rows[s.Point.Y] = append(rows[s.Point.Y], cell{s.Point.X + width/2, width, s.String})
 			if shown, cut := strings.CutSuffix(s.String, "…"); cut {
 				require.GreaterOrEqual(t, utf8.RuneCountInString(strings.TrimSpace(shown)), 2, "%d tokens: %q shows two letters", n, s.String)
 			}
 		}
-		require.Equal(t, n > 35, says, "%d tokens: the title says whether the cells name their tokens", n)
-		if n > 35 {
-			require.Zero(t, cells, "%d tokens: cells too narrow to name", n)
+		cells := 0
+		for _, row := range rows {
+			slices.SortFunc(row, func(a, b cell) int { return int(a.centre - b.centre) })
+			for i := 1; i < len(row); i++ {
+				pitch := row[i].centre - row[i-1].centre
+				require.LessOrEqual(t, float64(max(row[i].width, row[i-1].width)), float64(pitch), "%d tokens: %q and %q fit their cells", n, row[i-1].text, row[i].text)
+			}
+			cells += len(row)
+		}
+		named := n <= 64
+		require.Equal(t, !named, says, "%d tokens: the title says whether the cells name their tokens", n)
+		if !named {
+			require.Zero(t, cells, "%d tokens: cells too small to name", n)
 			continue
 		}
 		require.Equal(t, m.Layers*n, cells, "%d tokens: a name in every cell", n)
+		if n == 64 {
+			require.Greater(t, fig.Height, fig.Width, "64 tokens run down the page")
+		}
 	}
 }
 
@@ -317,7 +340,7 @@ func TestHeatmapNumbersAreNeverCut(t *testing.T) {
 		fig.paint(&rec)
 		numbers := 0
 		for _, a := range rec.Actions {
-			if s, ok := a.(*recorder.FillString); ok && s.Font.Size == 7 {
+			if s, ok := a.(*recorder.FillString); ok && s.Font.Size == minText {
 				_, err := strconv.ParseFloat(s.String, 64)
 				require.NoError(t, err, "%d heads: %q is a whole number", heads, s.String)
 				numbers++
@@ -333,14 +356,14 @@ func TestHeatmapNumbersAreNeverCut(t *testing.T) {
 	fig.paint(&rec)
 	var got []string
 	for _, a := range rec.Actions {
-		if s, ok := a.(*recorder.FillString); ok && s.Font.Size == 7 {
+		if s, ok := a.(*recorder.FillString); ok && s.Font.Size == minText {
 			got = append(got, s.String)
 		}
 	}
 	require.ElementsMatch(t, []string{"1.0", "0", "0.5", "0", "0.2", "0", "-0.8", "0.1"}, got)
 }
 
-// A result with nothing below 0 runs white to blue from 0; one with negative
+// A result with nothing below 0 runs white to red from 0; one with negative
 // values is centred on 0. Either way 0 is the palest colour.
 func TestResultScalesMakeZeroPale(t *testing.T) {
 	pos := resultScale([][]float64{{0.05, 0.2}, {0.1, math.NaN()}})

@@ -97,17 +97,13 @@ func colorScale(lo, hi float64, given []ColorScale) (ColorScale, error) {
 }
 
 // valueColor is white at 0 fading to red (positive) or blue (negative,
-// on a signed scale; white on another) at |v| = lim.
+// on a signed scale; white on another) at |v| = lim: shade's colours.
 func valueColor(v, lim float64, signed bool) string {
 	if !signed {
 		v = math.Max(v, 0)
 	}
-	t := math.Min(math.Abs(v)/lim, 1)
-	fade := func(c float64) int { return int(math.Round(255 - t*(255-c))) }
-	if v < 0 && signed {
-		return fmt.Sprintf("rgb(%d,%d,%d)", fade(33), fade(102), fade(172))
-	}
-	return fmt.Sprintf("rgb(%d,%d,%d)", fade(178), fade(24), fade(43))
+	c := shade(v / lim)
+	return fmt.Sprintf("rgb(%d,%d,%d)", c.R, c.G, c.B)
 }
 
 // TokenLoss colours each token of a trace by the loss of predicting it
