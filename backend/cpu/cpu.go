@@ -85,6 +85,9 @@ type matrix struct {
 	w *model.Weight
 	// f32 views the data directly when it is already float32.
 	f32 []float32
+	// int8 is the weight packed for the int8 GEMM (gemm8.go), made once.
+	int8Once sync.Once
+	int8     *int8Packed
 }
 
 func (m *matrix) Rows() int { return m.w.Rows }

@@ -2,9 +2,11 @@ package cpu
 
 import (
 	"slices"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/gguf"
 )
 
 // The int8 GEMM, for fast precision on processors with AVX-512 VNNI: the
@@ -93,22 +95,79 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []backend.Proj) {
 		s.quantizeX(q, xs, rows, cols)
 		quantized = append(quantized, block)
 	}
-	groups := gemmGroups(outs, i8Rows)
 	if len(s.int8) < s.b.threads {
 		s.int8 = make([]int8Scratch, s.b.threads)
 	}
+	for _, p := range outs {
+		s.packInt8(p.W.(*matrix))
+	}
+	groups := gemmGroups(outs, i8Rows)
 	s.workers(len(groups), func(worker, lo, hi int) {
 		sc := &s.int8[worker]
 		for _, g := range groups[lo:hi] {
 			m := g.p.W.(*matrix)
-			sc.run(m, g.c0, g.c1, s.int8x[m.w.Format.CodeBlock], rows, cols, g.p)
+			x := s.int8x[m.w.Format.CodeBlock]
+			nb := cols / x.block
+			var w []byte
+			var wsc []float32
+			if pk := m.int8; pk != nil {
+				gi := g.c0 / i8Rows
+				w, wsc = pk.w[gi*i8Rows*cols:(gi+1)*i8Rows*cols], pk.wsc[gi*nb*2*i8Rows:(gi+1)*nb*2*i8Rows]
+			} else {
+				sc.w, sc.wsc = growBytes(sc.w, i8Rows*cols), grow(sc.wsc, nb*2*i8Rows)
+				sc.packWeights(m, g.c0, g.c1, nb, sc.w, sc.wsc)
+				w, wsc = sc.w, sc.wsc
+			}
+			sc.run(w, wsc, g.c0, g.c1, x, rows, cols, g.p)
 		}
 	})
 }
 
-// run writes outputs c0..c1 (at most i8Rows) of p for every row of x.
-func (sc *int8Scratch) run(m *matrix, c0, c1 int, x *int8X, rows, cols int, p backend.Proj) {
-	f, n, nb := m.w.Format, c1-c0, cols/x.block
+// int8Packed is a weight as the int8 kernel reads it, made on its first
+// fast product and kept: decoding and interleaving it again on every
+// product took more time than the kernel itself (a tiny-qwen3 Q8_0 prefill
+// at T=64: 22% of its time in q8Codes and the interleaving, 19% in the
+// kernel). It takes a byte a weight and 8 bytes a code block (1.25 bytes a
+// weight in blocks of 32, 1.5 in Q6_K's 16); Q1_0_g128 and TQ2_0_g128 are
+// decoded on every product instead, their codes being 8 and 4 times their
+// file's size.
+type int8Packed struct {
+	w   []byte    // group g (rows i8Rows*g on) at g*i8Rows*cols
+	wsc []float32 // group g at g*blocks*2*i8Rows
+}
+
+// packInt8 makes m.int8 once for the formats kept packed, its groups on
+// the stream's threads; another stream's product of m waits for it. A
+// fault reading the weights leaves m.int8 nil (decoded per product).
+func (s *stream) packInt8(m *matrix) {
+	switch m.w.Type() {
+	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
+	default:
+		return
+	}
+	m.int8Once.Do(func() {
+		cols, nb := m.w.Cols, m.w.Cols/m.w.Format.CodeBlock
+		groups := (m.w.Rows + i8Rows - 1) / i8Rows
+		p := &int8Packed{w: make([]byte, groups*i8Rows*cols), wsc: make([]float32, groups*nb*2*i8Rows)}
+		var done atomic.Int64
+		s.workers(groups, func(worker, lo, hi int) {
+			for g := lo; g < hi; g++ {
+				s.int8[worker].packWeights(m, g*i8Rows, min((g+1)*i8Rows, m.w.Rows), nb,
+					p.w[g*i8Rows*cols:(g+1)*i8Rows*cols], p.wsc[g*nb*2*i8Rows:(g+1)*nb*2*i8Rows])
+				done.Add(1)
+			}
+		})
+		if done.Load() == int64(groups) {
+			m.int8 = p
+		}
+	})
+}
+
+// packWeights decodes outputs c0..c1 (at most i8Rows) of m into the
+// kernel's layout: w (i8Rows*cols bytes) and wsc (blocks*2*i8Rows), rows
+// past c1 zero.
+func (sc *int8Scratch) packWeights(m *matrix, c0, c1, nb int, w []byte, wsc []float32) {
+	f, n, cols := m.w.Format, c1-c0, m.w.Cols
 	sc.codes = growBytes(sc.codes, i8Rows*cols)
 	sc.scale, sc.offset = grow(sc.scale, i8Rows*nb), grow(sc.offset, i8Rows*nb)
 	rowBytes := len(m.w.Data) / m.w.Rows
@@ -117,42 +176,46 @@ func (sc *int8Scratch) run(m *matrix, c0, c1 int, x *int8X, rows, cols int, p ba
 	clear(sc.scale[n*nb:])
 	clear(sc.offset[n*nb:])
 	// Interleave four k at a time: the kernel loads a step's 32 rows at once.
-	sc.w = growBytes(sc.w, i8Rows*cols)
 	steps := cols / 4
 	whole := steps &^ 15
 	for s0 := 0; s0 < whole; s0 += 16 {
-		transpose16(sc.w[s0*4*i8Rows:], sc.codes[s0*4:], cols, 4*i8Rows)
-		transpose16(sc.w[s0*4*i8Rows+64:], sc.codes[16*cols+s0*4:], cols, 4*i8Rows)
+		transpose16(w[s0*4*i8Rows:], sc.codes[s0*4:], cols, 4*i8Rows)
+		transpose16(w[s0*4*i8Rows+64:], sc.codes[16*cols+s0*4:], cols, 4*i8Rows)
 	}
 	src := unsafe.Slice((*uint32)(unsafe.Pointer(&sc.codes[0])), i8Rows*steps)
-	dst := unsafe.Slice((*uint32)(unsafe.Pointer(&sc.w[0])), i8Rows*steps)
+	dst := unsafe.Slice((*uint32)(unsafe.Pointer(&w[0])), i8Rows*steps)
 	for r := range i8Rows {
 		for st := whole; st < steps; st++ {
 			dst[st*i8Rows+r] = src[r*steps+st]
 		}
 	}
-	sc.wsc = grow(sc.wsc, nb*2*i8Rows)
 	wholeBlocks := nb &^ 15
 	for b0 := 0; b0 < wholeBlocks; b0 += 16 {
 		for half := range 2 {
-			wsc := sc.wsc[b0*2*i8Rows+16*half:]
-			transpose16(asBytes(wsc), asBytes(sc.scale[16*half*nb+b0:]), 4*nb, 8*i8Rows)
-			transpose16(asBytes(wsc[i8Rows:]), asBytes(sc.offset[16*half*nb+b0:]), 4*nb, 8*i8Rows)
+			ws := wsc[b0*2*i8Rows+16*half:]
+			transpose16(asBytes(ws), asBytes(sc.scale[16*half*nb+b0:]), 4*nb, 8*i8Rows)
+			transpose16(asBytes(ws[i8Rows:]), asBytes(sc.offset[16*half*nb+b0:]), 4*nb, 8*i8Rows)
 		}
 	}
 	for r := range i8Rows {
 		for b := wholeBlocks; b < nb; b++ {
-			sc.wsc[b*2*i8Rows+r] = sc.scale[r*nb+b]
-			sc.wsc[b*2*i8Rows+i8Rows+r] = sc.offset[r*nb+b]
+			wsc[b*2*i8Rows+r] = sc.scale[r*nb+b]
+			wsc[b*2*i8Rows+i8Rows+r] = sc.offset[r*nb+b]
 		}
 	}
-	out, width := data(p.Dst), m.w.Rows
+}
+
+// run writes outputs c0..c1 (at most i8Rows) of p for every row of x, from
+// the weights packed by packWeights.
+func (sc *int8Scratch) run(w []byte, wsc []float32, c0, c1 int, x *int8X, rows, cols int, p backend.Proj) {
+	n, nb := c1-c0, cols/x.block
+	out, width := data(p.Dst), p.W.Rows()
 	var bias []float32
 	if p.Bias != nil {
 		bias = data(p.Bias)[c0:c1]
 	}
 	for t0 := 0; t0 < rows; t0 += i8XRows {
-		gemmI8x32x6(&sc.w[0], &sc.wsc[0], &x.q[t0*cols], cols, &x.sc[t0*2], x.rowsPad*8, nb, x.block/4, &sc.tile)
+		gemmI8x32x6(&w[0], &wsc[0], &x.q[t0*cols], cols, &x.sc[t0*2], x.rowsPad*8, nb, x.block/4, &sc.tile)
 		for r := range min(i8XRows, rows-t0) {
 			o := out[(t0+r)*width+c0 : (t0+r)*width+c1]
 			copy(o, sc.tile[r*i8Rows:r*i8Rows+n])

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -195,4 +196,68 @@ func TestInt8GEMMKeepsNaN(t *testing.T) {
 		}
 	}
 	require.NoError(t, st.Sync())
+}
+
+// Streams of one backend multiplying a weight for the first time together
+// (each would pack it) get the bits one stream gets alone, and the weight
+// is packed once.
+func TestInt8GEMMPacksOnceAcrossStreams(t *testing.T) {
+	if !hasInt8GEMM {
+		t.Skip("this CPU has no AVX-512 VNNI (or is not amd64): the int8 GEMM is not used")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	const rows, cols, n = 20, 512, 70
+	for _, typ := range []gguf.Type{gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K} {
+		t.Run(typ.String(), func(t *testing.T) {
+			f, err := quant.For(typ)
+			require.NoError(t, err)
+			src := make([]float32, n*cols)
+			for i := range src {
+				src[i] = float32(r.NormFloat64())
+			}
+			raw := make([]byte, n*cols/f.BlockSize*f.BlockBytes)
+			f.Quantize(raw, src)
+			xs := make([]float32, rows*cols)
+			for i := range xs {
+				xs[i] = float32(r.NormFloat64())
+			}
+			product := func(b *Backend, m backend.Matrix) ([]float32, error) {
+				st := b.NewStream()
+				st.SetPrecision(backend.PrecisionFast)
+				y, err := st.Alloc("y", rows*n)
+				if err != nil {
+					return nil, err
+				}
+				x, err := st.Alloc("x", rows*cols)
+				if err != nil {
+					return nil, err
+				}
+				st.Write(x, 0, xs)
+				st.MatMul(x, rows, backend.Proj{W: m, Dst: y})
+				got := make([]float32, rows*n)
+				return got, st.Read(y, 0, got)
+			}
+			upload := func(b *Backend) backend.Matrix {
+				m, err := b.Upload(&model.Weight{Name: "w", Rows: n, Cols: cols, Format: f, Data: raw})
+				require.NoError(t, err)
+				return m
+			}
+			alone := New(2)
+			want, err := product(alone, upload(alone))
+			require.NoError(t, err)
+			b := New(2)
+			m := upload(b)
+			results, errs := make([][]float32, 4), make([]error, 4)
+			var wg sync.WaitGroup
+			for i := range results {
+				wg.Go(func() { results[i], errs[i] = product(b, m) })
+			}
+			wg.Wait()
+			for i, got := range results {
+				require.NoError(t, errs[i])
+				require.Equal(t, want, got, "stream %d", i)
+			}
+			require.NotNil(t, m.(*matrix).int8, "the weight is kept packed")
+		})
+	}
 }
