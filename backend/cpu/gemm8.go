@@ -108,17 +108,14 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []backend.Proj) {
 			m := g.p.W.(*matrix)
 			x := s.int8x[m.w.Format.CodeBlock]
 			nb := cols / x.block
-			var w []byte
-			var wsc []float32
 			if pk := m.int8; pk != nil {
-				gi := g.c0 / i8Rows
-				w, wsc = pk.w[gi*i8Rows*cols:(gi+1)*i8Rows*cols], pk.wsc[gi*nb*2*i8Rows:(gi+1)*nb*2*i8Rows]
-			} else {
-				sc.w, sc.wsc = growBytes(sc.w, i8Rows*cols), grow(sc.wsc, nb*2*i8Rows)
-				sc.packWeights(m, g.c0, g.c1, nb, sc.w, sc.wsc)
-				w, wsc = sc.w, sc.wsc
+				gi, size := g.c0/i8Rows, pk.groupBytes(cols)
+				sc.run(pk.w[gi*size:(gi+1)*size], pk.wsc[gi*nb*2*i8Rows:(gi+1)*nb*2*i8Rows], pk.nibbles, g.c0, g.c1, x, rows, cols, g.p)
+				continue
 			}
-			sc.run(w, wsc, g.c0, g.c1, x, rows, cols, g.p)
+			sc.w, sc.wsc = growBytes(sc.w, i8Rows*cols), grow(sc.wsc, nb*2*i8Rows)
+			sc.packWeights(m, g.c0, g.c1, nb, sc.w, sc.wsc)
+			sc.run(sc.w, sc.wsc, false, g.c0, g.c1, x, rows, cols, g.p)
 		}
 	})
 }
@@ -127,33 +124,61 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []backend.Proj) {
 // fast product and kept: decoding and interleaving it again on every
 // product took more time than the kernel itself (a tiny-qwen3 Q8_0 prefill
 // at T=64: 22% of its time in q8Codes and the interleaving, 19% in the
-// kernel). It takes a byte a weight and 8 bytes a code block (1.25 bytes a
-// weight in blocks of 32, 1.5 in Q6_K's 16); Q1_0_g128 and TQ2_0_g128 are
-// decoded on every product instead, their codes being 8 and 4 times their
-// file's size.
+// kernel). Its codes take a byte a weight, half a byte in the 4-bit
+// formats, and its scales 8 bytes a code block: a Q8_0 weight 1.25 bytes
+// (1.06 in the file), Q4_0 and Q4_K 0.75 (0.56), Q5_K 1.25 (0.69), Q6_K
+// 1.5 (0.82). Q1_0_g128 and TQ2_0_g128 are decoded on every product
+// instead, their codes being 8 and 4 times their file's size.
 type int8Packed struct {
-	w   []byte    // group g (rows i8Rows*g on) at g*i8Rows*cols
-	wsc []float32 // group g at g*blocks*2*i8Rows
+	nibbles bool      // codes two to a byte, for gemmI4x32x6
+	w       []byte    // group g (rows i8Rows*g on) at g*groupBytes
+	wsc     []float32 // group g at g*blocks*2*i8Rows
+}
+
+// groupBytes is the size of a group's codes.
+func (p *int8Packed) groupBytes(cols int) int {
+	if p.nibbles {
+		return i8Rows * cols / 2
+	}
+	return i8Rows * cols
 }
 
 // packInt8 makes m.int8 once for the formats kept packed, its groups on
 // the stream's threads; another stream's product of m waits for it. A
 // fault reading the weights leaves m.int8 nil (decoded per product).
 func (s *stream) packInt8(m *matrix) {
+	var nibbles bool
 	switch m.w.Type() {
-	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
+	case gguf.Q4_0, gguf.Q4_K:
+		nibbles = true
+	case gguf.Q8_0, gguf.Q5_K, gguf.Q6_K:
 	default:
 		return
 	}
 	m.int8Once.Do(func() {
+		p := &int8Packed{nibbles: nibbles}
 		cols, nb := m.w.Cols, m.w.Cols/m.w.Format.CodeBlock
-		groups := (m.w.Rows + i8Rows - 1) / i8Rows
-		p := &int8Packed{w: make([]byte, groups*i8Rows*cols), wsc: make([]float32, groups*nb*2*i8Rows)}
+		groups, size := (m.w.Rows+i8Rows-1)/i8Rows, p.groupBytes(cols)
+		p.w, p.wsc = make([]byte, groups*size), make([]float32, groups*nb*2*i8Rows)
 		var done atomic.Int64
 		s.workers(groups, func(worker, lo, hi int) {
+			sc := &s.int8[worker]
 			for g := lo; g < hi; g++ {
-				s.int8[worker].packWeights(m, g*i8Rows, min((g+1)*i8Rows, m.w.Rows), nb,
-					p.w[g*i8Rows*cols:(g+1)*i8Rows*cols], p.wsc[g*nb*2*i8Rows:(g+1)*nb*2*i8Rows])
+				w, wsc := p.w[g*size:(g+1)*size], p.wsc[g*nb*2*i8Rows:(g+1)*nb*2*i8Rows]
+				if !p.nibbles {
+					sc.packWeights(m, g*i8Rows, min((g+1)*i8Rows, m.w.Rows), nb, w, wsc)
+					done.Add(1)
+					continue
+				}
+				sc.w = growBytes(sc.w, i8Rows*cols)
+				sc.packWeights(m, g*i8Rows, min((g+1)*i8Rows, m.w.Rows), nb, sc.w, wsc)
+				// A step's 128 codes into 64 bytes: rows 0-15 low, 16-31 high.
+				for st := range cols / 4 {
+					lo, hi := sc.w[st*128:st*128+64], sc.w[st*128+64:st*128+128]
+					for i, c := range lo {
+						w[st*64+i] = c | hi[i]<<4
+					}
+				}
 				done.Add(1)
 			}
 		})
@@ -206,8 +231,12 @@ func (sc *int8Scratch) packWeights(m *matrix, c0, c1, nb int, w []byte, wsc []fl
 }
 
 // run writes outputs c0..c1 (at most i8Rows) of p for every row of x, from
-// the weights packed by packWeights.
-func (sc *int8Scratch) run(w []byte, wsc []float32, c0, c1 int, x *int8X, rows, cols int, p backend.Proj) {
+// the weights packed by packWeights (two codes a byte with nibbles).
+func (sc *int8Scratch) run(w []byte, wsc []float32, nibbles bool, c0, c1 int, x *int8X, rows, cols int, p backend.Proj) {
+	kernel := gemmI8x32x6
+	if nibbles {
+		kernel = gemmI4x32x6
+	}
 	n, nb := c1-c0, cols/x.block
 	out, width := data(p.Dst), p.W.Rows()
 	var bias []float32
@@ -215,7 +244,7 @@ func (sc *int8Scratch) run(w []byte, wsc []float32, c0, c1 int, x *int8X, rows, 
 		bias = data(p.Bias)[c0:c1]
 	}
 	for t0 := 0; t0 < rows; t0 += i8XRows {
-		gemmI8x32x6(&w[0], &wsc[0], &x.q[t0*cols], cols, &x.sc[t0*2], x.rowsPad*8, nb, x.block/4, &sc.tile)
+		kernel(&w[0], &wsc[0], &x.q[t0*cols], cols, &x.sc[t0*2], x.rowsPad*8, nb, x.block/4, &sc.tile)
 		for r := range min(i8XRows, rows-t0) {
 			o := out[(t0+r)*width+c0 : (t0+r)*width+c1]
 			copy(o, sc.tile[r*i8Rows:r*i8Rows+n])

@@ -9,6 +9,9 @@ var hasInt8GEMM = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512
 func gemmI8x32x6(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32)
 
 //go:noescape
+func gemmI4x32x6(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32)
+
+//go:noescape
 func interleave16(dst, src *byte, ld, stride int)
 
 //go:noescape

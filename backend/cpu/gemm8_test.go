@@ -139,24 +139,30 @@ func TestInt8GEMMIsTheProductsOfInt8X(t *testing.T) {
 	}
 }
 
-// BenchmarkInt8Kernel runs the int8 kernel alone on data in cache: 32
-// weight rows by 6 rows of x over k = 2048 in blocks of 32 or 128.
+// BenchmarkInt8Kernel runs the int8 kernels alone on data in cache: 32
+// weight rows by 6 rows of x over k = 2048 in blocks of 32 or 128, codes a
+// byte each (gemmI8x32x6) or two a byte (gemmI4x32x6).
 func BenchmarkInt8Kernel(b *testing.B) {
 	if !hasInt8GEMM {
 		b.Skip("no AVX-512 VNNI")
 	}
 	const cols = 2048
-	for _, block := range []int{32, 128} {
-		b.Run(fmt.Sprintf("block=%d", block), func(b *testing.B) {
-			nb := cols / block
-			w, x := make([]byte, i8Rows*cols), make([]int8, i8XRows*cols)
-			wsc, xsc := make([]float32, nb*2*i8Rows), make([]float32, nb*i8XRows*2)
-			var tile [i8XRows * i8Rows]float32
-			for b.Loop() {
-				gemmI8x32x6(&w[0], &wsc[0], &x[0], cols, &xsc[0], i8XRows*8, nb, block/4, &tile)
-			}
-			b.ReportMetric(float64(i8Rows*i8XRows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
-		})
+	for _, kernel := range []struct {
+		name string
+		fn   func(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32)
+	}{{"bytes", gemmI8x32x6}, {"nibbles", gemmI4x32x6}} {
+		for _, block := range []int{32, 128} {
+			b.Run(fmt.Sprintf("%s/block=%d", kernel.name, block), func(b *testing.B) {
+				nb := cols / block
+				w, x := make([]byte, i8Rows*cols), make([]int8, i8XRows*cols)
+				wsc, xsc := make([]float32, nb*2*i8Rows), make([]float32, nb*i8XRows*2)
+				var tile [i8XRows * i8Rows]float32
+				for b.Loop() {
+					kernel.fn(&w[0], &wsc[0], &x[0], cols, &xsc[0], i8XRows*8, nb, block/4, &tile)
+				}
+				b.ReportMetric(float64(i8Rows*i8XRows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+		}
 	}
 }
 

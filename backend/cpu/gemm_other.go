@@ -18,6 +18,10 @@ func gemmI8x32x6(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, b
 	panic("cpu: gemmI8x32x6 has no kernel on this architecture")
 }
 
+func gemmI4x32x6(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32) {
+	panic("cpu: gemmI4x32x6 has no kernel on this architecture")
+}
+
 func interleave16(dst, src *byte, ld, stride int) {
 	panic("cpu: interleave16 has no kernel on this architecture")
 }
