@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"math"
 	"slices"
 	"sync/atomic"
 	"unsafe"
@@ -40,10 +41,15 @@ type int8Scratch struct {
 }
 
 // int8Weights says whether every projection's format has integer codes in
-// blocks the kernels take.
+// blocks the kernels take. The AVX2 kernels take codes of up to 6 bits:
+// Q8_0 multiplies in float32 there.
 func int8Weights(outs []backend.Proj) bool {
 	for _, p := range outs {
-		if f := p.W.(*matrix).w.Format; f.Codes == nil || f.CodeBlock%16 != 0 { // quantizeRow takes 16 at a time
+		f := p.W.(*matrix).w.Format
+		if f.Codes == nil || f.CodeBlock%16 != 0 { // quantizeRow takes 16 at a time
+			return false
+		}
+		if !hasVNNI && f.Type == gguf.Q8_0 {
 			return false
 		}
 	}
@@ -62,9 +68,47 @@ func (s *stream) quantizeX(q *int8X, x []float32, rows, cols int) {
 	}
 	s.parallel(rows, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
+			if !hasInterleave16 {
+				quantizeRowGo(x[r*cols:(r+1)*cols], q.q[r*cols:(r+1)*cols], q.sc[r*2:], q.rowsPad*2, q.block)
+				continue
+			}
 			quantizeRow(&x[r*cols], &q.q[r*cols], &q.sc[r*2], q.rowsPad*8, nb, q.block)
 		}
 	})
+}
+
+// quantizeRowGo is quantizeRow without AVX-512, the same numbers: x*(127/amax)
+// rounded to nearest even as VCVTPS2DQ rounds, its low byte kept, a NaN
+// in a block making its step NaN; the step and step*sum(q) at sc, the next
+// block's scStride floats on.
+func quantizeRowGo(x []float32, q []int8, sc []float32, scStride, block int) {
+	for b := range len(x) / block {
+		xb, qb := x[b*block:(b+1)*block], q[b*block:(b+1)*block]
+		var amax float32
+		nan := false
+		for _, v := range xb {
+			a := float32(math.Abs(float64(v)))
+			nan = nan || a != a
+			amax = max(amax, a)
+		}
+		step, inv := amax/127, float32(0)
+		if nan {
+			step = float32(math.NaN())
+		}
+		if amax != 0 {
+			inv = 127 / amax
+		}
+		var sum int32
+		for i, v := range xb {
+			c := int32(math.MinInt32) // VCVTPS2DQ's answer for NaN and out of range
+			if f := v * inv; f >= math.MinInt32 && f < math.MaxInt32 {
+				c = int32(math.RoundToEven(float64(f)))
+			}
+			qb[i] = int8(c)
+			sum += c
+		}
+		sc[b*scStride], sc[b*scStride+1] = step, float32(sum)*step
+	}
 }
 
 func growBytes[T int8 | byte](b []T, n int) []T {
@@ -244,7 +288,11 @@ func (sc *int8Scratch) run(w []byte, wsc []float32, nibbles bool, c0, c1 int, x 
 		bias = data(p.Bias)[c0:c1]
 	}
 	for t0 := 0; t0 < rows; t0 += i8XRows {
-		kernel(&w[0], &wsc[0], &x.q[t0*cols], cols, &x.sc[t0*2], x.rowsPad*8, nb, x.block/4, &sc.tile)
+		if int8AVX2 {
+			sc.avx2Tile(w, wsc, nibbles, x, t0, cols)
+		} else {
+			kernel(&w[0], &wsc[0], &x.q[t0*cols], cols, &x.sc[t0*2], x.rowsPad*8, nb, x.block/4, &sc.tile)
+		}
 		for r := range min(i8XRows, rows-t0) {
 			o := out[(t0+r)*width+c0 : (t0+r)*width+c1]
 			copy(o, sc.tile[r*i8Rows:r*i8Rows+n])
@@ -255,11 +303,28 @@ func (sc *int8Scratch) run(w []byte, wsc []float32, nibbles bool, c0, c1 int, x 
 	}
 }
 
+// avx2Tile fills the tile as gemmI8x32x6 (or gemmI4x32x6) would, for rows
+// t0 on of x: four AVX2 calls of 16 weight rows by 3 rows of x.
+func (sc *int8Scratch) avx2Tile(w []byte, wsc []float32, nibbles bool, x *int8X, t0, cols int) {
+	nb, steps := cols/x.block, x.block/4
+	for xr := 0; xr < i8XRows; xr += 3 {
+		q, xsc := &x.q[(t0+xr)*cols], &x.sc[(t0+xr)*2]
+		if nibbles {
+			gemmI4lo16x3AVX2(&w[0], &wsc[0], q, cols, xsc, x.rowsPad*8, nb, steps, 64, &sc.tile[xr*i8Rows])
+			gemmI4hi16x3AVX2(&w[0], &wsc[16], q, cols, xsc, x.rowsPad*8, nb, steps, 64, &sc.tile[xr*i8Rows+16])
+			continue
+		}
+		gemmI8x16x3AVX2(&w[0], &wsc[0], q, cols, xsc, x.rowsPad*8, nb, steps, 128, &sc.tile[xr*i8Rows])
+		gemmI8x16x3AVX2(&w[64], &wsc[16], q, cols, xsc, x.rowsPad*8, nb, steps, 128, &sc.tile[xr*i8Rows+16])
+	}
+}
+
 // asBytes is f's memory as bytes.
 func asBytes(f []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
 }
 
 // Int8Products says whether fast precision multiplies quantized weights in
-// int8 on this processor (AVX-512 VNNI); without it, fast is exact.
-func Int8Products() bool { return hasInt8GEMM }
+// int8 on this processor (AVX-512 VNNI, or AVX2 for all but Q8_0); without
+// it, fast is exact.
+func Int8Products() bool { return hasInt8GEMM() }

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/cpu"
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/gguf"
@@ -29,9 +32,10 @@ import (
 //
 // And a row gives the same bits multiplied with other rows.
 func TestInt8GEMMIsTheProductsOfInt8X(t *testing.T) {
-	if !hasInt8GEMM {
-		t.Skip("this CPU has no AVX-512 VNNI (or is not amd64): the int8 GEMM is not used")
-	}
+	eachInt8Kernel(t, testInt8Products)
+}
+
+func testInt8Products(t *testing.T, avx2 bool) {
 	r := rand.New(rand.NewPCG(11, 12))
 	b := New(2)
 	pairs := []struct {
@@ -40,9 +44,13 @@ func TestInt8GEMMIsTheProductsOfInt8X(t *testing.T) {
 	}{
 		{[2]gguf.Type{gguf.Q8_0, gguf.Q4_0}, 800}, {[2]gguf.Type{gguf.Q4_K, gguf.Q6_K}, 768},
 		{[2]gguf.Type{gguf.Q5_K, gguf.Q8_0}, 768}, {[2]gguf.Type{gguf.Q1_0_G128, gguf.TQ2_0_G128}, 768},
+		{[2]gguf.Type{gguf.Q4_0, gguf.Q5_K}, 768},
 	}
 	for _, pc := range pairs {
 		pair, cols := pc.types, pc.cols
+		if avx2 && slices.Contains(pair[:], gguf.Q8_0) {
+			continue // Q8_0 multiplies in float32 without VNNI
+		}
 		for _, rows := range []int{9, 13, 50} {
 			t.Run(fmt.Sprintf("%v+%v/k=%d/rows=%d", pair[0], pair[1], cols, rows), func(t *testing.T) {
 				st := b.NewStream()
@@ -141,16 +149,20 @@ func TestInt8GEMMIsTheProductsOfInt8X(t *testing.T) {
 
 // BenchmarkInt8Kernel runs the int8 kernels alone on data in cache: 32
 // weight rows by 6 rows of x over k = 2048 in blocks of 32 or 128, codes a
-// byte each (gemmI8x32x6) or two a byte (gemmI4x32x6).
+// byte each (gemmI8x32x6) or two a byte (gemmI4x32x6), or a byte each in
+// four calls of the AVX2 kernel.
 func BenchmarkInt8Kernel(b *testing.B) {
-	if !hasInt8GEMM {
+	if !hasInt8GEMM() {
 		b.Skip("no AVX-512 VNNI")
 	}
 	const cols = 2048
 	for _, kernel := range []struct {
 		name string
 		fn   func(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32)
-	}{{"bytes", gemmI8x32x6}, {"nibbles", gemmI4x32x6}} {
+	}{{"bytes", gemmI8x32x6}, {"nibbles", gemmI4x32x6}, {"avx2", avx2Bytes}} {
+		if kernel.name == "avx2" && !(cpu.X86.HasAVX2 && cpu.X86.HasFMA) {
+			continue
+		}
 		for _, block := range []int{32, 128} {
 			b.Run(fmt.Sprintf("%s/block=%d", kernel.name, block), func(b *testing.B) {
 				nb := cols / block
@@ -166,20 +178,38 @@ func BenchmarkInt8Kernel(b *testing.B) {
 	}
 }
 
+// avx2Bytes is gemmI8x32x6 made of gemmI8x16x3AVX2, as avx2Tile calls it.
+func avx2Bytes(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32) {
+	ws, xs := unsafe.Slice(w, 128), unsafe.Slice(x, 4*ldx)
+	wscs, xscs := unsafe.Slice(wsc, 32), unsafe.Slice(xsc, 8)
+	for xr := 0; xr < i8XRows; xr += 3 {
+		for h := range 2 {
+			gemmI8x16x3AVX2(&ws[64*h], &wscs[16*h], &xs[xr*ldx], ldx, &xscs[2*xr], ldxsc, blocks, steps, 128, &out[xr*i8Rows+16*h])
+		}
+	}
+}
+
 // A NaN anywhere in a block of x makes that row's int8 products NaN, as
 // in float32, not a large finite number; the other rows stay finite.
 func TestInt8GEMMKeepsNaN(t *testing.T) {
-	if !hasInt8GEMM {
-		t.Skip("this CPU has no AVX-512 VNNI (or is not amd64): the int8 GEMM is not used")
-	}
-	f, err := quant.For(gguf.Q8_0)
+	eachInt8Kernel(t, func(t *testing.T, avx2 bool) {
+		typ := gguf.Q8_0
+		if avx2 {
+			typ = gguf.Q4_0
+		}
+		testInt8NaN(t, typ)
+	})
+}
+
+func testInt8NaN(t *testing.T, typ gguf.Type) {
+	f, err := quant.For(typ)
 	require.NoError(t, err)
 	const rows, cols, n = 9, 64, 32
 	w := make([]float32, n*cols)
 	for i := range w {
 		w[i] = float32(i%7) - 3
 	}
-	raw := make([]byte, n*cols/32*34)
+	raw := make([]byte, n*cols/f.BlockSize*f.BlockBytes)
 	f.Quantize(raw, w)
 	b := New(2)
 	m, err := b.Upload(&model.Weight{Name: "w", Rows: n, Cols: cols, Format: f, Data: raw})
@@ -208,12 +238,16 @@ func TestInt8GEMMKeepsNaN(t *testing.T) {
 // (each would pack it) get the bits one stream gets alone, and the weight
 // is packed once.
 func TestInt8GEMMPacksOnceAcrossStreams(t *testing.T) {
-	if !hasInt8GEMM {
-		t.Skip("this CPU has no AVX-512 VNNI (or is not amd64): the int8 GEMM is not used")
-	}
+	eachInt8Kernel(t, testPacksOnce)
+}
+
+func testPacksOnce(t *testing.T, avx2 bool) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const rows, cols, n = 20, 512, 70
 	for _, typ := range []gguf.Type{gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K} {
+		if avx2 && typ == gguf.Q8_0 {
+			continue // Q8_0 multiplies in float32 without VNNI
+		}
 		t.Run(typ.String(), func(t *testing.T) {
 			f, err := quant.For(typ)
 			require.NoError(t, err)
@@ -265,5 +299,65 @@ func TestInt8GEMMPacksOnceAcrossStreams(t *testing.T) {
 			}
 			require.NotNil(t, m.(*matrix).int8, "the weight is kept packed")
 		})
+	}
+}
+
+// eachInt8Kernel runs fn with each int8 GEMM this CPU can run: AVX-512
+// VNNI, and AVX2 with the transposes and x's rounding in Go, as on a CPU
+// without AVX-512.
+func eachInt8Kernel(t *testing.T, fn func(t *testing.T, avx2 bool)) {
+	ran := false
+	if hasVNNI {
+		t.Run("vnni", func(t *testing.T) { fn(t, false) })
+		ran = true
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		t.Run("avx2", func(t *testing.T) {
+			vnni, avx2, interleave := hasVNNI, int8AVX2, hasInterleave16
+			hasVNNI, int8AVX2, hasInterleave16 = false, true, false
+			t.Cleanup(func() { hasVNNI, int8AVX2, hasInterleave16 = vnni, avx2, interleave })
+			fn(t, true)
+		})
+		ran = true
+	}
+	if !ran {
+		t.Skip("this CPU has neither AVX-512 VNNI nor AVX2 (or is not amd64): the int8 GEMM is not used")
+	}
+}
+
+// quantizeRowGo, x's rounding on CPUs without AVX-512, gives quantizeRow's
+// bytes and scales bit for bit, in blocks with outliers, of zeros and of
+// ties; a block with a NaN gets a NaN step from both.
+func TestQuantizeRowGoIsQuantizeRow(t *testing.T) {
+	if !hasInterleave16 {
+		t.Skip("quantizeRow is AVX-512 code")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, block := range []int{16, 32, 128} {
+		const blocks = 6
+		x := make([]float32, blocks*block)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * math.Exp(3*r.NormFloat64()))
+		}
+		clear(x[block : 2*block])
+		x[2*block+5] = float32(math.NaN())
+		for i := range block { // steps of 1: every other value a tie, to even
+			x[4*block+i] = float32(i%8) - 3.5
+		}
+		x[4*block] = 127
+		want, got := make([]int8, len(x)), make([]int8, len(x))
+		wsc, gsc := make([]float32, 2*blocks), make([]float32, 2*blocks)
+		quantizeRow(&x[0], &want[0], &wsc[0], 8, blocks, block)
+		quantizeRowGo(x, got, gsc, 2, block)
+		for b := range blocks {
+			if b == 2 { // the NaN's block: its bytes are moot, its step NaN
+				require.True(t, math.IsNaN(float64(wsc[2*b])) && math.IsNaN(float64(gsc[2*b])), "block %d: NaN step", block)
+				continue
+			}
+			require.Equal(t, want[b*block:(b+1)*block], got[b*block:(b+1)*block], "block %d: bytes of block %d", block, b)
+			for i := 2 * b; i < 2*b+2; i++ {
+				require.Equal(t, math.Float32bits(wsc[i]), math.Float32bits(gsc[i]), "block %d: scale %d (%g, %g)", block, i, wsc[i], gsc[i])
+			}
+		}
 	}
 }

@@ -157,7 +157,7 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 	if rows == 0 || cols == 0 {
 		return
 	}
-	if s.prec == backend.PrecisionFast && rows > 8 && hasInt8GEMM && int8Weights(outs) {
+	if s.prec == backend.PrecisionFast && rows > 8 && hasInt8GEMM() && int8Weights(outs) {
 		s.matMulInt8(xs, rows, cols, outs)
 		return
 	}
