@@ -328,3 +328,15 @@ func asBytes(f []float32) []byte {
 // int8 on this processor (AVX-512 VNNI, or AVX2 for all but Q8_0); without
 // it, fast is exact.
 func Int8Products() bool { return hasInt8GEMM() }
+
+// Int8Instructions names what the int8 GEMM runs on here: "AVX-512 VNNI",
+// "AVX2" (Q8_0 then multiplies in float32), or "" where it does not run.
+func Int8Instructions() string {
+	switch {
+	case hasVNNI:
+		return "AVX-512 VNNI"
+	case int8AVX2:
+		return "AVX2"
+	}
+	return ""
+}
