@@ -48,6 +48,10 @@ func (s *stream) RMSNorm(dst, src, gain, scale backend.Tensor, rows, dim int, ep
 				sc[r] = float32(root)
 			}
 			inv := float32(1 / root)
+			if hasVectorSoftmax && dim > 0 {
+				normApply(&or[0], &xr[0], &g[:dim][0], dim, inv)
+				continue
+			}
 			for i, v := range xr {
 				or[i] = v * inv * g[i]
 			}
