@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"unsafe"
@@ -174,9 +175,11 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []backend.Proj) {
 // 1.5 (0.82). Q1_0_g128 and TQ2_0_g128 are decoded on every product
 // instead, their codes being 8 and 4 times their file's size.
 type int8Packed struct {
-	nibbles bool      // codes two to a byte, for gemmI4x32x6
-	w       []byte    // group g (rows i8Rows*g on) at g*groupBytes
-	wsc     []float32 // group g at g*blocks*2*i8Rows
+	nibbles bool // codes two to a byte, for gemmI4x32x6
+	// Outside the Go heap (packedBytes), unmapped when the value is
+	// collected: a product holds its matrix, and so this, while it runs.
+	w   []byte    // group g (rows i8Rows*g on) at g*groupBytes
+	wsc []float32 // group g at g*blocks*2*i8Rows
 }
 
 // groupBytes is the size of a group's codes.
@@ -203,7 +206,10 @@ func (s *stream) packInt8(m *matrix) {
 		p := &int8Packed{nibbles: nibbles}
 		cols, nb := m.w.Cols, m.w.Cols/m.w.Format.CodeBlock
 		groups, size := (m.w.Rows+i8Rows-1)/i8Rows, p.groupBytes(cols)
-		p.w, p.wsc = make([]byte, groups*size), make([]float32, groups*nb*2*i8Rows)
+		w, freeW := packedBytes(groups * size)
+		wsc, freeWsc := packedBytes(4 * groups * nb * 2 * i8Rows)
+		runtime.AddCleanup(p, func(struct{}) { freeW(); freeWsc() }, struct{}{})
+		p.w, p.wsc = w, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(wsc))), len(wsc)/4)
 		var done atomic.Int64
 		s.workers(groups, func(worker, lo, hi int) {
 			sc := &s.int8[worker]
