@@ -49,6 +49,8 @@ python3 - "$out" <<'PY'
 import glob, json, os, re, sys
 out = sys.argv[1]
 strata, peer = {}, {}  # (file, T, capture) -> {precision or ubatch: best tok/s over rounds}
+def num(v):  # tokens/s: a decimal below 1,000 (bonsai-size models run at tens)
+    return f"{v:,.0f}" if v >= 1000 else f"{v:.1f}"
 def keep(d, key, col, v):
     d.setdefault(key, {})
     d[key][col] = max(d[key].get(col, 0), v)
@@ -75,8 +77,8 @@ rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 for key in sorted(strata, key=lambda k: (k[0], k[2], k[1])):
     s, l = strata[key], peer.get(key, {})
     best = max(l.values(), default=0)
-    cells = [key[0], str(key[1]), key[2]] + [f"{s[p]:,.0f}" if p in s else "" for p in precs] + \
-            [f"{l[u]:,.0f}" if u in l else "" for u in ubs] + \
+    cells = [key[0], str(key[1]), key[2]] + [num(s[p]) if p in s else "" for p in precs] + \
+            [num(l[u]) if u in l else "" for u in ubs] + \
             [f"{s[p] / best:.2f}x" if p in s and best else "" for p in precs]
     rows.append("| " + " | ".join(cells) + " |")
 open(os.path.join(out, "table.md"), "w").write("\n".join(rows) + "\n")
