@@ -126,8 +126,9 @@ type stream struct {
 	err error
 	// The AVX-512 GEMM's packed x and per-thread scratch, kept from call to
 	// call: made afresh, a prefill's garbage raised its peak memory by 60%.
-	xpack []float32
-	gemm  []gemmScratch
+	xpack  []float32
+	gemm   []gemmScratch
+	groups []gemmGroup // the current product's groups (gemmGroups)
 	// Fast precision's int8 GEMM (gemm8.go): x quantized by code block
 	// length, per-thread scratch.
 	prec  backend.Precision

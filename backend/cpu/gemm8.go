@@ -146,7 +146,8 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []backend.Proj) {
 	for _, p := range outs {
 		s.packInt8(p.W.(*matrix))
 	}
-	groups := gemmGroups(outs, i8Rows)
+	s.groups = gemmGroups(s.groups, outs, i8Rows)
+	groups := s.groups
 	s.workers(len(groups), func(worker, lo, hi int) {
 		sc := &s.int8[worker]
 		for _, g := range groups[lo:hi] {
@@ -163,6 +164,7 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []backend.Proj) {
 			sc.run(sc.w, sc.wsc, false, g.c0, g.c1, x, rows, cols, g.p)
 		}
 	})
+	clear(groups) // holds no tensor past the product
 }
 
 // int8Packed is a weight as the int8 kernel reads it, made on its first

@@ -169,22 +169,26 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 		s.gemm = make([]gemmScratch, s.b.threads)
 	}
 	if hasPanelGEMM && rows <= gemvRows {
-		groups := gemmGroups(outs, 64)
+		s.groups = gemmGroups(s.groups, outs, 64)
+		groups := s.groups
 		s.workers(len(groups), func(worker, lo, hi int) {
 			for _, g := range groups[lo:hi] {
 				s.gemm[worker].gemv(g.p, g.c0, g.c1, xs, rows, cols)
 			}
 		})
+		clear(groups) // holds no tensor past the product
 		return
 	}
 	if hasPanelGEMM {
 		s.xpack = packX(s.xpack, xs, rows, cols)
-		groups := gemmGroups(outs, groupRows)
+		s.groups = gemmGroups(s.groups, outs, groupRows)
+		groups := s.groups
 		s.workers(len(groups), func(worker, lo, hi int) {
 			for _, g := range groups[lo:hi] {
 				g.run(&s.gemm[worker], s.xpack, rows, cols)
 			}
 		})
+		clear(groups)
 		return
 	}
 	for _, p := range outs {
