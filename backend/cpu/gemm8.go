@@ -42,15 +42,11 @@ type int8Scratch struct {
 }
 
 // int8Weights says whether every projection's format has integer codes in
-// blocks the kernels take. The AVX2 kernels take codes of up to 6 bits:
-// Q8_0 multiplies in float32 there.
+// blocks the kernels take.
 func int8Weights(outs []backend.Proj) bool {
 	for _, p := range outs {
 		f := p.W.(*matrix).w.Format
 		if f.Codes == nil || f.CodeBlock%16 != 0 { // quantizeRow takes 16 at a time
-			return false
-		}
-		if !hasVNNI && f.Type == gguf.Q8_0 {
 			return false
 		}
 	}
@@ -297,7 +293,7 @@ func (sc *int8Scratch) run(w []byte, wsc []float32, nibbles bool, c0, c1 int, x 
 	}
 	for t0 := 0; t0 < rows; t0 += i8XRows {
 		if int8AVX2 {
-			sc.avx2Tile(w, wsc, nibbles, x, t0, cols)
+			sc.avx2Tile(w, wsc, nibbles, p.W.(*matrix).w.Type() == gguf.Q8_0, x, t0, cols)
 		} else {
 			kernel(&w[0], &wsc[0], &x.q[t0*cols], cols, &x.sc[t0*2], x.rowsPad*8, nb, x.block/4, &sc.tile)
 		}
@@ -312,9 +308,18 @@ func (sc *int8Scratch) run(w []byte, wsc []float32, nibbles bool, c0, c1 int, x 
 }
 
 // avx2Tile fills the tile as gemmI8x32x6 (or gemmI4x32x6) would, for rows
-// t0 on of x: four AVX2 calls of 16 weight rows by 3 rows of x.
-func (sc *int8Scratch) avx2Tile(w []byte, wsc []float32, nibbles bool, x *int8X, t0, cols int) {
+// t0 on of x: four AVX2 calls of 16 weight rows by 3 rows of x, six of 2
+// rows for Q8_0.
+func (sc *int8Scratch) avx2Tile(w []byte, wsc []float32, nibbles, q8 bool, x *int8X, t0, cols int) {
 	nb, steps := cols/x.block, x.block/4
+	if q8 {
+		for xr := 0; xr < i8XRows; xr += 2 {
+			q, xsc := &x.q[(t0+xr)*cols], &x.sc[(t0+xr)*2]
+			gemmQ8x16x2AVX2(&w[0], &wsc[0], q, cols, xsc, x.rowsPad*8, nb, steps, 128, &sc.tile[xr*i8Rows])
+			gemmQ8x16x2AVX2(&w[64], &wsc[16], q, cols, xsc, x.rowsPad*8, nb, steps, 128, &sc.tile[xr*i8Rows+16])
+		}
+		return
+	}
 	for xr := 0; xr < i8XRows; xr += 3 {
 		q, xsc := &x.q[(t0+xr)*cols], &x.sc[(t0+xr)*2]
 		if nibbles {
@@ -333,12 +338,11 @@ func asBytes(f []float32) []byte {
 }
 
 // Int8Products says whether fast precision multiplies quantized weights in
-// int8 on this processor (AVX-512 VNNI, or AVX2 for all but Q8_0); without
-// it, fast is exact.
+// int8 on this processor (AVX-512 VNNI or AVX2); without it, fast is exact.
 func Int8Products() bool { return hasInt8GEMM() }
 
 // Int8Instructions names what the int8 GEMM runs on here: "AVX-512 VNNI",
-// "AVX2" (Q8_0 then multiplies in float32), or "" where it does not run.
+// "AVX2", or "" where it does not run.
 func Int8Instructions() string {
 	switch {
 	case hasVNNI:

@@ -30,6 +30,9 @@ func gemmI4lo16x3AVX2(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldx
 func gemmI4hi16x3AVX2(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps, stride int, out *float32)
 
 //go:noescape
+func gemmQ8x16x2AVX2(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps, stride int, out *float32)
+
+//go:noescape
 func interleave16(dst, src *byte, ld, stride int)
 
 //go:noescape

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -48,9 +48,6 @@ func testInt8Products(t *testing.T, avx2 bool) {
 	}
 	for _, pc := range pairs {
 		pair, cols := pc.types, pc.cols
-		if avx2 && slices.Contains(pair[:], gguf.Q8_0) {
-			continue // Q8_0 multiplies in float32 without VNNI
-		}
 		for _, rows := range []int{9, 13, 50} {
 			t.Run(fmt.Sprintf("%v+%v/k=%d/rows=%d", pair[0], pair[1], cols, rows), func(t *testing.T) {
 				st := b.NewStream()
@@ -69,6 +66,11 @@ func testInt8Products(t *testing.T, avx2 bool) {
 					raw := make([]byte, int(rb)*n)
 					for i := range n {
 						f.Quantize(raw[i*int(rb):(i+1)*int(rb)], src[i*cols:(i+1)*cols])
+					}
+					if pair[pi] == gguf.Q8_0 { // -128: Quantize never writes it, a file may hold it
+						for blk := 0; blk < len(raw); blk += 3 * 34 {
+							raw[blk+2+5] = 0x80
+						}
 					}
 					f.Dequantize(src, raw)
 					m, err := b.Upload(&model.Weight{Name: fmt.Sprintf("w%d", pi), Rows: n, Cols: cols, Format: f, Data: raw})
@@ -150,7 +152,7 @@ func testInt8Products(t *testing.T, avx2 bool) {
 // BenchmarkInt8Kernel runs the int8 kernels alone on data in cache: 32
 // weight rows by 6 rows of x over k = 2048 in blocks of 32 or 128, codes a
 // byte each (gemmI8x32x6) or two a byte (gemmI4x32x6), or a byte each in
-// four calls of the AVX2 kernel.
+// four calls of the AVX2 kernel (six of its Q8_0 kernel).
 func BenchmarkInt8Kernel(b *testing.B) {
 	if !hasInt8GEMM() {
 		b.Skip("no AVX-512 VNNI")
@@ -159,8 +161,8 @@ func BenchmarkInt8Kernel(b *testing.B) {
 	for _, kernel := range []struct {
 		name string
 		fn   func(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32)
-	}{{"bytes", gemmI8x32x6}, {"nibbles", gemmI4x32x6}, {"avx2", avx2Bytes}} {
-		if kernel.name == "avx2" && !(cpu.X86.HasAVX2 && cpu.X86.HasFMA) {
+	}{{"bytes", gemmI8x32x6}, {"nibbles", gemmI4x32x6}, {"avx2", avx2Bytes}, {"avx2-q8_0", avx2Q8}} {
+		if strings.HasPrefix(kernel.name, "avx2") && !(cpu.X86.HasAVX2 && cpu.X86.HasFMA) {
 			continue
 		}
 		for _, block := range []int{32, 128} {
@@ -189,15 +191,24 @@ func avx2Bytes(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blo
 	}
 }
 
+// avx2Q8 is gemmI8x32x6 for Q8_0 made of gemmQ8x16x2AVX2, as avx2Tile calls it.
+func avx2Q8(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32) {
+	ws, xs := unsafe.Slice(w, 128), unsafe.Slice(x, 5*ldx)
+	wscs, xscs := unsafe.Slice(wsc, 32), unsafe.Slice(xsc, 10)
+	for xr := 0; xr < i8XRows; xr += 2 {
+		for h := range 2 {
+			gemmQ8x16x2AVX2(&ws[64*h], &wscs[16*h], &xs[xr*ldx], ldx, &xscs[2*xr], ldxsc, blocks, steps, 128, &out[xr*i8Rows+16*h])
+		}
+	}
+}
+
 // A NaN anywhere in a block of x makes that row's int8 products NaN, as
 // in float32, not a large finite number; the other rows stay finite.
 func TestInt8GEMMKeepsNaN(t *testing.T) {
 	eachInt8Kernel(t, func(t *testing.T, avx2 bool) {
-		typ := gguf.Q8_0
-		if avx2 {
-			typ = gguf.Q4_0
+		for _, typ := range []gguf.Type{gguf.Q8_0, gguf.Q4_0} {
+			testInt8NaN(t, typ)
 		}
-		testInt8NaN(t, typ)
 	})
 }
 
@@ -245,9 +256,6 @@ func testPacksOnce(t *testing.T, avx2 bool) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const rows, cols, n = 20, 512, 70
 	for _, typ := range []gguf.Type{gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K} {
-		if avx2 && typ == gguf.Q8_0 {
-			continue // Q8_0 multiplies in float32 without VNNI
-		}
 		t.Run(typ.String(), func(t *testing.T) {
 			f, err := quant.For(typ)
 			require.NoError(t, err)

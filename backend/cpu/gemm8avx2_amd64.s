@@ -169,3 +169,89 @@ hstep:
 	JNZ  hblock
 	STORE
 	RET
+
+DATA signbit8<>+0(SB)/8, $0x8080808080808080
+DATA signbit8<>+8(SB)/8, $0x8080808080808080
+DATA signbit8<>+16(SB)/8, $0x8080808080808080
+DATA signbit8<>+24(SB)/8, $0x8080808080808080
+GLOBL signbit8<>(SB), RODATA|NOPTR, $32
+
+// One row of x for gemmQ8x16x2AVX2: x takes the signs of q (VPSIGNB) so
+// that VPMADDUBSW can multiply it by |q|: a pair is at most 2*128*127.
+#define ROWQ(xoff, I0, I1) \
+	VPBROADCASTD xoff, Y12; \
+	VPSIGNB Y8, Y12, Y13; \
+	VPMADDUBSW Y13, Y10, Y14; \
+	VPMADDWD ones16<>(SB), Y14, Y14; \
+	VPADDD Y14, I0, I0; \
+	VPSIGNB Y9, Y12, Y13; \
+	VPMADDUBSW Y13, Y11, Y14; \
+	VPMADDWD ones16<>(SB), Y14, Y14; \
+	VPADDD Y14, I1, I1
+
+// Q8_0's block end: its sums are of q*x (q = code-128), so no offset.
+#define FINQ(off, I, S, F) \
+	VCVTDQ2PS I, I; \
+	VMULPS S(R8), I, I; \
+	VBROADCASTSS off(R10), Y14; \
+	VFMADD231PS Y14, I, F; \
+	VPXOR I, I, I
+
+// gemmQ8x16x2AVX2 is gemmI8x16x3AVX2 for Q8_0 (codes q+128, up to 255,
+// whose pairs would saturate int16), over 2 rows of x: it multiplies the
+// signed q, |q| by x with q's signs. Registers: Y0-Y3 int32 sums (row r:
+// Y(2r), Y(2r+1)), Y4-Y7 float32 sums alike, Y8-Y9 q, Y10-Y11 |q|, Y12 x,
+// Y13-Y14 products, Y15 the sign bits. out: 2 rows of 16, 128 bytes apart.
+//
+// func gemmQ8x16x2AVX2(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps, stride int, out *float32)
+TEXT ·gemmQ8x16x2AVX2(SB), NOSPLIT, $0-80
+	MOVQ w+0(FP), AX
+	MOVQ wsc+8(FP), R8
+	MOVQ x+16(FP), SI
+	MOVQ ldx+24(FP), BX
+	MOVQ xsc+32(FP), R10
+	MOVQ ldxsc+40(FP), R11
+	MOVQ blocks+48(FP), R12
+	MOVQ steps+56(FP), R13
+	MOVQ stride+64(FP), R14
+	MOVQ out+72(FP), R9
+	VMOVDQU signbit8<>(SB), Y15
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+qblock:
+	MOVQ R13, CX
+
+qstep:
+	VMOVDQU (AX), Y8
+	VMOVDQU 32(AX), Y9
+	VPXOR   Y15, Y8, Y8
+	VPXOR   Y15, Y9, Y9
+	VPABSB  Y8, Y10
+	VPABSB  Y9, Y11
+	ROWQ((SI), Y0, Y1)
+	ROWQ((SI)(BX*1), Y2, Y3)
+	ADDQ $4, SI
+	ADDQ R14, AX
+	DECQ CX
+	JNZ  qstep
+	FINQ(0, Y0, 0, Y4)
+	FINQ(0, Y1, 32, Y5)
+	FINQ(8, Y2, 0, Y6)
+	FINQ(8, Y3, 32, Y7)
+	ADDQ $256, R8
+	ADDQ R11, R10
+	DECQ R12
+	JNZ  qblock
+	VMOVUPS Y4, 0(R9)
+	VMOVUPS Y5, 32(R9)
+	VMOVUPS Y6, 128(R9)
+	VMOVUPS Y7, 160(R9)
+	VZEROUPPER
+	RET

@@ -36,6 +36,10 @@ func gemmI4hi16x3AVX2(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldx
 	panic("cpu: gemmI4hi16x3AVX2 has no kernel on this architecture")
 }
 
+func gemmQ8x16x2AVX2(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps, stride int, out *float32) {
+	panic("cpu: gemmQ8x16x2AVX2 has no kernel on this architecture")
+}
+
 func interleave16(dst, src *byte, ld, stride int) {
 	panic("cpu: interleave16 has no kernel on this architecture")
 }

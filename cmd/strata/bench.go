@@ -188,8 +188,6 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) error {
 		switch ins := cpu.Int8Instructions(); ins {
 		case "":
 			fmt.Fprintln(stderr, "strata: this CPU has neither AVX-512 VNNI nor AVX2: its fast rows compute in float32, as its exact rows do")
-		case "AVX2":
-			fmt.Fprintln(stderr, "strata: fast precision on this CPU multiplies quantized weights with x rounded to int8 (AVX2; Q8_0 and float weights stay float32)")
 		default:
 			fmt.Fprintf(stderr, "strata: fast precision on this CPU multiplies quantized weights with x rounded to int8 (%s); float weights stay float32\n", ins)
 		}
