@@ -279,10 +279,10 @@ const (
 	// per step, as a 16-bit PyTorch run does. Values outside float16's
 	// range stay float32. Matrix-vector products (8 rows or fewer) are
 	// bound by memory, not arithmetic, and stay float32. On the CPU, with
-	// AVX-512 VNNI, quantized weights multiply as their integer codes with
-	// x rounded to int8 per block (as llama.cpp's q8 products do): one to
-	// two orders of magnitude coarser than float16, 2-3% of a point's
-	// largest value after 4 layers; float weights stay float32.
+	// AVX-512 VNNI or AVX2, quantized weights multiply as their integer
+	// codes with x rounded to int8 per block (as llama.cpp's q8 products
+	// do): one to two orders of magnitude coarser than float16, 2-3% of a
+	// point's largest value after 4 layers; float weights stay float32.
 	PrecisionFast
 )
 

@@ -1,22 +1,25 @@
 #!/bin/bash
 # Strata against llama.cpp on the same generated files, measured side by side in one run.
-# usage: scripts/peer-bench.sh [-b vulkan|cpu] [-t THREADS] [-T 128,512,2048] [-c none] [-p fast] [-r 3]
-#                              STRATA PEERBIN OUTDIR SHAPE:TYPE...
+# usage: scripts/peer-bench.sh [-b vulkan|cpu] [-t THREADS] [-T 128,512,2048] [-c none] [-p fast|exact,fast] [-r 3]
+#                              [-n ROUNDS] STRATA PEERBIN OUTDIR SHAPE:TYPE...
 #   STRATA   a strata binary; PEERBIN the bin folder ../shared/bench/llama_cpp_peer.sh builds
-#   OUTDIR   gets strata-SHAPE-TYPE.json, llama-SHAPE-TYPE.json and table.md (the side by side)
-# Each file is written by `strata gen` into OUTDIR/models, measured by both, then removed (an 8b F16 file is 16 GB).
+#   OUTDIR   gets strata-SHAPE-TYPE-ROUND.json, llama-SHAPE-TYPE-ROUND.json and table.md (the side by side: a row per
+#            file and T, a column per precision, each ratio against llama.cpp's best -ub)
+# Each file is written by `strata gen` into OUTDIR/models, measured by both ROUNDS times (strata, then llama-bench,
+# alternately), then removed (an 8b F16 file is 16 GB). With ROUNDS > 1 each cell is its best round: on a shared
+# machine the other load only slows a run down, so the fastest round is the nearest to a quiet one.
 # vulkan: llama-bench -ngl 99 -fa 1 at its default -ub 512 and at -ub 2048; cpu: -ngl 0 -t THREADS, run from a
 # copy of PEERBIN without libggml-vulkan.so so that llama.cpp cannot reach a GPU.
 set -euo pipefail
-backend=vulkan threads=$(nproc) tokens=128,512,2048 capture=none precision=fast reps=3
-while getopts b:t:T:c:p:r: o; do
+backend=vulkan threads=$(nproc) tokens=128,512,2048 capture=none precision=fast reps=3 rounds=1
+while getopts b:t:T:c:p:r:n: o; do
 	case $o in
 	b) backend=$OPTARG ;; t) threads=$OPTARG ;; T) tokens=$OPTARG ;; c) capture=$OPTARG ;;
-	p) precision=$OPTARG ;; r) reps=$OPTARG ;; *) exit 2 ;;
+	p) precision=$OPTARG ;; r) reps=$OPTARG ;; n) rounds=$OPTARG ;; *) exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 4 ] || { sed -n 3,5p "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n 3,6p "$0" >&2; exit 2; }
 strata=$(realpath "$1") peer=$(realpath "$2") out=$3
 shift 3
 mkdir -p "$out/models"
@@ -34,36 +37,50 @@ esac
 for st in "$@"; do
 	shape=${st%%:*} type=${st#*:} f=$out/models/$shape-$type.gguf
 	"$strata" gen --shape "$shape" --type "$type" --out "$f"
-	"$strata" bench --backend "$backend" --model "$f" --tokens "$tokens" --capture "$capture" \
-		--precision "$precision" --iters "$reps" --json "$out/strata-$shape-$type.json" || echo "strata bench failed on $st"
-	"$peer/llama-bench" -m "$f" -p "$tokens" -n 0 -r "$reps" "${llama[@]}" -o json >"$out/llama-$shape-$type.json" ||
-		echo "llama-bench failed on $st"
+	for round in $(seq "$rounds"); do
+		"$strata" bench --backend "$backend" --model "$f" --tokens "$tokens" --capture "$capture" \
+			--precision "$precision" --iters "$reps" --json "$out/strata-$shape-$type-$round.json" || echo "strata bench failed on $st"
+		"$peer/llama-bench" -m "$f" -p "$tokens" -n 0 -r "$reps" "${llama[@]}" -o json >"$out/llama-$shape-$type-$round.json" ||
+			echo "llama-bench failed on $st"
+	done
 	rm -f "$f"
 done
 python3 - "$out" <<'PY'
-import glob, json, os, sys
+import glob, json, os, re, sys
 out = sys.argv[1]
-rows = ["| file | T | capture | precision | Strata tok/s | llama.cpp tok/s (-ub 512) | llama.cpp tok/s (-ub 2048) | Strata / best llama.cpp |",
-        "|---|---|---|---|---|---|---|---|"]
-for sf in sorted(glob.glob(os.path.join(out, "strata-*.json"))):
-    name = os.path.basename(sf)[len("strata-"):-len(".json")]
-    lf = os.path.join(out, "llama-" + name + ".json")
-    peer = {}
+strata, peer = {}, {}  # (file, T, capture) -> {precision or ubatch: best tok/s over rounds}
+def num(v):  # tokens/s: a decimal below 1,000 (bonsai-size models run at tens)
+    return f"{v:,.0f}" if v >= 1000 else f"{v:.1f}"
+def keep(d, key, col, v):
+    d.setdefault(key, {})
+    d[key][col] = max(d[key].get(col, 0), v)
+for sf in glob.glob(os.path.join(out, "strata-*-*.json")):
+    name = re.sub(r"-\d+$", "", os.path.basename(sf)[len("strata-"):-len(".json")])
     try:
-        for r in json.load(open(lf)):
-            peer[(r["n_prompt"], r["n_ubatch"])] = r["avg_ts"]
+        for r in json.load(open(sf)):
+            if "tok_s" in r:
+                keep(strata, (name, r["T"], r["capture"]), r["precision"], r["tok_s"])
     except (OSError, ValueError):
         pass
-    for r in json.load(open(sf)):
-        if "tok_s" not in r:
-            continue
-        T = r["T"]
-        ub = {u: peer.get((T, u)) for u in sorted({k[1] for k in peer})}
-        cells = [f"{v:,.0f}" if v else "" for v in ub.values()]
-        cells += [""] * (2 - len(cells))
-        best = max((v for v in ub.values() if v), default=0)
-        ratio = f"{r['tok_s'] / best:.2f}x" if best else ""
-        rows.append(f"| {name} | {T} | {r['capture']} | {r['precision']} | {r['tok_s']:,.0f} | {cells[0]} | {cells[1]} | {ratio} |")
+    lf = os.path.join(out, "llama-" + os.path.basename(sf)[len("strata-"):])
+    try:
+        for r in json.load(open(lf)):
+            for cap in {k[2] for k in strata if k[:2] == (name, r["n_prompt"])}:
+                keep(peer, (name, r["n_prompt"], cap), r["n_ubatch"], r["avg_ts"])
+    except (OSError, ValueError):
+        pass
+precs = sorted({p for v in strata.values() for p in v}, key=lambda p: (p != "exact", p))
+ubs = sorted({u for v in peer.values() for u in v})
+head = ["file", "T", "capture"] + [f"Strata {p}" for p in precs] + [f"llama.cpp -ub {u}" for u in ubs] + \
+       [f"Strata {p} / llama.cpp" for p in precs]
+rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+for key in sorted(strata, key=lambda k: (k[0], k[2], k[1])):
+    s, l = strata[key], peer.get(key, {})
+    best = max(l.values(), default=0)
+    cells = [key[0], str(key[1]), key[2]] + [num(s[p]) if p in s else "" for p in precs] + \
+            [num(l[u]) if u in l else "" for u in ubs] + \
+            [f"{s[p] / best:.2f}x" if p in s and best else "" for p in precs]
+    rows.append("| " + " | ".join(cells) + " |")
 open(os.path.join(out, "table.md"), "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))
 PY

@@ -118,19 +118,31 @@ func blockScores(a *backend.Attention, sc *attnScratch, b attnBlock, dst []float
 			kp, kld = &sc.k[0], hd
 		}
 		tile := sc.kernel(b.bw, &sc.q[0], kp, kld, hd)
+		// Key j+i is visible (a.Visible) to rows lo..hi-1 of the block:
+		// checked per score, the mask took twice the kernel's time.
+		base := a.Pos0 + b.r0
 		for i := range n {
+			key := j + i
 			col := tile[i*b.bw : i*b.bw+b.rows]
-			for r, v := range col {
-				p := a.Pos0 + b.r0 + r
-				if !a.Visible(p, j+i) {
-					v = negInf
-				} else {
-					v *= a.Scale
-					if a.Softcap != 0 {
-						v = softcap(v, a.Softcap)
-					}
+			lo, hi := min(max(key-base, 0), b.rows), b.rows
+			if a.Window > 0 {
+				hi = min(max(key+a.Window-base, lo), b.rows)
+			}
+			o := dst[j-b.lo+i:]
+			for r := range lo {
+				o[r*ld] = negInf
+			}
+			if a.Softcap != 0 {
+				for r := lo; r < hi; r++ {
+					o[r*ld] = softcap(col[r]*a.Scale, a.Softcap)
 				}
-				dst[r*ld+j-b.lo+i] = v
+			} else {
+				for r := lo; r < hi; r++ {
+					o[r*ld] = col[r] * a.Scale
+				}
+			}
+			for r := hi; r < b.rows; r++ {
+				o[r*ld] = negInf
 			}
 		}
 	}

@@ -84,6 +84,9 @@ type matrix struct {
 	w *model.Weight
 	// f32 views the data directly when it is already float32.
 	f32 []float32
+	// int8 is the weight packed for the int8 GEMM (gemm8.go), made once.
+	int8Once sync.Once
+	int8     *int8Packed
 }
 
 func (m *matrix) Rows() int { return m.w.Rows }
@@ -133,8 +136,9 @@ type stream struct {
 	err error
 	// The AVX-512 GEMM's packed x and per-thread scratch, kept from call to
 	// call: made afresh, a prefill's garbage raised its peak memory by 60%.
-	xpack []float32
-	gemm  []gemmScratch
+	xpack  []float32
+	gemm   []gemmScratch
+	groups []gemmGroup // the current product's groups (gemmGroups)
 	// Fast precision's int8 GEMM (gemm8.go): x quantized by code block
 	// length, per-thread scratch.
 	prec  backend.Precision

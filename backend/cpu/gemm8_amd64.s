@@ -21,43 +21,100 @@
 
 #define FIN(off, I, S, M, F) VCVTDQ2PS I, Z30; VMULPS S, Z30, Z30; VFMADD231PS.BCST off(R10), Z30, F; VFNMADD231PS.BCST off+4(R10), M, F; VPXORD I, I, I
 
+// The prologue, loads and zeroing shared by gemmI8x32x6 and gemmI4x32x6.
+#define PROLOGUE \
+	MOVQ w+0(FP), AX; \
+	MOVQ wsc+8(FP), R8; \
+	MOVQ x+16(FP), SI; \
+	MOVQ ldx+24(FP), BX; \
+	MOVQ xsc+32(FP), R10; \
+	MOVQ ldxsc+40(FP), R11; \
+	MOVQ blocks+48(FP), R12; \
+	MOVQ steps+56(FP), R13; \
+	MOVQ out+64(FP), R9; \
+	LEAQ (SI)(BX*2), DI; \
+	ADDQ BX, DI; \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+	VPXORD Z2, Z2, Z2; \
+	VPXORD Z3, Z3, Z3; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	VPXORD Z8, Z8, Z8; \
+	VPXORD Z9, Z9, Z9; \
+	VPXORD Z10, Z10, Z10; \
+	VPXORD Z11, Z11, Z11; \
+	VPXORD Z12, Z12, Z12; \
+	VPXORD Z13, Z13, Z13; \
+	VPXORD Z14, Z14, Z14; \
+	VPXORD Z15, Z15, Z15; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23
+
+// A step's products: the codes of weight rows 0-15 in Z24, 16-31 in Z25.
+#define PRODUCTS \
+	VPDPBUSD.BCST (SI), Z24, Z0; \
+	VPDPBUSD.BCST (SI), Z25, Z1; \
+	VPDPBUSD.BCST (SI)(BX*1), Z24, Z2; \
+	VPDPBUSD.BCST (SI)(BX*1), Z25, Z3; \
+	VPDPBUSD.BCST (SI)(BX*2), Z24, Z4; \
+	VPDPBUSD.BCST (SI)(BX*2), Z25, Z5; \
+	VPDPBUSD.BCST (DI), Z24, Z6; \
+	VPDPBUSD.BCST (DI), Z25, Z7; \
+	VPDPBUSD.BCST (DI)(BX*1), Z24, Z8; \
+	VPDPBUSD.BCST (DI)(BX*1), Z25, Z9; \
+	VPDPBUSD.BCST (DI)(BX*2), Z24, Z10; \
+	VPDPBUSD.BCST (DI)(BX*2), Z25, Z11; \
+	ADDQ $4, SI; \
+	ADDQ $4, DI
+
+// A block's end: its sums scaled into the float32 sums, then the next block.
+#define FINISH \
+	VMOVUPS (R8), Z26; \
+	VMOVUPS 64(R8), Z27; \
+	VMOVUPS 128(R8), Z28; \
+	VMOVUPS 192(R8), Z29; \
+	ADDQ    $256, R8; \
+	FIN(0, Z0, Z26, Z28, Z12); \
+	FIN(0, Z1, Z27, Z29, Z13); \
+	FIN(8, Z2, Z26, Z28, Z14); \
+	FIN(8, Z3, Z27, Z29, Z15); \
+	FIN(16, Z4, Z26, Z28, Z16); \
+	FIN(16, Z5, Z27, Z29, Z17); \
+	FIN(24, Z6, Z26, Z28, Z18); \
+	FIN(24, Z7, Z27, Z29, Z19); \
+	FIN(32, Z8, Z26, Z28, Z20); \
+	FIN(32, Z9, Z27, Z29, Z21); \
+	FIN(40, Z10, Z26, Z28, Z22); \
+	FIN(40, Z11, Z27, Z29, Z23); \
+	ADDQ R11, R10
+
+#define EPILOGUE \
+	VMOVUPS Z12, 0(R9); \
+	VMOVUPS Z13, 64(R9); \
+	VMOVUPS Z14, 128(R9); \
+	VMOVUPS Z15, 192(R9); \
+	VMOVUPS Z16, 256(R9); \
+	VMOVUPS Z17, 320(R9); \
+	VMOVUPS Z18, 384(R9); \
+	VMOVUPS Z19, 448(R9); \
+	VMOVUPS Z20, 512(R9); \
+	VMOVUPS Z21, 576(R9); \
+	VMOVUPS Z22, 640(R9); \
+	VMOVUPS Z23, 704(R9); \
+	VZEROUPPER
+
 // func gemmI8x32x6(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32)
 TEXT ·gemmI8x32x6(SB), NOSPLIT, $0-72
-	MOVQ w+0(FP), AX
-	MOVQ wsc+8(FP), R8
-	MOVQ x+16(FP), SI
-	MOVQ ldx+24(FP), BX
-	MOVQ xsc+32(FP), R10
-	MOVQ ldxsc+40(FP), R11
-	MOVQ blocks+48(FP), R12
-	MOVQ steps+56(FP), R13
-	MOVQ out+64(FP), R9
-	LEAQ (SI)(BX*2), DI
-	ADDQ BX, DI
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
+	PROLOGUE
 
 block:
 	MOVQ R13, CX
@@ -65,58 +122,44 @@ block:
 step:
 	VMOVDQU32 (AX), Z24
 	VMOVDQU32 64(AX), Z25
-	VPDPBUSD.BCST (SI), Z24, Z0
-	VPDPBUSD.BCST (SI), Z25, Z1
-	VPDPBUSD.BCST (SI)(BX*1), Z24, Z2
-	VPDPBUSD.BCST (SI)(BX*1), Z25, Z3
-	VPDPBUSD.BCST (SI)(BX*2), Z24, Z4
-	VPDPBUSD.BCST (SI)(BX*2), Z25, Z5
-	VPDPBUSD.BCST (DI), Z24, Z6
-	VPDPBUSD.BCST (DI), Z25, Z7
-	VPDPBUSD.BCST (DI)(BX*1), Z24, Z8
-	VPDPBUSD.BCST (DI)(BX*1), Z25, Z9
-	VPDPBUSD.BCST (DI)(BX*2), Z24, Z10
-	VPDPBUSD.BCST (DI)(BX*2), Z25, Z11
-	ADDQ $128, AX
-	ADDQ $4, SI
-	ADDQ $4, DI
+	ADDQ      $128, AX
+	PRODUCTS
 	DECQ CX
 	JNZ  step
-
-	VMOVUPS (R8), Z26
-	VMOVUPS 64(R8), Z27
-	VMOVUPS 128(R8), Z28
-	VMOVUPS 192(R8), Z29
-	ADDQ    $256, R8
-	FIN(0, Z0, Z26, Z28, Z12)
-	FIN(0, Z1, Z27, Z29, Z13)
-	FIN(8, Z2, Z26, Z28, Z14)
-	FIN(8, Z3, Z27, Z29, Z15)
-	FIN(16, Z4, Z26, Z28, Z16)
-	FIN(16, Z5, Z27, Z29, Z17)
-	FIN(24, Z6, Z26, Z28, Z18)
-	FIN(24, Z7, Z27, Z29, Z19)
-	FIN(32, Z8, Z26, Z28, Z20)
-	FIN(32, Z9, Z27, Z29, Z21)
-	FIN(40, Z10, Z26, Z28, Z22)
-	FIN(40, Z11, Z27, Z29, Z23)
-	ADDQ R11, R10
+	FINISH
 	DECQ R12
 	JNZ  block
+	EPILOGUE
+	RET
 
-	VMOVUPS Z12, 0(R9)
-	VMOVUPS Z13, 64(R9)
-	VMOVUPS Z14, 128(R9)
-	VMOVUPS Z15, 192(R9)
-	VMOVUPS Z16, 256(R9)
-	VMOVUPS Z17, 320(R9)
-	VMOVUPS Z18, 384(R9)
-	VMOVUPS Z19, 448(R9)
-	VMOVUPS Z20, 512(R9)
-	VMOVUPS Z21, 576(R9)
-	VMOVUPS Z22, 640(R9)
-	VMOVUPS Z23, 704(R9)
-	VZEROUPPER
+DATA nibble<>+0(SB)/4, $0x0f0f0f0f
+GLOBL nibble<>(SB), RODATA|NOPTR, $4
+
+// gemmI4x32x6 is gemmI8x32x6 for codes below 16 stored two to a byte: a
+// step is 64 bytes, the low nibbles the codes of weight rows 0-15 (as
+// gemmI8x32x6's first 64 bytes), the high nibbles those of rows 16-31.
+//
+// func gemmI4x32x6(w *byte, wsc *float32, x *int8, ldx int, xsc *float32, ldxsc, blocks, steps int, out *[192]float32)
+TEXT ·gemmI4x32x6(SB), NOSPLIT, $0-72
+	PROLOGUE
+	VPBROADCASTD nibble<>(SB), Z31
+
+block4:
+	MOVQ R13, CX
+
+step4:
+	VMOVDQU32 (AX), Z26
+	VPANDD    Z31, Z26, Z24
+	VPSRLW    $4, Z26, Z25
+	VPANDD    Z31, Z25, Z25
+	ADDQ      $64, AX
+	PRODUCTS
+	DECQ CX
+	JNZ  step4
+	FINISH
+	DECQ R12
+	JNZ  block4
+	EPILOGUE
 	RET
 
 // interleave16 transposes 16 rows of 16 dwords (row r at src + r*ld) into

@@ -26,3 +26,9 @@ func swiglu(d, gate, up *float32, n int)
 //
 //go:noescape
 func scalef32(o *float32, n int, s float32)
+
+// normApply writes o[i] = x[i]*s*gain[i] for i < n (n >= 1), multiplied in
+// that order.
+//
+//go:noescape
+func normApply(o, x, gain *float32, n int, s float32)

@@ -138,6 +138,31 @@ scaleloop:
 	VZEROUPPER
 	RET
 
+// func normApply(o, x, gain *float32, n int, s float32)
+//
+// o[i] = x[i]*s*gain[i], multiplied in that order.
+TEXT ·normApply(SB), NOSPLIT, $0-36
+	MOVQ o+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ gain+16(FP), DX
+	MOVQ n+24(FP), CX
+	VBROADCASTSS s+32(FP), Z1
+
+normloop:
+	TAILMASK
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS.Z (DX), K1, Z2
+	VMULPS    Z1, Z0, Z0
+	VMULPS    Z2, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	ADDQ      $64, DI
+	ADDQ      $64, SI
+	ADDQ      $64, DX
+	SUBQ      $16, CX
+	JG        normloop
+	VZEROUPPER
+	RET
+
 // func swiglu(d, gate, up *float32, n int)
 //
 // d[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. Past 88.7, exp(-gate) is

@@ -19,3 +19,7 @@ func swiglu(d, gate, up *float32, n int) {
 func scalef32(o *float32, n int, s float32) {
 	panic("cpu: scalef32 has no kernel on this architecture")
 }
+
+func normApply(o, x, gain *float32, n int, s float32) {
+	panic("cpu: normApply has no kernel on this architecture")
+}

@@ -71,3 +71,44 @@ func TestVectorSoftmaxIsSoftmax(t *testing.T) {
 		}
 	}
 }
+
+// RMSNorm against float64 written plainly, on row lengths around the
+// vector kernel's 16 lanes (its tail masks): an output is x*(1/root)*g,
+// three float32 roundings of the float64 value after root's (itself
+// within 2^-24 relative), so within 4*2^-24 of |output|.
+func TestRMSNormIsFloat64RMSNorm(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	b := New(2)
+	st := b.NewStream()
+	for _, dim := range []int{1, 15, 16, 32, 37, 256} {
+		const rows = 5
+		x, g := make([]float32, rows*dim), make([]float32, dim)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * math.Exp(2*r.NormFloat64()))
+		}
+		for i := range g {
+			g[i] = float32(r.NormFloat64())
+		}
+		out, err := st.Alloc("out", rows*dim)
+		require.NoError(t, err)
+		scale, err := st.Alloc("scale", rows)
+		require.NoError(t, err)
+		const eps = 1e-6
+		st.RMSNorm(out, sliceOf(t, st, x), sliceOf(t, st, g), scale, rows, dim, eps)
+		got, roots := make([]float32, rows*dim), make([]float32, rows)
+		require.NoError(t, st.Read(out, 0, got))
+		require.NoError(t, st.Read(scale, 0, roots))
+		for row := range rows {
+			var ss float64
+			for _, v := range x[row*dim : (row+1)*dim] {
+				ss += float64(v) * float64(v)
+			}
+			root := math.Sqrt(ss/float64(dim) + eps)
+			require.InDelta(t, root, float64(roots[row]), root*math.Pow(2, -24), "dim %d row %d: root", dim, row)
+			for i := range dim {
+				want := float64(x[row*dim+i]) / root * float64(g[i])
+				require.InDelta(t, want, float64(got[row*dim+i]), 4*math.Pow(2, -24)*math.Abs(want), "dim %d row %d element %d", dim, row, i)
+			}
+		}
+	}
+}

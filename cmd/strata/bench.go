@@ -123,7 +123,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) (err error) {
 	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model")
 	tokenList := fs.String("tokens", "128,512,2048", "prompt lengths")
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
-	precisions := fs.String("precision", "exact", "matrix products: exact (float32 accuracy), fast (float16 inputs on a GPU, int8 x for quantized weights on a CPU with AVX-512 VNNI), or both as exact,fast")
+	precisions := fs.String("precision", "exact", "matrix products: exact (float32 accuracy), fast (float16 inputs on a GPU, int8 x for quantized weights on a CPU with AVX-512 VNNI or AVX2), or both as exact,fast")
 	backend := fs.String("backend", "auto", "backend: "+strings.Join(backends.Names, ", "))
 	placement := placementFlag(fs)
 	iters := fs.Int("iters", 5, "timed runs per point (the median is reported)")
@@ -207,10 +207,11 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	b := e.Backend
 	if slices.Contains(precs, engine.PrecisionFast) && !onDevice(b) {
-		if cpu.Int8Products() {
-			fmt.Fprintln(stderr, "strata: fast precision on this CPU multiplies quantized weights with x rounded to int8 (AVX-512 VNNI); float weights stay float32")
-		} else {
-			fmt.Fprintln(stderr, "strata: this CPU has no AVX-512 VNNI: its fast rows compute in float32, as its exact rows do")
+		switch ins := cpu.Int8Instructions(); ins {
+		case "":
+			fmt.Fprintln(stderr, "strata: this CPU has neither AVX-512 VNNI nor AVX2: its fast rows compute in float32, as its exact rows do")
+		default:
+			fmt.Fprintf(stderr, "strata: fast precision on this CPU multiplies quantized weights with x rounded to int8 (%s); float weights stay float32\n", ins)
 		}
 	}
 	s, err := e.NewSession(slices.Max(lengths))
