@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/stratalab/strata/backend"
@@ -247,34 +248,92 @@ func AddVector(point string, vec []float32, alpha float32, positions []int) Hook
 }
 
 // Patch overwrites the named point, at the given rows of its first dimension
-// (nil: all), with the same point from another run's trace: activation
-// patching. The source trace must have captured the point with the same shape.
+// (nil: all; negative rows count from the end), with the same point from
+// another run's trace: activation patching. The source trace must have
+// captured the point with the same shape.
 func Patch(point string, from *trace.Trace, rows []int) Hook {
 	if from == nil {
 		return Hook{Point: point, err: fmt.Errorf("hook: Patch(%q) has no source trace (nil)", point)}
 	}
 	return Hook{Point: point, Device: func(name string, shape []int) ([]DeviceEdit, error) {
-		src, err := from.Get(name)
+		src, err := patchSource(from, name, shape)
 		if err != nil {
 			return nil, err
-		}
-		if fmt.Sprint(src.Shape) != fmt.Sprint(shape) {
-			return nil, fmt.Errorf("source trace has %s with shape %v, this run %v", name, src.Shape, shape)
-		}
-		if len(src.Data) != elements(shape) {
-			return nil, fmt.Errorf("source trace's %s has %d elements for shape %v", name, len(src.Data), shape)
 		}
 		rowLen := elements(shape[1:])
 		if rows == nil {
 			return []DeviceEdit{{Edit: backend.Edit{Op: backend.EditSet, Rows: 1, Cols: elements(shape)}, Data: src.Data}}, nil
 		}
 		var edits []DeviceEdit
-		for _, p := range rows {
-			if p < 0 || p >= shape[0] {
-				return nil, fmt.Errorf("row %d is outside %s's %d rows", p, name, shape[0])
+		for _, r := range rows {
+			p, err := rowOf(r, "row", name, shape[0])
+			if err != nil {
+				return nil, err
 			}
 			edits = append(edits, DeviceEdit{Edit: backend.Edit{Op: backend.EditSet, Off: p * rowLen, Rows: 1, Cols: rowLen}, Data: src.Data[p*rowLen : (p+1)*rowLen]})
 		}
 		return edits, nil
 	}}
+}
+
+// PatchHead overwrites one head's hook_z [T, heads, head_dim] at the given
+// positions (none: every one; negative ones count from the end) with the
+// same head's from another run's trace: Patch for one head.
+func PatchHead(layer, head int, from *trace.Trace, positions ...int) Hook {
+	point := trace.LayerPoint(layer, trace.AttnZ)
+	if from == nil {
+		return Hook{Point: point, err: fmt.Errorf("hook: PatchHead(%d, %d) has no source trace (nil)", layer, head)}
+	}
+	return Hook{Point: point, Device: func(name string, shape []int) ([]DeviceEdit, error) {
+		src, err := patchSource(from, name, shape)
+		if err != nil {
+			return nil, err
+		}
+		if len(shape) != 3 || head < 0 || head >= shape[1] {
+			return nil, fmt.Errorf("head %d is out of range: %s has shape %v", head, name, shape)
+		}
+		off, stride := head*shape[2], shape[1]*shape[2]
+		if positions == nil {
+			return []DeviceEdit{{Edit: backend.Edit{Op: backend.EditSet, Off: off, Rows: shape[0], Cols: shape[2], Stride: stride, SrcOff: off, SrcStride: stride}, Data: src.Data}}, nil
+		}
+		var edits []DeviceEdit
+		for _, pos := range positions {
+			p, err := rowOf(pos, "position", name, shape[0])
+			if err != nil {
+				return nil, err
+			}
+			at := p*stride + off
+			edits = append(edits, DeviceEdit{Edit: backend.Edit{Op: backend.EditSet, Off: at, Rows: 1, Cols: shape[2], SrcOff: at}, Data: src.Data})
+		}
+		return edits, nil
+	}}
+}
+
+// patchSource is the source trace's copy of point name, which must have this
+// run's shape.
+func patchSource(from *trace.Trace, name string, shape []int) (*trace.Tensor, error) {
+	src, err := from.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Equal(src.Shape, shape) {
+		return nil, fmt.Errorf("source trace has %s with shape %v, this run %v", name, src.Shape, shape)
+	}
+	if len(src.Data) != elements(shape) {
+		return nil, fmt.Errorf("source trace's %s has %d elements for shape %v", name, len(src.Data), shape)
+	}
+	return src, nil
+}
+
+// rowOf is row r of n, negative r counting from the end; what names a row
+// (row, position) in errors.
+func rowOf(r int, what, name string, n int) (int, error) {
+	p := r
+	if p < 0 {
+		p += n
+	}
+	if p < 0 || p >= n {
+		return 0, fmt.Errorf("%s %d is outside %s's %d %ss", what, r, name, n, what)
+	}
+	return p, nil
 }

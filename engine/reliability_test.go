@@ -256,6 +256,34 @@ func TestPatchFromNilTraceIsRefusedAtTheCheck(t *testing.T) {
 	require.Equal(t, 0, s.Pos())
 }
 
+// Patch and PatchHead count negative rows from the end, as nb's positions
+// do, and refuse a row past either end naming it.
+func TestPatchRowsCountFromTheEnd(t *testing.T) {
+	e := newEngine(t, genModel(t, "tiny-llama", gguf.F32, 16))
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx, n := context.Background(), len(testTokens)
+	z := trace.LayerPoint(0, trace.AttnZ)
+	src, err := s.Prefill(ctx, testTokens, engine.Options{Capture: engine.CaptureOf("*")})
+	require.NoError(t, err)
+	other := append([]int32{testTokens[1], testTokens[0]}, testTokens[2:]...)
+	run := func(h engine.Hook) *trace.Trace {
+		s.Reset()
+		tr, err := s.Prefill(ctx, other, engine.Options{Capture: engine.CaptureOf("*"), Hooks: []engine.Hook{h}})
+		require.NoError(t, err)
+		return tr
+	}
+	resid := trace.LayerPoint(1, trace.ResidPre)
+	require.Equal(t, run(engine.Patch(resid, src, []int{n - 1})).Tensor("logits").Data, run(engine.Patch(resid, src, []int{-1})).Tensor("logits").Data)
+	require.Equal(t, run(engine.PatchHead(0, 1, src, n-2)).Tensor(z).Data, run(engine.PatchHead(0, 1, src, -2)).Tensor(z).Data)
+	s.Reset()
+	_, err = s.Prefill(ctx, other, engine.Options{Hooks: []engine.Hook{engine.Patch(resid, src, []int{-n - 1})}})
+	require.ErrorContains(t, err, fmt.Sprintf("row %d is outside %s's %d rows", -n-1, resid, n))
+	_, err = s.Prefill(ctx, other, engine.Options{Hooks: []engine.Hook{engine.PatchHead(0, 1, src, n)}})
+	require.ErrorContains(t, err, fmt.Sprintf("position %d is outside %s's %d positions", n, z, n))
+}
+
 // badEdits are edits every backend must refuse, each with what the error
 // says. Issue 15.6: on CPU they panicked (slice bounds out of range); on
 // Vulkan Off+(Rows-1)*Stride+Cols overflowed and passed. Issue 15.13:

@@ -172,10 +172,10 @@ func ExampleModel_PatchHeads() {
 	// layer 0: [-0.34 0.15 -0.26 0.48 -0.27 -0.25 -0.12 0.15]
 }
 
-func ExamplePatchHead() {
+func Example_patchHead() {
 	m := cpu()
 	clean := m.Prefill("x := a + b", nb.Capture("blocks.*.attn.hook_z"))
-	tr := m.Prefill("x := a - b", nb.Hooks(nb.PatchHead(3, 0, clean)))
+	tr := m.Prefill("x := a - b", nb.Hooks(engine.PatchHead(3, 0, clean)))
 	fmt.Println(m.Pieces(tr.Predicted))
 	// Output:
 	// [\n]

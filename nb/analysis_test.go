@@ -171,7 +171,7 @@ func TestPatchHeadPositionsIsAHostCopyOfTheCleanHeadAtAPosition(t *testing.T) {
 		}
 	}
 	require.Equal(t, "L1H0", viz.LayerHeadLabels(m.Config().Layers, heads)[heads])
-	_, err := m.TryPrefill(corrupt, nb.Hooks(nb.PatchHead(0, 0, src, n)))
+	_, err := m.TryPrefill(corrupt, nb.Hooks(engine.PatchHead(0, 0, src, n)))
 	require.ErrorContains(t, err, fmt.Sprintf("position %d is outside blocks.0.attn.hook_z's %d positions", n, n))
 }
 

@@ -40,8 +40,8 @@
 // analysis takes the trace first (m.DLA(tr, dir, pos)); a sweep the
 // prompt(s), then the metric, then what it varies
 // (m.AblateHeads(prompt, metric, how), m.PatchPositions(clean, corrupt,
-// metric, point)); a hook or head the place first (PatchHead(layer, head,
-// from), Steer(layer, vec, alpha), m.CompositionScores(layer, head, kind)).
+// metric, point)); a hook or head the place first (engine.PatchHead(layer,
+// head, from), Steer(layer, vec, alpha), m.CompositionScores(layer, head, kind)).
 // viz's figures take their data first and the title (then axis labels)
 // last: viz.Heatmap(z, rows, cols, title), viz.XY(x, y, title, xLabel,
 // yLabel).

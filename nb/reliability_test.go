@@ -204,8 +204,8 @@ func TestClosedModelsSaySo(t *testing.T) {
 func TestDeviceHookPanicsAndNilPatchesAreErrors(t *testing.T) {
 	m := cpuModel(t)
 	want := m.Prefill("func main() {").Predicted
-	_, err := m.TryPrefill("func main() {", nb.Hooks(nb.PatchHead(0, 1, nil)))
-	require.ErrorContains(t, err, "nb.PatchHead(0, 1) has no source trace (nil)")
+	_, err := m.TryPrefill("func main() {", nb.Hooks(engine.PatchHead(0, 1, nil)))
+	require.ErrorContains(t, err, "hook: PatchHead(0, 1) has no source trace (nil)")
 	panics := engine.Hook{Point: "blocks.0.hook_resid_pre", Device: func(string, []int) ([]engine.DeviceEdit, error) {
 		panic("a user's bug")
 	}}

@@ -6,9 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 
-	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/trace"
 )
@@ -201,7 +199,7 @@ func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64
 	for l := range p.Patched {
 		p.Patched[l] = make([]float64, m.eng.Model.Heads)
 		for h := range p.Patched[l] {
-			p.Patched[l][h] = m.score(metric, ids, append(opts[:len(opts):len(opts)], Hooks(PatchHead(l, h, src)))...)
+			p.Patched[l][h] = m.score(metric, ids, append(opts[:len(opts):len(opts)], Hooks(engine.PatchHead(l, h, src)))...)
 		}
 	}
 	warnNonFinite("PatchHeads", p.Patched, layerHead)
@@ -226,7 +224,7 @@ func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace)
 		for h := range heads {
 			row := make([]float64, len(ids))
 			for pos := range row {
-				row[pos] = m.score(metric, ids, append(opts[:len(opts):len(opts)], Hooks(PatchHead(l, h, src, pos)))...)
+				row[pos] = m.score(metric, ids, append(opts[:len(opts):len(opts)], Hooks(engine.PatchHead(l, h, src, pos)))...)
 			}
 			p.Patched[l*heads+h] = row
 		}
@@ -235,42 +233,4 @@ func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace)
 		return fmt.Sprintf("layer %d, head %d, position %d", i/heads, i%heads, pos)
 	})
 	return p
-}
-
-// PatchHead is a hook that overwrites one head's hook_z, at the given
-// positions (every position when none are given; negative ones count from
-// the end), with the same head's from another run's trace, on the backend.
-func PatchHead(layer, head int, from *trace.Trace, positions ...int) engine.Hook {
-	return engine.Hook{Point: trace.LayerPoint(layer, trace.AttnZ), Device: func(name string, shape []int) ([]engine.DeviceEdit, error) {
-		if from == nil {
-			return nil, fmt.Errorf("nb.PatchHead(%d, %d) has no source trace (nil)", layer, head)
-		}
-		src, err := from.Get(name)
-		if err != nil {
-			return nil, err
-		}
-		if !slices.Equal(src.Shape, shape) || len(shape) != 3 {
-			return nil, fmt.Errorf("source trace has %s with shape %v, this run %v", name, src.Shape, shape)
-		}
-		if head < 0 || head >= shape[1] {
-			return nil, fmt.Errorf("head %d is out of range: %s has %d heads", head, name, shape[1])
-		}
-		off, stride := head*shape[2], shape[1]*shape[2]
-		if positions == nil {
-			return []engine.DeviceEdit{{Edit: backend.Edit{Op: backend.EditSet, Off: off, Rows: shape[0], Cols: shape[2], Stride: stride, SrcOff: off, SrcStride: stride}, Data: src.Data}}, nil
-		}
-		var edits []engine.DeviceEdit
-		for _, pos := range positions {
-			p := pos
-			if p < 0 {
-				p += shape[0]
-			}
-			if p < 0 || p >= shape[0] {
-				return nil, fmt.Errorf("position %d is outside %s's %d positions", pos, name, shape[0])
-			}
-			at := p*stride + off
-			edits = append(edits, engine.DeviceEdit{Edit: backend.Edit{Op: backend.EditSet, Off: at, Rows: 1, Cols: shape[2], SrcOff: at}, Data: src.Data})
-		}
-		return edits, nil
-	}}
 }
