@@ -71,13 +71,19 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 	if capacity > c.Context {
 		return nil, fmt.Errorf("engine: KV cache of %d positions exceeds the model's context length %d", capacity, c.Context)
 	}
-	s := &Session{e: e, capacity: capacity, tiers: make([]sessionTier, len(e.tiers))}
+	// Phi-3: a cache past the original context takes the long RoPE
+	// factors for all its positions, as llama.cpp chooses by its context.
+	return e.newSession(capacity, c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext)
+}
+
+// newSession allocates a KV cache of capacity positions, which a batch's
+// prompts may fill past the model's context side by side.
+func (e *Engine) newSession(capacity int, longRope bool) (*Session, error) {
+	c := &e.Model.Config
+	s := &Session{e: e, capacity: capacity, longRope: longRope, tiers: make([]sessionTier, len(e.tiers))}
 	for i, b := range e.tiers {
 		s.tiers[i].st = b.NewStream()
 	}
-	// Phi-3: a cache past the original context takes the long RoPE
-	// factors for all its positions, as llama.cpp chooses by its context.
-	s.longRope = c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext
 	for l := 0; l < c.Layers; l++ {
 		st := s.tiers[e.place.Layers[l]].st
 		k, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), capacity*c.KVDim())

@@ -1,0 +1,58 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/backend/cpu"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/internal/enginetest"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
+)
+
+// A batch's traces equal its prompts' run one at a time bit for bit on the
+// CPU, for every family: rows are independent in every product, norm and
+// MLP, and attention runs per prompt with the same kernels.
+func TestBatchEqualsPromptsOneAtATime(t *testing.T) {
+	for _, shape := range synth.ShapeNames() {
+		if synth.Shapes[shape].Layers > 6 { // the tiny ones
+			continue
+		}
+		t.Run(shape, func(t *testing.T) {
+			enginetest.CheckBatch(t, cpu.New(0), genModel(t, shape, gguf.Q8_0, 11), 0)
+		})
+	}
+}
+
+func TestStories260KBatchEqualsPromptsOneAtATime(t *testing.T) {
+	const path = "/work/shared/models/stories260K.gguf"
+	if _, err := os.Stat(path); err != nil {
+		t.Skip("no ", path)
+	}
+	m, err := model.Open(path)
+	require.NoError(t, err)
+	defer m.Close()
+	enginetest.CheckBatch(t, cpu.New(0), m, 0)
+}
+
+func TestBatchRefusesBadRequests(t *testing.T) {
+	e := newEngine(t, genModel(t, "tiny-llama", gguf.Q8_0, 1))
+	ctx := context.Background()
+	_, err := e.PrefillBatch(ctx, nil, engine.Options{})
+	require.EqualError(t, err, "engine: batch of no prompts")
+	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {}}, engine.Options{})
+	require.EqualError(t, err, "engine: prompt 1 of the batch is empty")
+	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {3, 512}}, engine.Options{})
+	require.EqualError(t, err, "engine: prompt 1: token 512 at index 1 is outside the vocabulary of 512 (ids are 0..511)")
+	_, err = e.PrefillBatch(ctx, [][]int32{make([]int32, 513)}, engine.Options{})
+	require.ErrorIs(t, err, engine.ErrCacheFull)
+	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {3}}, engine.Options{Capture: engine.CaptureOf("blocks.0.attn.hook_pattern")})
+	require.ErrorContains(t, err, "a batch cannot capture or hook attention scores or patterns yet")
+	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {3}}, engine.Options{Hooks: []engine.Hook{engine.Scale("blocks.1.attn.hook_attn_scores", 2)}})
+	require.ErrorContains(t, err, "a batch cannot capture or hook attention scores or patterns yet")
+}
