@@ -10,19 +10,42 @@ import (
 	"github.com/stratalab/strata/trace"
 )
 
+// PrefillBatch runs a batch of prompts as one prefill in a new session
+// (Session.PrefillBatch), whose KV cache holds them all and is freed as it
+// returns. RoPE is that of a session of the model's whole context (Phi-3's
+// long factors where it has them), as NewSession(0) takes.
+func (e *Engine) PrefillBatch(ctx context.Context, prompts [][]int32, o Options) ([]*trace.Trace, error) {
+	if e == nil || e.Model == nil || e.Backend == nil {
+		return nil, errors.New("engine: nil or unbuilt *Engine (use NewEngine)")
+	}
+	c := &e.Model.Config
+	rows := 0
+	for _, p := range prompts {
+		rows += len(p)
+	}
+	s, err := e.newSession(c.Context, max(rows, 1), c.LongRope != nil && c.Context > c.Rope.Scaling.OrigContext)
+	if err != nil {
+		return nil, fmt.Errorf("engine: KV cache of a batch of %d prompts, %d tokens: %w", len(prompts), rows, err)
+	}
+	defer s.Close()
+	return s.PrefillBatch(ctx, prompts, o)
+}
+
 // PrefillBatch runs a batch of prompts as one prefill and returns one trace
-// per prompt, each equal to what Prefill gives that prompt alone in a new
-// session: bit for bit on the CPU backend, within the backends' parity
-// tolerance on a GPU.
+// per prompt, each equal to what Prefill gives that prompt alone from
+// position 0 in this session: bit for bit on the CPU backend, within the
+// backends' parity tolerance on a GPU.
 //
 // The prompts' rows are packed one after another, with no padding, so that
 // every matrix product, norm and MLP runs once over all of them; each prompt
 // attends only to itself, from position 0, with its own positions for RoPE
 // or learned position embeddings, and its keys and values in its own part of
-// one KV cache. That cache is the batch's: the session made for it is
-// closed when PrefillBatch returns, so a prompt of a batch cannot be
-// continued (use a Session for that). RoPE is that of a session of the
-// model's whole context (Phi-3's long factors where it has them).
+// the session's KV cache, which grows to hold them all (past the model's
+// context if need be; each prompt stays within the session's capacity). The
+// batch starts from an empty cache, as after Reset, and leaves the session
+// at position 0: its prompts lie side by side in the cache, none to
+// continue. A refused batch leaves the session as it was. Reusing a
+// session for batch after batch reuses its cache and buffers.
 //
 // The results are one trace per prompt rather than TransformerLens's
 // padded [B, T, ...] tensors: prompts of different lengths need no padding
@@ -38,15 +61,16 @@ import (
 // A batch cannot yet capture or hook attention scores or patterns (each
 // prompt's are [heads, T_i, T_i]): run those prompts one at a time. The
 // capture budget and the scratch are counted for the whole batch; a batch
-// over the budget is refused, not split.
-func (e *Engine) PrefillBatch(ctx context.Context, prompts [][]int32, o Options) ([]*trace.Trace, error) {
-	if e == nil || e.Model == nil || e.Backend == nil {
-		return nil, errors.New("engine: nil or unbuilt *Engine (use NewEngine)")
+// over the budget is refused, not split into smaller ones.
+func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options) ([]*trace.Trace, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
 	}
+	defer s.unlock()
 	if ctx == nil {
 		return nil, errors.New("engine: nil context (use context.Background())")
 	}
-	c := &e.Model.Config
+	c := &s.e.Model.Config
 	if len(prompts) == 0 {
 		return nil, errors.New("engine: batch of no prompts")
 	}
@@ -56,8 +80,8 @@ func (e *Engine) PrefillBatch(ctx context.Context, prompts [][]int32, o Options)
 		switch {
 		case len(p) == 0:
 			return nil, fmt.Errorf("engine: prompt %d of the batch is empty", i)
-		case len(p) > c.Context:
-			return nil, fmt.Errorf("engine: prompt %d of the batch is %d tokens, which exceed the model's context of %d tokens: %w", i, len(p), c.Context, ErrCacheFull)
+		case len(p) > s.capacity:
+			return nil, fmt.Errorf("engine: prompt %d of the batch is %d tokens, which exceed the KV cache of %d positions (the model's context is %d tokens): %w", i, len(p), s.capacity, c.Context, ErrCacheFull)
 		}
 		if err := checkTokens(c, p, fmt.Sprintf("prompt %d: ", i)); err != nil {
 			return nil, err
@@ -65,27 +89,28 @@ func (e *Engine) PrefillBatch(ctx context.Context, prompts [][]int32, o Options)
 		lens[i] = len(p)
 		packed = append(packed, p...)
 	}
-	s, err := e.newSession(len(packed), c.LongRope != nil && c.Context > c.Rope.Scaling.OrigContext)
-	if err != nil {
-		return nil, fmt.Errorf("engine: KV cache of a batch of %d prompts, %d tokens: %w", len(prompts), len(packed), err)
-	}
-	defer s.Close()
+	pos := s.Pos()
+	s.pos.Store(0) // the layout's, and the batch's, start
 	l, err := s.checkPacked(lens, o)
+	if err == nil && l.anyMaterialized() {
+		err = errors.New("engine: a batch cannot capture or hook attention scores or patterns yet (each prompt's are its own [heads, T, T]): leave them out, or run those prompts one at a time")
+	}
 	if err != nil {
+		s.pos.Store(int64(pos)) // a refused batch leaves the session as it was
 		return nil, err
 	}
-	if l.anyMaterialized() {
-		return nil, errors.New("engine: a batch cannot capture or hook attention scores or patterns yet (each prompt's are its own [heads, T, T]): leave them out, or run those prompts one at a time")
+	s.endRun(errSuperseded)
+	if len(packed) > s.held {
+		if err := s.hold(len(packed)); err != nil {
+			return nil, fmt.Errorf("engine: KV cache of a batch of %d prompts, %d tokens: %w", len(prompts), len(packed), err)
+		}
 	}
-	if err := s.lock(); err != nil {
-		return nil, err
-	}
-	defer s.unlock()
 	r, err := s.begin(ctx, l, packed, o)
 	if err != nil {
 		return nil, err
 	}
 	tr, err := r.finish()
+	s.pos.Store(0)
 	if err != nil {
 		return nil, err
 	}

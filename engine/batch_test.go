@@ -56,3 +56,36 @@ func TestBatchRefusesBadRequests(t *testing.T) {
 	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {3}}, engine.Options{Hooks: []engine.Hook{engine.Scale("blocks.1.attn.hook_attn_scores", 2)}})
 	require.ErrorContains(t, err, "a batch cannot capture or hook attention scores or patterns yet")
 }
+
+// A session that ran a batch is at position 0 with its capacity as it was,
+// and prefills as a new one; a refused batch leaves it where it was.
+func TestSessionAfterBatch(t *testing.T) {
+	e := newEngine(t, genModel(t, "tiny-qwen3", gguf.Q8_0, 2))
+	ctx, o := context.Background(), engine.Options{Capture: engine.CaptureOf("blocks.*.hook_resid_post"), Logits: engine.LogitsAll}
+	s, err := e.NewSession(16)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Prefill(ctx, testTokens[:3], o)
+	require.NoError(t, err)
+	_, err = s.PrefillBatch(ctx, [][]int32{testTokens[:2], make([]int32, 17)}, o)
+	require.ErrorIs(t, err, engine.ErrCacheFull, "a prompt longer than the session's capacity")
+	_, err = s.PrefillBatch(ctx, [][]int32{testTokens[:2], {1}}, engine.Options{Capture: engine.CaptureOf("blocks.0.attn.hook_pattern")})
+	require.Error(t, err)
+	require.Equal(t, 3, s.Pos(), "a refused batch leaves the session as it was")
+
+	trs, err := s.PrefillBatch(ctx, enginetest.BatchPrompts, o) // 27 tokens, past the capacity
+	require.NoError(t, err)
+	require.Len(t, trs, len(enginetest.BatchPrompts))
+	require.Equal(t, 0, s.Pos())
+	require.Equal(t, 16, s.Capacity(), "a batch's cache is no room for a longer prompt")
+	_, err = s.Prefill(ctx, make([]int32, 17), o)
+	require.ErrorIs(t, err, engine.ErrCacheFull)
+	require.NoError(t, s.Grow(20))
+
+	got, err := s.Prefill(ctx, testTokens, o)
+	require.NoError(t, err)
+	want := prefill(t, e, testTokens, o)
+	for _, name := range want.Names {
+		enginetest.RequireBits(t, want.Tensor(name).Data, got.Tensor(name).Data, name)
+	}
+}

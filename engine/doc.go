@@ -6,11 +6,11 @@
 //
 // # Batches
 //
-// Engine.PrefillBatch runs several prompts as one prefill: their rows are
-// packed one after another with no padding, so that every matrix product,
-// norm and MLP runs once over all of them, while RoPE, attention and the
-// LM head's rows are per prompt, each prompt from position 0 against its
-// own keys. It returns one trace per prompt, not TransformerLens's padded
+// Session.PrefillBatch (or Engine.PrefillBatch, in a session of its own)
+// runs several prompts as one prefill: their rows are packed one after
+// another with no padding, so that every matrix product, norm and MLP runs
+// once over all of them, while RoPE, attention and the LM head's rows are
+// per prompt, each prompt from position 0 against its own keys. It returns one trace per prompt, not TransformerLens's padded
 // [B, T, ...] tensors: ragged prompts need no padding side or attention
 // mask, a prompt's trace equals that of its prefill alone (bit for bit on
 // the CPU) and every analysis of a trace applies to it. Hooks are called

@@ -20,8 +20,9 @@ import (
 type Session struct {
 	e        *Engine
 	tiers    []sessionTier // one per engine tier
-	capacity int
-	longRope bool // the model's LongRope, not Rope
+	capacity int           // positions a prompt may fill
+	held     int           // positions the cache holds: more than capacity after a batch (PrefillBatch)
+	longRope bool          // the model's LongRope, not Rope
 	pos      atomic.Int64
 	cacheK   []backend.Tensor // each on its layer's home tier
 	cacheV   []backend.Tensor
@@ -73,26 +74,26 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 	}
 	// Phi-3: a cache past the original context takes the long RoPE
 	// factors for all its positions, as llama.cpp chooses by its context.
-	return e.newSession(capacity, c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext)
+	return e.newSession(capacity, capacity, c.LongRope != nil && capacity > c.Rope.Scaling.OrigContext)
 }
 
-// newSession allocates a KV cache of capacity positions, which a batch's
-// prompts may fill past the model's context side by side.
-func (e *Engine) newSession(capacity int, longRope bool) (*Session, error) {
+// newSession makes a session of capacity positions whose KV cache holds
+// held positions: more where a batch's prompts fill it side by side.
+func (e *Engine) newSession(capacity, held int, longRope bool) (*Session, error) {
 	c := &e.Model.Config
-	s := &Session{e: e, capacity: capacity, longRope: longRope, tiers: make([]sessionTier, len(e.tiers))}
+	s := &Session{e: e, capacity: capacity, held: held, longRope: longRope, tiers: make([]sessionTier, len(e.tiers))}
 	for i, b := range e.tiers {
 		s.tiers[i].st = b.NewStream()
 	}
 	for l := 0; l < c.Layers; l++ {
 		st := s.tiers[e.place.Layers[l]].st
-		k, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), capacity*c.KVDim())
+		k, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), held*c.KVDim())
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
 		s.cacheK = append(s.cacheK, k)
-		v, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), capacity*c.KVDim())
+		v, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), held*c.KVDim())
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -248,6 +249,19 @@ func (s *Session) Grow(capacity int) error {
 		return fmt.Errorf("engine: a KV cache of %d positions takes the model's long RoPE factors for every position, and the %d cached positions were made with the short ones: start a session of %d positions", capacity, s.Pos(), capacity)
 	}
 	s.endRun(errSuperseded)
+	if capacity > s.held {
+		if err := s.hold(capacity); err != nil {
+			return err
+		}
+	}
+	s.capacity, s.longRope = capacity, longRope
+	return nil
+}
+
+// hold makes the KV cache hold n positions, keeping those cached; the
+// caller holds the session, with no run.
+func (s *Session) hold(n int) error {
+	c := &s.e.Model.Config
 	kvd, keep := c.KVDim(), s.Pos()*c.KVDim()
 	k, v := make([]backend.Tensor, c.Layers), make([]backend.Tensor, c.Layers)
 	free := func() {
@@ -263,8 +277,8 @@ func (s *Session) Grow(capacity int) error {
 	for l := range c.Layers {
 		st := s.tiers[s.e.place.Layers[l]].st
 		var err error
-		if k[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), capacity*kvd); err == nil {
-			v[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), capacity*kvd)
+		if k[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), n*kvd); err == nil {
+			v[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), n*kvd)
 		}
 		if err != nil {
 			free()
@@ -284,7 +298,7 @@ func (s *Session) Grow(capacity int) error {
 	k, s.cacheK = s.cacheK, k
 	v, s.cacheV = s.cacheV, v
 	free() // the old caches
-	s.capacity, s.longRope = capacity, longRope
+	s.held = n
 	return nil
 }
 

@@ -7,9 +7,10 @@ import (
 	"github.com/stratalab/strata/trace"
 )
 
-// PrefillBatch runs a batch of prompts as one prefill (engine.PrefillBatch)
-// and returns a trace per prompt, each as Prefill gives that prompt alone
-// in a fresh cache. prompts is a []string of texts, a []any of prompts as
+// PrefillBatch runs a batch of prompts as one prefill
+// (engine.Session.PrefillBatch, in the model's session, whose cache it
+// starts over) and returns a trace per prompt, each as Prefill gives that
+// prompt alone. prompts is a []string of texts, a []any of prompts as
 // Prefill takes them (text, []int32 or []int), or token ids ([][]int32 or
 // [][]int). Rows are packed with no padding, so that the products run once
 // over the whole batch; hooks act on each prompt's rows as in its own
@@ -39,7 +40,16 @@ func (m *Model) TryPrefillBatch(prompts any, opts ...PrefillOption) ([]*trace.Tr
 			return nil, fmt.Errorf("nb.PrefillBatch: prompt %d: %w", i, err)
 		}
 	}
-	return m.eng.PrefillBatch(s.ctx, ids, s.o)
+	longest := 0
+	for _, p := range ids {
+		longest = max(longest, len(p))
+	}
+	m.pending = nil // the cache starts over
+	sess, err := m.session(false, longest)
+	if err != nil {
+		return nil, err
+	}
+	return sess.PrefillBatch(s.ctx, ids, s.o)
 }
 
 // batchPrompts lists the prompts of a batch, each as tokens takes one.

@@ -26,3 +26,12 @@ func TestBatchEqualsPromptsOneAtATime(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkBatch16x128 compares a batch of 16 prompts of 128 tokens with 16
+// single prefills on the GPU (see enginetest.BenchBatch); on a real device,
+// STRATA_BATCH_BENCH_SHAPE=bonsai-1.7b times the default model's shape:
+// go test ./backend/vulkan -run=^$ -bench=Batch16x128 -benchtime=3x
+func BenchmarkBatch16x128(b *testing.B) {
+	be := benchBackend(b)
+	enginetest.BenchBatch(b, be, enginetest.BatchBenchModel(b), 16, 128)
+}

@@ -40,7 +40,9 @@ func BatchCapture(m *model.Config) engine.Capture {
 // tol of max|single| per point. It runs the batch of BatchPrompts, a batch
 // of one, every point captured with every logit row, the last rows alone
 // with the predictions, and hooks (a head ablated, a vector added at each
-// prompt's last row) that act per prompt.
+// prompt's last row) that act per prompt; each batch also runs in one
+// session reused for every batch, which must give the same bits as the
+// engine's batch in a new session.
 func CheckBatch(t *testing.T, b backend.Backend, m *model.Model, tol float64) {
 	t.Helper()
 	e, err := engine.NewEngine(m, b)
@@ -59,6 +61,17 @@ func CheckBatch(t *testing.T, b backend.Backend, m *model.Model, tol float64) {
 		"last":  {Capture: engine.CaptureOf("blocks.*.hook_resid_post"), Logits: engine.LogitsLast, Predict: true},
 		"hooks": {Capture: engine.CaptureOf("blocks.*.hook_resid_post", "ln_final.hook_normalized"), Logits: engine.LogitsLast, Hooks: hooks},
 	}
+	// A session of 16 positions, used for batch after batch: its cache
+	// grows past that for a batch and keeps what it grew to. (Phi-3's
+	// RoPE depends on the capacity: there, the model's context, as the
+	// engine's batch takes.)
+	capacity := 16
+	if c.LongRope != nil {
+		capacity = c.Context
+	}
+	bs, err := e.NewSession(capacity)
+	require.NoError(t, err)
+	defer bs.Close()
 	batches := map[string][][]int32{"ragged": BatchPrompts, "one": BatchPrompts[1:2]}
 	for bn, prompts := range batches {
 		for on, o := range options {
@@ -66,6 +79,13 @@ func CheckBatch(t *testing.T, b backend.Backend, m *model.Model, tol float64) {
 				got, err := e.PrefillBatch(context.Background(), prompts, o)
 				require.NoError(t, err)
 				require.Len(t, got, len(prompts))
+				again, err := bs.PrefillBatch(context.Background(), prompts, o)
+				require.NoError(t, err)
+				require.Equal(t, 0, bs.Pos(), "a batch leaves nothing to continue")
+				for i := range prompts {
+					requireSameTrace(t, got[i], again[i], 0, fmt.Sprintf("prompt %d in a reused session", i))
+					require.NoError(t, again[i].Close())
+				}
 				for i, p := range prompts {
 					s, err := e.NewSession(0)
 					require.NoError(t, err)
