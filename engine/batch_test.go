@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/backend/cpu"
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
@@ -24,7 +25,7 @@ func TestBatchEqualsPromptsOneAtATime(t *testing.T) {
 			continue
 		}
 		t.Run(shape, func(t *testing.T) {
-			enginetest.CheckBatch(t, cpu.New(0), genModel(t, shape, gguf.Q8_0, 11), 0)
+			enginetest.CheckBatch(t, newEngine(t, genModel(t, shape, gguf.Q8_0, 11)), 0)
 		})
 	}
 }
@@ -37,7 +38,21 @@ func TestStories260KBatchEqualsPromptsOneAtATime(t *testing.T) {
 	m, err := model.Open(path)
 	require.NoError(t, err)
 	defer m.Close()
-	enginetest.CheckBatch(t, cpu.New(0), m, 0)
+	enginetest.CheckBatch(t, newEngine(t, m), 0)
+}
+
+// Split over two tiers, the layers' rows go from tier to tier packed, and
+// the head takes each prompt's rows on the last.
+func TestTieredBatchEqualsPromptsOneAtATime(t *testing.T) {
+	for _, shape := range []string{"tiny-gpt2", "tiny-qwen3moe"} {
+		t.Run(shape, func(t *testing.T) {
+			m := genModel(t, shape, gguf.Q8_0, 4)
+			p := engine.Placement{Embed: 0, Layers: []int{0, 1}, Head: 1}
+			e, err := engine.NewTieredEngine(m, []backend.Backend{cpu.New(0), cpu.New(0)}, p)
+			require.NoError(t, err)
+			enginetest.CheckBatch(t, e, 0)
+		})
+	}
 }
 
 func TestBatchRefusesBadRequests(t *testing.T) {

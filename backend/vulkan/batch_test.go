@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/internal/enginetest"
 	"github.com/stratalab/strata/model/synth"
@@ -22,7 +23,9 @@ func TestBatchEqualsPromptsOneAtATime(t *testing.T) {
 		t.Run(shape, func(t *testing.T) {
 			m, err := synth.Random(synth.Shapes[shape], gguf.Q8_0, 11)
 			require.NoError(t, err)
-			enginetest.CheckBatch(t, b, m, pointTol)
+			e, err := engine.NewEngine(m, b)
+			require.NoError(t, err)
+			enginetest.CheckBatch(t, e, pointTol)
 		})
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/trace"
@@ -35,19 +34,17 @@ func BatchCapture(m *model.Config) engine.Capture {
 	return engine.CaptureOf(names...)
 }
 
-// CheckBatch holds a batch prefill on b to its prompts prefilled one at a
-// time on b, each in a new session: bit for bit where tol is 0, else within
+// CheckBatch holds a batch prefill on e to its prompts prefilled one at a
+// time on e, each in a new session: bit for bit where tol is 0, else within
 // tol of max|single| per point. It runs the batch of BatchPrompts, a batch
 // of one, every point captured with every logit row, the last rows alone
 // with the predictions, and hooks (a head ablated, a vector added at each
-// prompt's last row) that act per prompt; each batch also runs in one
+// prompt's last row, a host function) that act per prompt; each batch also runs in one
 // session reused for every batch, which must give the same bits as the
 // engine's batch in a new session.
-func CheckBatch(t *testing.T, b backend.Backend, m *model.Model, tol float64) {
+func CheckBatch(t *testing.T, e *engine.Engine, tol float64) {
 	t.Helper()
-	e, err := engine.NewEngine(m, b)
-	require.NoError(t, err)
-	c := &m.Config
+	c := &e.Model.Config
 	steer := make([]float32, c.DModel)
 	for i := range steer {
 		steer[i] = float32(i%7) - 3
@@ -55,6 +52,11 @@ func CheckBatch(t *testing.T, b backend.Backend, m *model.Model, tol float64) {
 	hooks := []engine.Hook{
 		engine.AblateHead(0, 1),
 		engine.AddVector(trace.LayerPoint(c.Layers-1, trace.ResidMid), steer, 0.5, []int{-1}),
+		// A host hook that reads its shape: the prompt's rows, not the batch's.
+		{Point: trace.LayerPoint(0, trace.ResidPost), Host: func(_ string, shape []int, data []float32) error {
+			data[len(data)-1] += float32(shape[0])
+			return nil
+		}},
 	}
 	options := map[string]engine.Options{
 		"all":   {Capture: BatchCapture(c), Logits: engine.LogitsAll},
