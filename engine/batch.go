@@ -174,7 +174,7 @@ func (r *Run) hook(name string, x backend.Tensor) error {
 func (r *Run) rows(t backend.Tensor, width, first, n int) backend.Tensor {
 	v := r.st.View(t, first*width, n*width)
 	if v == nil {
-		r.fail(fmt.Errorf("engine: %s cannot bind a batch's prompt's rows at row %d of %d elements apart: run the prompts one at a time", r.s.e.BackendName(), first, width))
+		r.fail(fmt.Errorf("engine: %s cannot bind a view of a batch's rows from row %d (%d elements a row) for a prompt's attention: run the prompts one at a time", r.s.e.BackendName(), first, width))
 	}
 	return v
 }
@@ -240,6 +240,10 @@ func (r *Run) split(tr *trace.Trace, prompts [][]int32) ([]*trace.Trace, error) 
 				out[i].Pieces = append(out[i].Pieces, tok.Piece(id))
 			}
 		}
+	}
+	// A GPU trace is read in one go, not point by point for each prompt.
+	if err := tr.Load(); err != nil {
+		return nil, fmt.Errorf("engine: reading a batch's trace: %w", err)
 	}
 	for _, name := range tr.Names {
 		spec, _ := trace.SpecOf(name)
