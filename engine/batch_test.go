@@ -104,3 +104,26 @@ func TestSessionAfterBatch(t *testing.T) {
 		enginetest.RequireBits(t, want.Tensor(name).Data, got.Tensor(name).Data, name)
 	}
 }
+
+// A cancelled batch returns the context's error, and its session runs the
+// next batch as a new one would.
+func TestCancelledBatch(t *testing.T) {
+	e := newEngine(t, genModel(t, "tiny-llama", gguf.Q8_0, 5))
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	o := engine.Options{Capture: engine.CaptureOf("blocks.*.hook_resid_post")}
+	_, err = s.PrefillBatch(ctx, enginetest.BatchPrompts, o)
+	require.ErrorIs(t, err, context.Canceled)
+	got, err := s.PrefillBatch(context.Background(), enginetest.BatchPrompts, o)
+	require.NoError(t, err)
+	want, err := e.PrefillBatch(context.Background(), enginetest.BatchPrompts, o)
+	require.NoError(t, err)
+	for i := range want {
+		for _, name := range want[i].Names {
+			enginetest.RequireBits(t, want[i].Tensor(name).Data, got[i].Tensor(name).Data, name)
+		}
+	}
+}
