@@ -13,6 +13,8 @@
 // per prompt, each prompt from position 0 against its own keys. It returns one trace per prompt, not TransformerLens's padded
 // [B, T, ...] tensors: ragged prompts need no padding side or attention
 // mask, a prompt's trace equals that of its prefill alone (bit for bit on
-// the CPU) and every analysis of a trace applies to it. Hooks are called
-// once per prompt with that prompt's rows, as in its prefill alone.
+// the CPU) and every analysis of a trace applies to it; trace.Padded
+// stacks a capture of the traces as [B, T, ...], padded on the right, for
+// code that wants TransformerLens's shape. Hooks are called once per
+// prompt with that prompt's rows, as in its prefill alone.
 package engine
