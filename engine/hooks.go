@@ -73,7 +73,9 @@ func hooked(hooks []Hook, name string) bool {
 	return false
 }
 
-func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int) error {
+// applyHook applies h at the named point, whose values of the given shape
+// start at element base of x (a batch's prompt's rows).
+func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int, base int) error {
 	if ok, _ := path.Match(h.Point, name); !ok {
 		return nil
 	}
@@ -84,7 +86,7 @@ func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int) err
 			return err
 		}
 		for _, e := range edits {
-			if err := r.edit(x, n, e); err != nil {
+			if err := r.edit(x, n, base, e); err != nil {
 				return err
 			}
 		}
@@ -94,13 +96,13 @@ func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int) err
 			r.hostScratch = make([]float32, n)
 		}
 		data := r.hostScratch[:n]
-		if err := r.st.Read(x, 0, data); err != nil {
+		if err := r.st.Read(x, base, data); err != nil {
 			return err
 		}
 		if err := callHost(h, name, shape, data); err != nil {
 			return err
 		}
-		r.st.Write(x, 0, data)
+		r.st.Write(x, base, data)
 	}
 	return nil
 }
@@ -125,8 +127,9 @@ func callHost(h *Hook, name string, shape []int, data []float32) (err error) {
 	return h.Host(name, shape, data)
 }
 
-// edit checks an edit against the point's n elements and records it.
-func (r *Run) edit(x backend.Tensor, n int, e DeviceEdit) error {
+// edit checks an edit against the point's n elements, which start at
+// element base of x, and records it.
+func (r *Run) edit(x backend.Tensor, n, base int, e DeviceEdit) error {
 	if e.Data != nil {
 		if e.Src != nil {
 			return errors.New("edit has both Src and Data: set one")
@@ -142,6 +145,7 @@ func (r *Run) edit(x backend.Tensor, n int, e DeviceEdit) error {
 	if err := e.Edit.Check(n); err != nil {
 		return err
 	}
+	e.Off += base
 	r.st.Edit(x, e.Edit)
 	return nil
 }

@@ -16,13 +16,17 @@ import (
 // in a few downloads and a step-wise run downloads each layer once.
 type layout struct {
 	t, pos0, keys, logitRows int
-	materialize              []bool // per layer: scores and pattern needed
-	slots                    map[string]slot
-	order                    []string
-	index                    map[string]int // every point's place in program order
-	arenas                   []int          // each arena's size in elements
-	arenaPoints              []string       // each arena's first point
-	captureElements          int
+	// lens are the lengths of a batch's prompts, whose rows are packed
+	// in order into the t rows; headRows are each one's LM-head rows. A
+	// single prompt is a batch of one.
+	lens, headRows  []int
+	materialize     []bool // per layer: scores and pattern needed
+	slots           map[string]slot
+	order           []string
+	index           map[string]int // every point's place in program order
+	arenas          []int          // each arena's size in elements
+	arenaPoints     []string       // each arena's first point
+	captureElements int
 }
 
 // arenaCap bounds an arena unless one point is larger: 128 MiB, the largest
@@ -39,18 +43,31 @@ type slot struct {
 }
 
 func newLayout(c *model.Config, t, pos0 int, o Options) *layout {
-	l := &layout{t: t, pos0: pos0, keys: pos0 + t, slots: map[string]slot{}, index: map[string]int{}}
-	switch o.Logits {
-	case LogitsLast:
-		l.logitRows = 1
-	case LogitsAll:
-		l.logitRows = t
+	return packedLayout(c, []int{t}, pos0, o)
+}
+
+// packedLayout is the layout of a batch of prompts of the given lengths,
+// packed row after row.
+func packedLayout(c *model.Config, lens []int, pos0 int, o Options) *layout {
+	t := 0
+	for _, n := range lens {
+		t += n
 	}
+	l := &layout{t: t, pos0: pos0, keys: pos0 + t, lens: slices.Clone(lens), slots: map[string]slot{}, index: map[string]int{}}
 	// The points after the layers are the LM head's rows.
-	if l.logitRows == 0 && slices.ContainsFunc(trace.Table(), func(s trace.Spec) bool {
+	afterLayers := slices.ContainsFunc(trace.Table(), func(s trace.Spec) bool {
 		return s.Stage == trace.AfterLayers && o.Capture.Selects(string(s.Point))
-	}) {
-		l.logitRows = t
+	})
+	for _, n := range lens {
+		rows := 0
+		switch {
+		case o.Logits == LogitsLast:
+			rows = 1
+		case o.Logits == LogitsAll || afterLayers:
+			rows = n
+		}
+		l.headRows = append(l.headRows, rows)
+		l.logitRows += rows
 	}
 	l.materialize = make([]bool, c.Layers)
 	arenaLayer, lastAlone := 0, false
@@ -110,12 +127,14 @@ func (l *layout) extent() trace.Extent {
 // arena of its own.
 func attentionMap(p trace.Point) bool { return p == trace.AttnScores || p == trace.AttnPattern }
 
-// positions are the ids of the prefill's positions, pos0.., for a table
-// of learned position embeddings.
+// positions are the ids of the prefill's positions, pos0.. for each
+// prompt, for a table of learned position embeddings.
 func (l *layout) positions() []int32 {
-	ids := make([]int32, l.t)
-	for i := range ids {
-		ids[i] = int32(l.pos0 + i)
+	ids := make([]int32, 0, l.t)
+	for _, n := range l.lens {
+		for i := range n {
+			ids = append(ids, int32(l.pos0+i))
+		}
 	}
 	return ids
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/stratalab/strata/internal/human"
+	"github.com/stratalab/strata/model"
 )
 
 // Logits says which positions get final norm and LM head.
@@ -47,9 +48,6 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	if len(tokens) == 0 {
 		return nil, errNoTokens
 	}
-	if err := s.e.Model.File.Changed(); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
 	if pos := s.Pos(); pos+len(tokens) > s.capacity {
 		if pos == 0 {
 			return nil, fmt.Errorf("engine: the prompt is %d tokens, which exceed the KV cache of %d positions (the model's context is %d tokens): %w",
@@ -58,10 +56,29 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 		return nil, fmt.Errorf("engine: %d tokens at position %d exceed the KV cache of %d positions (%d left): %w",
 			len(tokens), pos, s.capacity, s.capacity-pos, ErrCacheFull)
 	}
+	if err := checkTokens(c, tokens, ""); err != nil {
+		return nil, err
+	}
+	return s.checkPacked([]int{len(tokens)}, o)
+}
+
+// checkTokens checks that every id is in the vocabulary; prompt names the
+// prompt of a batch in the error.
+func checkTokens(c *model.Config, tokens []int32, prompt string) error {
 	for i, id := range tokens {
 		if id < 0 || int(id) >= c.Vocab {
-			return nil, fmt.Errorf("engine: token %d at index %d is outside the vocabulary of %d (ids are 0..%d)", id, i, c.Vocab, c.Vocab-1)
+			return fmt.Errorf("engine: %stoken %d at index %d is outside the vocabulary of %d (ids are 0..%d)", prompt, id, i, c.Vocab, c.Vocab-1)
 		}
+	}
+	return nil
+}
+
+// checkPacked checks the options of a prefill of prompts of the given
+// lengths, packed row after row at the session's position, and lays it out.
+func (s *Session) checkPacked(lens []int, o Options) (*layout, error) {
+	c := &s.e.Model.Config
+	if err := s.e.Model.File.Changed(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if err := o.Capture.Validate(c); err != nil {
 		return nil, err
@@ -88,11 +105,11 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 			return nil, fmt.Errorf("engine: hook at %q: with LogitsNone the final norm and LM head do not run, so it would never act (use LogitsLast or LogitsAll)", o.Hooks[i].Point)
 		}
 	}
-	l := newLayout(c, len(tokens), s.Pos(), o)
+	l := packedLayout(c, lens, s.Pos(), o)
 	// Scores are the one buffer of three sizes multiplied: bound it before
 	// the int product can wrap (only contrived head counts get near).
-	if keys := s.Pos() + len(tokens); l.anyMaterialized() && float64(c.Heads)*float64(len(tokens))*float64(keys) > 1<<46 {
-		return nil, fmt.Errorf("engine: attention scores of %d heads x %d x %d positions are too large to materialise", c.Heads, len(tokens), keys)
+	if l.anyMaterialized() && float64(c.Heads)*float64(l.t)*float64(l.keys) > 1<<46 {
+		return nil, fmt.Errorf("engine: attention scores of %d heads x %d x %d positions are too large to materialise", c.Heads, l.t, l.keys)
 	}
 	budget := o.Budget
 	if budget == 0 {
@@ -100,7 +117,7 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	}
 	if need := 4 * int64(l.captureElements); need > budget {
 		return nil, fmt.Errorf("engine: capture needs %s for %d points at T=%d, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget): %w",
-			human.Bytes(need), len(l.order), len(tokens), human.Bytes(budget), ErrOverBudget)
+			human.Bytes(need), len(l.order), l.t, human.Bytes(budget), ErrOverBudget)
 	}
 	return l, nil
 }

@@ -10,7 +10,9 @@ import (
 // backend, in the order of the architecture diagram. Each at() is a named
 // point where the run may capture, intervene or pause; it returns false
 // when the run must stop. The points it reaches are the table's, in its
-// order (trace.Table; a test dry-runs the program to check).
+// order (trace.Table; a test dry-runs the program to check). A batch's
+// prompts are its rows, packed: only RoPE, attention and the rows the LM
+// head takes are per prompt (batch.go).
 func (r *Run) program(yield func(string) bool) {
 	c, e, st := &r.s.e.Model.Config, r.s.e, r.st
 	t, d := r.l.t, c.DModel
@@ -76,8 +78,8 @@ func (r *Run) program(yield func(string) bool) {
 		}
 		if c.Pos == model.PosRope {
 			rq, rk := into(trace.AttnRotQ, r.q), into(trace.AttnRotK, r.k)
-			st.Rope(rq, q, t, c.Heads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
-			st.Rope(rk, k, t, c.KVHeads, c.HeadDim, r.l.pos0, r.s.ropeAt(layer))
+			r.rope(rq, q, c.Heads, layer)
+			r.rope(rk, k, c.KVHeads, layer)
 			q, k = rq, rk
 			if !at(trace.AttnRotQ, q) || !at(trace.AttnRotK, k) {
 				return
@@ -114,7 +116,7 @@ func (r *Run) program(yield func(string) bool) {
 				st.AttnMix(a)
 			}
 		} else {
-			st.FlashAttention(a)
+			r.attend(a) // each prompt of a batch on its own rows and keys
 		}
 		if !at(trace.AttnZ, a.Z) {
 			return
@@ -179,7 +181,7 @@ func (r *Run) program(yield func(string) bool) {
 		}
 	}
 
-	// Tail: final norm and LM head for the last logitRows positions.
+	// Tail: final norm and LM head for the last positions (of each prompt).
 	rows := r.l.logitRows
 	if rows == 0 {
 		return
@@ -189,7 +191,7 @@ func (r *Run) program(yield func(string) bool) {
 		return
 	}
 	st = r.st
-	st.Copy(r.attnOut, 0, x, (t-rows)*d, rows*d)
+	r.headInput(r.attnOut, x)
 	h, ok := r.normAt(outside, trace.LNFinalScale, trace.LNFinalNormalized, r.h, r.attnOut, e.outNorm, e.outBias, rows)
 	if !ok {
 		return

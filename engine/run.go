@@ -144,6 +144,11 @@ func (s *Session) start(ctx context.Context, tokens []int32, o Options) (*Run, e
 	if err != nil {
 		return nil, err
 	}
+	return s.begin(ctx, l, tokens, o)
+}
+
+// begin starts a checked prefill of layout l: tokens are its prompts' tokens, packed.
+func (s *Session) begin(ctx context.Context, l *layout, tokens []int32, o Options) (*Run, error) {
 	s.endRun(errSuperseded)
 	c, p := &s.e.Model.Config, &s.e.place
 	r := &Run{s: s, ctx: ctx, o: o, l: l, tokens: slices.Clone(tokens), layer: -1}
@@ -276,12 +281,9 @@ func (r *Run) at(name string, x backend.Tensor, yield func(string) bool) bool {
 	if r.err != nil {
 		return false
 	}
-	shape := trace.ShapeOf(&r.s.e.Model.Config, name, r.l.extent())
-	for i := range r.o.Hooks {
-		if err := r.applyHook(&r.o.Hooks[i], name, x, shape); err != nil {
-			r.fail(fmt.Errorf("hook at %s: %w", name, err))
-			return false
-		}
+	if err := r.hook(name, x); err != nil {
+		r.fail(err)
+		return false
 	}
 	if s, ok := r.l.slots[name]; ok && !s.alias && x != r.views[name] {
 		r.st.Copy(r.arenas[s.arena], s.off, x, 0, elements(s.shape))

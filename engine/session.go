@@ -20,7 +20,8 @@ import (
 type Session struct {
 	e        *Engine
 	tiers    []sessionTier // one per engine tier
-	capacity int
+	capacity int           // positions a prompt may fill
+	held     int           // positions the cache holds: more than capacity after a batch (PrefillBatch)
 	pos      atomic.Int64
 	cacheK   []backend.Tensor // each on its layer's home tier
 	cacheV   []backend.Tensor
@@ -70,19 +71,26 @@ func (e *Engine) NewSession(capacity int) (*Session, error) {
 	if capacity > c.Context {
 		return nil, fmt.Errorf("engine: KV cache of %d positions exceeds the model's context length %d", capacity, c.Context)
 	}
-	s := &Session{e: e, capacity: capacity, tiers: make([]sessionTier, len(e.tiers))}
+	return e.newSession(capacity, capacity)
+}
+
+// newSession makes a session of capacity positions whose KV cache holds
+// held positions: more where a batch's prompts fill it side by side.
+func (e *Engine) newSession(capacity, held int) (*Session, error) {
+	c := &e.Model.Config
+	s := &Session{e: e, capacity: capacity, held: held, tiers: make([]sessionTier, len(e.tiers))}
 	for i, b := range e.tiers {
 		s.tiers[i].st = b.NewStream()
 	}
 	for l := 0; l < c.Layers; l++ {
 		st := s.tiers[e.place.Layers[l]].st
-		k, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), capacity*c.KVDim())
+		k, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), held*c.KVDim())
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
 		s.cacheK = append(s.cacheK, k)
-		v, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), capacity*c.KVDim())
+		v, err := st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), held*c.KVDim())
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -237,6 +245,19 @@ func (s *Session) Grow(capacity int) error {
 		return fmt.Errorf("engine: KV cache of %d positions exceeds the model's context length %d", capacity, c.Context)
 	}
 	s.endRun(errSuperseded)
+	if capacity > s.held {
+		if err := s.hold(capacity); err != nil {
+			return err
+		}
+	}
+	s.capacity = capacity
+	return nil
+}
+
+// hold makes the KV cache hold n positions, keeping those cached; the
+// caller holds the session, with no run.
+func (s *Session) hold(n int) error {
+	c := &s.e.Model.Config
 	kvd, keep := c.KVDim(), s.Pos()*c.KVDim()
 	k, v := make([]backend.Tensor, c.Layers), make([]backend.Tensor, c.Layers)
 	free := func() {
@@ -252,8 +273,8 @@ func (s *Session) Grow(capacity int) error {
 	for l := range c.Layers {
 		st := s.tiers[s.e.place.Layers[l]].st
 		var err error
-		if k[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), capacity*kvd); err == nil {
-			v[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), capacity*kvd)
+		if k[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheK), n*kvd); err == nil {
+			v[l], err = st.Alloc(trace.LayerPoint(l, trace.AttnCacheV), n*kvd)
 		}
 		if err != nil {
 			free()
@@ -273,7 +294,7 @@ func (s *Session) Grow(capacity int) error {
 	k, s.cacheK = s.cacheK, k
 	v, s.cacheV = s.cacheV, v
 	free() // the old caches
-	s.capacity = capacity
+	s.held = n
 	return nil
 }
 

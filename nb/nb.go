@@ -11,13 +11,14 @@
 //
 // Prompts: every call that takes a prompt takes it as any: text (encoded
 // with the tokenizer's BOS), or token ids, []int32 or []int (taken as they
-// are). A token (Token, Unembed, LogitDirection, LogitDiff, TokenLens, WE,
+// are). A batch (PrefillBatch) is a []string, []any of prompts, [][]int32
+// or [][]int, and comes back as a trace per prompt. A token (Token, Unembed, LogitDirection, LogitDiff, TokenLens, WE,
 // WU) is text of one token, an int or an int32. Token ids are int32, as
 // tokenizers and traces hold them; positions, layers and heads are int.
 //
 // Errors: nb's calls panic with the error, which a notebook cell shows;
 // the few a program recovers from have a Try form that returns it instead
-// (TryOpen, TryPrefill, TryGenerate, TryStart). trace and viz return
+// (TryOpen, TryPrefill, TryPrefillBatch, TryGenerate, TryStart). trace and viz return
 // errors: nb.Must(v, err) makes one a panic in a cell, and Show takes a
 // figure call's (figure, error) as it is. Steps.Err returns the error that
 // stopped the steps.

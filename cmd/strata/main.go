@@ -50,7 +50,7 @@ func init() {
 		{"info", "[MODEL.gguf] [-n N] [--points] [--devices [--backend B] [--placement P]]", "architecture, shapes, parameters, tensor types, tokenizer and prefill memory; with --devices, the devices and the model's placement over them", cmdInfo},
 		{"tokenize", "[--model M] TEXT", "print the token ids of TEXT, space separated", cmdTokenize},
 		{"run", "[--model M] --prompt P [-n 30] [--temperature T [--top-k K] [--top-p P] [--min-p P] [--seed S]] [--placement P]", "continuation of a prompt: greedy, or drawn with a temperature", cmdRun},
-		{"trace", "[--model M] (--prompt P | --tokens 1,2,...) [--capture GLOBS] [--out DIR] [--placement P]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures", cmdTrace},
+		{"trace", "[--model M] (--prompt P | --tokens 1,2,... | --prompts FILE [--batch 16]) [--capture GLOBS] [--out DIR] [--placement P]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures; with --prompts, a folder DIR/N for each prompt of the file, run in batches", cmdTrace},
 		{"gen", "--shape S [--type T] --out F.gguf [--seed N]", "write a model with random weights", cmdGen},
 		{"bench", "[--model M | --shape S --type T] [--tokens 128,512,2048] [--capture none,all] [--backend B] [--placement P] [--json F]",
 			"median prefill tokens/s after warm-up", cmdBench},
@@ -685,6 +685,8 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	path := fs.String("model", "", "model file (default: the default model)")
 	prompt := fs.String("prompt", "", "prompt text (default: a Go function, for the default model)")
 	tokenList := fs.String("tokens", "", "comma-separated token ids instead of a prompt")
+	promptFile := fs.String("prompts", "", "a file of prompts instead of one: text, a prompt a line, or JSONL ({\"prompt\": ...} a line) if it ends in .jsonl; prompt N's trace goes to OUT/N")
+	batch := fs.Int("batch", 16, "with --prompts, the prompts run in one prefill")
 	capture := fs.String("capture", "*", "comma-separated capture globs, e.g. 'blocks.*.attn.hook_pattern,blocks.*.hook_resid_post'")
 	layers := fs.String("layers", "", "layer range FIRST:LAST for per-layer points (default all)")
 	dir := fs.String("out", "strata-trace", "output folder, replaced as a whole")
@@ -701,6 +703,12 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	switch {
 	case isSet(fs, "tokens") && isSet(fs, "prompt"):
 		return errors.New("trace takes --prompt or --tokens, not both")
+	case isSet(fs, "prompts") && (isSet(fs, "prompt") || isSet(fs, "tokens")):
+		return errors.New("trace takes --prompts or one prompt (--prompt or --tokens), not both")
+	case isSet(fs, "prompts") && *promptFile == "":
+		return errors.New("--prompts is empty: give the file of prompts")
+	case isSet(fs, "batch") && (*promptFile == "" || *batch < 1):
+		return errors.New("--batch goes with --prompts, and is at least 1")
 	case isSet(fs, "tokens") && strings.TrimSpace(*tokenList) == "":
 		return errors.New("--tokens is empty: give token ids, e.g. --tokens 1,403,407")
 	case isSet(fs, "prompt") && *prompt == "":
@@ -717,7 +725,9 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	}
 	c := &m.Config
 	var tokens []int32
-	if *tokenList != "" {
+	switch {
+	case *promptFile != "": // read by traceFile, once the capture is known to be good
+	case *tokenList != "":
 		for _, f := range strings.Split(*tokenList, ",") {
 			id, ok := decimal(strings.TrimSpace(f))
 			if !ok {
@@ -728,7 +738,7 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 			}
 			tokens = append(tokens, int32(id))
 		}
-	} else {
+	default:
 		text := *prompt
 		if text == "" {
 			text = defaultPrompt
@@ -741,6 +751,9 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		return promptTooLong(len(tokens), c.Context)
 	}
 	plan := engine.Capture{Globs: strings.Split(*capture, ","), LastLayer: -1}
+	if *promptFile != "" && !isSet(fs, "capture") {
+		plan.Globs = batchGlobs(c)
+	}
 	if *layers != "" {
 		a, b, ok := strings.Cut(*layers, ":")
 		first, ok1 := decimal(a)
@@ -756,6 +769,9 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	o := engine.Options{Capture: plan, Logits: engine.LogitsAll, Precision: prec}
 	if err := o.Capture.Validate(c); err != nil { // before a plan counts its bytes
 		return err
+	}
+	if *promptFile != "" {
+		return traceFile(ctx, m, *promptFile, *batch, o, *backend, *placement, *dir, out)
 	}
 	e, err := openEngine(m, *backend, *placement, engine.PlanRequest{Capacity: len(tokens), Tokens: len(tokens), Options: o})
 	if err != nil {

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/tokenizer"
+	"github.com/stratalab/strata/trace"
+	"github.com/stratalab/strata/viz"
+)
+
+// batchGlobs are the points a batch can capture: every one but the
+// attention scores and patterns (engine.Session.PrefillBatch).
+func batchGlobs(c *model.Config) []string {
+	var globs []string
+	for _, n := range trace.Points(c) {
+		if _, p := trace.SplitPoint(n); p != trace.AttnScores && p != trace.AttnPattern {
+			globs = append(globs, n)
+		}
+	}
+	return globs
+}
+
+// readPrompts reads a file of prompts: JSONL ({"prompt": "..."} a line) if
+// its name ends in .jsonl, else text, a prompt a line; blank lines are
+// skipped.
+func readPrompts(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--prompts: %w", err)
+	}
+	defer f.Close()
+	jsonl := strings.EqualFold(filepath.Ext(path), ".jsonl")
+	var prompts []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if !jsonl {
+			prompts = append(prompts, line)
+			continue
+		}
+		var rec struct {
+			Prompt *string `json:"prompt"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			return nil, fmt.Errorf("--prompts %s: line %d: %w", path, n, err)
+		}
+		if rec.Prompt == nil || *rec.Prompt == "" {
+			return nil, fmt.Errorf(`--prompts %s: line %d has no "prompt" text`, path, n)
+		}
+		prompts = append(prompts, *rec.Prompt)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--prompts %s: %w", path, err)
+	}
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("--prompts %s: no prompts in the file", path)
+	}
+	return prompts, nil
+}
+
+// traceFile traces each prompt of a file, batch prompts to a prefill, to
+// a folder of its own in dir: dir/0, dir/1, ... (numbered from 0, padded
+// to one width, so that they sort).
+func traceFile(ctx context.Context, m *model.Model, path string, batch int, o engine.Options, backend, placement, dir string, out io.Writer) error {
+	texts, err := readPrompts(path)
+	if err != nil {
+		return err
+	}
+	c := &m.Config
+	prompts := make([][]int32, len(texts))
+	longest, most := 0, 0 // the longest prompt, the most tokens in a batch
+	for i, text := range texts {
+		if prompts[i], err = m.Tok.Encode(text, tokenizer.Options{}); err != nil {
+			return fmt.Errorf("--prompts %s: prompt %d: %w", path, i, err)
+		}
+		if len(prompts[i]) > c.Context {
+			return fmt.Errorf("--prompts %s: prompt %d: %w", path, i, promptTooLong(len(prompts[i]), c.Context))
+		}
+		longest = max(longest, len(prompts[i]))
+	}
+	for i := 0; i < len(prompts); i += batch {
+		n := 0
+		for _, p := range prompts[i:min(i+batch, len(prompts))] {
+			n += len(p)
+		}
+		most = max(most, n)
+	}
+	e, err := openEngine(m, backend, placement, engine.PlanRequest{Capacity: most, Tokens: most, Options: o})
+	if err != nil {
+		return err
+	}
+	s, err := e.NewSession(longest)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out %s: %w", dir, err)
+	}
+	width := len(fmt.Sprint(len(prompts) - 1))
+	name := func(i int) string { return fmt.Sprintf("%0*d", width, i) }
+	tokens := 0
+	for i := 0; i < len(prompts); i += batch {
+		trs, err := s.PrefillBatch(ctx, prompts[i:min(i+batch, len(prompts))], o)
+		if err != nil {
+			return err
+		}
+		for j, tr := range trs {
+			tokens += len(tr.Tokens)
+			err = exportPrompt(ctx, e, tr, filepath.Join(dir, name(i+j)))
+			tr.Close()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintf(out, "traced %d prompts, %d tokens, through %d layers on %s in batches of up to %d: a folder each, %s/%s to %s/%s\n",
+		len(prompts), tokens, c.Layers, e.BackendName(), batch, dir, name(0), dir, name(len(prompts)-1))
+	return nil
+}
+
+// exportPrompt writes a prompt's trace with its logit lens to its folder.
+func exportPrompt(ctx context.Context, e *engine.Engine, tr *trace.Trace, dir string) error {
+	_ = e.LogitLens(tr) // without every resid_post, the report says the lens was not drawn
+	if err := viz.ExportContext(ctx, tr, dir); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: %s was not replaced (it is as it was), nor those after it", dir)
+		}
+		return &rewordedError{"--out " + dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+dir+": "), err}
+	}
+	if name, nf, err := tr.FirstNonFinite(); err != nil {
+		return err
+	} else if name != "" {
+		fmt.Fprintf(stderr, "strata: warning: %s went non-finite: first at %s, %s\n", dir, name, nf)
+	}
+	return nil
+}

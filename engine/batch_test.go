@@ -1,0 +1,129 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/backend/cpu"
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/internal/enginetest"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/model/synth"
+)
+
+// A batch's traces equal its prompts' run one at a time bit for bit on the
+// CPU, for every family: rows are independent in every product, norm and
+// MLP, and attention runs per prompt with the same kernels.
+func TestBatchEqualsPromptsOneAtATime(t *testing.T) {
+	for _, shape := range synth.ShapeNames() {
+		if synth.Shapes[shape].Layers > 6 { // the tiny ones
+			continue
+		}
+		t.Run(shape, func(t *testing.T) {
+			enginetest.CheckBatch(t, newEngine(t, genModel(t, shape, gguf.Q8_0, 11)), 0)
+		})
+	}
+}
+
+func TestStories260KBatchEqualsPromptsOneAtATime(t *testing.T) {
+	const path = "/work/shared/models/stories260K.gguf"
+	if _, err := os.Stat(path); err != nil {
+		t.Skip("no ", path)
+	}
+	m, err := model.Open(path)
+	require.NoError(t, err)
+	defer m.Close()
+	enginetest.CheckBatch(t, newEngine(t, m), 0)
+}
+
+// Split over two tiers, the layers' rows go from tier to tier packed, and
+// the head takes each prompt's rows on the last.
+func TestTieredBatchEqualsPromptsOneAtATime(t *testing.T) {
+	for _, shape := range []string{"tiny-gpt2", "tiny-qwen3moe"} {
+		t.Run(shape, func(t *testing.T) {
+			m := genModel(t, shape, gguf.Q8_0, 4)
+			p := engine.Placement{Embed: 0, Layers: []int{0, 1}, Head: 1}
+			e, err := engine.NewTieredEngine(m, []backend.Backend{cpu.New(0), cpu.New(0)}, p)
+			require.NoError(t, err)
+			enginetest.CheckBatch(t, e, 0)
+		})
+	}
+}
+
+func TestBatchRefusesBadRequests(t *testing.T) {
+	e := newEngine(t, genModel(t, "tiny-llama", gguf.Q8_0, 1))
+	ctx := context.Background()
+	_, err := e.PrefillBatch(ctx, nil, engine.Options{})
+	require.EqualError(t, err, "engine: batch of no prompts")
+	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {}}, engine.Options{})
+	require.EqualError(t, err, "engine: prompt 1 of the batch is empty")
+	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {3, 512}}, engine.Options{})
+	require.EqualError(t, err, "engine: prompt 1: token 512 at index 1 is outside the vocabulary of 512 (ids are 0..511)")
+	_, err = e.PrefillBatch(ctx, [][]int32{make([]int32, 513)}, engine.Options{})
+	require.ErrorIs(t, err, engine.ErrCacheFull)
+	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {3}}, engine.Options{Capture: engine.CaptureOf("blocks.0.attn.hook_pattern")})
+	require.ErrorContains(t, err, "a batch cannot capture or hook attention scores or patterns yet")
+	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {3}}, engine.Options{Hooks: []engine.Hook{engine.Scale("blocks.1.attn.hook_attn_scores", 2)}})
+	require.ErrorContains(t, err, "a batch cannot capture or hook attention scores or patterns yet")
+}
+
+// A session that ran a batch is at position 0 with its capacity as it was,
+// and prefills as a new one; a refused batch leaves it where it was.
+func TestSessionAfterBatch(t *testing.T) {
+	e := newEngine(t, genModel(t, "tiny-qwen3", gguf.Q8_0, 2))
+	ctx, o := context.Background(), engine.Options{Capture: engine.CaptureOf("blocks.*.hook_resid_post"), Logits: engine.LogitsAll}
+	s, err := e.NewSession(16)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Prefill(ctx, testTokens[:3], o)
+	require.NoError(t, err)
+	_, err = s.PrefillBatch(ctx, [][]int32{testTokens[:2], make([]int32, 17)}, o)
+	require.ErrorIs(t, err, engine.ErrCacheFull, "a prompt longer than the session's capacity")
+	_, err = s.PrefillBatch(ctx, [][]int32{testTokens[:2], {1}}, engine.Options{Capture: engine.CaptureOf("blocks.0.attn.hook_pattern")})
+	require.Error(t, err)
+	require.Equal(t, 3, s.Pos(), "a refused batch leaves the session as it was")
+
+	trs, err := s.PrefillBatch(ctx, enginetest.BatchPrompts, o) // 27 tokens, past the capacity
+	require.NoError(t, err)
+	require.Len(t, trs, len(enginetest.BatchPrompts))
+	require.Equal(t, 0, s.Pos())
+	require.Equal(t, 16, s.Capacity(), "a batch's cache is no room for a longer prompt")
+	_, err = s.Prefill(ctx, make([]int32, 17), o)
+	require.ErrorIs(t, err, engine.ErrCacheFull)
+	require.NoError(t, s.Grow(20))
+
+	got, err := s.Prefill(ctx, testTokens, o)
+	require.NoError(t, err)
+	want := prefill(t, e, testTokens, o)
+	for _, name := range want.Names {
+		enginetest.RequireBits(t, want.Tensor(name).Data, got.Tensor(name).Data, name)
+	}
+}
+
+// A cancelled batch returns the context's error, and its session runs the
+// next batch as a new one would.
+func TestCancelledBatch(t *testing.T) {
+	e := newEngine(t, genModel(t, "tiny-llama", gguf.Q8_0, 5))
+	s, err := e.NewSession(0)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	o := engine.Options{Capture: engine.CaptureOf("blocks.*.hook_resid_post")}
+	_, err = s.PrefillBatch(ctx, enginetest.BatchPrompts, o)
+	require.ErrorIs(t, err, context.Canceled)
+	got, err := s.PrefillBatch(context.Background(), enginetest.BatchPrompts, o)
+	require.NoError(t, err)
+	want, err := e.PrefillBatch(context.Background(), enginetest.BatchPrompts, o)
+	require.NoError(t, err)
+	for i := range want {
+		for _, name := range want[i].Names {
+			enginetest.RequireBits(t, want[i].Tensor(name).Data, got[i].Tensor(name).Data, name)
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/trace"
+)
+
+// BatchPrompts are ragged prompts for batch tests: lengths 12, 5, 1 and 9,
+// the one-token prompt in the middle, two sharing a prefix.
+var BatchPrompts = [][]int32{
+	{5, 77, 300, 12, 12, 450, 99, 256, 3, 140, 77, 300},
+	{9, 1, 200, 31, 7},
+	{42},
+	{5, 77, 300, 60, 2, 2, 500, 11, 8},
+}
+
+// BatchCapture captures every point of m a batch can: all but the
+// attention scores and patterns.
+func BatchCapture(m *model.Config) engine.Capture {
+	var names []string
+	for _, n := range trace.Points(m) {
+		if _, p := trace.SplitPoint(n); p != trace.AttnScores && p != trace.AttnPattern {
+			names = append(names, n)
+		}
+	}
+	return engine.CaptureOf(names...)
+}
+
+// CheckBatch holds a batch prefill on e to its prompts prefilled one at a
+// time on e, each in a new session: bit for bit where tol is 0, else within
+// tol of max|single| per point. It runs the batch of BatchPrompts, a batch
+// of one, every point captured with every logit row, the last rows alone
+// with the predictions, and hooks (a head ablated, a vector added at each
+// prompt's last row, a host function) that act per prompt; each batch also runs in one
+// session reused for every batch, which must give the same bits as the
+// engine's batch in a new session.
+func CheckBatch(t *testing.T, e *engine.Engine, tol float64) {
+	t.Helper()
+	c := &e.Model.Config
+	steer := make([]float32, c.DModel)
+	for i := range steer {
+		steer[i] = float32(i%7) - 3
+	}
+	hooks := []engine.Hook{
+		engine.AblateHead(0, 1),
+		engine.AddVector(trace.LayerPoint(c.Layers-1, trace.ResidMid), steer, 0.5, []int{-1}),
+		// A host hook that reads its shape: the prompt's rows, not the batch's.
+		{Point: trace.LayerPoint(0, trace.ResidPost), Host: func(_ string, shape []int, data []float32) error {
+			data[len(data)-1] += float32(shape[0])
+			return nil
+		}},
+	}
+	options := map[string]engine.Options{
+		"all":   {Capture: BatchCapture(c), Logits: engine.LogitsAll},
+		"last":  {Capture: engine.CaptureOf("blocks.*.hook_resid_post"), Logits: engine.LogitsLast, Predict: true},
+		"hooks": {Capture: engine.CaptureOf("blocks.*.hook_resid_post", "ln_final.hook_normalized"), Logits: engine.LogitsLast, Hooks: hooks},
+	}
+	// A session of 16 positions, used for batch after batch: its cache
+	// grows past that for a batch and keeps what it grew to. (Phi-3's
+	// RoPE depends on the capacity: there, the model's context, as the
+	// engine's batch takes.)
+	capacity := 16
+	if c.LongRope != nil {
+		capacity = c.Context
+	}
+	bs, err := e.NewSession(capacity)
+	require.NoError(t, err)
+	defer bs.Close()
+	batches := map[string][][]int32{"ragged": BatchPrompts, "one": BatchPrompts[1:2]}
+	for bn, prompts := range batches {
+		for on, o := range options {
+			t.Run(bn+"/"+on, func(t *testing.T) {
+				got, err := e.PrefillBatch(context.Background(), prompts, o)
+				require.NoError(t, err)
+				require.Len(t, got, len(prompts))
+				again, err := bs.PrefillBatch(context.Background(), prompts, o)
+				require.NoError(t, err)
+				require.Equal(t, 0, bs.Pos(), "a batch leaves nothing to continue")
+				for i := range prompts {
+					requireSameTrace(t, got[i], again[i], 0, fmt.Sprintf("prompt %d in a reused session", i))
+					require.NoError(t, again[i].Close())
+				}
+				for i, p := range prompts {
+					s, err := e.NewSession(0)
+					require.NoError(t, err)
+					want, err := s.Prefill(context.Background(), p, o)
+					require.NoError(t, err)
+					requireSameTrace(t, want, got[i], tol, fmt.Sprintf("prompt %d", i))
+					require.NoError(t, want.Close())
+					require.NoError(t, got[i].Close())
+					s.Close() // after reading want: a GPU trace is freed with its session
+				}
+			})
+		}
+	}
+}
+
+func requireSameTrace(t *testing.T, want, got *trace.Trace, tol float64, what string) {
+	t.Helper()
+	require.Equal(t, want.Tokens, got.Tokens, what)
+	require.Equal(t, want.Pieces, got.Pieces, what)
+	require.Equal(t, want.Pos0, got.Pos0, what)
+	require.Equal(t, want.Names, got.Names, what)
+	if tol == 0 {
+		require.Equal(t, want.Predicted, got.Predicted, what)
+	} else {
+		require.Len(t, got.Predicted, len(want.Predicted), what)
+	}
+	for _, name := range want.Names {
+		w, err := want.Get(name)
+		require.NoError(t, err)
+		g, err := got.Get(name)
+		require.NoError(t, err)
+		require.Equal(t, w.Shape, g.Shape, "%s: %s", what, name)
+		if tol == 0 {
+			RequireBits(t, w.Data, g.Data, "%s: %s", what, name)
+			continue
+		}
+		worst, scale := 0.0, 0.0
+		for j := range w.Data {
+			worst = max(worst, math.Abs(float64(g.Data[j])-float64(w.Data[j])))
+			scale = max(scale, math.Abs(float64(w.Data[j])))
+		}
+		require.LessOrEqual(t, worst, tol*scale, "%s: %s", what, name)
+	}
+}
