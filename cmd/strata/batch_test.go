@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,6 +17,10 @@ import (
 // for bit on the CPU, from a text file and from JSONL.
 func TestTracePromptsFile(t *testing.T) {
 	stories := sharedtest.Stories(t)
+	var notes bytes.Buffer
+	old := stderr
+	stderr = &notes
+	defer func() { stderr = old }()
 	dir := t.TempDir()
 	text := filepath.Join(dir, "prompts.txt")
 	require.NoError(t, os.WriteFile(text, []byte("Once upon a time\n\nThe cat sat\nLily\n"), 0o644))
@@ -38,6 +43,7 @@ func TestTracePromptsFile(t *testing.T) {
 			require.Equal(t, want.Tokens, got.Tokens)
 			require.True(t, got.Has("blocks.0.ln1.hook_normalized"), "every point but the attention maps by default")
 			require.False(t, got.Has("blocks.0.attn.hook_pattern"))
+			require.Contains(t, notes.String(), "a batch does not capture attention scores or patterns yet", "the user is told")
 			for _, name := range want.Names {
 				enginetest.RequireBits(t, want.Tensor(name).Data, got.Tensor(name).Data, "prompt %d %s", i, name)
 			}
