@@ -38,6 +38,7 @@ func Explore(tr *trace.Trace, idle time.Duration) {
 		return h
 	}
 	if !gonbui.IsNotebook {
+		fmt.Println("nb.Explore: no live notebook here, so no sliders: layer 0 head 0 is shown")
 		Show(viz.AttentionHead(tr, layer, head))
 		return
 	}

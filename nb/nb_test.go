@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -184,4 +185,25 @@ func TestRepeatedRandomDrawsOrdinaryTokens(t *testing.T) {
 	for _, id := range ids[1:] {
 		require.True(t, m.Engine().Model.Tok.IsOrdinary(id), "token %d %q", id, m.Pieces([]int32{id})[0])
 	}
+}
+
+// Outside a live notebook Explore has no sliders to offer: it says so
+// beside the one figure it writes (a new user saw only a file's path).
+func TestExploreOutsideANotebookSaysSo(t *testing.T) {
+	nb.ShowDir = t.TempDir()
+	m := nb.Open("", nb.Backend("cpu"))
+	tr := m.Prefill("x := 1", nb.Capture("blocks.0.attn.hook_pattern"))
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	stdout := os.Stdout
+	os.Stdout = w
+	nb.Explore(tr, time.Second)
+	os.Stdout = stdout
+	require.NoError(t, w.Close())
+	said, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.Contains(t, string(said), "nb.Explore: no live notebook here, so no sliders: layer 0 head 0 is shown")
+	files, err := os.ReadDir(nb.ShowDir)
+	require.NoError(t, err)
+	require.Len(t, files, 1)
 }

@@ -49,10 +49,10 @@ func init() {
 	commands = []command{
 		{"info", "[MODEL.gguf] [-n N] [--points] [--devices [--backend B] [--placement P]]", "architecture, shapes, parameters, tensor types, tokenizer and prefill memory; with --devices, the devices and the model's placement over them", cmdInfo},
 		{"tokenize", "[--model M] TEXT", "print the token ids of TEXT, space separated", cmdTokenize},
-		{"run", "[--model M] --prompt P [-n 30] [--temperature T [--top-k K] [--top-p P] [--min-p P] [--seed S]] [--placement P]", "continuation of a prompt: greedy, or drawn with a temperature", cmdRun},
-		{"trace", "[--model M] (--prompt P | --tokens 1,2,... | --prompts FILE [--batch 16]) [--capture GLOBS] [--out DIR] [--placement P]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures; with --prompts, a folder DIR/N for each prompt of the file, run in batches", cmdTrace},
+		{"run", "[--model M] --prompt P [-n 30] [--temperature T [--top-k K] [--top-p P] [--min-p P] [--seed S]] [--backend B] [--precision exact|fast] [--placement P]", "continuation of a prompt: greedy, or drawn with a temperature", cmdRun},
+		{"trace", "[--model M] (--prompt P | --tokens 1,2,... | --prompts FILE [--batch 16]) [--capture GLOBS] [--out DIR] [--backend B] [--precision exact|fast] [--placement P]", "prefill with captures: DIR/trace.npz, DIR/manifest.json and the report DIR/index.html with its figures; with --prompts, a folder DIR/N for each prompt of the file, run in batches", cmdTrace},
 		{"gen", "--shape S [--type T] --out F.gguf [--seed N]", "write a model with random weights", cmdGen},
-		{"bench", "[--model M | --shape S --type T] [--tokens 128,512,2048] [--capture none,all] [--backend B] [--placement P] [--json F]",
+		{"bench", "[--model M | --shape S --type T] [--tokens 128,512,2048] [--capture none,all] [--backend B] [--precision exact,fast] [--placement P] [--json F]",
 			"median prefill tokens/s after warm-up", cmdBench},
 	}
 }
