@@ -44,8 +44,9 @@ func (m *Model) TryPrefillBatch(prompts any, opts ...PrefillOption) ([]*trace.Tr
 	for _, p := range ids {
 		longest, rows = max(longest, len(p)), rows+len(p)
 	}
-	m.pending = nil                                   // the cache starts over
-	sess, err := m.session(false, longest, rows, s.o) // the batch's rows run as one prefill
+	m.pending = nil // the cache starts over
+	// The batch's rows run as one prefill: the host check counts them all.
+	sess, err := m.session(false, longest, rows, s.o)
 	if err != nil {
 		return nil, err
 	}
