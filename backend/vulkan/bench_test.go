@@ -513,3 +513,34 @@ func BenchmarkMatVec(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPrefillWeightsInTile times fast bonsai-1.7b prefills (random
+// weights, capture none) in the quantized formats with their weights
+// decoded in each tile and to float16 before each product, alternating
+// twice so that both are compared in one process.
+func BenchmarkPrefillWeightsInTile(b *testing.B) {
+	v := benchBackend(b)
+	if !vulkan.Coop(v) {
+		b.Skip("no cooperative-matrix GEMMs")
+	}
+	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K, gguf.Q8_0} {
+		tb, tu := vulkan.Tuned(v)
+		e := benchEngineOn(b, tb, synth.Shapes["bonsai-1.7b"], typ)
+		for _, T := range []int{128, 512, 2048} {
+			tokens := benchTokens(T, e.Model.Vocab)
+			s, err := e.NewSession(T)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, round := range []int{1, 2} {
+				for _, mode := range []string{"tile", "first"} {
+					b.Run(fmt.Sprintf("%v/T=%d/%s/%d", typ, T, mode, round), func(b *testing.B) {
+						vulkan.HalfWRowsAll(tu, map[string]int{"first": 0, "tile": math.MaxInt}[mode])
+						timePrefills(b, s, tokens, engine.Options{Precision: backend.PrecisionFast})
+					})
+				}
+			}
+			s.Close()
+		}
+	}
+}

@@ -557,3 +557,36 @@ func TestKernelStatistics(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkWeightsInTile times fast products of bonsai-8b's four weight
+// shapes in the quantized formats with their weights decoded in each tile
+// ("tile") or to float16 first ("first", weights16.comp timed with the
+// product), each on the tile the planner picks for it, beside Q1_0_g128 (in
+// the tiles always): for choosing Tuning.HalfWRows.Fast per format.
+func BenchmarkWeightsInTile(b *testing.B) {
+	r := newRig(b, 3)
+	v := benchBackend(b)
+	if !vulkan.Coop(v) {
+		b.Skip("no cooperative-matrix GEMMs")
+	}
+	for _, shape := range []struct{ n, k int }{{12288, 4096}, {4096, 12288}, {4096, 4096}, {1024, 4096}} {
+		for _, typ := range []gguf.Type{gguf.Q1_0_G128, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_0} {
+			w, err := v.Upload(quantized(b, r, "w", shape.n, shape.k, typ))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, rows := range []int{128, 512, 2048} {
+				for _, mode := range []string{"tile", "first"} {
+					if mode == "first" && typ == gguf.Q1_0_G128 {
+						continue
+					}
+					b.Run(fmt.Sprintf("%dx%d/%v/T=%d/%s", shape.n, shape.k, typ, rows, mode), func(b *testing.B) {
+						tu := vulkan.DefaultTuning()
+						vulkan.HalfWRowsAll(&tu, map[string]int{"first": 0, "tile": math.MaxInt}[mode])
+						timeMatMul(b, r, v, tu, w, rows, shape.n, shape.k, backend.PrecisionFast)
+					})
+				}
+			}
+		}
+	}
+}

@@ -17,4 +17,17 @@ void kDecode(uint n, uint k, uint count, out float v[8]) {
     }
 }
 
+void kDecode8(uint n, uint k, out float v[8]) {
+    uint base = blockOf(n, k), j = k % 256;
+    float scale, offset;
+    kScaleMin(base, j / 32, scale, offset);
+    uint at = base + (16 + 32 * (j / 64) + j % 32) / 4;
+    uint q[8];
+    nibbles8(w[at], w[at + 1], 4 * ((j / 32) % 2), q);
+    for (uint i = 0; i < 8; i++) {
+        precise float x = scale * float(q[i]) - offset;
+        v[i] = x;
+    }
+}
+
 #include "kwrap.glsl"

@@ -18,4 +18,23 @@ void kDecode(uint n, uint k, uint count, out float v[8]) {
     }
 }
 
+void kDecode8(uint n, uint k, out float v[8]) {
+    uint base = blockOf(n, k), j = k % 256;
+    float scale, offset;
+    kScaleMin(base, j / 32, scale, offset);
+    uint l = j % 32, at = base + (48 + 32 * (j / 64) + l) / 4, fifth = base + (16 + l) / 4;
+    uint bit = 2 * (j / 64) + (j / 32) % 2;
+    uint q[8];
+    nibbles8(w[at], w[at + 1], 4 * ((j / 32) % 2), q);
+    uint f0 = w[fifth], f1 = w[fifth + 1];
+    for (uint i = 0; i < 4; i++) {
+        q[i] |= ((f0 >> (8 * i + bit)) & 1u) << 4;
+        q[i + 4] |= ((f1 >> (8 * i + bit)) & 1u) << 4;
+    }
+    for (uint i = 0; i < 8; i++) {
+        precise float x = scale * float(q[i]) - offset;
+        v[i] = x;
+    }
+}
+
 #include "kwrap.glsl"
