@@ -148,11 +148,11 @@ func show(it any, caption Caption) error {
 	}
 	// A figure or view carries its caption; anything else has it shown
 	// above as a heading.
-	if f, ok, err := asFigure(it); ok {
+	if f, ok, err := asFigure(it, string(caption)); ok {
 		if err != nil {
 			return err
 		}
-		return showFigure(f.WithCaption(string(caption)))
+		return showFigure(f)
 	}
 	if h, ok := it.(viz.HTML); ok {
 		return showView(h.WithCaption(string(caption)))
@@ -204,30 +204,39 @@ func show(it any, caption Caption) error {
 	return nil
 }
 
-// asFigure draws the items Show draws as viz figures; ok is false for
-// any other item.
-func asFigure(it any) (f *viz.Figure, ok bool, err error) {
+// asFigure draws the items Show draws as viz figures, captioned; ok is
+// false for any other item. A figure Show draws itself takes the caption
+// as its title: its default title under the caption said the same twice
+// ("direct logit attribution of each component" under "direct logit
+// attribution to logit(' err') − logit(' nil')").
+func asFigure(it any, caption string) (f *viz.Figure, ok bool, err error) {
+	title := func(def string) string {
+		if caption != "" {
+			return caption
+		}
+		return def
+	}
 	switch x := it.(type) {
 	case *viz.Figure:
-		return x, true, nil
+		return x.WithCaption(caption), true, nil
 	case *plot.Plot:
-		return viz.Plot(x, 0, 0), true, nil
+		return viz.Plot(x, 0, 0).WithCaption(caption), true, nil
 	case []float64:
-		f, err = viz.Line(x, "")
+		f, err = viz.Line(x, title(""))
 	case []float32:
-		f, err = viz.Tensor(&trace.Tensor{Shape: []int{len(x)}, Data: x}, "")
+		f, err = viz.Tensor(&trace.Tensor{Shape: []int{len(x)}, Data: x}, title(""))
 	case [][]float64:
-		f, err = viz.Heatmap(x, nil, nil, "")
+		f, err = viz.Heatmap(x, nil, nil, title(""))
 	case trace.Scores:
-		f, err = viz.HeadHeatmap(x, "score of each head", "score")
+		f, err = viz.HeadHeatmap(x, title("score of each head"), "score")
 	case []Contribution:
 		labels, values := make([]string, len(x)), make([]float64, len(x))
 		for i, c := range x {
 			labels[i], values[i] = c.Label, c.Logit
 		}
-		f, err = viz.Bars(labels, values, "direct logit attribution of each component", "contribution to the logit (difference)")
+		f, err = viz.Bars(labels, values, title("direct logit attribution of each component"), "contribution to the logit (difference)")
 	case *trace.Tensor:
-		f, err = viz.Tensor(x, "")
+		f, err = viz.Tensor(x, title(""))
 	default:
 		return nil, false, nil
 	}

@@ -76,3 +76,23 @@ func TestCaptureTableDotsSpaces(t *testing.T) {
 	require.Contains(t, h, `>·(</span>`)
 	require.Contains(t, h, `>&lt;s&gt;</span>`)
 }
+
+// A caption titles a figure Show draws from data, in place of its default
+// title; a figure made by the caller keeps its own title, captioned above.
+func TestCaptionTitlesFiguresShowDraws(t *testing.T) {
+	parts := []Contribution{{Label: "embed", Logit: 1}, {Label: "0_attn_out", Logit: -1}}
+	f, ok, err := asFigure(parts, "direct logit attribution to logit(' a') − logit(' b')")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "direct logit attribution to logit(' a') − logit(' b')", f.Title)
+	f, _, err = asFigure(parts, "")
+	require.NoError(t, err)
+	require.Equal(t, "direct logit attribution of each component", f.Title)
+
+	own, err := viz.Bars([]string{"a"}, []float64{1}, "mine", "logit")
+	require.NoError(t, err)
+	f, _, err = asFigure(own, "captioned")
+	require.NoError(t, err)
+	require.Equal(t, "mine", f.Title)
+	require.Greater(t, f.Height, own.Height, "the caption is written above the figure")
+}

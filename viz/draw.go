@@ -309,6 +309,8 @@ func newPlot(title string) *plot.Plot {
 	for _, a := range []*plot.Axis{&p.X, &p.Y} {
 		a.Label.TextStyle.Font = font.From(sans, axisText)
 		a.Tick.Label.Font = font.From(sans, tickText)
+		// gonum's default gave every label its decimals: -2.50, 0.00, 2.50.
+		a.Tick.Marker = roundTicks{fewest: 4}
 	}
 	p.Legend.TextStyle.Font = font.From(sans, tickText)
 	return p

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
@@ -19,10 +18,14 @@ import (
 	"github.com/stratalab/strata/trace"
 )
 
-// PCA projects the hidden states of every captured layer (hook_resid_post,
-// and hook_embed when captured) onto their first two principal components:
-// one colour per layer, a grey line following each position up the layers
-// (named in the legend), and the last layer's points labelled by token.
+// PCA draws the hidden states of every captured layer (hook_resid_post,
+// and hook_embed when captured) in a panel each, on that layer's own
+// first two principal components, each point labelled by its token where
+// the label has room. One projection for all layers had squeezed the
+// embedding, whose states are far smaller, into one blob, and drawn four
+// layers' points on top of one another. A deep model's panels are thinned
+// to at most maxPCAPanels layers, evenly spaced, first and last kept, as
+// the title says.
 // A position whose norm at some layer is over twice that layer's median
 // (an attention sink: the first token, and often the next) is left out,
 // as the title says: such states took the first component to themselves
@@ -40,8 +43,8 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		return nil, err
 	}
 	t, d := len(tr.Tokens), tr.Model.DModel
-	if len(names)*t < 3 || d < 2 {
-		return nil, fmt.Errorf("viz: %s: %d hidden states of width %d are too few for two principal components (want 3 states or more)", name, len(names)*t, d)
+	if t < 3 || d < 2 {
+		return nil, fmt.Errorf("viz: %s: %d positions of width %d are too few for two principal components (want 3 positions or more)", name, t, d)
 	}
 	xs := make([][]float32, len(names))
 	for s, n := range names {
@@ -51,107 +54,107 @@ func PCA(tr *trace.Trace) (*Figure, error) {
 		}
 		xs[s] = x.Data
 	}
-	title := "Hidden states on their first two principal components"
+	title := "Each layer's states on its first two principal components"
 	kept, out, top := sinkPositions(stateNorms(xs, t, d))
 	if len(out) > 0 && len(kept) >= 3 {
 		its := "norm to %.3g, over 2× its layer's median"
 		if len(out) > 1 {
 			its = "norms to %.3g, over 2× their layer's median"
 		}
-		title += fmt.Sprintf(" (%s left out: "+its+")", positionList(out, tr.Pos0), top)
+		// A line of its own: on one line the title outgrew maxWidth.
+		title += fmt.Sprintf("\n(%s left out: "+its+")", positionList(out, tr.Pos0), top)
 	} else {
 		kept = kept[:0]
 		for i := range t {
 			kept = append(kept, i)
 		}
 	}
-	n := len(kept) // positions drawn
-	row := func(k int) []float32 { i := kept[k%n]; return xs[k/n][i*d : (i+1)*d] }
-	dirs, vars, total, mean := principal(row, len(names)*n, d, 2)
-	if len(dirs) < 2 {
-		return nil, fmt.Errorf("viz: %s: the principal component analysis of %d hidden states did not converge", name, len(names)*n)
+	shown := panelStages(len(names))
+	if len(shown) < len(names) {
+		title += fmt.Sprintf("\n(%d of %d layers)", len(shown), len(names))
 	}
-	// Project the centred states onto the first two directions.
-	proj := mat.NewDense(len(names)*n, 2, nil)
-	for i := range len(names) * n {
-		var a, b float64
-		for j, v := range row(i) {
-			x := float64(v) - mean[j]
-			a += x * dirs[0][j]
-			b += x * dirs[1][j]
-		}
-		proj.Set(i, 0, a)
-		proj.Set(i, 1, b)
+	var labels []string
+	for _, i := range kept {
+		labels = append(labels, label(pieceAt(tr, i)))
 	}
-
-	p := newPlot("")   // the title spans the legend too: it may be wider than the plot
-	legend := p.Legend // drawn beside the plot, where it cannot cover a point
-	p.X.Label.Text = fmt.Sprintf("PC1 (%.0f%% of variance)", 100*vars[0]/total)
-	p.Y.Label.Text = fmt.Sprintf("PC2 (%.0f%% of variance)", 100*vars[1]/total)
-	p.X.Tick.Marker, p.Y.Tick.Marker = roundTicks{fewest: 4}, roundTicks{fewest: 4}
-	var pathLine *plotter.Line
-	for i := range n {
-		var path plotter.XYs
-		for s := range names {
-			path = append(path, plotter.XY{X: proj.At(s*n+i, 0), Y: proj.At(s*n+i, 1)})
-		}
-		line, err := plotter.NewLine(path)
+	var panels []*plot.Plot
+	for _, s := range shown {
+		p, err := pcaPanel(stages[s], xs[s], kept, d, labels, stageColor(s, len(names)))
 		if err != nil {
-			return nil, fmt.Errorf("viz: %s: %w", name, err)
+			return nil, err
 		}
-		line.Color, line.Width = color.Gray{195}, 0.6
-		p.Add(line)
-		pathLine = line
+		panels = append(panels, p)
 	}
-	for s, stage := range stages {
-		var pts plotter.XYs
-		for i := range n {
-			pts = append(pts, plotter.XY{X: proj.At(s*n+i, 0), Y: proj.At(s*n+i, 1)})
-		}
-		sc, err := plotter.NewScatter(pts)
-		if err != nil {
-			return nil, fmt.Errorf("viz: %s: %w", name, err)
-		}
-		sc.Color = stageColor(s, len(stages))
-		sc.Shape = draw.CircleGlyph{}
-		sc.Radius = 3
-		p.Add(sc)
-		if s%legendStep(len(stages)) == 0 || s == len(stages)-1 {
-			legend.Add(stage, sc)
-		}
-	}
-	last := len(names) - 1
-	var at plotter.XYs
-	var texts []string
-	for i := range n {
-		at = append(at, plotter.XY{X: proj.At(last*n+i, 0), Y: proj.At(last*n+i, 1)})
-		texts = append(texts, label(pieceAt(tr, kept[i])))
-	}
-	p.Add(spacedLabels{at: at, texts: texts, offset: 4,
-		style: text.Style{Color: color.Gray{60}, Font: font.From(sans, minText), XAlign: draw.XLeft, YAlign: draw.YCenter, Handler: p.TextHandler}})
-	entries := stages
-	if len(names) > 1 { // one stage has no lines between layers
-		legend.Add(pathName, pathLine)
-		entries = append(slices.Clip(stages), pathName)
-	}
-	legend.Top, legend.Left = true, true
-	var legendW vg.Length
-	for _, entry := range entries {
-		legendW = max(legendW, legend.TextStyle.Width(entry))
-	}
-	legendW += legend.ThumbnailWidth + 16
-	const titleH = 24
-	return newFigure(title, 560+legendW, 460, func(c draw.Canvas) {
+	cols := min(len(panels), 2) // two columns of 360 points: maxWidth
+	tiles := draw.Tiles{Rows: (len(panels) + cols - 1) / cols, Cols: cols, PadX: 12, PadY: 12}
+	const panelW, panelH = maxWidth / 2, 280
+	titleH := measured(12).Height(title) + 10
+	return newFigure(title, vg.Length(cols*panelW), titleH+vg.Length(tiles.Rows*panelH), func(c draw.Canvas) {
 		drawTitle(c, title)
 		c = draw.Crop(c, 0, 0, 0, -titleH)
-		p.Draw(draw.Crop(c, 0, -legendW, 0, 0))
-		legend.Draw(draw.Crop(c, c.Max.X-c.Min.X-legendW+8, 0, 0, -8))
+		for i, p := range panels {
+			p.Draw(tiles.At(c, i%cols, i/cols))
+		}
 	}), nil
 }
 
-// spacedLabels writes each text just right of its point, in order,
-// leaving out any that would overlap one already written: at 64 tokens
-// PCA's labels had piled into one another unreadably.
+// maxPCAPanels is the most layers PCA draws: four rows of two panels.
+const maxPCAPanels = 8
+
+// panelStages picks the stages PCA draws of n: all of them up to
+// maxPCAPanels, else that many evenly spaced, the first and last kept.
+func panelStages(n int) []int {
+	k := min(n, maxPCAPanels)
+	out := make([]int, k)
+	for i := range k {
+		out[i] = i
+		if k < n {
+			out[i] = int(math.Round(float64(i) * float64(n-1) / float64(k-1)))
+		}
+	}
+	return out
+}
+
+// pcaPanel projects one stage's states x (positions of width d, those in
+// kept) on their first two principal components, centred on their mean.
+func pcaPanel(stage string, x []float32, kept []int, d int, labels []string, c color.Color) (*plot.Plot, error) {
+	n := len(kept)
+	row := func(k int) []float32 { i := kept[k]; return x[i*d : (i+1)*d] }
+	dirs, vars, total, mean := principal(row, n, d, 2)
+	if len(dirs) < 2 {
+		return nil, fmt.Errorf("viz: PCA: the principal component analysis of %s's %d hidden states did not converge", stage, n)
+	}
+	pts := make(plotter.XYs, n)
+	for k := range n {
+		for j, v := range row(k) {
+			pts[k].X += (float64(v) - mean[j]) * dirs[0][j]
+			pts[k].Y += (float64(v) - mean[j]) * dirs[1][j]
+		}
+	}
+	p := newPlot(stage)
+	share := func(v float64) float64 {
+		if total > 0 {
+			return 100 * v / total
+		}
+		return 0
+	}
+	p.X.Label.Text = fmt.Sprintf("PC1 (%.0f%% of variance)", share(vars[0]))
+	p.Y.Label.Text = fmt.Sprintf("PC2 (%.0f%% of variance)", share(vars[1]))
+	sc, err := plotter.NewScatter(pts)
+	if err != nil {
+		return nil, fmt.Errorf("viz: PCA: %w", err)
+	}
+	sc.Color, sc.Shape, sc.Radius = c, draw.CircleGlyph{}, 3
+	p.Add(sc)
+	p.Add(spacedLabels{at: pts, texts: labels, offset: 4,
+		style: text.Style{Color: color.Gray{60}, Font: font.From(sans, minText), XAlign: draw.XLeft, YAlign: draw.YCenter, Handler: p.TextHandler}})
+	return p, nil
+}
+
+// spacedLabels writes each text just right of its point (left of it at
+// the plot's right edge), in order, leaving out any that would overlap one
+// already written: at 64 tokens PCA's labels had piled into one another
+// unreadably.
 type spacedLabels struct {
 	at     plotter.XYs
 	texts  []string
@@ -165,6 +168,9 @@ func (l spacedLabels) Plot(c draw.Canvas, p *plot.Plot) {
 	for i, xy := range l.at {
 		at := vg.Point{X: trX(xy.X) + l.offset, Y: trY(xy.Y)}
 		w, h := l.style.Width(l.texts[i]), l.style.Height(l.texts[i])
+		if at.X+w > c.Max.X { // left of a point at the right edge, not cut off
+			at.X = trX(xy.X) - l.offset - w
+		}
 		r := vg.Rectangle{Min: vg.Point{X: at.X, Y: at.Y - h/2}, Max: vg.Point{X: at.X + w, Y: at.Y + h/2}}
 		if slices.ContainsFunc(placed, func(q vg.Rectangle) bool {
 			return r.Min.X < q.Max.X && q.Min.X < r.Max.X && r.Min.Y < q.Max.Y && q.Min.Y < r.Max.Y
@@ -175,10 +181,6 @@ func (l spacedLabels) Plot(c draw.Canvas, p *plot.Plot) {
 		c.FillText(l.style, at, l.texts[i])
 	}
 }
-
-// pathName names, in PCA's legend, the grey lines joining each position's
-// states from layer to layer.
-const pathName = "one position, layer to layer"
 
 // sinkPositions splits positions by norms ([stage][position]): out are
 // those whose norm at some stage is over twice the median of that stage's
@@ -258,12 +260,6 @@ func stateNorms(xs [][]float32, t, d int) [][]float64 {
 		}
 	}
 	return out
-}
-
-// legendStep thins the legend of a deep model to about 24 entries, so that
-// it fits beside the plot; the colours still run in order between them.
-func legendStep(stages int) int {
-	return max(1, (stages+23)/24)
 }
 
 // stageColor runs along viridis from green to dark purple as layers go

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -277,13 +278,17 @@ func TestPCALeavesOutAnOutgrownFirstPosition(t *testing.T) {
 	put(100)
 	title, pieces := labels(must(PCA(tr)))
 	require.Contains(t, title, "(position 0 left out: norm to ")
-	require.Equal(t, []string{"tok1", "tok2", "tok3", "tok4", "tok5"}, pieces)
+	want := []string{"tok1", "tok2", "tok3", "tok4", "tok5"}
+	require.Equal(t, slices.Concat(want, want), pieces, "two layers, two panels")
 	put(1)
 	title, pieces = labels(must(PCA(tr)))
-	require.Equal(t, "Hidden states on their first two principal components", title)
+	require.Equal(t, "Each layer's states on its first two principal components", title)
 	// Position 5's states are position 0's (the data repeat every 5
-	// elements, 15 = 5 positions): its label would cover tok0's.
-	require.Equal(t, []string{"tok0", "tok1", "tok2", "tok3", "tok4"}, pieces)
+	// elements, 15 = 5 positions): its label would cover tok0's, in either
+	// panel. (Layer 1 holds layer 0's points in another order, and its
+	// projection may be mirrored, leaving out other labels that touch.)
+	require.Equal(t, []string{"tok0", "tok1", "tok2", "tok3", "tok4"}, pieces[:5], "layer 0's panel")
+	require.NotContains(t, pieces, "tok5")
 }
 
 // On the default model with notebook 03's prompt, layer 2's states of
@@ -318,17 +323,13 @@ func TestPCALeavesOutEveryStateFarPastItsLayer(t *testing.T) {
 	var rec recorder.Canvas
 	fig.paint(&rec)
 	var drawn []string
-	legend := false
 	for _, a := range rec.Actions {
-		if s, ok := a.(*recorder.FillString); ok {
-			if strings.HasPrefix(s.String, "tok") {
-				drawn = append(drawn, s.String)
-			}
-			legend = legend || s.String == pathName
+		if s, ok := a.(*recorder.FillString); ok && strings.HasPrefix(s.String, "tok") {
+			drawn = append(drawn, s.String)
 		}
 	}
-	require.Equal(t, []string{"tok2", "tok3", "tok4", "tok5", "tok6", "tok7"}, drawn)
-	require.True(t, legend, "the legend names the grey lines joining a position's states")
+	kept := []string{"tok2", "tok3", "tok4", "tok5", "tok6", "tok7"}
+	require.Equal(t, slices.Concat(kept, kept, kept), drawn, "the same positions in each layer's panel")
 }
 
 // Consecutive layers' points differ in hue as well as lightness: on the
@@ -652,32 +653,51 @@ func TestOnesInACellStandApart(t *testing.T) {
 	require.Equal(t, 2*sty.Width("1"), sty.Width("11"), "no kerning in the widths gonum measures")
 }
 
-// With one layer's states there are no lines from layer to layer, and the
-// legend does not name them.
-func TestPCAOfOneLayerNamesNoLines(t *testing.T) {
+// Each layer gets a panel, titled by its name, on its own components: the
+// embedding, whose states are far smaller, spreads over its panel rather
+// than collapsing into a blob beside the others. A deep model's panels are
+// thinned, evenly, keeping the first and last layers, as the title says.
+func TestPCADrawsAPanelPerLayer(t *testing.T) {
 	const T, d = 5, 3
-	tr := tokTrace(T, d, 2)
-	x := &trace.Tensor{Shape: []int{T, d}, Data: make([]float32, T*d)}
-	for i := range x.Data {
-		x.Data[i] = float32((i*7)%5) - 2
+	put := func(tr *trace.Trace, name string, scale float32) {
+		x := &trace.Tensor{Shape: []int{T, d}, Data: make([]float32, T*d)}
+		for i := range x.Data {
+			x.Data[i] = scale * (float32((i*7)%5) - 2)
+		}
+		tr.Put(name, x)
 	}
-	tr.Put("blocks.1.hook_resid_post", x)
-	count := func(tr *trace.Trace) int {
-		fig, err := PCA(tr)
-		require.NoError(t, err)
+	texts := func(fig *Figure) []string {
 		var rec recorder.Canvas
 		fig.paint(&rec)
-		n := 0
+		var out []string
 		for _, a := range rec.Actions {
-			if s, ok := a.(*recorder.FillString); ok && s.String == pathName {
-				n++
+			if s, ok := a.(*recorder.FillString); ok {
+				out = append(out, s.String)
 			}
 		}
-		return n
+		return out
 	}
-	require.Zero(t, count(tr))
-	tr.Put("blocks.0.hook_resid_post", x)
-	require.Equal(t, 1, count(tr), "two layers: the lines are named")
+	tr := tokTrace(T, d, 2)
+	put(tr, "hook_embed", 0.01)
+	put(tr, "blocks.0.hook_resid_post", 10)
+	put(tr, "blocks.1.hook_resid_post", 30)
+	drawn := texts(must(PCA(tr)))
+	for _, stage := range []string{"embed", "L0", "L1"} {
+		require.Contains(t, drawn, stage, "a panel titled %s", stage)
+	}
+	require.Equal(t, 3, strings.Count(strings.Join(drawn, "\n"), "tok1"), "each panel labels its points, the embedding's too")
+
+	deep := tokTrace(T, d, 29)
+	for l := range 29 {
+		put(deep, fmt.Sprintf("blocks.%d.hook_resid_post", l), float32(l+1))
+	}
+	fig := must(PCA(deep))
+	require.Contains(t, fig.Title, "(8 of 29 layers)")
+	drawn = texts(fig)
+	shown := []int{0, 4, 8, 12, 16, 20, 24, 28}
+	for l := range 29 {
+		require.Equal(t, slices.Contains(shown, l), slices.Contains(drawn, fmt.Sprintf("L%d", l)), "layer %d", l)
+	}
 }
 
 // Layers' colours follow matplotlib's viridis: its value at 0.5 is
@@ -730,4 +750,29 @@ func TestHostileFigureInputsAreErrors(t *testing.T) {
 	require.EqualError(t, Report(nil, t.TempDir()), "viz: Report of a nil trace")
 	_, err = Captured(nil, "logits")
 	require.EqualError(t, err, "viz: Captured of a nil trace")
+}
+
+// Value axes are ticked at round numbers written as short as they are:
+// gonum's default ticker wrote DLA's bars as -2.50, 0.00 and 2.50.
+func TestValueTicksAreWrittenShort(t *testing.T) {
+	numbers := func(f *Figure) []string {
+		var rec recorder.Canvas
+		f.paint(&rec)
+		var out []string
+		for _, a := range rec.Actions {
+			if s, ok := a.(*recorder.FillString); ok {
+				if _, err := strconv.ParseFloat(s.String, 64); err == nil {
+					out = append(out, s.String)
+				}
+			}
+		}
+		return out
+	}
+	bars := must(Bars([]string{"a", "b", "c"}, []float64{-2.9, 0.4, 3.2}, "dla", "logit"))
+	require.Equal(t, []string{"-3", "-2", "-1", "0", "1", "2", "3"}, numbers(bars))
+	line := must(Line([]float64{0.1, 0.35, 0.2, 0.6}, "loss"))
+	for _, s := range numbers(line) {
+		require.NotRegexp(t, `\.\d*0$|^-?0\.0+$`, s, "a tick label with trailing zeros")
+	}
+	require.Contains(t, numbers(line), "0.5")
 }

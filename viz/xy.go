@@ -99,7 +99,7 @@ func lines(name, title, xLabel, yLabel string, x []float64, series []Series) (*F
 	if wholeNumbers(x) {
 		p.X.Tick.Marker = integerTicks{}
 	}
-	p.Y.Tick.Marker = roundTicks{fewest: 4} // 0 labelled where the dashed line marks it
+	// newPlot's round ticks label 0 where the dashed line marks it.
 	p.Legend.Padding = 2
 	return newFigure(title, 480, 320, legendInCorner(p, names, paths)), nil
 }
