@@ -46,6 +46,10 @@ type attnBlock struct {
 
 func (b attnBlock) span() int { return b.hi - b.lo }
 
+// attnRows is the rows of a thread's block scratch: a block's 32 queries in
+// whole 12-row chunks (engine.EstimateMemory counts them).
+const attnRows = (32 + kernelRows - 1) / kernelRows * kernelRows
+
 // rowsFor readies sc.w for n rows of span: whole 12-row chunks, as blockMix
 // reads them, zero past row n.
 func (sc *attnScratch) rowsFor(n, span int) []float32 {
@@ -73,11 +77,21 @@ func attnBlocks(a *backend.Attention) []attnBlock {
 	return bs
 }
 
-// eachAttnBlock runs fn over every block on the stream's threads.
+// eachAttnBlock runs fn over every block on the stream's threads. Each
+// thread's rows are sized for the widest block first: grown block by block,
+// at T=16,000 a thread's first head left ~580 MB of garbage, which the
+// collector's headroom let double the prefill's peak memory.
 func (s *stream) eachAttnBlock(a *backend.Attention, fn func(sc *attnScratch, b attnBlock)) {
 	bs := attnBlocks(a)
 	if len(s.attn) < s.b.threads {
 		s.attn = make([]attnScratch, s.b.threads)
+	}
+	widest := 0
+	for _, b := range bs {
+		widest = max(widest, b.span())
+	}
+	for i := range s.attn {
+		s.attn[i].w = grow(s.attn[i].w, attnRows*widest)
 	}
 	s.workers(len(bs), func(worker, lo, hi int) {
 		for _, b := range bs[lo:hi] {
