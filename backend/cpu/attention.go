@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync/atomic"
 
 	"github.com/stratalab/strata/backend"
 )
@@ -222,6 +223,7 @@ func (s *stream) flashTiled(a *backend.Attention, capture bool) {
 	keys := a.Keys()
 	var scores, pattern []float32
 	var fillScores, fillPattern bool
+	var nanRows atomic.Bool // a NaN row's masked entries hold NaN, not the 0 masksHeld expects
 	if capture {
 		scores, pattern = data(a.Scores), data(a.Pattern)
 		sl := maskLayout{heads: a.Heads, t: a.T, pos0: a.Pos0, keys: keys, window: a.Window}
@@ -229,7 +231,11 @@ func (s *stream) flashTiled(a *backend.Attention, capture bool) {
 		pl.pattern = true
 		fillScores, fillPattern = !s.masksHeld(a.Scores, sl), !s.masksHeld(a.Pattern, pl)
 		defer s.masksWritten(a.Scores, sl)
-		defer s.masksWritten(a.Pattern, pl)
+		defer func() {
+			if !nanRows.Load() {
+				s.masksWritten(a.Pattern, pl)
+			}
+		}()
 	}
 	negInf := float32(math.Inf(-1))
 	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
@@ -251,7 +257,12 @@ func (s *stream) flashTiled(a *backend.Attention, capture bool) {
 			if capture {
 				out := pattern[first+r*keys : first+(r+1)*keys]
 				copy(out[b.lo:], row)
-				if fillPattern {
+				switch {
+				case row[0] != row[0]: // a NaN row is NaN outside the span too, as a whole row's softmax makes it
+					fill(out[:b.lo], row[0])
+					fill(out[b.hi:], row[0])
+					nanRows.Store(true)
+				case fillPattern:
 					clear(out[:b.lo])
 					clear(out[b.hi:])
 				}
