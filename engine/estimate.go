@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"runtime"
 
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/trace"
@@ -42,7 +43,7 @@ func overflows(c *model.Config, t, pos0, capacity int) bool {
 	tokens, keys := float64(t), float64(pos0)+float64(t)
 	widest := float64(max(c.DModel, c.FFN, c.QDim(), c.KVDim(), c.Vocab, c.Experts, c.ExpertFFN))
 	widest = max(widest, float64(c.ExpertsUsed)*float64(c.DModel), 2*float64(c.KVHeads)*float64(c.HeadDim+15))
-	largest := max(float64(c.Heads)*tokens*keys, tokens*widest, keys*widest)
+	largest := max(float64(c.Heads)*tokens*keys, tokens*widest, keys*widest, float64(runtime.GOMAXPROCS(0))*36*keys)
 	buffers := float64(len(trace.Points(c)) + 64) // every point, and the scratch's buffers
 	cache := 8 * float64(c.Layers) * float64(capacity) * float64(c.KVDim())
 	return 4*largest*buffers > MaxEstimate || cache > MaxEstimate

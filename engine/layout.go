@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"runtime"
 	"slices"
 
 	"github.com/stratalab/strata/backend"
@@ -171,13 +172,14 @@ func (l *layout) scratchElements(c *model.Config, o Options) int {
 }
 
 // gemmPacking is the elements of the copies the CPU backend's kernels pack
-// (gpu/cpu/gemm.go, attention.go): the widest input of the tier's products,
-// and the values of every key, head dims rounded up to 16; counted for
+// (backend/cpu/gemm.go, attention.go): the widest input of the tier's
+// products, the values of every key, head dims rounded up to 16, and each
+// thread's block of attention rows (36 queries by every key); counted for
 // every backend.
 func gemmPacking(c *model.Config, l *layout, ro role) int {
 	switch {
 	case ro.layers:
-		return l.t*max(c.DModel, c.QDim(), c.FFN) + c.KVHeads*((c.HeadDim+15)&^15)*(l.pos0+l.t)
+		return l.t*max(c.DModel, c.QDim(), c.FFN) + c.KVHeads*((c.HeadDim+15)&^15)*l.keys + runtime.GOMAXPROCS(0)*36*l.keys
 	case ro.head:
 		return l.logitRows * c.DModel
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"runtime/debug"
 	"strings"
 
 	"github.com/stratalab/strata/backend"
@@ -48,8 +49,20 @@ func (w *workspace) fit(st backend.Stream, host backend.HostTensors, needs []nee
 			delete(w.bufs, q.name)
 		}
 	}
+	dropped := 0
+	for _, x := range w.bufs {
+		dropped += x.Len()
+	}
 	w.free(st)
 	w.bufs = keep
+	if host != nil && dropped >= hostReturn {
+		// Host buffers are Go memory, freed only by the collector, which
+		// lets the heap grow to twice what is live first: the dropped
+		// buffers beside the new ones took a longer prefill after a shorter
+		// one to twice its estimate. Collected and given back now, they
+		// leave the peak what the new buffers need.
+		debug.FreeOSMemory()
+	}
 	for _, q := range needs {
 		x, ok := w.bufs[q.name]
 		if !ok {
@@ -68,6 +81,11 @@ func (w *workspace) fit(st backend.Stream, host backend.HostTensors, needs []nee
 	}
 	return nil
 }
+
+// hostReturn is the fewest elements (4 MiB) of dropped host buffers given
+// back to the system before a prefill allocates: less is not worth a
+// collection.
+const hostReturn = 1 << 20
 
 // drop forgets a buffer without freeing it: something else owns it now.
 func (w *workspace) drop(name string) { delete(w.bufs, name) }

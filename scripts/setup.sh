@@ -2,7 +2,8 @@
 # Installs what Strata's tests and notebooks need on Debian: Jupyter from
 # Debian packages, GoNB with goimports and gopls, Mesa's lavapipe Vulkan
 # driver with the validation layer and the registry headers (the generated
-# bindings are checked against them), glslang-tools, numpy (to check traces
+# bindings are checked against them), glslang-tools, spirv-cross (the
+# portable shaders must translate to Metal), numpy (to check traces
 # load in Python), Chromium with the Liberation fonts that figures name (to
 # check the report and the notebooks render as exported). Safe to
 # run again: it skips what is there.
@@ -10,7 +11,7 @@ set -euo pipefail
 
 packages=(
 	jupyter-notebook jupyter-nbconvert python3-nbclient python3-ipykernel jupyter-client
-	mesa-vulkan-drivers libvulkan1 libvulkan-dev vulkan-validationlayers vulkan-tools glslang-tools
+	mesa-vulkan-drivers libvulkan1 libvulkan-dev vulkan-validationlayers vulkan-tools glslang-tools spirv-cross
 	python3-numpy chromium fonts-liberation
 )
 missing=()

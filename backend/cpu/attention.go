@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync/atomic"
 
 	"github.com/stratalab/strata/backend"
 )
@@ -46,6 +47,10 @@ type attnBlock struct {
 
 func (b attnBlock) span() int { return b.hi - b.lo }
 
+// attnRows is the rows of a thread's block scratch: a block's 32 queries in
+// whole 12-row chunks (engine.EstimateMemory counts them).
+const attnRows = (32 + kernelRows - 1) / kernelRows * kernelRows
+
 // rowsFor readies sc.w for n rows of span: whole 12-row chunks, as blockMix
 // reads them, zero past row n.
 func (sc *attnScratch) rowsFor(n, span int) []float32 {
@@ -73,11 +78,21 @@ func attnBlocks(a *backend.Attention) []attnBlock {
 	return bs
 }
 
-// eachAttnBlock runs fn over every block on the stream's threads.
+// eachAttnBlock runs fn over every block on the stream's threads. Each
+// thread's rows are sized for the widest block first: grown block by block,
+// at T=16,000 a thread's first head left ~580 MB of garbage, which the
+// collector's headroom let double the prefill's peak memory.
 func (s *stream) eachAttnBlock(a *backend.Attention, fn func(sc *attnScratch, b attnBlock)) {
 	bs := attnBlocks(a)
 	if len(s.attn) < s.b.threads {
 		s.attn = make([]attnScratch, s.b.threads)
+	}
+	widest := 0
+	for _, b := range bs {
+		widest = max(widest, b.span())
+	}
+	for i := range s.attn {
+		s.attn[i].w = grow(s.attn[i].w, attnRows*widest)
 	}
 	s.workers(len(bs), func(worker, lo, hi int) {
 		for _, b := range bs[lo:hi] {
@@ -208,6 +223,7 @@ func (s *stream) flashTiled(a *backend.Attention, capture bool) {
 	keys := a.Keys()
 	var scores, pattern []float32
 	var fillScores, fillPattern bool
+	var nanRows atomic.Bool // a NaN row's masked entries hold NaN, not the 0 masksHeld expects
 	if capture {
 		scores, pattern = data(a.Scores), data(a.Pattern)
 		sl := maskLayout{heads: a.Heads, t: a.T, pos0: a.Pos0, keys: keys, window: a.Window}
@@ -215,7 +231,11 @@ func (s *stream) flashTiled(a *backend.Attention, capture bool) {
 		pl.pattern = true
 		fillScores, fillPattern = !s.masksHeld(a.Scores, sl), !s.masksHeld(a.Pattern, pl)
 		defer s.masksWritten(a.Scores, sl)
-		defer s.masksWritten(a.Pattern, pl)
+		defer func() {
+			if !nanRows.Load() {
+				s.masksWritten(a.Pattern, pl)
+			}
+		}()
 	}
 	negInf := float32(math.Inf(-1))
 	s.eachAttnBlock(a, func(sc *attnScratch, b attnBlock) {
@@ -237,7 +257,12 @@ func (s *stream) flashTiled(a *backend.Attention, capture bool) {
 			if capture {
 				out := pattern[first+r*keys : first+(r+1)*keys]
 				copy(out[b.lo:], row)
-				if fillPattern {
+				switch {
+				case row[0] != row[0]: // a NaN row is NaN outside the span too, as a whole row's softmax makes it
+					fill(out[:b.lo], row[0])
+					fill(out[b.hi:], row[0])
+					nanRows.Store(true)
+				case fillPattern:
 					clear(out[:b.lo])
 					clear(out[b.hi:])
 				}

@@ -776,6 +776,10 @@ func softmaxVector(o, x []float32) {
 	for _, v := range lanes[1:] {
 		m = max(m, v)
 	}
+	if m != m { // NaN: every entry NaN, as the scalar softmax and the GPUs' have it
+		fill(o, m)
+		return
+	}
 	var sums [16]float64
 	expShifted(&o[0], &x[0], len(x), m, &sums)
 	var sum float64

@@ -6,7 +6,8 @@ import "golang.org/x/sys/cpu"
 // tail masks use BMI2) can run here.
 var hasVectorSoftmax = cpu.X86.HasAVX512F && cpu.X86.HasBMI2
 
-// maxf32 writes to out the lane-wise maxima of x[:n] (n >= 1), lane i%16.
+// maxf32 writes to out the lane-wise maxima of x[:n] (n >= 1), lane i%16,
+// NaN in a lane that saw one.
 //
 //go:noescape
 func maxf32(x *float32, n int, out *[16]float32)

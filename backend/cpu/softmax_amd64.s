@@ -64,6 +64,10 @@
 	VSCALEFPS   Z1, Z2, Z2
 
 // func maxf32(x *float32, n int, out *[16]float32)
+//
+// VMAXPS returns its second source where either is NaN, so a lane's NaN
+// lasted only until the next vector: K3 collects the lanes that saw one,
+// which end NaN, as the scalar max and the GPU's softmax have it.
 TEXT ·maxf32(SB), NOSPLIT, $0-24
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
@@ -71,15 +75,21 @@ TEXT ·maxf32(SB), NOSPLIT, $0-24
 	MOVL $0xFF800000, AX // -Inf
 	VPBROADCASTD AX, Z1
 	VMOVAPS Z1, Z2
+	KXORW   K3, K3, K3
 
 maxloop:
 	TAILMASK
 	VMOVAPS Z2, Z0
 	VMOVUPS (SI), K1, Z0
 	VMAXPS  Z0, Z1, Z1
+	VCMPPS  $3, Z0, Z0, K1, K2 // unordered: NaN
+	KORW    K2, K3, K3
 	ADDQ    $64, SI
 	SUBQ    $16, CX
 	JG      maxloop
+	MOVL    $0x7FC00000, AX // NaN
+	VPBROADCASTD AX, Z3
+	VMOVAPS Z3, K3, Z1
 	VMOVUPS Z1, (DI)
 	VZEROUPPER
 	RET

@@ -112,3 +112,37 @@ func TestRMSNormIsFloat64RMSNorm(t *testing.T) {
 		}
 	}
 }
+
+// Issue 47.12: a NaN score made the AVX-512 softmax's row differ from the
+// scalar one's and the GPUs': VMAXPS keeps a lane's NaN only until the next
+// vector, and the exponential's range check sent NaN to 0. A row holding a
+// NaN anywhere (either end, lane edges, beside -Inf entries) is NaN in every
+// entry, on whichever path this CPU takes; other rows are untouched.
+func TestSoftmaxOfARowWithNaNIsNaN(t *testing.T) {
+	nan, negInf := float32(math.NaN()), float32(math.Inf(-1))
+	for _, n := range []int{1, 15, 16, 17, 33, 100} {
+		for _, at := range []int{0, 15, 16, 31, n / 2, n - 1} {
+			if at >= n {
+				continue
+			}
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(i%7) - 3
+				if i%5 == 4 {
+					x[i] = negInf
+				}
+			}
+			x[at] = nan
+			o := make([]float32, n)
+			softmax(o, x)
+			for i, v := range o {
+				require.True(t, math.IsNaN(float64(v)), "n=%d, NaN at %d: entry %d is %v", n, at, i, v)
+			}
+			x[at] = 0
+			softmax(o, x)
+			for i, v := range o {
+				require.False(t, math.IsNaN(float64(v)), "n=%d without NaN: entry %d is NaN", n, i)
+			}
+		}
+	}
+}
