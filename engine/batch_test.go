@@ -127,3 +127,52 @@ func TestCancelledBatch(t *testing.T) {
 		}
 	}
 }
+
+// A batch's estimate counts every prompt: a KV cache part for each and the
+// captures of all their rows; a batch of one is a prefill's estimate.
+func TestEstimateBatch(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.Q8_0, 1)
+	c := &m.Config
+	o := engine.Options{Capture: engine.CaptureOf("blocks.*.hook_resid_post"), Logits: engine.LogitsLast}
+	require.Equal(t, engine.EstimateMemory(c, 9, 0, 9, o), engine.EstimateBatch(c, []int{9}, o))
+	one, three := engine.EstimateBatch(c, []int{9}, o), engine.EstimateBatch(c, []int{9, 9, 9}, o)
+	require.Equal(t, 3*one.Cache, three.Cache)
+	// resid_post is [T, d_model] a layer, in an arena of its own: 27 rows' worth.
+	require.Equal(t, int64(4*27*c.DModel*c.Layers), three.Capture)
+	require.Greater(t, three.Scratch, one.Scratch)
+	require.Equal(t, int64(engine.MaxEstimate), engine.EstimateBatch(c, []int{1 << 40, 1 << 40}, o).Cache)
+}
+
+// MicroBatches fills each run in order as far as the budget, or the limit,
+// allows, and names a prompt that fits in none.
+func TestMicroBatches(t *testing.T) {
+	m := genModel(t, "tiny-llama", gguf.Q8_0, 1)
+	c := &m.Config
+	o := engine.Options{Capture: engine.CaptureOf("blocks.*.hook_resid_post"), Logits: engine.LogitsLast}
+	row := int64(4 * c.DModel * c.Layers) // the capture of a row
+	lens := []int{4, 3, 2, 5, 1}
+	ends, err := engine.MicroBatches(c, lens, o, 0)
+	require.NoError(t, err)
+	require.Equal(t, []int{5}, ends, "the default budget holds them all")
+	o.Budget = 7 * row
+	ends, err = engine.MicroBatches(c, lens, o, 0)
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 4, 5}, ends, "4+3, 2+5, then 1")
+	o.Budget = 4 * row
+	_, err = engine.MicroBatches(c, lens, o, 0)
+	require.ErrorIs(t, err, engine.ErrOverBudget)
+	require.ErrorContains(t, err, "prompt 3 of the batch (5 tokens) alone captures")
+	o.Budget = 0
+	limit := engine.EstimateBatch(c, []int{6}, o).Total()
+	ends, err = engine.MicroBatches(c, lens, o, limit)
+	require.NoError(t, err)
+	for start, i := 0, 0; i < len(ends); i++ {
+		require.LessOrEqual(t, engine.EstimateBatch(c, lens[start:ends[i]], o).Total(), limit)
+		if ends[i] < len(lens) {
+			require.Greater(t, engine.EstimateBatch(c, lens[start:ends[i]+1], o).Total(), limit, "each run as long as fits")
+		}
+		start = ends[i]
+	}
+	_, err = engine.MicroBatches(c, lens, o, limit/10)
+	require.ErrorContains(t, err, "prompt 0 of the batch (4 tokens) alone needs")
+}
