@@ -105,6 +105,9 @@ func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options
 		}
 		lens[i] = len(p)
 	}
+	if err := checkPerPrompt(o.Hooks, len(prompts)); err != nil {
+		return nil, err
+	}
 	pos := s.Pos()
 	s.pos.Store(0) // the layout's, and the batch's, start
 	l, err := s.batchLayout(lens, o)
@@ -133,11 +136,9 @@ func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options
 				return fail(err)
 			}
 		}
+		l.prompt0 = start
 		trs, err := s.runBatch(ctx, l, prompts[start:end], o)
 		if err != nil {
-			if len(ends) > 1 {
-				err = fmt.Errorf("engine: micro-batch of prompts %d-%d: %w", start, end-1, err)
-			}
 			return fail(err)
 		}
 		out = append(out, trs...)
@@ -246,7 +247,7 @@ func (r *Run) hook(name string, x backend.Tensor) error {
 	shape := trace.ShapeOf(&r.s.e.Model.Config, name, r.l.extent())
 	if !r.l.batched() {
 		for i := range r.o.Hooks {
-			if err := r.applyHook(&r.o.Hooks[i], name, x, shape, 0); err != nil {
+			if err := r.applyHook(&r.o.Hooks[i], name, x, shape, 0, r.l.prompt0); err != nil {
 				return fmt.Errorf("hook at %s: %w", name, err)
 			}
 		}
@@ -261,8 +262,8 @@ func (r *Run) hook(name string, x backend.Tensor) error {
 		}
 		own := append([]int{rows}, shape[1:]...)
 		for i := range r.o.Hooks {
-			if e := r.applyHook(&r.o.Hooks[i], name, x, own, first*rowLen); e != nil {
-				err = fmt.Errorf("hook at %s, prompt %d of the batch: %w", name, seq, e)
+			if e := r.applyHook(&r.o.Hooks[i], name, x, own, first*rowLen, r.l.prompt0+seq); e != nil {
+				err = fmt.Errorf("hook at %s, prompt %d of the batch: %w", name, r.l.prompt0+seq, e)
 				return
 			}
 		}
