@@ -138,6 +138,9 @@ func (m *Model) score(metric func(*trace.Trace) float64, prompt any, opts ...Pre
 type Patching struct {
 	Patched        trace.Scores
 	Clean, Corrupt float64
+	// Prompts are each prompt's own patching, in a batch sweep
+	// (PatchHeadsBatch), whose Patched, Clean and Corrupt are their means.
+	Prompts []*Patching
 }
 
 // Normalized is (patched - corrupt) / (clean - corrupt), as Patched: 0
