@@ -1,11 +1,13 @@
 package nb
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
+	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/trace"
 )
@@ -188,4 +190,74 @@ func bar(i, n int) string {
 		}
 	}
 	return string(b)
+}
+
+// HeadMeans is each head's output (hook_z) averaged over a corpus,
+// [layer][head][head_dim]: the values mean ablation puts in its place.
+type HeadMeans [][][]float32
+
+// HeadMeans runs a corpus (a batch, as PrefillBatch takes it) as one batch
+// and averages each head's hook_z over every position of every prompt, in
+// float64: TransformerLens's mean ablation over a dataset, in one call.
+// opts go to the prefill.
+func (m *Model) HeadMeans(corpus any, opts ...PrefillOption) HeadMeans {
+	m.ready()
+	trs := m.PrefillBatch(corpus, append(opts[:len(opts):len(opts)], Capture("blocks.*.attn.hook_z"))...)
+	defer closeAll(trs)
+	c := &m.eng.Model.Config
+	out := make(HeadMeans, c.Layers)
+	for l := range out {
+		sum := make([]float64, c.Heads*c.HeadDim)
+		rows := 0
+		for _, tr := range trs {
+			z := Must(tr.Get(trace.LayerPoint(l, trace.AttnZ)))
+			for r := range z.Shape[0] {
+				for j, v := range z.Data[r*len(sum) : (r+1)*len(sum)] {
+					sum[j] += float64(v)
+				}
+			}
+			rows += z.Shape[0]
+		}
+		out[l] = make([][]float32, c.Heads)
+		for h := range out[l] {
+			out[l][h] = make([]float32, c.HeadDim)
+			for j := range out[l][h] {
+				out[l][h][j] = float32(sum[h*c.HeadDim+j] / float64(rows))
+			}
+		}
+	}
+	return out
+}
+
+// Ablate replaces the head's output at every position with its corpus
+// mean: a hook for Hooks, or for AblateHeadsWith.
+func (hm HeadMeans) Ablate(layer, head int) engine.Hook {
+	point := trace.LayerPoint(layer, trace.AttnZ)
+	if layer < 0 || layer >= len(hm) || head < 0 || head >= len(hm[layer]) {
+		heads := 0
+		if len(hm) > 0 {
+			heads = len(hm[0])
+		}
+		return engine.Hook{Point: point, Device: func(string, []int) ([]engine.DeviceEdit, error) {
+			return nil, fmt.Errorf("nb.HeadMeans.Ablate: layer %d head %d is outside the means' %d layers of %d heads", layer, head, len(hm), heads)
+		}}
+	}
+	mean := hm[layer][head]
+	return engine.Hook{Point: point, Device: func(name string, shape []int) ([]engine.DeviceEdit, error) {
+		if len(shape) != 3 || shape[1] <= head || shape[2] != len(mean) {
+			return nil, fmt.Errorf("nb.HeadMeans.Ablate: %s has shape %v, and the mean is of %d values for head %d", name, shape, len(mean), head)
+		}
+		e := backend.Edit{Op: backend.EditSet, Off: head * shape[2], Rows: shape[0], Cols: shape[2], Stride: shape[1] * shape[2]} // SrcStride 0: the mean in every row
+		return []engine.DeviceEdit{{Edit: e, Data: mean}}, nil
+	}}
+}
+
+// AblateHeadsWith is AblateHeads with the ablation's hook given:
+// m.AblateHeadsWith(prompt, metric, m.HeadMeans(corpus).Ablate) mean-ablates
+// each head with its mean over a corpus.
+func (m *Model) AblateHeadsWith(prompt any, metric func(*trace.Trace) float64, ablate func(layer, head int) engine.Hook, opts ...PrefillOption) trace.Scores {
+	if ablate == nil {
+		panic(errors.New("nb.AblateHeadsWith: the ablation is nil: give a func(layer, head int) engine.Hook, such as m.HeadMeans(corpus).Ablate"))
+	}
+	return m.ablateHeads("AblateHeadsWith", prompt, metric, ablate, opts)
 }

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/trace"
 )
 
 // A batch patching sweep gives each prompt what PatchHeads gives it alone,
@@ -57,4 +60,45 @@ func TestPatchHeadsBatchEqualsPatchHeads(t *testing.T) {
 	require.PanicsWithError(t, "nb.LogitDiffs: 3 good tokens and 2 bad ones: give one of each for every prompt", func() {
 		m.LogitDiffs(goods, bads[:2])
 	})
+}
+
+// HeadMeans is each head's hook_z averaged over every position of every
+// prompt of the corpus, as a float64 sum over single prefills gives it
+// (to float32's rounding of the mean); its Ablate puts that mean in every
+// row of the head, and AblateHeadsWith sweeps it.
+func TestHeadMeansOverACorpus(t *testing.T) {
+	m := Open("", Backend("cpu"))
+	defer m.Close()
+	corpus := []string{"func main() {\n\tfmt.Println(", "x := 1", "if err != nil {\n\treturn err\n}"}
+	hm := m.HeadMeans(corpus)
+	c := &m.eng.Model.Config
+	require.Len(t, hm, c.Layers)
+	const layer, head = 2, 5
+	point := trace.LayerPoint(layer, trace.AttnZ)
+	want := make([]float64, c.HeadDim)
+	rows := 0
+	for _, p := range corpus {
+		z := Must(m.Prefill(p, Capture(point)).Get(point))
+		for r := range z.Shape[0] {
+			for j := range want {
+				want[j] += float64(z.Data[(r*c.Heads+head)*c.HeadDim+j])
+			}
+		}
+		rows += z.Shape[0]
+	}
+	for j := range want {
+		require.InDelta(t, want[j]/float64(rows), float64(hm[layer][head][j]), 1e-6*(1+math.Abs(want[j]/float64(rows))), "element %d", j)
+	}
+
+	prompt := "for i := 0; i < n; i++ {"
+	z := Must(m.Prefill(prompt, Capture(point), Hooks(hm.Ablate(layer, head))).Get(point))
+	for r := range z.Shape[0] {
+		require.Equal(t, hm[layer][head], z.Data[(r*c.Heads+head)*c.HeadDim:(r*c.Heads+head+1)*c.HeadDim], "row %d is the mean", r)
+	}
+	metric := m.LogitDiff("+", "-")
+	sweep := m.AblateHeadsWith(prompt, metric, hm.Ablate)
+	base := metric(m.Prefill(prompt))
+	require.Equal(t, metric(m.Prefill(prompt, Hooks(hm.Ablate(layer, head))))-base, sweep[layer][head])
+	_, err := m.TryPrefill(prompt, Hooks(hm.Ablate(1, 9)))
+	require.ErrorContains(t, err, "nb.HeadMeans.Ablate: layer 1 head 9 is outside the means' 4 layers of 8 heads")
 }
