@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/internal/human"
+	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/trace"
 )
 
@@ -19,9 +21,23 @@ func (e *Engine) PrefillBatch(ctx context.Context, prompts [][]int32, o Options)
 		return nil, errors.New("engine: nil or unbuilt *Engine (use NewEngine)")
 	}
 	c := &e.Model.Config
-	rows := 0
-	for _, p := range prompts {
-		rows += len(p)
+	lens := make([]int, len(prompts))
+	for i, p := range prompts {
+		lens[i] = len(p)
+	}
+	// The cache holds the largest micro-batch (the session refuses a
+	// batch that cannot be split).
+	rows, start := 0, 0
+	ends, err := MicroBatches(c, lens, o, 0)
+	if err != nil {
+		ends = []int{len(lens)}
+	}
+	for _, end := range ends {
+		n := 0
+		for _, m := range lens[start:end] {
+			n += m
+		}
+		rows, start = max(rows, n), end
 	}
 	s, err := e.newSession(c.Context, max(rows, 1))
 	if err != nil {
@@ -60,8 +76,10 @@ func (e *Engine) PrefillBatch(ctx context.Context, prompts [][]int32, o Options)
 //
 // A batch cannot yet capture or hook attention scores or patterns (each
 // prompt's are [heads, T_i, T_i]): run those prompts one at a time. The
-// capture budget and the scratch are counted for the whole batch; a batch
-// over the budget is refused, not split into smaller ones.
+// capture budget is counted for the whole batch: a batch whose captures
+// pass it runs as micro-batches of consecutive prompts that fit
+// (MicroBatches), one after another in the session, with the same results;
+// only a prompt over the budget alone is refused.
 func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options) ([]*trace.Trace, error) {
 	if err := s.lock(); err != nil {
 		return nil, err
@@ -75,7 +93,6 @@ func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options
 		return nil, errors.New("engine: batch of no prompts")
 	}
 	lens := make([]int, len(prompts))
-	var packed []int32
 	for i, p := range prompts {
 		switch {
 		case len(p) == 0:
@@ -87,19 +104,64 @@ func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options
 			return nil, err
 		}
 		lens[i] = len(p)
-		packed = append(packed, p...)
+	}
+	if err := checkPerPrompt(o.Hooks, len(prompts)); err != nil {
+		return nil, err
 	}
 	pos := s.Pos()
 	s.pos.Store(0) // the layout's, and the batch's, start
-	l, err := s.checkPacked(lens, o)
-	if err == nil && l.anyMaterialized() {
-		err = errors.New("engine: a batch cannot capture or hook attention scores or patterns yet (each prompt's are its own [heads, T, T]): leave them out, or run those prompts one at a time")
+	l, err := s.batchLayout(lens, o)
+	ends := []int{len(prompts)}
+	if errors.Is(err, ErrOverBudget) && len(prompts) > 1 {
+		if ends, err = MicroBatches(c, lens, o, 0); err == nil {
+			l, err = s.batchLayout(lens[:ends[0]], o)
+		}
 	}
 	if err != nil {
 		s.pos.Store(int64(pos)) // a refused batch leaves the session as it was
 		return nil, err
 	}
 	s.endRun(errSuperseded)
+	var out []*trace.Trace
+	fail := func(err error) ([]*trace.Trace, error) {
+		for _, tr := range out {
+			tr.Close()
+		}
+		return nil, err
+	}
+	start := 0
+	for i, end := range ends {
+		if i > 0 {
+			if l, err = s.batchLayout(lens[start:end], o); err != nil {
+				return fail(err)
+			}
+		}
+		l.prompt0 = start
+		trs, err := s.runBatch(ctx, l, prompts[start:end], o)
+		if err != nil {
+			return fail(err)
+		}
+		out = append(out, trs...)
+		start = end
+	}
+	return out, nil
+}
+
+// batchLayout checks and lays out a batch of prompts of the given lengths.
+func (s *Session) batchLayout(lens []int, o Options) (*layout, error) {
+	l, err := s.checkPacked(lens, o)
+	if err == nil && l.anyMaterialized() {
+		err = errors.New("engine: a batch cannot capture or hook attention scores or patterns yet (each prompt's are its own [heads, T, T]): leave them out, or run those prompts one at a time")
+	}
+	return l, err
+}
+
+// runBatch runs prompts, laid out as l, as one prefill from position 0.
+func (s *Session) runBatch(ctx context.Context, l *layout, prompts [][]int32, o Options) ([]*trace.Trace, error) {
+	var packed []int32
+	for _, p := range prompts {
+		packed = append(packed, p...)
+	}
 	if len(packed) > s.held {
 		if err := s.hold(len(packed)); err != nil {
 			return nil, fmt.Errorf("engine: KV cache of a batch of %d prompts, %d tokens: %w", len(prompts), len(packed), err)
@@ -116,6 +178,46 @@ func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options
 	}
 	defer tr.Close()
 	return r.split(tr, prompts)
+}
+
+// MicroBatches splits a batch of prompts of the given lengths into runs of
+// consecutive prompts, in order, each as long as fits: its captures within
+// o's budget (Options.Budget; 0 is DefaultBudget) and, where limit > 0,
+// all it needs (EstimateBatch) within limit bytes. It returns the end of
+// each run, one past its last prompt. A prompt that does not fit alone is
+// an error naming it (wrapping ErrOverBudget where its captures pass the
+// budget).
+func MicroBatches(c *model.Config, lens []int, o Options, limit int64) ([]int, error) {
+	budget := o.Budget
+	if budget == 0 {
+		budget = DefaultBudget
+	}
+	fits := func(lens []int) bool {
+		est := EstimateBatch(c, lens, o)
+		return est.Capture <= budget && (limit <= 0 || est.Total() <= limit)
+	}
+	if len(lens) == 0 || fits(lens) {
+		return []int{len(lens)}, nil
+	}
+	var ends []int
+	for start := 0; start < len(lens); {
+		if !fits(lens[start : start+1]) {
+			est := EstimateBatch(c, lens[start:start+1], o)
+			if est.Capture > budget {
+				return nil, fmt.Errorf("engine: prompt %d of the batch (%d tokens) alone captures %s, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget): %w",
+					start, lens[start], human.Bytes(est.Capture), human.Bytes(budget), ErrOverBudget)
+			}
+			return nil, fmt.Errorf("engine: prompt %d of the batch (%d tokens) alone needs %s (scratch %s, capture %s, KV cache %s), over the limit of %s",
+				start, lens[start], human.Bytes(est.Total()), human.Bytes(est.Scratch), human.Bytes(est.Capture), human.Bytes(est.Cache), human.Bytes(limit))
+		}
+		end := start + 1
+		for end < len(lens) && fits(lens[start:end+1]) {
+			end++
+		}
+		ends = append(ends, end)
+		start = end
+	}
+	return ends, nil
 }
 
 // seqRows calls fn for each prompt of the batch with its first row in the
@@ -145,7 +247,7 @@ func (r *Run) hook(name string, x backend.Tensor) error {
 	shape := trace.ShapeOf(&r.s.e.Model.Config, name, r.l.extent())
 	if !r.l.batched() {
 		for i := range r.o.Hooks {
-			if err := r.applyHook(&r.o.Hooks[i], name, x, shape, 0); err != nil {
+			if err := r.applyHook(&r.o.Hooks[i], name, x, shape, 0, r.l.prompt0); err != nil {
 				return fmt.Errorf("hook at %s: %w", name, err)
 			}
 		}
@@ -160,8 +262,8 @@ func (r *Run) hook(name string, x backend.Tensor) error {
 		}
 		own := append([]int{rows}, shape[1:]...)
 		for i := range r.o.Hooks {
-			if e := r.applyHook(&r.o.Hooks[i], name, x, own, first*rowLen); e != nil {
-				err = fmt.Errorf("hook at %s, prompt %d of the batch: %w", name, seq, e)
+			if e := r.applyHook(&r.o.Hooks[i], name, x, own, first*rowLen, r.l.prompt0+seq); e != nil {
+				err = fmt.Errorf("hook at %s, prompt %d of the batch: %w", name, r.l.prompt0+seq, e)
 				return
 			}
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"runtime"
+	"slices"
 
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/trace"
@@ -66,4 +67,25 @@ func EstimateMemory(c *model.Config, t, pos0, capacity int, o Options) Estimate 
 	est.Capture = 4 * int64(l.captureElements)
 	est.Cache = 4 * 2 * int64(c.Layers) * int64(capacity) * int64(c.KVDim())
 	return est
+}
+
+// EstimateBatch is what a batch of prompts of the given lengths needs as one
+// prefill (Session.PrefillBatch): the scratch and captures of its packed
+// rows, and a KV cache with a part for each prompt. Negative lengths count
+// as 0; past 64 bits, each part is MaxEstimate.
+func EstimateBatch(c *model.Config, lens []int, o Options) Estimate {
+	lens = slices.Clone(lens)
+	rows := 0
+	for i, n := range lens {
+		lens[i] = max(n, 0)
+		if rows += lens[i]; rows < 0 || overflows(c, rows, 0, rows) {
+			return Estimate{Scratch: MaxEstimate, Capture: MaxEstimate, Cache: MaxEstimate}
+		}
+	}
+	l := packedLayout(c, lens, 0, o)
+	return Estimate{
+		Scratch: 4 * int64(l.scratchElements(c, o)),
+		Capture: 4 * int64(l.captureElements),
+		Cache:   4 * 2 * int64(c.Layers) * int64(rows) * int64(c.KVDim()),
+	}
 }

@@ -27,7 +27,38 @@ type Hook struct {
 	// own (the one it was given to the prefill, say) and return.
 	Host func(name string, shape []int, data []float32) error
 
-	err error // why the constructor refused it, reported by the prefill's check
+	prompts []Hook // PerPrompt's hooks, one for each prompt of a batch
+	err     error  // why the constructor refused it, reported by the prefill's check
+}
+
+// PerPrompt applies hooks[i] to prompt i of a batch (Session.PrefillBatch),
+// where each prompt needs its own intervention: each patched from its own
+// clean run, say. The hooks must be at one point; a batch must have a hook
+// for each prompt, and a prefill of one prompt takes one.
+func PerPrompt(hooks ...Hook) Hook {
+	if len(hooks) == 0 {
+		return Hook{err: errors.New("hook: PerPrompt of no hooks")}
+	}
+	for i := range hooks {
+		switch {
+		case hooks[i].prompts != nil:
+			return Hook{Point: hooks[0].Point, err: fmt.Errorf("hook: PerPrompt's hook %d is itself a PerPrompt", i)}
+		case hooks[i].Point != hooks[0].Point:
+			return Hook{Point: hooks[0].Point, err: fmt.Errorf("hook: PerPrompt's hooks are at %q and %q: give it hooks at one point", hooks[0].Point, hooks[i].Point)}
+		}
+	}
+	return Hook{Point: hooks[0].Point, prompts: slices.Clone(hooks)}
+}
+
+// checkPerPrompt refuses a PerPrompt hook without a hook for each of the
+// run's n prompts.
+func checkPerPrompt(hooks []Hook, n int) error {
+	for _, h := range hooks {
+		if h.prompts != nil && len(h.prompts) != n {
+			return fmt.Errorf("engine: PerPrompt hook at %q has %d hooks for %d prompts: give one for each prompt", h.Point, len(h.prompts), n)
+		}
+	}
+	return nil
 }
 
 // DeviceEdit is an Edit whose source, if Data is set, is uploaded first.
@@ -39,6 +70,14 @@ type DeviceEdit struct {
 func (h *Hook) validate(c *model.Config) error {
 	if h.err != nil {
 		return h.err
+	}
+	for i := range h.prompts {
+		if err := h.prompts[i].validate(c); err != nil {
+			return fmt.Errorf("PerPrompt's hook %d: %w", i, err)
+		}
+	}
+	if h.prompts != nil {
+		return nil
 	}
 	if h.Device == nil && h.Host == nil {
 		return fmt.Errorf("hook at %q does nothing: set Device or Host", h.Point)
@@ -74,10 +113,13 @@ func hooked(hooks []Hook, name string) bool {
 }
 
 // applyHook applies h at the named point, whose values of the given shape
-// start at element base of x (a batch's prompt's rows).
-func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int, base int) error {
+// start at element base of x (the rows of prompt seq of a batch).
+func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int, base, seq int) error {
 	if ok, _ := path.Match(h.Point, name); !ok {
 		return nil
+	}
+	if h.prompts != nil {
+		h = &h.prompts[seq]
 	}
 	n := elements(shape)
 	if h.Device != nil {

@@ -20,7 +20,9 @@ type layout struct {
 	// lens are the lengths of a batch's prompts, whose rows are packed
 	// in order into the t rows; headRows are each one's LM-head rows. A
 	// single prompt is a batch of one.
-	lens, headRows  []int
+	lens, headRows []int
+	// prompt0 is the batch's index of the first prompt, in a micro-batch.
+	prompt0         int
 	materialize     []bool // per layer: scores and pattern needed
 	slots           map[string]slot
 	order           []string

@@ -59,6 +59,9 @@ func (s *Session) check(tokens []int32, o Options) (*layout, error) {
 	if err := checkTokens(c, tokens, ""); err != nil {
 		return nil, err
 	}
+	if err := checkPerPrompt(o.Hooks, 1); err != nil {
+		return nil, err
+	}
 	return s.checkPacked([]int{len(tokens)}, o)
 }
 

@@ -3,7 +3,10 @@ package nb
 import (
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/stratalab/strata/backends"
+	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/trace"
 )
 
@@ -14,8 +17,11 @@ import (
 // Prefill takes them (text, []int32 or []int), or token ids ([][]int32 or
 // [][]int). Rows are packed with no padding, so that the products run once
 // over the whole batch; hooks act on each prompt's rows as in its own
-// prefill. A batch cannot capture or hook attention patterns or scores yet,
-// nor Continue a prompt. Close the traces when done, as any.
+// prefill. A batch too large for the capture budget (Budget) or, on the
+// CPU, for the host memory left runs as micro-batches of consecutive
+// prompts that fit, with the same results. A batch cannot capture or hook
+// attention patterns or scores yet, nor Continue a prompt. Close the traces
+// when done, as any.
 func (m *Model) PrefillBatch(prompts any, opts ...PrefillOption) []*trace.Trace {
 	return Must(m.TryPrefillBatch(prompts, opts...))
 }
@@ -40,17 +46,50 @@ func (m *Model) TryPrefillBatch(prompts any, opts ...PrefillOption) ([]*trace.Tr
 			return nil, fmt.Errorf("nb.PrefillBatch: prompt %d: %w", i, err)
 		}
 	}
-	longest, rows := 0, 0
-	for _, p := range ids {
-		longest, rows = max(longest, len(p)), rows+len(p)
+	return m.prefillBatch(s, ids)
+}
+
+// prefillBatch runs a batch in micro-batches that fit the host memory left
+// on the CPU (as hostFits does a prefill's; engine.MicroBatches), each as
+// one prefill, and the capture budget on any backend (the session splits
+// those). m.mu is held.
+func (m *Model) prefillBatch(s *settings, ids [][]int32) ([]*trace.Trace, error) {
+	lens := make([]int, len(ids))
+	for i, p := range ids {
+		lens[i] = len(p)
+	}
+	var limit int64
+	if backends.OnHost(m.eng) {
+		if avail, err := hostAvailable(); err == nil {
+			limit = max(avail, 1)
+		}
+	}
+	ends, err := engine.MicroBatches(&m.eng.Model.Config, lens, s.o, limit)
+	switch {
+	case err != nil && limit > 0 && !errors.Is(err, engine.ErrOverBudget):
+		return nil, fmt.Errorf("nb.PrefillBatch: %w (the host memory left)", err)
+	case err != nil:
+		return nil, fmt.Errorf("nb.PrefillBatch: %w", err)
 	}
 	m.pending = nil // the cache starts over
-	// The batch's rows run as one prefill: the host check counts them all.
-	sess, err := m.session(false, longest, rows, s.o)
-	if err != nil {
-		return nil, err
+	var out []*trace.Trace
+	start := 0
+	for _, end := range ends {
+		sess, err := m.session(false, slices.Max(lens[start:end]), slices.Max(lens[start:end]), s.o)
+		var trs []*trace.Trace
+		if err == nil {
+			trs, err = sess.PrefillBatch(s.ctx, ids[start:end], s.o)
+		}
+		if err != nil {
+			for _, tr := range out {
+				tr.Close()
+			}
+			return nil, err
+		}
+		out = append(out, trs...)
+		start = end
 	}
-	return sess.PrefillBatch(s.ctx, ids, s.o)
+	return out, nil
 }
 
 // batchPrompts lists the prompts of a batch, each as tokens takes one.

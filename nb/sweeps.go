@@ -16,7 +16,7 @@ type Ablation int
 
 const (
 	ZeroAblation Ablation = iota // zeros (engine.AblateHead)
-	MeanAblation                 // its mean over the prompt's positions (engine.MeanAblateHead)
+	MeanAblation                 // its mean over the prompt's positions (engine.MeanAblateHead); over a corpus: HeadMeans, AblateHeadsWith
 )
 
 func (a Ablation) String() string {
@@ -36,8 +36,6 @@ func (a Ablation) String() string {
 // loss needs most. opts go to every prefill (a loss metric needs
 // AllLogits()).
 func (m *Model) AblateHeads(prompt any, metric func(*trace.Trace) float64, how Ablation, opts ...PrefillOption) trace.Scores {
-	m.ready()
-	m.checkSweep("AblateHeads", metric, opts)
 	var ablate func(layer, head int) engine.Hook
 	switch how {
 	case ZeroAblation:
@@ -47,8 +45,14 @@ func (m *Model) AblateHeads(prompt any, metric func(*trace.Trace) float64, how A
 	default:
 		panic(fmt.Errorf("nb.AblateHeads: Ablation(%d) is neither nb.ZeroAblation nor nb.MeanAblation", how))
 	}
+	return m.ablateHeads("AblateHeads", prompt, metric, ablate, opts)
+}
+
+func (m *Model) ablateHeads(name string, prompt any, metric func(*trace.Trace) float64, ablate func(layer, head int) engine.Hook, opts []PrefillOption) trace.Scores {
+	m.ready()
+	m.checkSweep(name, metric, opts)
 	base := m.score(metric, prompt, opts...)
-	plainFinite := !warnRun("AblateHeads", "the plain run", base, "so is every cell, a difference from it")
+	plainFinite := !warnRun(name, "the plain run", base, "so is every cell, a difference from it")
 	out := make(trace.Scores, m.eng.Model.Layers)
 	for l := range out {
 		out[l] = make([]float64, m.eng.Model.Heads)
@@ -57,7 +61,7 @@ func (m *Model) AblateHeads(prompt any, metric func(*trace.Trace) float64, how A
 		}
 	}
 	if plainFinite {
-		warnNonFinite("AblateHeads", out, layerHead)
+		warnNonFinite(name, out, layerHead)
 	}
 	return out
 }
@@ -138,6 +142,9 @@ func (m *Model) score(metric func(*trace.Trace) float64, prompt any, opts ...Pre
 type Patching struct {
 	Patched        trace.Scores
 	Clean, Corrupt float64
+	// Prompts are each prompt's own patching, in a batch sweep
+	// (PatchHeadsBatch), whose Patched, Clean and Corrupt are their means.
+	Prompts []*Patching
 }
 
 // Normalized is (patched - corrupt) / (clean - corrupt), as Patched: 0

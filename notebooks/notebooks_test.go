@@ -109,6 +109,17 @@ var stories = map[string]func(t *testing.T, out string){
 		assert.Less(t, number(t, out, `head \d+ zeroed: logit\(' err'\) − logit\(' nil'\) = ([-0-9.]+)`), diff-1.5, "ablating it costs much of the answer")
 		assert.Equal(t, head, line(t, out, `the head whose ablation costs the most: (layer \d+ head \d+)`), "attribution and ablation agree")
 	},
+	"07-name-mover-batch.ipynb": func(t *testing.T, out string) {
+		clean := number(t, out, `clean batch: logit difference mean ([-0-9.]+) over 16 prompts`)
+		assert.Greater(t, clean, 2.0, "the model copies the parameter's name, on average")
+		assert.GreaterOrEqual(t, number(t, out, `above 0 in (\d+) of 16`), 12.0, "in most prompts, not only on average")
+		assert.Less(t, number(t, out, `corrupted batch: logit difference mean ([-0-9.]+)`), 0.0, "the twin's name flips it")
+		// The batch sweep's baselines are the batches' means above.
+		assert.InDelta(t, clean, number(t, out, `clean mean ([-0-9.]+), corrupted`), 0.01)
+		assert.Equal(t, "3", line(t, out, `strongest head: layer (\d+) head \d+ restores`), "a last-layer head moves the name")
+		assert.Greater(t, number(t, out, `strongest head: layer \d+ head \d+ restores ([-0-9.]+) of the way`), 0.3)
+		assert.GreaterOrEqual(t, number(t, out, `patching it raises the logit difference in (\d+) of 16 prompts`), 12.0)
+	},
 }
 
 func number(t *testing.T, out, pattern string) float64 {

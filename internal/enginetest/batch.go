@@ -39,7 +39,8 @@ func BatchCapture(m *model.Config) engine.Capture {
 // tol of max|single| per point. It runs the batch of BatchPrompts, a batch
 // of one, every point captured with every logit row, the last rows alone
 // with the predictions, and hooks (a head ablated, a vector added at each
-// prompt's last row, a host function) that act per prompt; each batch also runs in one
+// prompt's last row, a host function) that act per prompt, and a capture
+// budget that splits the batch into micro-batches; each batch also runs in one
 // session reused for every batch, which must give the same bits as the
 // engine's batch in a new session.
 func CheckBatch(t *testing.T, e *engine.Engine, tol float64) {
@@ -63,6 +64,14 @@ func CheckBatch(t *testing.T, e *engine.Engine, tol float64) {
 		"last":  {Capture: engine.CaptureOf("blocks.*.hook_resid_post"), Logits: engine.LogitsLast, Predict: true},
 		"hooks": {Capture: engine.CaptureOf("blocks.*.hook_resid_post", "ln_final.hook_normalized"), Logits: engine.LogitsLast, Hooks: hooks},
 	}
+	// A budget that holds the longest prompt's captures alone: the ragged
+	// batch runs as micro-batches.
+	micro := engine.Options{Capture: engine.CaptureOf("blocks.*.hook_resid_post", "blocks.0.hook_mlp_out"), Logits: engine.LogitsAll, Hooks: hooks[1:]}
+	micro.Budget = engine.EstimateBatch(c, []int{len(BatchPrompts[0])}, micro).Capture
+	ends, err := engine.MicroBatches(c, lens(BatchPrompts), micro, 0)
+	require.NoError(t, err)
+	require.Greater(t, len(ends), 1, "the micro-batch budget splits the batch")
+	options["micro"] = micro
 	// A session of 16 positions, used for batch after batch: its cache
 	// grows past that for a batch and keeps what it grew to. (Phi-3's
 	// RoPE depends on the capacity: there, the model's context, as the
@@ -101,6 +110,14 @@ func CheckBatch(t *testing.T, e *engine.Engine, tol float64) {
 			})
 		}
 	}
+}
+
+func lens(prompts [][]int32) []int {
+	out := make([]int, len(prompts))
+	for i, p := range prompts {
+		out[i] = len(p)
+	}
+	return out
 }
 
 func requireSameTrace(t *testing.T, want, got *trace.Trace, tol float64, what string) {
