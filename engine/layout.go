@@ -174,14 +174,19 @@ func (l *layout) scratchElements(c *model.Config, o Options) int {
 }
 
 // gemmPacking is the elements of the copies the CPU backend's kernels pack
-// (backend/cpu/gemm.go, attention.go): the widest input of the tier's
-// products, the values of every key, head dims rounded up to 16, and each
-// thread's block of attention rows (36 queries by every key); counted for
-// every backend.
+// (backend/cpu/gemm.go, gemm8.go, attention.go): the widest input of the
+// tier's products, the values of every key, head dims rounded up to 16, and
+// each thread's scratch: its block of attention rows (36 queries by every
+// key) and perThread's; counted for every backend.
 func gemmPacking(c *model.Config, l *layout, ro role) int {
 	switch {
 	case ro.layers:
-		return l.t*max(c.DModel, c.QDim(), c.FFN) + c.KVHeads*((c.HeadDim+15)&^15)*l.keys + runtime.GOMAXPROCS(0)*36*l.keys
+		widest := max(c.DModel, c.QDim(), c.FFN)
+		// 64 decoded weight rows and their transpose, 32 int8 rows (8
+		// words a column), 48 x 32 result tiles, the attention's query
+		// and key copies (32 + 12 rows of a head)
+		perThread := 36*l.keys + 136*widest + 48*32 + 44*c.HeadDim
+		return l.t*widest + c.KVHeads*((c.HeadDim+15)&^15)*l.keys + runtime.GOMAXPROCS(0)*perThread
 	case ro.head:
 		return l.logitRows * c.DModel
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
@@ -534,21 +533,9 @@ func BenchmarkPrefillWeightsInTile(b *testing.B) {
 				b.Fatal(err)
 			}
 			for _, round := range []int{1, 2} {
-				// tile: decoded in the tiles the planner picks; then in two
-				// others: k steps of 64, and 64 x 128.
-				for _, mode := range []string{"tile", "tile-128x128/4x2/k64/late", "tile-64x128/2x2/k32/late", "first"} {
+				for _, mode := range []string{"tile", "first"} {
 					b.Run(fmt.Sprintf("%v/T=%d/%s/%d", typ, T, mode, round), func(b *testing.B) {
-						vulkan.HalfWRowsAll(tu, map[bool]int{true: 0, false: math.MaxInt}[mode == "first"])
-						forced := -1
-						if name, ok := strings.CutPrefix(mode, "tile-"); ok {
-							if forced = vulkan.CoopTileIndex(name); forced < 0 {
-								b.Fatalf("no tile %s", name)
-							}
-						}
-						if !vulkan.ForceCoopTile(v, tu, forced, false, false) {
-							b.Skip("the tile needs more shared memory than the device has")
-						}
-						defer vulkan.ForceCoopTile(v, tu, -1, false, false)
+						vulkan.HalfWRowsAll(tu, map[string]int{"first": 0, "tile": math.MaxInt}[mode])
 						timePrefills(b, s, tokens, engine.Options{Precision: backend.PrecisionFast})
 					})
 				}

@@ -76,8 +76,6 @@ func coopTiles() []coopTile {
 		{tm: 4, tn: 4, wgm: 4, bk: 32},             // 256 x 128 (fast precision only: shared memory)
 		{tm: 4, tn: 2, wgm: 2, bk: 32, late: true}, // 128 x 128, 4 x 2, loading late
 		{tm: 2, tn: 4, wgm: 4, bk: 32, late: true}, // 128 x 128, 2 x 4, loading late
-		{tm: 4, tn: 2, wgm: 2, bk: 64, late: true}, // half the steps, each waiting on memory once
-		{tm: 2, tn: 2, wgm: 2, bk: 32, late: true}, // 64 x 128: twice the workgroups at T = 128
 	}
 }
 
@@ -112,10 +110,6 @@ func ForceCoopTile(b *Backend, t *Tuning, i int, exact, splitW bool) bool {
 func CoopTileIndex4x2(late bool) int {
 	return slices.Index(coopTiles(), coopTile{tm: 4, tn: 2, wgm: 2, bk: 32, late: late})
 }
-
-// CoopTileIndex is the index in CoopTiles of the tile named name; -1 if
-// there is none.
-func CoopTileIndex(name string) int { return slices.Index(CoopTiles(), name) }
 
 // Coop reports whether the device was opened with cooperative-matrix GEMMs.
 func Coop(b *Backend) bool { return b.coopEnabled }
