@@ -184,8 +184,10 @@ func gemmPacking(c *model.Config, l *layout, ro role) int {
 		widest := max(c.DModel, c.QDim(), c.FFN)
 		// 64 decoded weight rows and their transpose, 32 int8 rows (8
 		// words a column), 48 x 32 result tiles, the attention's query
-		// and key copies (32 + 12 rows of a head)
-		perThread := 36*l.keys + 136*widest + 48*32 + 44*c.HeadDim
+		// and key copies (32 + 12 rows of a head), and 128 KiB for the Go
+		// runtime's caches of a thread that allocates (on 16 threads the
+		// peak passed the rest by up to 1.1 MiB, docs/perf-log/2026-12-06-b.md)
+		perThread := 36*l.keys + 136*widest + 48*32 + 44*c.HeadDim + 32<<10
 		return l.t*widest + c.KVHeads*((c.HeadDim+15)&^15)*l.keys + runtime.GOMAXPROCS(0)*perThread
 	case ro.head:
 		return l.logitRows * c.DModel

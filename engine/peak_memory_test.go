@@ -183,11 +183,6 @@ func longPromptChild(t *testing.T, path string) {
 	for i := range tokens {
 		tokens[i] = int32((i * 7919) % m.Vocab)
 	}
-	// A few tokens first: the runtime's per-thread caches come with the
-	// first parallel work of any kind, not with the prompt (1.3 MiB on 16
-	// threads put the peak at 104% of a 37 MiB estimate otherwise).
-	_, err = s.Prefill(context.Background(), tokens[:16], engine.Options{})
-	require.NoError(t, err)
 	runtime.GC()
 	before, err := procStatus("VmRSS")
 	require.NoError(t, err)
