@@ -178,7 +178,9 @@ func TestUntakenArenasAreLetGo(t *testing.T) {
 // memory gives, bit for bit, after a prefill of another layout of the same
 // size (48 queries of 192 keys against 96 of 96), after one whose hooks
 // wrote over the scores and patterns, and after a plain one, whose masked
-// entries are then kept (for a sliding window too, tiny-gemma2).
+// entries are then kept (for a sliding window too, tiny-gemma2) where the
+// capture is fused into attention (AVX-512; elsewhere every entry is
+// written each prefill).
 func TestClosedTracesMemoryGivesTheTraceNewMemoryGives(t *testing.T) {
 	garbage := engine.Hook{Point: "blocks.[01].attn.hook_[ap]*", Host: func(_ string, _ []int, x []float32) error {
 		for i := range x {
@@ -241,7 +243,7 @@ func TestClosedTracesMemoryGivesTheTraceNewMemoryGives(t *testing.T) {
 					enginetest.RequireBits(t, want.Tensor(n).Data, got.Tensor(n).Data, "%s, after %s", n, before.name)
 				}
 				require.Positive(t, recycled, before.name)
-				if before.keepsMask {
+				if before.keepsMask && cpu.FusedCapture() {
 					require.Greater(t, c.MasksKept.Load(), kept, "no masked entries were kept after %s", before.name)
 				} else if before.name == "another layout" {
 					require.Equal(t, kept, c.MasksKept.Load(), "masked entries of another layout were kept")

@@ -33,3 +33,7 @@ func ArenasWaiting(b *Backend) int {
 	}
 	return n
 }
+
+// FusedCapture reports whether attention captures its scores and patterns
+// in flashTiled (AVX-512), the only writer that keeps masked entries.
+func FusedCapture() bool { return hasPanelGEMM }
