@@ -13,27 +13,11 @@ import (
 	"github.com/stratalab/strata/shaders"
 )
 
-// capabilities lists the OpCapability operands of a SPIR-V module.
-func capabilities(words []uint32) []uint32 {
-	var caps []uint32
-	for i := 5; i < len(words); {
-		n, op := int(words[i]>>16), words[i]&0xffff
-		if n == 0 {
-			break
-		}
-		if op == 17 && i+1 < len(words) { // OpCapability
-			caps = append(caps, words[i+1])
-		}
-		i += n
-	}
-	return caps
-}
-
 // cooperative reports whether a module needs cooperative matrices
-// (CooperativeMatrixKHR 6022, CooperativeMatrixNV 5357).
+// (CooperativeMatrixKHR or NV).
 func cooperative(words []uint32) bool {
-	for _, c := range capabilities(words) {
-		if c == 6022 || c == 5357 {
+	for _, c := range shaders.Capabilities(words) {
+		if c == shaders.CapCoopMatrixKHR || c == shaders.CapCoopMatrixNV {
 			return true
 		}
 	}

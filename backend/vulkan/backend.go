@@ -50,6 +50,7 @@ type Backend struct {
 	// streams choose kernels by.
 	dev    devCaps
 	tuning Tuning
+	clamp  Clamp
 	// stats says pipelines keep their statistics (Options.KernelStatistics).
 	stats bool
 	// timestampNs is nanoseconds per timestamp tick; 0 when the queue has no timestamps.
@@ -110,6 +111,10 @@ func Open(o Options) (*Backend, error) {
 }
 
 func (b *Backend) init(o Options) error {
+	if o.Clamp != ClampNone && o.Clamp != ClampApple {
+		return fmt.Errorf("vulkan: Options.Clamp is %v, not a known device", o.Clamp)
+	}
+	b.clamp = o.Clamp
 	b.tuning = DefaultTuning()
 	if o.Tuning != nil {
 		if err := o.Tuning.check(); err != nil {
@@ -155,7 +160,8 @@ func (b *Backend) init(o Options) error {
 		}
 	}
 	var features unsafe.Pointer
-	portable := o.PortableGEMM || os.Getenv("STRATA_GEMM") == "portable"
+	// An Apple GPU has no cooperative matrices: its device is opened without.
+	portable := o.PortableGEMM || os.Getenv("STRATA_GEMM") == "portable" || o.Clamp == ClampApple
 	if coop, ok := b.in.coopMatrix(d); ok && !portable {
 		exts = append(exts, "VK_NV_cooperative_matrix")
 		features, b.coopEnabled = unsafe.Pointer(coop), true
@@ -188,6 +194,9 @@ func (b *Backend) init(o Options) error {
 	b.name = fmt.Sprintf("vulkan: %s (%s, Vulkan %s)", d.info.Name, d.info.Type, d.info.API)
 	if b.coopEnabled {
 		b.name += ", cooperative-matrix GEMMs"
+	}
+	if b.clamp != ClampNone {
+		b.name += ", clamped to an " + b.clamp.String() + "-like device"
 	}
 	for n := 1; n <= maxBindings; n++ {
 		if err := b.createLayout(n); err != nil {
@@ -482,6 +491,24 @@ func (b *Backend) pipeline(name string, bindings int, spec ...uint32) (*pipeline
 	code, err := shaders.SPIRV(name)
 	if err != nil {
 		return nil, err
+	}
+	// Kernel choice routes around what a device lacks; a kernel past its
+	// shared memory (under a clamp, one the device itself would take) is
+	// a bug in that choice, named here rather than left to the driver.
+	shared, err := shaders.WorkgroupBytes(code, spec)
+	if err != nil {
+		return nil, fmt.Errorf("vulkan: shader %s: %w", name, err)
+	}
+	for _, c := range shaders.Capabilities(code) {
+		switch {
+		case c == shaders.CapFloat64: // no device is opened with shaderFloat64
+			return nil, fmt.Errorf("vulkan: shader %s needs float64, which Strata does not enable", name)
+		case (c == shaders.CapCoopMatrixNV || c == shaders.CapCoopMatrixKHR) && !b.dev.coop:
+			return nil, fmt.Errorf("vulkan: shader %s needs cooperative matrices, which the device was opened without", name)
+		}
+	}
+	if shared > b.dev.sharedMem {
+		return nil, fmt.Errorf("vulkan: shader %s needs %d bytes of shared memory; the device gives %d", name, shared, b.dev.sharedMem)
 	}
 	var pin runtime.Pinner
 	defer pin.Unpin()

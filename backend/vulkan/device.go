@@ -47,6 +47,50 @@ type Options struct {
 	KernelStatistics bool
 	// Tuning chooses the kernels; nil means DefaultTuning().
 	Tuning *Tuning
+	// Clamp narrows what kernel choice sees of the device to a smaller
+	// device's, so that the kernels that device would run, run here.
+	Clamp Clamp
+}
+
+// Clamp is a device whose limits Options.Clamp imposes.
+type Clamp int
+
+const (
+	// ClampNone takes the device as it is.
+	ClampNone Clamp = iota
+	// ClampApple is an Apple GPU through MoltenVK, which Strata cannot run
+	// on here: 32 KiB of shared memory, no cooperative matrices, no
+	// float64, subgroups of 32 (Metal's SIMD groups). Tests take it from
+	// STRATA_VULKAN_CLAMP=apple.
+	ClampApple
+)
+
+// appleSharedMem and appleSubgroup are Apple GPUs' workgroup memory
+// (Metal's threadgroup memory) and SIMD-group width.
+const (
+	appleSharedMem = 32 << 10
+	appleSubgroup  = 32
+)
+
+// ParseClamp reads a clamp's name: "" or "none", or "apple".
+func ParseClamp(s string) (Clamp, error) {
+	switch strings.ToLower(s) {
+	case "", "none":
+		return ClampNone, nil
+	case "apple":
+		return ClampApple, nil
+	}
+	return ClampNone, fmt.Errorf("vulkan: unknown device clamp %q (want none or apple)", s)
+}
+
+func (c Clamp) String() string {
+	switch c {
+	case ClampNone:
+		return "none"
+	case ClampApple:
+		return "apple"
+	}
+	return fmt.Sprintf("Clamp(%d)", int(c))
 }
 
 // DeviceInfo describes one physical device.

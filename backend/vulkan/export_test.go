@@ -114,6 +114,10 @@ func CoopTileIndex4x2(late bool) int {
 // Coop reports whether the device was opened with cooperative-matrix GEMMs.
 func Coop(b *Backend) bool { return b.coopEnabled }
 
+// PlannedLimits is the shared memory and subgroup size kernel choice
+// takes the device to have.
+func PlannedLimits(b *Backend) (int, uint32) { return b.dev.sharedMem, b.dev.subgroupSize }
+
 // MaxStorageBuffer is the largest storage buffer the device binds.
 func MaxStorageBuffer(b *Backend) uint64 { return uint64(b.phys.props.Limits.MaxStorageBufferRange) }
 

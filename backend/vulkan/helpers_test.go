@@ -33,10 +33,16 @@ var shared struct {
 func testBackend(t testing.TB) *vulkan.Backend {
 	t.Helper()
 	shared.once.Do(func() {
-		shared.b, shared.err = vulkan.Open(vulkan.Options{Validation: true})
+		// STRATA_VULKAN_CLAMP=apple runs the tests as an Apple GPU would
+		// choose its kernels (issue 47.14).
+		var clamp vulkan.Clamp
+		if clamp, shared.err = vulkan.ParseClamp(os.Getenv("STRATA_VULKAN_CLAMP")); shared.err != nil {
+			return
+		}
+		shared.b, shared.err = vulkan.Open(vulkan.Options{Validation: true, Clamp: clamp})
 		shared.validating = shared.err == nil
 		if errors.Is(shared.err, vulkan.ErrNoValidationLayer) {
-			shared.b, shared.err = vulkan.Open(vulkan.Options{})
+			shared.b, shared.err = vulkan.Open(vulkan.Options{Clamp: clamp})
 		}
 	})
 	if errors.Is(shared.err, vulkan.ErrNoDevice) {

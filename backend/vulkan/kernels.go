@@ -651,7 +651,7 @@ func (s *stream) flash(a *backend.Attention, capture, tailsHeld bool) {
 	// flash.comp's shared arrays: staged Q and K slices and transposed
 	// scores (rows padded by 4), two partial sums and a rescale per row.
 	shared := 4 * ((flashKeys+2*flashDims)*(flashRows+4) + 3*flashRows)
-	if limit := int(s.b.phys.props.Limits.MaxComputeSharedMemorySize); a.HeadDim > maxHeadD || shared > limit {
+	if limit := s.b.dev.sharedMem; a.HeadDim > maxHeadD || shared > limit {
 		s.fail(fmt.Errorf("vulkan: flash attention over %d-dim heads needs %d bytes of shared memory (the device has %d) and at most %d dims; capture the pattern to use the materialised path", a.HeadDim, shared, limit, maxHeadD))
 		return
 	}

@@ -103,7 +103,7 @@ type devCaps struct {
 
 func (b *Backend) caps() devCaps {
 	l := &b.phys.props.Limits
-	return devCaps{
+	d := devCaps{
 		coop:         b.coopEnabled,
 		subgroups:    b.phys.subgroupArithmetic(),
 		subgroupSize: b.phys.subgroup.SubgroupSize,
@@ -111,6 +111,19 @@ func (b *Backend) caps() devCaps {
 		wideGroups:   l.MaxComputeWorkGroupInvocations >= 256 && l.MaxComputeWorkGroupSize[0] >= 256,
 		reduceWG:     b.reduceWG,
 	}
+	return d.clamped(b.clamp)
+}
+
+// clamped is d as kernel choice sees it under a clamp. The subgroup size
+// the planner assumes may exceed the device's: the subgroup-per-row
+// kernels loop over their rows by gl_NumSubgroups, so extra subgroups idle.
+func (d devCaps) clamped(c Clamp) devCaps {
+	if c == ClampApple {
+		d.coop = false
+		d.sharedMem = min(d.sharedMem, appleSharedMem)
+		d.subgroupSize = appleSubgroup
+	}
+	return d
 }
 
 func (t *Tuning) coop(d devCaps) bool      { return t.Coop && d.coop }
