@@ -16,6 +16,9 @@ echo "== go vet"
 go vet ./...
 echo "== go test"
 go test -count=1 -timeout 30m ./...
+echo "== vulkan tests as an Apple GPU chooses its kernels (issue 47.14: 32 KiB shared, no cooperative matrices, subgroups of 32)"
+STRATA_VULKAN_CLAMP=apple go test -count=1 -timeout 10m ./backend/vulkan \
+	-run '^(TestMatMulEveryFormat|TestEveryPointMatchesCPU|TestFlashAttentionShapes|TestAttentionMaterialisedAndFlash|TestRMSNorm|TestSoftmaxOfLongRows|TestOptionsClamp)$'
 echo "== go test -race (every package; -short: the soak is short)"
 CGO_ENABLED=1 go test -count=1 -race -short -timeout 30m ./...
 echo "== fuzz (short runs over the saved corpora)"
