@@ -74,9 +74,9 @@ func (e *Engine) PrefillBatch(ctx context.Context, prompts [][]int32, o Options)
 // prompt works in a batch (one that needs to tell the prompts apart, to
 // patch each from its own source, say, is for a later release).
 //
-// A batch cannot yet capture or hook attention scores or patterns (each
-// prompt's are [heads, T_i, T_i]): run those prompts one at a time. The
-// capture budget is counted for the whole batch: a batch whose captures
+// Attention scores and patterns, captured or hooked, are each prompt's
+// own [heads, T_i, T_i], as alone (a batch packs them one after another,
+// not padded to the longest prompt). The capture budget is counted for the whole batch: a batch whose captures
 // pass it runs as micro-batches of consecutive prompts that fit
 // (MicroBatches), one after another in the session, with the same results;
 // only a prompt over the budget alone is refused.
@@ -110,11 +110,11 @@ func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options
 	}
 	pos := s.Pos()
 	s.pos.Store(0) // the layout's, and the batch's, start
-	l, err := s.batchLayout(lens, o)
+	l, err := s.checkPacked(lens, o)
 	ends := []int{len(prompts)}
 	if errors.Is(err, ErrOverBudget) && len(prompts) > 1 {
 		if ends, err = MicroBatches(c, lens, o, 0); err == nil {
-			l, err = s.batchLayout(lens[:ends[0]], o)
+			l, err = s.checkPacked(lens[:ends[0]], o)
 		}
 	}
 	if err != nil {
@@ -132,7 +132,7 @@ func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options
 	start := 0
 	for i, end := range ends {
 		if i > 0 {
-			if l, err = s.batchLayout(lens[start:end], o); err != nil {
+			if l, err = s.checkPacked(lens[start:end], o); err != nil {
 				return fail(err)
 			}
 		}
@@ -145,15 +145,6 @@ func (s *Session) PrefillBatch(ctx context.Context, prompts [][]int32, o Options
 		start = end
 	}
 	return out, nil
-}
-
-// batchLayout checks and lays out a batch of prompts of the given lengths.
-func (s *Session) batchLayout(lens []int, o Options) (*layout, error) {
-	l, err := s.checkPacked(lens, o)
-	if err == nil && l.anyMaterialized() {
-		err = errors.New("engine: a batch cannot capture or hook attention scores or patterns yet (each prompt's are its own [heads, T, T]): leave them out, or run those prompts one at a time")
-	}
-	return l, err
 }
 
 // runBatch runs prompts, laid out as l, as one prefill from position 0.
@@ -254,6 +245,18 @@ func (r *Run) hook(name string, x backend.Tensor) error {
 		return nil
 	}
 	spec, _ := trace.SpecOf(name)
+	if _, p := trace.SplitPoint(name); attentionMap(p) {
+		heads := r.s.e.Model.Config.Heads
+		offs, _ := r.l.mapBlocks(heads)
+		for seq, off := range offs {
+			for i := range r.o.Hooks {
+				if err := r.applyHook(&r.o.Hooks[i], name, x, r.l.mapShape(heads, seq), off, r.l.prompt0+seq); err != nil {
+					return fmt.Errorf("hook at %s, prompt %d of the batch: %w", name, r.l.prompt0+seq, err)
+				}
+			}
+		}
+		return nil
+	}
 	rowLen := elements(shape[1:])
 	var err error
 	r.l.seqRows(spec.Stage == trace.AfterLayers, func(seq, first, rows int) {
@@ -302,20 +305,38 @@ func (r *Run) rope(dst, src backend.Tensor, heads, layer int) {
 // attend runs attention a for every prompt over its own rows of the
 // queries, the cache and the output.
 func (r *Run) attend(a *backend.Attention) {
+	for _, p := range r.prompts(a) {
+		r.st.FlashAttention(p)
+	}
+}
+
+// prompts is attention a split by prompt: a itself for one prompt; for a
+// batch, each prompt's over its own rows of the queries, the cache and the
+// output, and its own block of the scores and pattern (mapBlocks) where a
+// has them. A prompt whose views the device cannot bind is left out, and
+// the run failed.
+func (r *Run) prompts(a *backend.Attention) []*backend.Attention {
 	if !r.l.batched() {
-		r.st.FlashAttention(a)
-		return
+		return []*backend.Attention{a}
 	}
 	qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-	r.l.seqRows(false, func(_, first, n int) {
+	offs, _ := r.l.mapBlocks(a.Heads)
+	var out []*backend.Attention
+	r.l.seqRows(false, func(i, first, n int) {
 		b := *a
 		b.Q, b.Z = r.rows(a.Q, qd, first, n), r.rows(a.Z, qd, first, n)
 		b.K, b.V = r.rows(a.K, kvd, first, n), r.rows(a.V, kvd, first, n)
 		b.T = n
-		if b.Q != nil && b.Z != nil && b.K != nil && b.V != nil {
-			r.st.FlashAttention(&b)
+		ok := b.Q != nil && b.Z != nil && b.K != nil && b.V != nil
+		if a.Scores != nil {
+			b.Scores, b.Pattern = r.rows(a.Scores, 1, offs[i], a.Heads*n*n), r.rows(a.Pattern, 1, offs[i], a.Heads*n*n)
+			ok = ok && b.Scores != nil && b.Pattern != nil
+		}
+		if ok {
+			out = append(out, &b)
 		}
 	})
+	return out
 }
 
 // headInput copies the rows of the residual stream x that get the LM head
@@ -347,7 +368,20 @@ func (r *Run) split(tr *trace.Trace, prompts [][]int32) ([]*trace.Trace, error) 
 	if err := tr.Load(); err != nil {
 		return nil, fmt.Errorf("engine: reading a batch's trace: %w", err)
 	}
+	heads := r.s.e.Model.Config.Heads
+	offs, _ := r.l.mapBlocks(heads)
 	for _, name := range tr.Names {
+		if _, p := trace.SplitPoint(name); attentionMap(p) {
+			x, err := tr.Get(name)
+			if err != nil {
+				return nil, fmt.Errorf("engine: splitting a batch's trace: %w", err)
+			}
+			for i, off := range offs {
+				shape := r.l.mapShape(heads, i)
+				out[i].Put(name, &trace.Tensor{Shape: shape, Data: slices.Clone(x.Data[off : off+elements(shape)])})
+			}
+			continue
+		}
 		spec, _ := trace.SpecOf(name)
 		var err error
 		r.l.seqRows(spec.Stage == trace.AfterLayers, func(i, first, n int) {

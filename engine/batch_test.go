@@ -66,10 +66,6 @@ func TestBatchRefusesBadRequests(t *testing.T) {
 	require.EqualError(t, err, "engine: prompt 1: token 512 at index 1 is outside the vocabulary of 512 (ids are 0..511)")
 	_, err = e.PrefillBatch(ctx, [][]int32{make([]int32, 513)}, engine.Options{})
 	require.ErrorIs(t, err, engine.ErrCacheFull)
-	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {3}}, engine.Options{Capture: engine.CaptureOf("blocks.0.attn.hook_pattern")})
-	require.ErrorContains(t, err, "a batch cannot capture or hook attention scores or patterns yet")
-	_, err = e.PrefillBatch(ctx, [][]int32{{1, 2}, {3}}, engine.Options{Hooks: []engine.Hook{engine.Scale("blocks.1.attn.hook_attn_scores", 2)}})
-	require.ErrorContains(t, err, "a batch cannot capture or hook attention scores or patterns yet")
 }
 
 // A session that ran a batch is at position 0 with its capacity as it was,
@@ -84,8 +80,8 @@ func TestSessionAfterBatch(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.PrefillBatch(ctx, [][]int32{testTokens[:2], make([]int32, 17)}, o)
 	require.ErrorIs(t, err, engine.ErrCacheFull, "a prompt longer than the session's capacity")
-	_, err = s.PrefillBatch(ctx, [][]int32{testTokens[:2], {1}}, engine.Options{Capture: engine.CaptureOf("blocks.0.attn.hook_pattern")})
-	require.Error(t, err)
+	_, err = s.PrefillBatch(ctx, [][]int32{testTokens[:2], {1}}, engine.Options{Capture: engine.CaptureOf("blocks.0.attn.hook_pattern"), Budget: 64})
+	require.ErrorIs(t, err, engine.ErrOverBudget)
 	require.Equal(t, 3, s.Pos(), "a refused batch leaves the session as it was")
 
 	trs, err := s.PrefillBatch(ctx, enginetest.BatchPrompts, o) // 27 tokens, past the capacity

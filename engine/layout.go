@@ -86,6 +86,11 @@ func packedLayout(c *model.Config, lens []int, pos0 int, o Options) *layout {
 		}
 		spec, _ := trace.SpecOf(name)
 		shape := spec.Shape(c, l.extent())
+		if attentionMap(p) && l.batched() {
+			// Each prompt's [Heads, T_i, T_i], one after another (mapBlocks).
+			_, total := l.mapBlocks(c.Heads)
+			shape = []int{total}
+		}
 		n := elements(shape)
 		if n == 0 {
 			continue
@@ -129,6 +134,31 @@ func (l *layout) extent() trace.Extent {
 // [Heads, T, keys]: materialised only when captured or hooked, each in an
 // arena of its own.
 func attentionMap(p trace.Point) bool { return p == trace.AttnScores || p == trace.AttnPattern }
+
+// mapBlocks are where each prompt's attention scores (or pattern) lie in
+// the run's: a batch packs each prompt's [Heads, T_i, T_i] one after
+// another, each from a multiple of SlotAlign so that a GPU can bind it
+// apart; total is their elements, padding included. One prompt's are the
+// whole [Heads, T, keys].
+func (l *layout) mapBlocks(heads int) (offs []int, total int) {
+	if !l.batched() {
+		return []int{0}, heads * l.t * l.keys
+	}
+	for _, n := range l.lens {
+		total = (total + backend.SlotAlign - 1) / backend.SlotAlign * backend.SlotAlign
+		offs = append(offs, total)
+		total += heads * n * n
+	}
+	return offs, total
+}
+
+// mapShape is the shape of prompt i's attention scores (or pattern).
+func (l *layout) mapShape(heads, i int) []int {
+	if !l.batched() {
+		return []int{heads, l.t, l.keys}
+	}
+	return []int{heads, l.lens[i], l.lens[i]}
+}
 
 // positions are the ids of the prefill's positions, pos0.. for each
 // prompt, for a table of learned position embeddings.

@@ -86,7 +86,11 @@ type Device struct {
 type PlanRequest struct {
 	Capacity int // KV cache positions
 	Tokens   int // the prefill's length
-	Options  Options
+	// Lens, where set, are the lengths of a batch's prompts
+	// (Session.PrefillBatch), packed in place of Tokens: each prompt's
+	// attention scores and patterns are its own [heads, T_i, T_i].
+	Lens    []int
+	Options Options
 }
 
 // TierNeed is the memory one tier needs, in bytes.
@@ -118,7 +122,19 @@ func Needs(m *model.Model, p Placement, q PlanRequest) []TierNeed {
 			out[t].Weights += layerBytes(&m.Blocks[i])
 		}
 	}
-	if overflows(c, max(q.Tokens, 0), 0, max(q.Capacity, 0)) {
+	lens := []int{max(q.Tokens, 0)}
+	if len(q.Lens) > 0 {
+		lens = make([]int, len(q.Lens))
+		for i, n := range q.Lens {
+			lens[i] = max(n, 0)
+		}
+	}
+	tokens, over := 0, false
+	for _, n := range lens {
+		tokens += n
+		over = over || tokens < 0 || overflows(c, tokens, 0, 0)
+	}
+	if over || overflows(c, tokens, 0, max(q.Capacity, 0)) {
 		for t := range out {
 			out[t].Cache, out[t].Scratch, out[t].Capture = MaxEstimate, MaxEstimate, MaxEstimate
 		}
@@ -128,7 +144,7 @@ func Needs(m *model.Model, p Placement, q PlanRequest) []TierNeed {
 	for _, t := range p.Layers {
 		out[t].Cache += cache
 	}
-	l := newLayout(c, max(q.Tokens, 0), 0, q.Options)
+	l := packedLayout(c, lens, 0, q.Options)
 	for i, n := range l.arenas {
 		out[p.tierOfPoint(l.arenaPoints[i])].Capture += 4 * int64(n)
 	}

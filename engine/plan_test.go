@@ -76,6 +76,15 @@ func TestPlanNeedsAddUp(t *testing.T) {
 	require.Equal(t, est.Cache/2, split[1].Cache, "tier 1 has two of the four layers' caches")
 	require.Less(t, split[0].Scratch, split[2].Scratch, "only the head's tier holds logits")
 	require.Equal(t, est.Cache/4, split[0].Cache, "tier 0 has one layer's cache")
+
+	// A batch's plan counts each prompt's attention maps, [heads, T_i, T_i],
+	// as the batch's estimate does, not those of one prompt of its tokens.
+	lens := []int{12, 5, 1, 9}
+	b := engine.PlanRequest{Capacity: 27, Tokens: 27, Lens: lens, Options: q.Options}
+	batch := engine.Needs(m, engine.OneTier(m.Layers), b)[0]
+	require.Equal(t, engine.EstimateBatch(&m.Config, lens, q.Options).Capture, batch.Capture)
+	b.Lens = nil
+	require.Less(t, batch.Capture, engine.Needs(m, engine.OneTier(m.Layers), b)[0].Capture)
 }
 
 func TestPlanRefusesWhatDoesNotFitNamingTheShortfall(t *testing.T) {

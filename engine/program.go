@@ -97,23 +97,30 @@ func (r *Run) program(yield func(string) bool) {
 			a.Scores = into(trace.AttnScores, r.scores)
 			a.Pattern = into(trace.AttnPattern, r.pattern)
 			// A hook on the scores or the pattern changes what follows it,
-			// so it needs them one after the other.
+			// so it needs them one after the other; so does a prompt the
+			// fused kernel does not take.
 			fc := r.offers[r.tier].capture
-			if fc != nil && !hooked(r.o.Hooks, name(trace.AttnScores)) && !hooked(r.o.Hooks, name(trace.AttnPattern)) &&
-				fc.FlashAttentionCapture(a) {
-				if !at(trace.AttnScores, a.Scores) || !at(trace.AttnPattern, a.Pattern) {
-					return
+			fused := fc != nil && !hooked(r.o.Hooks, name(trace.AttnScores)) && !hooked(r.o.Hooks, name(trace.AttnPattern))
+			var apart []*backend.Attention
+			for _, p := range r.prompts(a) { // each prompt of a batch on its own rows, keys and maps
+				if !fused || !fc.FlashAttentionCapture(p) {
+					apart = append(apart, p)
 				}
-			} else {
-				st.AttnScores(a)
-				if !at(trace.AttnScores, a.Scores) {
-					return
-				}
-				st.Softmax(a.Pattern, a.Scores, c.Heads*t, a.Keys())
-				if !at(trace.AttnPattern, a.Pattern) {
-					return
-				}
-				st.AttnMix(a)
+			}
+			for _, p := range apart {
+				st.AttnScores(p)
+			}
+			if !at(trace.AttnScores, a.Scores) {
+				return
+			}
+			for _, p := range apart {
+				st.Softmax(p.Pattern, p.Scores, c.Heads*p.T, p.Keys())
+			}
+			if !at(trace.AttnPattern, a.Pattern) {
+				return
+			}
+			for _, p := range apart {
+				st.AttnMix(p)
 			}
 		} else {
 			r.attend(a) // each prompt of a batch on its own rows and keys

@@ -110,7 +110,8 @@ func (b *scratch) needs(c *model.Config, l *layout, o Options, ro role) []need {
 			needs = append(needs, need{"mlp_gate", t * c.FFN, &b.gate})
 		}
 		if l.attnScratch() {
-			needs = append(needs, need{"attn_scores", c.Heads * t * l.keys, &b.scores}, need{"attn_pattern", c.Heads * t * l.keys, &b.pattern})
+			_, n := l.mapBlocks(c.Heads)
+			needs = append(needs, need{"attn_scores", n, &b.scores}, need{"attn_pattern", n, &b.pattern})
 		}
 	}
 	if ro.head && l.logitRows > 0 {

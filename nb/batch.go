@@ -19,9 +19,9 @@ import (
 // over the whole batch; hooks act on each prompt's rows as in its own
 // prefill. A batch too large for the capture budget (Budget) or, on the
 // CPU, for the host memory left runs as micro-batches of consecutive
-// prompts that fit, with the same results. A batch cannot capture or hook
-// attention patterns or scores yet, nor Continue a prompt. Close the traces
-// when done, as any.
+// prompts that fit, with the same results. Attention patterns and scores,
+// captured or hooked, are each prompt's own [heads, T, T]. A batch cannot
+// Continue a prompt. Close the traces when done, as any.
 func (m *Model) PrefillBatch(prompts any, opts ...PrefillOption) []*trace.Trace {
 	return Must(m.TryPrefillBatch(prompts, opts...))
 }

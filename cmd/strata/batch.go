@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/stratalab/strata/engine"
@@ -16,18 +17,6 @@ import (
 	"github.com/stratalab/strata/trace"
 	"github.com/stratalab/strata/viz"
 )
-
-// batchGlobs are the points a batch can capture: every one but the
-// attention scores and patterns (engine.Session.PrefillBatch).
-func batchGlobs(c *model.Config) []string {
-	var globs []string
-	for _, n := range trace.Points(c) {
-		if _, p := trace.SplitPoint(n); p != trace.AttnScores && p != trace.AttnPattern {
-			globs = append(globs, n)
-		}
-	}
-	return globs
-}
 
 // readPrompts reads a file of prompts: JSONL ({"prompt": "..."} a line) if
 // its name ends in .jsonl, else text, a prompt a line; blank lines are
@@ -91,14 +80,18 @@ func traceFile(ctx context.Context, m *model.Model, path string, batch int, o en
 		}
 		longest = max(longest, len(prompts[i]))
 	}
-	for i := 0; i < len(prompts); i += batch {
-		n := 0
-		for _, p := range prompts[i:min(i+batch, len(prompts))] {
-			n += len(p)
-		}
-		most = max(most, n)
+	// The plan's batch is the longest prompts, as many as a batch holds:
+	// no batch has more tokens, or larger attention maps.
+	lens := make([]int, len(prompts))
+	for i, p := range prompts {
+		lens[i] = len(p)
 	}
-	e, err := openEngine(m, backend, placement, engine.PlanRequest{Capacity: most, Tokens: most, Options: o})
+	slices.Sort(lens)
+	lens = lens[max(len(lens)-batch, 0):]
+	for _, n := range lens {
+		most += n
+	}
+	e, err := openEngine(m, backend, placement, engine.PlanRequest{Capacity: most, Tokens: most, Lens: lens, Options: o})
 	if err != nil {
 		return err
 	}

@@ -34,16 +34,15 @@ func TestTracePromptsFile(t *testing.T) {
 		for i, prompt := range []string{"Once upon a time", "The cat sat", "Lily"} {
 			alone := filepath.Join(dir, "alone")
 			_, err := strata(t, "trace", "--model", stories, "--backend", "cpu", "--prompt", prompt,
-				"--capture", "blocks.*.hook_resid_post,blocks.*.attn.hook_z,logits", "--out", alone)
+				"--capture", "blocks.*.hook_resid_post,blocks.*.attn.hook_z,blocks.*.attn.hook_pattern,logits", "--out", alone)
 			require.NoError(t, err)
 			want, err := trace.Load(alone)
 			require.NoError(t, err)
 			got, err := trace.Load(filepath.Join(out, []string{"0", "1", "2"}[i]))
 			require.NoError(t, err)
 			require.Equal(t, want.Tokens, got.Tokens)
-			require.True(t, got.Has("blocks.0.ln1.hook_normalized"), "every point but the attention maps by default")
-			require.False(t, got.Has("blocks.0.attn.hook_pattern"))
-			require.Contains(t, notes.String(), "a batch does not capture attention scores or patterns yet", "the user is told")
+			require.True(t, got.Has("blocks.0.ln1.hook_normalized"), "every point by default")
+			require.Equal(t, []int{8, len(want.Tokens), len(want.Tokens)}, got.Shape("blocks.0.attn.hook_pattern"), "the prompt's own pattern")
 			for _, name := range want.Names {
 				enginetest.RequireBits(t, want.Tensor(name).Data, got.Tensor(name).Data, "prompt %d %s", i, name)
 			}
@@ -70,5 +69,4 @@ func TestTracePromptsRefusesBadFiles(t *testing.T) {
 	require.EqualError(t, run("--prompts", write("p.txt", "a\n"), "--prompt", "b"), "trace takes --prompts or one prompt (--prompt or --tokens), not both")
 	require.EqualError(t, run("--prompt", "b", "--batch", "2"), "--batch goes with --prompts, and is at least 1")
 	require.EqualError(t, run("--prompts", write("p.txt", "a\n"), "--batch", "0"), "--batch goes with --prompts, and is at least 1")
-	require.ErrorContains(t, run("--prompts", write("p.txt", "a\n"), "--capture", "blocks.*.attn.hook_pattern"), "a batch cannot capture or hook attention scores or patterns yet")
 }

@@ -751,10 +751,6 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		return promptTooLong(len(tokens), c.Context)
 	}
 	plan := engine.Capture{Globs: strings.Split(*capture, ","), LastLayer: -1}
-	if *promptFile != "" && !isSet(fs, "capture") {
-		plan.Globs = batchGlobs(c)
-		fmt.Fprintln(stderr, "strata: a batch does not capture attention scores or patterns yet: these traces have every other point (trace a prompt alone with --prompt for its attention)")
-	}
 	if *layers != "" {
 		a, b, ok := strings.Cut(*layers, ":")
 		first, ok1 := decimal(a)

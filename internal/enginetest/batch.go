@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/engine"
-	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/trace"
 )
 
@@ -22,24 +21,14 @@ var BatchPrompts = [][]int32{
 	{5, 77, 300, 60, 2, 2, 500, 11, 8},
 }
 
-// BatchCapture captures every point of m a batch can: all but the
-// attention scores and patterns.
-func BatchCapture(m *model.Config) engine.Capture {
-	var names []string
-	for _, n := range trace.Points(m) {
-		if _, p := trace.SplitPoint(n); p != trace.AttnScores && p != trace.AttnPattern {
-			names = append(names, n)
-		}
-	}
-	return engine.CaptureOf(names...)
-}
-
 // CheckBatch holds a batch prefill on e to its prompts prefilled one at a
 // time on e, each in a new session: bit for bit where tol is 0, else within
 // tol of max|single| per point. It runs the batch of BatchPrompts, a batch
 // of one, every point captured with every logit row, the last rows alone
-// with the predictions, and hooks (a head ablated, a vector added at each
-// prompt's last row, a host function) that act per prompt, and a capture
+// with the predictions, hooks (a head ablated, a vector added at each
+// prompt's last row, a host function) that act per prompt, hooks on the
+// attention scores and pattern (which see each prompt's [heads, T, T]) with
+// the patterns captured and the scores not, and a capture
 // budget that splits the batch into micro-batches; each batch also runs in one
 // session reused for every batch, which must give the same bits as the
 // engine's batch in a new session.
@@ -59,14 +48,27 @@ func CheckBatch(t *testing.T, e *engine.Engine, tol float64) {
 			return nil
 		}},
 	}
+	// Hooks on the maps, which the CPU's fused attention cannot take: the
+	// scores go to scratch, the patterns to the trace.
+	maps := []engine.Hook{
+		engine.Scale(trace.LayerPoint(0, trace.AttnScores), 0.5),
+		{Point: trace.LayerPoint(c.Layers-1, trace.AttnPattern), Host: func(_ string, shape []int, data []float32) error {
+			if len(shape) != 3 || shape[0] != c.Heads || shape[1] != shape[2] {
+				return fmt.Errorf("a pattern of shape %v, not a prompt's [%d, T, T]", shape, c.Heads)
+			}
+			data[len(data)-1] += float32(shape[1])
+			return nil
+		}},
+	}
 	options := map[string]engine.Options{
-		"all":   {Capture: BatchCapture(c), Logits: engine.LogitsAll},
+		"all":   {Capture: engine.CaptureAll(), Logits: engine.LogitsAll},
+		"maps":  {Capture: engine.CaptureOf("blocks.*.attn.hook_pattern", "blocks.*.hook_resid_post"), Logits: engine.LogitsLast, Hooks: maps},
 		"last":  {Capture: engine.CaptureOf("blocks.*.hook_resid_post"), Logits: engine.LogitsLast, Predict: true},
 		"hooks": {Capture: engine.CaptureOf("blocks.*.hook_resid_post", "ln_final.hook_normalized"), Logits: engine.LogitsLast, Hooks: hooks},
 	}
 	// A budget that holds the longest prompt's captures alone: the ragged
 	// batch runs as micro-batches.
-	micro := engine.Options{Capture: engine.CaptureOf("blocks.*.hook_resid_post", "blocks.0.hook_mlp_out"), Logits: engine.LogitsAll, Hooks: hooks[1:]}
+	micro := engine.Options{Capture: engine.CaptureOf("blocks.*.hook_resid_post", "blocks.0.hook_mlp_out", "blocks.0.attn.hook_attn_scores"), Logits: engine.LogitsAll, Hooks: hooks[1:]}
 	micro.Budget = engine.EstimateBatch(c, []int{len(BatchPrompts[0])}, micro).Capture
 	ends, err := engine.MicroBatches(c, lens(BatchPrompts), micro, 0)
 	require.NoError(t, err)
@@ -143,8 +145,14 @@ func requireSameTrace(t *testing.T, want, got *trace.Trace, tol float64, what st
 		}
 		worst, scale := 0.0, 0.0
 		for j := range w.Data {
-			worst = max(worst, math.Abs(float64(g.Data[j])-float64(w.Data[j])))
-			scale = max(scale, math.Abs(float64(w.Data[j])))
+			wj, gj := float64(w.Data[j]), float64(g.Data[j])
+			// Masked scores are -Inf in both, which no tolerance measures.
+			if math.IsInf(wj, 0) || math.IsInf(gj, 0) {
+				require.Equal(t, wj, gj, "%s: %s element %d", what, name, j)
+				continue
+			}
+			worst = max(worst, math.Abs(gj-wj))
+			scale = max(scale, math.Abs(wj))
 		}
 		require.LessOrEqual(t, worst, tol*scale, "%s: %s", what, name)
 	}
