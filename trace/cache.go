@@ -194,7 +194,7 @@ func (t *Trace) Head(name string, layer, head int) (*Matrix, error) {
 		return nil, fmt.Errorf("trace: %s has shape %v, not a per-head point", full, shape)
 	}
 	label := fmt.Sprintf("%s head %d", full, head)
-	if strings.HasSuffix(full, "hook_pattern") || strings.HasSuffix(full, "hook_attn_scores") {
+	if IsAttentionMap(full) {
 		h, rows, cols := shape[0], shape[1], shape[2]
 		if head < 0 || head >= h {
 			return nil, fmt.Errorf("trace: head %d is out of range: %s has %d heads", head, full, h)

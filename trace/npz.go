@@ -346,7 +346,7 @@ func (m *Manifest) check() error {
 func (m *Manifest) fits(name string, shape []int) error {
 	keys := m.Pos0 + len(m.Tokens)
 	switch {
-	case strings.HasSuffix(name, "hook_pattern") || strings.HasSuffix(name, "hook_attn_scores"):
+	case IsAttentionMap(name):
 		if len(shape) != 3 || shape[1] != len(m.Tokens) || shape[2] != keys {
 			return fmt.Errorf("shape %v is not [heads, %d tokens, %d keys]", shape, len(m.Tokens), keys)
 		}

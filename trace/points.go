@@ -321,6 +321,14 @@ func KnownPoint(name string) bool {
 	return ok
 }
 
+// IsAttentionMap reports whether name is a layer's hook_attn_scores or
+// hook_pattern: [heads, queries, keys], the one layout whose first axis is
+// not the positions.
+func IsAttentionMap(name string) bool {
+	_, local := SplitPoint(name)
+	return local == AttnScores || local == AttnPattern
+}
+
 // LayerPoint names point p of layer l, e.g. LayerPoint(3, AttnPattern) is
 // "blocks.3.attn.hook_pattern".
 func LayerPoint(l int, p Point) string { return "blocks." + strconv.Itoa(l) + "." + string(p) }

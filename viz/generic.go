@@ -173,11 +173,11 @@ func Captured(tr *trace.Trace, name string) (*Figure, error) {
 	}
 	var ax axes
 	title := name
-	if _, local := trace.SplitPoint(name); (local == "attn.hook_pattern" || local == "attn.hook_attn_scores") &&
+	if _, local := trace.SplitPoint(name); trace.IsAttentionMap(name) &&
 		len(x.Shape) == 3 && len(tr.Tokens) > 0 && x.Shape[1] == len(tr.Tokens) && x.Shape[2] == tr.Pos0+len(tr.Tokens) {
 		queries := positionLabels(tr.Pieces, tr.Pos0, tr.Pos0, x.Shape[1])
 		keys := positionLabels(tr.Pieces, tr.Pos0, 0, x.Shape[2])
-		return headTiles(fmt.Sprintf("%s %v: queries down, keys across", name, x.Shape), x, queries, keys, local == "attn.hook_pattern")
+		return headTiles(fmt.Sprintf("%s %v: queries down, keys across", name, x.Shape), x, queries, keys, local == trace.AttnPattern)
 	}
 	if len(x.Shape) >= 2 && len(tr.Tokens) > 0 {
 		if n := x.Shape[0]; n == len(tr.Tokens) || n == tr.Pos0+len(tr.Tokens) {
