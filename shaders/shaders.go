@@ -34,7 +34,7 @@ var formats = []struct {
 }{
 	{"f32", "FMT_F32", false}, {"f16", "FMT_F16", true}, {"bf16", "FMT_BF16", false}, {"q8_0", "FMT_Q8_0", false},
 	{"q4_0", "FMT_Q4_0", false}, {"q1_0", "FMT_Q1_0", true}, {"tq2_0", "FMT_TQ2_0", true},
-	{"q4_k", "FMT_Q4_K", false}, {"q5_k", "FMT_Q5_K", false}, {"q6_k", "FMT_Q6_K", false},
+	{"codes4", "FMT_CODES4", false}, {"q5_k", "FMT_Q5_K", false}, {"q6_k", "FMT_Q6_K", false},
 }
 
 // Variants lists every module, in build order.

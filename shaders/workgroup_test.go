@@ -18,7 +18,7 @@ func TestWorkgroupBytesOfSources(t *testing.T) {
 		spec []uint32
 		want int
 	}{
-		{"matmul_q4_k", nil, 2 * 32 * 16 * 16},
+		{"matmul_codes4", nil, 2 * 32 * 16 * 16},
 		{"layernorm", []uint32{256}, 256 * 4},
 		{"layernorm", []uint32{64}, 64 * 4},
 		{"argmax", []uint32{128}, 128*4*2 + 4},

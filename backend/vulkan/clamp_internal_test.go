@@ -55,7 +55,7 @@ func TestAppleClampRoutesAroundWhatItLacks(t *testing.T) {
 // follow their specialization constants (plus matmul_coop.comp's two
 // one-element placeholders and its out-of-range flag).
 func TestWorkgroupBytesMatchesKernelChoice(t *testing.T) {
-	code, err := shaders.SPIRV("matmul_coop_q4_k")
+	code, err := shaders.SPIRV("matmul_coop_codes4")
 	require.NoError(t, err)
 	for _, c := range []coopTile{lateTile, exactTile, splitTile, halfTile, smallCoopTile()} {
 		for _, exact := range []bool{false, true} {
@@ -93,6 +93,6 @@ func TestPipelineRefusesWhatTheDeviceLacks(t *testing.T) {
 	_, err := b.pipeline("flash", 4, 128, 0, 0)
 	require.EqualError(t, err, "vulkan: shader flash needs 26880 bytes of shared memory; the device gives 16384")
 	b.dev = h200.clamped(ClampApple)
-	_, err = b.pipeline("matmul_coop_q4_k", 4, lateTile.spec(false, 1, 0, 0)...)
-	require.EqualError(t, err, "vulkan: shader matmul_coop_q4_k needs cooperative matrices, which the device was opened without")
+	_, err = b.pipeline("matmul_coop_codes4", 4, lateTile.spec(false, 1, 0, 0)...)
+	require.EqualError(t, err, "vulkan: shader matmul_coop_codes4 needs cooperative matrices, which the device was opened without")
 }

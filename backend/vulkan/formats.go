@@ -1,10 +1,13 @@
 package vulkan
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/gguf/quant"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/shaders"
 )
@@ -15,7 +18,9 @@ import (
 // into every block's quants, then every block's f16 scale, so shaders read
 // whole aligned words; the K-quants, whose blocks hold several scale
 // fields, keep each block whole, padded to whole words; float formats are
-// stored as they are.
+// stored as they are. Q4_K is repacked to 4-bit codes with a float32 scale
+// and offset per run of 32 (codes4.glsl): 6 bits a weight rather than 4.5,
+// for two loads per 8 weights decoded instead of six.
 type weightFormat struct {
 	typ        gguf.Type
 	suffix     string
@@ -25,6 +30,7 @@ type weightFormat struct {
 	quantOff   int  // and of the quants
 	quantBytes int  // 0 for float formats and whole blocks
 	whole      bool // blocks kept whole, each padded to a multiple of 4 bytes
+	codes4     bool // repacked as 4-bit codes and a scale and offset per run of 32
 }
 
 // exactInHalf says every weight of the format is exact in float16, so that
@@ -43,7 +49,7 @@ func weightFormats() []weightFormat {
 		{typ: gguf.Q4_0, suffix: "q4_0", blockSize: 32, blockBytes: 18, scaleOff: 0, quantOff: 2, quantBytes: 16},
 		{typ: gguf.Q1_0_G128, suffix: "q1_0", blockSize: 128, blockBytes: 18, scaleOff: 0, quantOff: 2, quantBytes: 16},
 		{typ: gguf.TQ2_0_G128, suffix: "tq2_0", blockSize: 128, blockBytes: 34, scaleOff: 32, quantOff: 0, quantBytes: 32},
-		{typ: gguf.Q4_K, suffix: "q4_k", blockSize: 256, blockBytes: 144, whole: true},
+		{typ: gguf.Q4_K, suffix: "codes4", blockSize: 256, blockBytes: 144, codes4: true},
 		{typ: gguf.Q5_K, suffix: "q5_k", blockSize: 256, blockBytes: 176, whole: true},
 		{typ: gguf.Q6_K, suffix: "q6_k", blockSize: 256, blockBytes: 210, whole: true},
 	}
@@ -74,6 +80,9 @@ func (f *weightFormat) repack(w *model.Weight) ([]byte, uint32, error) {
 	if need := blocks * f.blockBytes; len(w.Data) < need {
 		return nil, 0, fmt.Errorf("vulkan: tensor %s: %d x %d %v needs %d bytes, the file has %d", w.Name, w.Rows, w.Cols, f.typ, need, len(w.Data))
 	}
+	if f.codes4 {
+		return repackCodes4(w, blocks*f.blockSize)
+	}
 	if f.whole {
 		stride := (f.blockBytes + 3) &^ 3
 		out := make([]byte, blocks*stride)
@@ -95,4 +104,39 @@ func (f *weightFormat) repack(w *model.Weight) ([]byte, uint32, error) {
 		copy(out[quants+2*b:], blk[f.scaleOff:f.scaleOff+2])
 	}
 	return out, uint32(quants / 4), nil
+}
+
+// codesRun is the elements of one scale and offset in the codes4 layout.
+const codesRun = 32
+
+// repackCodes4 lays out a weight of n elements for codes4.glsl: each run's
+// 32 codes in 16 bytes (code i in nibble i % 8 of word i / 8), then each
+// run's float32 scale and offset. It decodes a row at a time, so the
+// scratch is one row's codes whatever the weight's size.
+func repackCodes4(w *model.Weight, n int) ([]byte, uint32, error) {
+	qf, err := quant.For(w.Type())
+	if err != nil || qf.Codes == nil || qf.CodeBlock != codesRun {
+		return nil, 0, fmt.Errorf("vulkan: tensor %s: %v has no 4-bit codes in runs of %d", w.Name, w.Type(), codesRun)
+	}
+	runs := n / codesRun
+	out := make([]byte, runs*codesRun/2+8*runs)
+	scales := out[runs*codesRun/2:]
+	rowBytes := w.Cols / qf.BlockSize * qf.BlockBytes
+	codes := make([]byte, w.Cols)
+	scale, offset := make([]float32, w.Cols/codesRun), make([]float32, w.Cols/codesRun)
+	for row := range w.Rows {
+		qf.Codes(codes, scale, offset, w.Data[row*rowBytes:(row+1)*rowBytes])
+		base := row * w.Cols / codesRun // this row's first run
+		for i, c := range codes {
+			if c > 15 {
+				return nil, 0, fmt.Errorf("vulkan: tensor %s: code %d at row %d, column %d does not fit 4 bits", w.Name, c, row, i)
+			}
+			out[(row*w.Cols+i)/2] |= c << (4 * (i % 2))
+		}
+		for r := range scale {
+			binary.LittleEndian.PutUint32(scales[8*(base+r):], math.Float32bits(scale[r]))
+			binary.LittleEndian.PutUint32(scales[8*(base+r)+4:], math.Float32bits(offset[r]))
+		}
+	}
+	return out, uint32(runs * codesRun / 8), nil
 }

@@ -13,8 +13,8 @@
 #include "q1_0.glsl"
 #elif defined(FMT_TQ2_0)
 #include "tq2_0.glsl"
-#elif defined(FMT_Q4_K)
-#include "q4_k.glsl"
+#elif defined(FMT_CODES4)
+#include "codes4.glsl"
 #elif defined(FMT_Q5_K)
 #include "q5_k.glsl"
 #elif defined(FMT_Q6_K)
