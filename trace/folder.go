@@ -478,6 +478,9 @@ func scrub(err error, tmp, abs, dir string) error {
 // Fingerprint identifies the trace's content: its manifest and every
 // tensor's values. Captures still on the device are read, not kept.
 func (t *Trace) Fingerprint() (string, error) {
+	if t == nil {
+		return "", errNilTrace
+	}
 	h := sha256.New()
 	m := t.manifest()
 	table := crc32.MakeTable(crc32.Castagnoli)
