@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -164,6 +165,9 @@ func NewTieredEngine(m *model.Model, tiers []backend.Backend, p Placement) (*Eng
 // Placement is where the engine's parts live: all on tier 0 unless it was
 // made by NewTieredEngine.
 func (e *Engine) Placement() Placement {
+	if e == nil {
+		return Placement{}
+	}
 	p := e.place
 	p.Layers = slices.Clone(p.Layers)
 	return p
@@ -172,6 +176,9 @@ func (e *Engine) Placement() Placement {
 // BackendName names the backend, or each tier's and the placement, as
 // traces and benchmarks show it.
 func (e *Engine) BackendName() string {
+	if e == nil {
+		return ""
+	}
 	if len(e.tiers) == 1 {
 		return e.tiers[0].Name()
 	}
@@ -186,7 +193,15 @@ func (e *Engine) BackendName() string {
 }
 
 // Tiers are the backends the engine's parts live on, tier by tier.
-func (e *Engine) Tiers() []backend.Backend { return slices.Clone(e.tiers) }
+func (e *Engine) Tiers() []backend.Backend {
+	if e == nil {
+		return nil
+	}
+	return slices.Clone(e.tiers)
+}
+
+// errNoEngine is the error of a call on an Engine NewEngine did not make.
+var errNoEngine = errors.New("engine: nil or unbuilt *Engine (use NewEngine)")
 
 func attnScale(c *model.Config) float32 {
 	if c.AttnScale != 0 {

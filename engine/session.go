@@ -59,7 +59,7 @@ var (
 // NewSession allocates a KV cache for capacity positions (0: the model's context length).
 func (e *Engine) NewSession(capacity int) (*Session, error) {
 	if e == nil || e.Model == nil || e.Backend == nil {
-		return nil, errors.New("engine: nil or unbuilt *Engine (use NewEngine)")
+		return nil, errNoEngine
 	}
 	c := &e.Model.Config
 	if capacity < 0 {
