@@ -168,6 +168,9 @@ func (f *File) Close() error {
 
 // Lookup returns the value of a metadata key.
 func (f *File) Lookup(key string) (Value, bool) {
+	if f == nil {
+		return Value{}, false
+	}
 	i, ok := f.keys[key]
 	if !ok {
 		return Value{}, false
@@ -177,6 +180,9 @@ func (f *File) Lookup(key string) (Value, bool) {
 
 // Tensor returns the named tensor's info.
 func (f *File) Tensor(name string) (*TensorInfo, bool) {
+	if f == nil {
+		return nil, false
+	}
 	i, ok := f.names[name]
 	if !ok {
 		return nil, false
@@ -186,15 +192,22 @@ func (f *File) Tensor(name string) (*TensorInfo, bool) {
 
 // Data returns the tensor's t.Size bytes (a slice of the mapping or of the
 // parsed bytes, not a copy). It is nil if the range is not inside the file,
-// as after Close.
+// as after Close, or f or t is nil.
 func (f *File) Data(t *TensorInfo) []byte {
+	if f == nil || t == nil {
+		return nil
+	}
 	return f.section(t.Offset, t.Size)
 }
 
 // Extent returns the bytes from the tensor's offset to the next tensor's
 // offset or the end of the file, so format code can recognise a layout whose
-// true size differs from Size. Nil if t's offset is not inside the file.
+// true size differs from Size. Nil if t's offset is not inside the file,
+// or f or t is nil.
 func (f *File) Extent(t *TensorInfo) []byte {
+	if f == nil || t == nil {
+		return nil
+	}
 	end := int64(len(f.data)) - f.DataOffset
 	if i := sort.Search(len(f.offsets), func(i int) bool { return f.offsets[i] > t.Offset }); i < len(f.offsets) {
 		end = f.offsets[i]

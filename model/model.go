@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -85,6 +86,9 @@ func (m *Model) Close() error {
 
 // Load binds a parsed GGUF file's tensors to a model.
 func Load(f *gguf.File) (*Model, error) {
+	if f == nil {
+		return nil, errors.New("model: no GGUF file (nil)")
+	}
 	c, err := ReadConfig(f)
 	if err != nil {
 		return nil, err
