@@ -65,6 +65,11 @@ func NewTieredEngine(m *model.Model, tiers []backend.Backend, p Placement) (*Eng
 	if err := p.check(&m.Config, len(tiers)); err != nil {
 		return nil, err
 	}
+	release, err := m.File.Hold() // the uploads read the weights where they are mapped
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	defer release()
 	e := &Engine{Model: m, Backend: tiers[0], tiers: slices.Clone(tiers), place: p}
 	e.place.Layers = slices.Clone(p.Layers)
 	sts := make([]backend.Stream, len(tiers))
@@ -72,7 +77,6 @@ func NewTieredEngine(m *model.Model, tiers []backend.Backend, p Placement) (*Eng
 		sts[i] = b.NewStream()
 		defer sts[i].Close()
 	}
-	var err error
 	failed := -1 // the tier that failed
 	upload := func(tier int, w *model.Weight) backend.Matrix {
 		if err != nil || w == nil {

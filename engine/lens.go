@@ -127,6 +127,11 @@ func (e *Engine) lens(tr *trace.Trace, what string, only int, layer func(st back
 	if e == nil || e.Model == nil {
 		return errNoEngine
 	}
+	release, err := e.Model.File.Hold() // the head's weights may be read where they are mapped
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer release()
 	c := &e.Model.Config
 	if tr == nil {
 		return fmt.Errorf("%s of a nil trace", what)

@@ -34,6 +34,7 @@ type Session struct {
 	mu       sync.Mutex  // held by the call in progress
 	closing  atomic.Bool // Close was called: whoever holds mu closes
 	isClosed bool        // under mu
+	release  func()      // under mu: lets go of the model's file the call holds
 }
 
 // sessionTier is a session's part on one tier.
@@ -124,11 +125,23 @@ func (s *Session) lock() error {
 		s.unlock()
 		return ErrSessionClosed
 	}
+	// The call reads the weights where the file is mapped (on the CPU): a
+	// model.Close meanwhile leaves the unmapping to its end.
+	release, err := s.e.Model.File.Hold()
+	if err != nil {
+		s.unlock()
+		return fmt.Errorf("engine: %w", err)
+	}
+	s.release = release
 	return nil
 }
 
 // unlock ends a call, first carrying out a Close that arrived during it.
 func (s *Session) unlock() {
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
 	for {
 		if s.closing.Load() && !s.isClosed {
 			s.close()

@@ -4,11 +4,13 @@ package gguf
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
 	"os"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/edsrzf/mmap-go"
@@ -68,7 +70,16 @@ type File struct {
 	keys    map[string]int // key -> index in KVs
 	names   map[string]int // tensor name -> index in Tensors
 	offsets []int64        // tensor offsets, ascending, for Extent
+
+	// Under useMu: the holds on the mapping (Hold), and whether Close was
+	// called; the last hold's release then unmaps.
+	useMu  sync.Mutex
+	users  int
+	closed bool
 }
+
+// ErrClosed is wrapped by the error of a Hold on a file that was closed.
+var ErrClosed = errors.New("the file is closed (Model.Close or File.Close)")
 
 // Open maps the file read-only and parses it. Tensor data is not read until
 // used. Close unmaps it; slices from Data and Extent are invalid after that.
@@ -153,8 +164,51 @@ func Parse(data []byte, name string) (*File, error) {
 }
 
 // Close releases the mapping made by Open; it is a no-op for parsed bytes.
+// Called while a Hold is held (an engine's call in progress on another
+// goroutine), it returns at once and the last release unmaps; later Holds
+// fail with ErrClosed.
 func (f *File) Close() error {
-	if f == nil || !f.mapped || f.data == nil {
+	if f == nil || !f.mapped {
+		return nil
+	}
+	f.useMu.Lock()
+	defer f.useMu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	if f.users > 0 {
+		return nil
+	}
+	return f.unmap()
+}
+
+// Hold keeps the mapping for a use of its data until release is called:
+// a Close meanwhile leaves the unmapping to the last release, so no read of
+// the data faults, or reads what was mapped there after. It fails once
+// Close was called; parsed bytes and a nil file hold nothing.
+func (f *File) Hold() (release func(), err error) {
+	if f == nil || !f.mapped {
+		return func() {}, nil
+	}
+	f.useMu.Lock()
+	defer f.useMu.Unlock()
+	if f.closed {
+		return nil, fmt.Errorf("gguf: %s: %w", f.name, ErrClosed)
+	}
+	f.users++
+	return sync.OnceFunc(func() {
+		f.useMu.Lock()
+		defer f.useMu.Unlock()
+		if f.users--; f.users == 0 && f.closed {
+			_ = f.unmap() // the Close that deferred it returned already: an munmap of our own mapping does not fail
+		}
+	}), nil
+}
+
+// unmap releases the mapping; f.useMu is held.
+func (f *File) unmap() error {
+	if f.data == nil {
 		return nil
 	}
 	data := mmap.MMap(f.data)
