@@ -76,7 +76,10 @@ func Open(path string) (*Model, error) {
 	return m, nil
 }
 
-// Close releases the file mapping; the model must not be used afterwards.
+// Close releases the file mapping: at once, or, while an engine's call on
+// another goroutine reads the weights, as that call ends (gguf.File.Hold).
+// Later engine calls fail with gguf.ErrClosed; the weights' Data must not
+// be read afterwards.
 func (m *Model) Close() error {
 	if m == nil {
 		return nil
