@@ -117,6 +117,9 @@ func memAvailable() (int64, error) {
 // it. A plan that does not fit the devices' memory is an error saying what
 // is short where.
 func Plan(m *model.Model, name, placement string, q engine.PlanRequest) (kind string, plan engine.Plan, devs []engine.Device, err error) {
+	if m == nil {
+		return "", engine.Plan{}, nil, errors.New("plan: no model (nil)")
+	}
 	kind, devs, err = Devices(name)
 	if err != nil {
 		return "", engine.Plan{}, nil, err

@@ -18,7 +18,7 @@ import (
 // long factors where it has them), as NewSession(0) takes.
 func (e *Engine) PrefillBatch(ctx context.Context, prompts [][]int32, o Options) ([]*trace.Trace, error) {
 	if e == nil || e.Model == nil || e.Backend == nil {
-		return nil, errors.New("engine: nil or unbuilt *Engine (use NewEngine)")
+		return nil, errNoEngine
 	}
 	c := &e.Model.Config
 	lens := make([]int, len(prompts))

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"path"
 
@@ -28,6 +29,9 @@ func CaptureOf(globs ...string) Capture { return Capture{Globs: globs, LastLayer
 // selects at least one (with no globs too: a range asked for and ignored
 // would look like one obeyed).
 func (c Capture) Validate(m *model.Config) error {
+	if m == nil {
+		return errors.New("engine: capture: no model config (nil)")
+	}
 	if err := c.validateLayers(m.Layers); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -64,6 +65,11 @@ func NewTieredEngine(m *model.Model, tiers []backend.Backend, p Placement) (*Eng
 	if err := p.check(&m.Config, len(tiers)); err != nil {
 		return nil, err
 	}
+	release, err := m.File.Hold() // the uploads read the weights where they are mapped
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	defer release()
 	e := &Engine{Model: m, Backend: tiers[0], tiers: slices.Clone(tiers), place: p}
 	e.place.Layers = slices.Clone(p.Layers)
 	sts := make([]backend.Stream, len(tiers))
@@ -71,7 +77,6 @@ func NewTieredEngine(m *model.Model, tiers []backend.Backend, p Placement) (*Eng
 		sts[i] = b.NewStream()
 		defer sts[i].Close()
 	}
-	var err error
 	failed := -1 // the tier that failed
 	upload := func(tier int, w *model.Weight) backend.Matrix {
 		if err != nil || w == nil {
@@ -164,6 +169,9 @@ func NewTieredEngine(m *model.Model, tiers []backend.Backend, p Placement) (*Eng
 // Placement is where the engine's parts live: all on tier 0 unless it was
 // made by NewTieredEngine.
 func (e *Engine) Placement() Placement {
+	if e == nil {
+		return Placement{}
+	}
 	p := e.place
 	p.Layers = slices.Clone(p.Layers)
 	return p
@@ -172,6 +180,9 @@ func (e *Engine) Placement() Placement {
 // BackendName names the backend, or each tier's and the placement, as
 // traces and benchmarks show it.
 func (e *Engine) BackendName() string {
+	if e == nil {
+		return ""
+	}
 	if len(e.tiers) == 1 {
 		return e.tiers[0].Name()
 	}
@@ -186,7 +197,15 @@ func (e *Engine) BackendName() string {
 }
 
 // Tiers are the backends the engine's parts live on, tier by tier.
-func (e *Engine) Tiers() []backend.Backend { return slices.Clone(e.tiers) }
+func (e *Engine) Tiers() []backend.Backend {
+	if e == nil {
+		return nil
+	}
+	return slices.Clone(e.tiers)
+}
+
+// errNoEngine is the error of a call on an Engine NewEngine did not make.
+var errNoEngine = errors.New("engine: nil or unbuilt *Engine (use NewEngine)")
 
 func attnScale(c *model.Config) float32 {
 	if c.AttnScale != 0 {

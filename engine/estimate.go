@@ -54,11 +54,11 @@ func overflows(c *model.Config, t, pos0, capacity int) bool {
 // needs, for a session of the given cache capacity. A session keeps a
 // prefill's scratch and capture buffers for the next one (until Close), each
 // at most twice the size the next one needs. Negative counts count as 0:
-// callers refuse them (a prefill's check does). Past 64 bits, each part is
-// MaxEstimate.
+// callers refuse them (a prefill's check does). Past 64 bits, or for a nil
+// config (nothing to count: nothing may fit), each part is MaxEstimate.
 func EstimateMemory(c *model.Config, t, pos0, capacity int, o Options) Estimate {
 	t, pos0, capacity = max(t, 0), max(pos0, 0), max(capacity, 0)
-	if overflows(c, t, pos0, capacity) {
+	if c == nil || overflows(c, t, pos0, capacity) {
 		return Estimate{Scratch: MaxEstimate, Capture: MaxEstimate, Cache: MaxEstimate}
 	}
 	l := newLayout(c, t, pos0, o)
@@ -72,8 +72,11 @@ func EstimateMemory(c *model.Config, t, pos0, capacity int, o Options) Estimate 
 // EstimateBatch is what a batch of prompts of the given lengths needs as one
 // prefill (Session.PrefillBatch): the scratch and captures of its packed
 // rows, and a KV cache with a part for each prompt. Negative lengths count
-// as 0; past 64 bits, each part is MaxEstimate.
+// as 0; past 64 bits or for a nil config, each part is MaxEstimate.
 func EstimateBatch(c *model.Config, lens []int, o Options) Estimate {
+	if c == nil {
+		return Estimate{Scratch: MaxEstimate, Capture: MaxEstimate, Cache: MaxEstimate}
+	}
 	lens = slices.Clone(lens)
 	rows := 0
 	for i, n := range lens {

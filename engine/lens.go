@@ -54,6 +54,9 @@ func (e *Engine) LogitLens(tr *trace.Trace) error {
 // final norm, unembedding, softmax and rank run on the backend as LogitLens
 // runs them.
 func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, error) {
+	if e == nil || e.Model == nil {
+		return nil, errNoEngine
+	}
 	v := e.Model.Vocab
 	if target < 0 || int(target) >= v {
 		return nil, fmt.Errorf("token lens: token %d is outside the vocabulary of %d", target, v)
@@ -90,6 +93,9 @@ func (e *Engine) TokenLens(tr *trace.Trace, target int32) (*trace.TokenLens, err
 // end): the logits of every token after each layer, [layer][vocab], made
 // as LogitLens makes them, for that position's row alone.
 func (e *Engine) LensLogits(tr *trace.Trace, pos int) ([][]float32, error) {
+	if e == nil || e.Model == nil {
+		return nil, errNoEngine
+	}
 	if tr == nil {
 		return nil, errors.New("logit lens of a nil trace")
 	}
@@ -118,6 +124,14 @@ func (e *Engine) LensLogits(tr *trace.Trace, pos int) ([][]float32, error) {
 // scratch tensor of T elements. With only >= 0 it runs that row alone (T
 // is 1): the logits of every row would be T x vocab floats.
 func (e *Engine) lens(tr *trace.Trace, what string, only int, layer func(st backend.Stream, logits, scratch backend.Tensor, t int) error) error {
+	if e == nil || e.Model == nil {
+		return errNoEngine
+	}
+	release, err := e.Model.File.Hold() // the head's weights may be read where they are mapped
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer release()
 	c := &e.Model.Config
 	if tr == nil {
 		return fmt.Errorf("%s of a nil trace", what)

@@ -106,7 +106,12 @@ func (n TierNeed) Total() int64 { return addBytes(n.Weights, n.Cache, n.Scratch,
 
 // Needs says what each tier of p needs for model m and the request: a tier
 // with layers holds all of a layer's scratch, the head's tier the logits.
+// A nil model, or a placement on a negative tier, needs nothing that can
+// be said: nil.
 func Needs(m *model.Model, p Placement, q PlanRequest) []TierNeed {
+	if m == nil || min(p.Embed, p.Head, slices.Min(append([]int{0}, p.Layers...))) < 0 {
+		return nil
+	}
 	c := &m.Config
 	out := make([]TierNeed, p.Tiers())
 	out[p.Embed].Weights += weightBytes(m.Embed) + weightBytes(m.PosEmbed)
@@ -206,11 +211,16 @@ func (p Plan) Flag() string {
 
 // NewPlan is the plan of placement p with its tiers on devices devs.
 func NewPlan(m *model.Model, p Placement, devs []int, q PlanRequest) (Plan, error) {
+	if m == nil {
+		return Plan{}, errNoModel
+	}
 	if err := p.check(&m.Config, len(devs)); err != nil {
 		return Plan{}, err
 	}
 	return Plan{Placement: p, Devices: slices.Clone(devs), Needs: Needs(m, p, q)}, nil
 }
+
+var errNoModel = errors.New("plan: no model (nil)")
 
 // ErrDoesNotFit is wrapped by the error of a plan whose tiers need more
 // memory than their devices have free.
@@ -220,6 +230,9 @@ var ErrDoesNotFit = errors.New("the placement does not fit")
 // saying, for each device short, what its tiers need and how much is
 // missing. Tiers on one device add up.
 func (pl Plan) Check(devs []Device) error {
+	if len(pl.Needs) != len(pl.Devices) {
+		return fmt.Errorf("plan: %d tiers on devices but %d tiers' needs (make plans with NewPlan or PlanPlacement)", len(pl.Devices), len(pl.Needs))
+	}
 	used := make([]int64, len(devs))
 	for t, d := range pl.Devices {
 		if d < 0 || d >= len(devs) {
@@ -293,6 +306,9 @@ func (pl Plan) String() string {
 // out, the error says which part found no room, how much the model needs,
 // and what the devices have.
 func PlanPlacement(m *model.Model, devs []Device, q PlanRequest) (Plan, error) {
+	if m == nil {
+		return Plan{}, errNoModel
+	}
 	c := &m.Config
 	if len(devs) == 0 {
 		return Plan{}, errors.New("plan: no devices to place the model on")

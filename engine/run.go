@@ -632,8 +632,11 @@ func (r *Run) newTrace() *trace.Trace {
 	return tr
 }
 
-// TraceModel is what a trace records of the model c.
+// TraceModel is what a trace records of the model c (nothing of a nil one).
 func TraceModel(c *model.Config) trace.Model {
+	if c == nil {
+		return trace.Model{}
+	}
 	m := trace.Model{Name: c.Name, Arch: c.Arch, Layers: c.Layers, DModel: c.DModel, FFN: c.FFN,
 		Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Vocab: c.Vocab, LearnedPos: c.Pos == model.PosLearned,
 		Experts: c.Experts}

@@ -222,8 +222,14 @@ func (s Sampler) Start() *Draws {
 	return &Draws{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5354524154410000))}
 }
 
+// errNoDraws is the error of a draw from a nil *Draws.
+var errNoDraws = errors.New("sampling: a nil *Draws (use Sampler.Start)")
+
 // Next draws the token that follows logits.
 func (d *Draws) Next(logits []float32) (int32, error) {
+	if d == nil {
+		return -1, errNoDraws
+	}
 	ids, probs, err := d.s.distribution(logits, false)
 	if err != nil {
 		return -1, err
@@ -242,6 +248,9 @@ func (d *Draws) Next(logits []float32) (int32, error) {
 // likely after its last position (the prefill must Predict), or a draw from
 // that position's logits. Logits holding NaN give ErrNaNLogits.
 func (d *Draws) Pick(tr *trace.Trace) (int32, error) {
+	if d == nil {
+		return -1, errNoDraws
+	}
 	if tr == nil {
 		return -1, errors.New("sampling: Pick of a nil trace")
 	}

@@ -34,6 +34,7 @@ type Session struct {
 	mu       sync.Mutex  // held by the call in progress
 	closing  atomic.Bool // Close was called: whoever holds mu closes
 	isClosed bool        // under mu
+	release  func()      // under mu: lets go of the model's file the call holds
 }
 
 // sessionTier is a session's part on one tier.
@@ -59,7 +60,7 @@ var (
 // NewSession allocates a KV cache for capacity positions (0: the model's context length).
 func (e *Engine) NewSession(capacity int) (*Session, error) {
 	if e == nil || e.Model == nil || e.Backend == nil {
-		return nil, errors.New("engine: nil or unbuilt *Engine (use NewEngine)")
+		return nil, errNoEngine
 	}
 	c := &e.Model.Config
 	if capacity < 0 {
@@ -124,11 +125,23 @@ func (s *Session) lock() error {
 		s.unlock()
 		return ErrSessionClosed
 	}
+	// The call reads the weights where the file is mapped (on the CPU): a
+	// model.Close meanwhile leaves the unmapping to its end.
+	release, err := s.e.Model.File.Hold()
+	if err != nil {
+		s.unlock()
+		return fmt.Errorf("engine: %w", err)
+	}
+	s.release = release
 	return nil
 }
 
 // unlock ends a call, first carrying out a Close that arrived during it.
 func (s *Session) unlock() {
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
 	for {
 		if s.closing.Load() && !s.isClosed {
 			s.close()

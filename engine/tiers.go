@@ -22,7 +22,7 @@ type Placement struct {
 }
 
 // OneTier places the whole model of the given layers on tier 0.
-func OneTier(layers int) Placement { return Placement{Layers: make([]int, layers)} }
+func OneTier(layers int) Placement { return Placement{Layers: make([]int, max(layers, 0))} }
 
 // Tiers is the number of tiers the placement uses (the largest index + 1).
 func (p Placement) Tiers() int {

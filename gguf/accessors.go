@@ -10,6 +10,9 @@ import (
 var ErrMissing = errors.New("gguf: missing key")
 
 func (f *File) get(key string, want string, ok func(Value) bool) (Value, error) {
+	if f == nil {
+		return Value{}, fmt.Errorf("gguf: %s of a nil *File", key)
+	}
 	v, found := f.Lookup(key)
 	if !found {
 		return Value{}, fmt.Errorf("%w %s in %s", ErrMissing, key, f.name)

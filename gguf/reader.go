@@ -4,11 +4,13 @@ package gguf
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
 	"os"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/edsrzf/mmap-go"
@@ -68,7 +70,16 @@ type File struct {
 	keys    map[string]int // key -> index in KVs
 	names   map[string]int // tensor name -> index in Tensors
 	offsets []int64        // tensor offsets, ascending, for Extent
+
+	// Under useMu: the holds on the mapping (Hold), and whether Close was
+	// called; the last hold's release then unmaps.
+	useMu  sync.Mutex
+	users  int
+	closed bool
 }
+
+// ErrClosed is wrapped by the error of a Hold on a file that was closed.
+var ErrClosed = errors.New("the file is closed (Model.Close or File.Close)")
 
 // Open maps the file read-only and parses it. Tensor data is not read until
 // used. Close unmaps it; slices from Data and Extent are invalid after that.
@@ -153,8 +164,51 @@ func Parse(data []byte, name string) (*File, error) {
 }
 
 // Close releases the mapping made by Open; it is a no-op for parsed bytes.
+// Called while a Hold is held (an engine's call in progress on another
+// goroutine), it returns at once and the last release unmaps; later Holds
+// fail with ErrClosed.
 func (f *File) Close() error {
-	if f == nil || !f.mapped || f.data == nil {
+	if f == nil || !f.mapped {
+		return nil
+	}
+	f.useMu.Lock()
+	defer f.useMu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	if f.users > 0 {
+		return nil
+	}
+	return f.unmap()
+}
+
+// Hold keeps the mapping for a use of its data until release is called:
+// a Close meanwhile leaves the unmapping to the last release, so no read of
+// the data faults, or reads what was mapped there after. It fails once
+// Close was called; parsed bytes and a nil file hold nothing.
+func (f *File) Hold() (release func(), err error) {
+	if f == nil || !f.mapped {
+		return func() {}, nil
+	}
+	f.useMu.Lock()
+	defer f.useMu.Unlock()
+	if f.closed {
+		return nil, fmt.Errorf("gguf: %s: %w", f.name, ErrClosed)
+	}
+	f.users++
+	return sync.OnceFunc(func() {
+		f.useMu.Lock()
+		defer f.useMu.Unlock()
+		if f.users--; f.users == 0 && f.closed {
+			_ = f.unmap() // the Close that deferred it returned already: an munmap of our own mapping does not fail
+		}
+	}), nil
+}
+
+// unmap releases the mapping; f.useMu is held.
+func (f *File) unmap() error {
+	if f.data == nil {
 		return nil
 	}
 	data := mmap.MMap(f.data)
@@ -168,6 +222,9 @@ func (f *File) Close() error {
 
 // Lookup returns the value of a metadata key.
 func (f *File) Lookup(key string) (Value, bool) {
+	if f == nil {
+		return Value{}, false
+	}
 	i, ok := f.keys[key]
 	if !ok {
 		return Value{}, false
@@ -177,6 +234,9 @@ func (f *File) Lookup(key string) (Value, bool) {
 
 // Tensor returns the named tensor's info.
 func (f *File) Tensor(name string) (*TensorInfo, bool) {
+	if f == nil {
+		return nil, false
+	}
 	i, ok := f.names[name]
 	if !ok {
 		return nil, false
@@ -186,15 +246,22 @@ func (f *File) Tensor(name string) (*TensorInfo, bool) {
 
 // Data returns the tensor's t.Size bytes (a slice of the mapping or of the
 // parsed bytes, not a copy). It is nil if the range is not inside the file,
-// as after Close.
+// as after Close, or f or t is nil.
 func (f *File) Data(t *TensorInfo) []byte {
+	if f == nil || t == nil {
+		return nil
+	}
 	return f.section(t.Offset, t.Size)
 }
 
 // Extent returns the bytes from the tensor's offset to the next tensor's
 // offset or the end of the file, so format code can recognise a layout whose
-// true size differs from Size. Nil if t's offset is not inside the file.
+// true size differs from Size. Nil if t's offset is not inside the file,
+// or f or t is nil.
 func (f *File) Extent(t *TensorInfo) []byte {
+	if f == nil || t == nil {
+		return nil
+	}
 	end := int64(len(f.data)) - f.DataOffset
 	if i := sort.Search(len(f.offsets), func(i int) bool { return f.offsets[i] > t.Offset }); i < len(f.offsets) {
 		end = f.offsets[i]

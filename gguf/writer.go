@@ -164,6 +164,9 @@ func (w *Writer) addInfo(name string, typ Type, dims []int64) (int64, error) {
 // WriteTo writes the file: header, KVs, tensor infos, then each tensor's
 // data padded to the alignment.
 func (w *Writer) WriteTo(out io.Writer) (int64, error) {
+	if out == nil {
+		return 0, errors.New("gguf: WriteTo a nil io.Writer")
+	}
 	e := &encoder{w: bufio.NewWriterSize(out, 1<<20)}
 	w.header(e)
 	var scratch []byte // made tensors share one buffer: garbage per tensor would let the heap double
@@ -219,6 +222,9 @@ func (w *Writer) WriteFile(path string) error { return w.WriteFileContext(contex
 // WriteFileContext is WriteFile that ctx can stop: then path is as it was
 // and no temporary file stays.
 func (w *Writer) WriteFileContext(ctx context.Context, path string) (err error) {
+	if ctx == nil {
+		return errors.New("gguf: WriteFileContext with a nil context")
+	}
 	base := filepath.Base(path)
 	if len(base) > 200 { // the temporary name must fit the 255-byte limit too
 		sum := sha256.Sum256([]byte(base))

@@ -266,6 +266,9 @@ var gemmaLargeLayers = map[string]int{"gemma2": 46, "gemma3": 62}
 
 // ReadConfig reads the hyper-parameters from GGUF metadata.
 func ReadConfig(f *gguf.File) (Config, error) {
+	if f == nil {
+		return Config{}, errors.New("model: no GGUF file (nil)")
+	}
 	arch, err := f.String("general.architecture")
 	if err != nil {
 		return Config{}, err

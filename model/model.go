@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -75,7 +76,10 @@ func Open(path string) (*Model, error) {
 	return m, nil
 }
 
-// Close releases the file mapping; the model must not be used afterwards.
+// Close releases the file mapping: at once, or, while an engine's call on
+// another goroutine reads the weights, as that call ends (gguf.File.Hold).
+// Later engine calls fail with gguf.ErrClosed; the weights' Data must not
+// be read afterwards.
 func (m *Model) Close() error {
 	if m == nil {
 		return nil
@@ -85,6 +89,9 @@ func (m *Model) Close() error {
 
 // Load binds a parsed GGUF file's tensors to a model.
 func Load(f *gguf.File) (*Model, error) {
+	if f == nil {
+		return nil, errors.New("model: no GGUF file (nil)")
+	}
 	c, err := ReadConfig(f)
 	if err != nil {
 		return nil, err

@@ -225,9 +225,16 @@ func (m *Model) LogitDirection(good, bad any) []float32 {
 
 // decode dequantizes rows [lo, hi) of w, [rows][Cols] row-major. w lives
 // in the model file's mapping: a file changed on disk is an error, as the
-// engine's, never a fault that kills the notebook's kernel (SIGBUS).
+// engine's, never a fault that kills the notebook's kernel (SIGBUS); a
+// Close meanwhile leaves the mapping to the end of the read.
 func (m *Model) decode(what string, w *model.Weight, lo, hi int) []float32 {
-	if err := m.eng.Model.File.Changed(); err != nil {
+	f := m.eng.Model.File
+	release, err := f.Hold()
+	if err != nil {
+		panic(fmt.Errorf("nb.%s: %w", what, err))
+	}
+	defer release()
+	if err := f.Changed(); err != nil {
 		panic(fmt.Errorf("nb.%s: %w", what, err))
 	}
 	rowBytes := w.Cols / w.Format.BlockSize * w.Format.BlockBytes

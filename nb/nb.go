@@ -187,9 +187,10 @@ func (m *Model) Config() model.Config {
 // Model of the same file, backend and placement shares it, its engine (the
 // backends' device memory and the model file's mapping). Every later call
 // is an error, and traces it made on a GPU can no longer be read; a prefill
-// or generation in progress ends first, but a call reading weights on the
-// host (Unembed, WE, HeadWeights, CopyingScores, the DLA family) does not
-// hold the model: close it only once such calls are done. Closing twice,
+// or generation in progress ends first. A call reading weights on the host
+// (Unembed, WE, HeadWeights, CopyingScores, the DLA family) is not waited
+// for (it may run in a hook): each weight it has begun to read stays mapped
+// until read, but close the model only once such calls are done. Closing twice,
 // or a nil model, does nothing; a hook's Host function closing the model
 // that runs it is an error.
 func (m *Model) Close() error {

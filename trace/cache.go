@@ -20,8 +20,11 @@ type Matrix struct {
 }
 
 // Row returns row i, aliasing Data; it panics, naming the range, when i is
-// out of it.
+// out of it (or m is nil).
 func (m *Matrix) Row(i int) []float32 {
+	if m == nil {
+		panic(fmt.Sprintf("trace: Row(%d) of a nil *Matrix", i))
+	}
 	if i < 0 || i >= m.Rows {
 		panic(fmt.Sprintf("trace: %s: row %d is out of range: the matrix has %d rows", m.Name, i, m.Rows))
 	}
@@ -29,16 +32,24 @@ func (m *Matrix) Row(i int) []float32 {
 }
 
 // At returns element (i, j); it panics, naming the range, when either is out
-// of it (a column past the end would otherwise read the next row).
+// of it (a column past the end would otherwise read the next row), or m
+// is nil.
 func (m *Matrix) At(i, j int) float32 {
+	if m == nil {
+		panic(fmt.Sprintf("trace: At(%d, %d) of a nil *Matrix", i, j))
+	}
 	if i < 0 || i >= m.Rows || j < 0 || j >= m.Cols {
 		panic(fmt.Sprintf("trace: %s: At(%d, %d) is out of range: the matrix is %d x %d", m.Name, i, j, m.Rows, m.Cols))
 	}
 	return m.Data[i*m.Cols+j]
 }
 
-// Slices returns the rows as [][]float32, aliasing Data.
+// Slices returns the rows as [][]float32, aliasing Data; nil for a nil
+// matrix.
 func (m *Matrix) Slices() [][]float32 {
+	if m == nil {
+		return nil
+	}
 	out := make([][]float32, m.Rows)
 	for i := range out {
 		out[i] = m.Row(i)
@@ -46,8 +57,12 @@ func (m *Matrix) Slices() [][]float32 {
 	return out
 }
 
-// Dense returns a float64 copy as a gonum matrix.
+// Dense returns a float64 copy as a gonum matrix; nil for a matrix with no
+// elements (gonum has no empty matrix), or a nil one.
 func (m *Matrix) Dense() *mat.Dense {
+	if m == nil || m.Rows == 0 || m.Cols == 0 {
+		return nil
+	}
 	d := make([]float64, len(m.Data))
 	for i, v := range m.Data {
 		d[i] = float64(v)
@@ -124,6 +139,9 @@ func (t *Trace) Point(name string) (*Matrix, error) {
 // It reads blocks.L.hook_resid_pre or, equal to it, the previous layer's
 // hook_resid_post (hook_embed for layer 0), whichever was captured.
 func (t *Trace) Resid(layer int) (*Matrix, error) {
+	if t == nil {
+		return nil, errNilTrace
+	}
 	n := t.Model.Layers
 	if layer < 0 || layer > n {
 		return nil, fmt.Errorf("trace: Resid(%d): layers are 0..%d (%d is the final resid_post)", layer, n, n)
@@ -276,6 +294,9 @@ func headResults(name string, z *Tensor, wO []float32) (*Tensor, error) {
 // in layer (empty slots, id -1, count for none), from the captured
 // blocks.L.mlp.hook_expert_ids.
 func (t *Trace) ExpertUsage(layer int) ([]int, error) {
+	if t == nil {
+		return nil, errNilTrace
+	}
 	if t.Model.Experts == 0 {
 		return nil, fmt.Errorf("trace: ExpertUsage: %s has no experts", t.Model.Name)
 	}

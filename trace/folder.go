@@ -31,7 +31,7 @@ var ErrBusy = errors.New("another writer is saving to this folder")
 const folderIndex = ".strata-trace.json"
 
 type folderMeta struct {
-	Trace string   `json:"trace"` // Fingerprint of the trace the files show
+	Trace string   `json:"trace"` // Fingerprint of the trace the files show; "" for a folder of traces' folders
 	Files []string `json:"files"`
 }
 
@@ -47,6 +47,23 @@ type folderMeta struct {
 // Files that Strata did not write are never removed: a folder that holds
 // any is refused, as is a second writer while one is at work (ErrBusy).
 func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
+	if t == nil {
+		return errors.New("trace: ReplaceFolder of a nil *Trace")
+	}
+	return replaceFolder(dir, t.Fingerprint, write)
+}
+
+// ReplaceFolders replaces the folder dir, as ReplaceFolder does, with a
+// folder of trace folders: write fills tmp with one folder a trace (each
+// by ReplaceFolder or viz.Export of tmp/NAME). The old folder, a trace's
+// or another such folder of traces, is replaced whole: none of it is kept.
+func ReplaceFolders(dir string, write func(tmp string) error) error {
+	return replaceFolder(dir, func() (string, error) { return "", nil }, write)
+}
+
+// replaceFolder is ReplaceFolder of the trace whose fingerprint fingerprint
+// gives; "" keeps none of the old folder's files.
+func replaceFolder(dir string, fingerprint func() (string, error), write func(tmp string) error) error {
 	abs, err := replaceable(dir)
 	if err != nil {
 		return err
@@ -74,7 +91,7 @@ func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
 	if st, err := os.Stat(abs); err == nil && old != nil && st.Mode().Perm()&0o200 == 0 {
 		return fmt.Errorf("trace: %s: the folder is read-only (%v), and replacing it deletes the old trace's files: make it writable, or choose another folder; nothing was written", dir, st.Mode().Perm())
 	}
-	fp, err := t.Fingerprint()
+	fp, err := fingerprint()
 	if err != nil {
 		return fmt.Errorf("trace: %s: %w", dir, err)
 	}
@@ -89,7 +106,7 @@ func (t *Trace) ReplaceFolder(dir string, write func(tmp string) error) error {
 	if err := write(tmp); err != nil {
 		return scrub(err, tmp, abs, dir)
 	}
-	if old != nil && old.Trace == fp {
+	if old != nil && fp != "" && old.Trace == fp {
 		for _, name := range old.Files {
 			if name != filepath.Base(name) || !filepath.IsLocal(name) {
 				continue // not a name ReplaceFolder wrote
@@ -220,8 +237,17 @@ func readFolder(dir string) (*folderMeta, error) {
 		ours[f] = true
 	}
 	for _, e := range entries {
-		if e.IsDir() || !ours[e.Name()] {
+		if !ours[e.Name()] || e.IsDir() && meta.Trace != "" {
 			return nil, fmt.Errorf("holds %s, which Strata did not write: move it away or choose another folder (nothing was written)", e.Name())
+		}
+		if e.IsDir() { // a trace's folder in a folder of them: replacing removes it too
+			sub, err := readFolder(filepath.Join(dir, e.Name()))
+			if err != nil {
+				return nil, fmt.Errorf("in %s: %w", e.Name(), err)
+			}
+			if sub == nil || sub.Trace == "" {
+				return nil, fmt.Errorf("holds %s, which is not a folder of a trace Strata wrote: move it away or choose another folder (nothing was written)", e.Name())
+			}
 		}
 	}
 	return meta, nil
@@ -452,6 +478,9 @@ func scrub(err error, tmp, abs, dir string) error {
 // Fingerprint identifies the trace's content: its manifest and every
 // tensor's values. Captures still on the device are read, not kept.
 func (t *Trace) Fingerprint() (string, error) {
+	if t == nil {
+		return "", errNilTrace
+	}
 	h := sha256.New()
 	m := t.manifest()
 	table := crc32.MakeTable(crc32.Castagnoli)

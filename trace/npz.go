@@ -79,6 +79,9 @@ func (t *Trace) Save(dir string) error {
 // archive holds its own copy of the manifest, last (it counts the
 // non-finite values of every array), which Load reads.
 func (t *Trace) WriteFiles(dir string) error {
+	if t == nil {
+		return errNilTrace
+	}
 	m := t.manifest()
 	if err := m.check(); err != nil { // what Load would refuse
 		return fmt.Errorf("trace: cannot save: %w", err)
@@ -152,6 +155,9 @@ func writeFile(path string, write func(io.Writer) error) error {
 // temporary file. A path that is a symbolic link has its target replaced,
 // and a file replaced keeps its permissions (a private file stays private).
 func WriteAtomic(path string, write func(io.Writer) error) (err error) {
+	if write == nil {
+		return fmt.Errorf("writing %s: no write function (nil)", path)
+	}
 	mode := fs.FileMode(0o644)
 	target := path
 	if real, err := filepath.EvalSymlinks(path); err == nil {

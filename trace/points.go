@@ -292,8 +292,11 @@ func pointsNeeding(n Needs) []string {
 }
 
 // Points lists every capture point name of a model, in the order a prefill
-// reaches them.
+// reaches them; none for a nil config.
 func Points(c *model.Config) []string {
+	if c == nil {
+		return nil
+	}
 	var names []string
 	add := func(stage Stage, layer int) {
 		for _, s := range table {
@@ -376,8 +379,12 @@ func SameAs(c *model.Config, name string, pos0 int) string {
 
 // PointHint says why pattern names no point of the model, to follow an
 // error that says so: ": it has no experts" for a point of other families,
-// ": did you mean blocks.*.hook_resid_post?" for a near miss, or "".
+// ": did you mean blocks.*.hook_resid_post?" for a near miss, or "" (and
+// for a nil config).
 func PointHint(c *model.Config, pattern string) string {
+	if c == nil {
+		return ""
+	}
 	layer, local := SplitPoint(pattern)
 	if layer >= c.Layers {
 		return fmt.Sprintf(": layer %d is past the model's last layer %d", layer, c.Layers-1)

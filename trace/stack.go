@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -21,6 +22,9 @@ func (s *Stack) add(label string, m *Matrix) {
 // stream before each layer and after the last, labelled "0_pre" ..
 // "{L-1}_pre", "final_post" (see Resid for what it reads).
 func (t *Trace) AccumulatedResid() (*Stack, error) {
+	if t == nil {
+		return nil, errNilTrace
+	}
 	s := &Stack{}
 	for l := 0; l <= t.Model.Layers; l++ {
 		m, err := t.Resid(l)
@@ -42,6 +46,9 @@ func (t *Trace) AccumulatedResid() (*Stack, error) {
 // "hook_embed" (and "hook_pos_embed"), "blocks.*.hook_attn_out" and
 // "blocks.*.hook_mlp_out".
 func (t *Trace) DecomposeResid() (*Stack, error) {
+	if t == nil {
+		return nil, errNilTrace
+	}
 	s := &Stack{}
 	embeds := []string{"embed"}
 	if t.Model.LearnedPos {
@@ -70,6 +77,9 @@ func (t *Trace) DecomposeResid() (*Stack, error) {
 // output (see HeadResults), labelled "L0H0", "L0H1", ...; wO[l] is layer
 // l's output projection as HeadResults takes it.
 func (t *Trace) StackHeadResults(wO [][]float32) (*Stack, error) {
+	if t == nil {
+		return nil, errNilTrace
+	}
 	if len(wO) != t.Model.Layers {
 		return nil, fmt.Errorf("trace: StackHeadResults got W_O for %d layers, the model has %d", len(wO), t.Model.Layers)
 	}
@@ -155,6 +165,9 @@ func (s *Stack) applyNorm(final *Matrix, gain []float32, eps float32, center boo
 // (negative counts from the end): with dir an unembedding row (or the
 // difference of two) after ApplyFinalNorm, the direct logit attribution.
 func (s *Stack) Dot(dir []float32, pos int) ([]float64, error) {
+	if s == nil {
+		return nil, errors.New("trace: Dot of a nil *Stack")
+	}
 	out := make([]float64, len(s.X))
 	for c, m := range s.X {
 		p := pos

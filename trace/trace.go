@@ -22,8 +22,12 @@ type Tensor struct {
 
 // At returns the element at the given index, one coordinate per dimension;
 // it panics, naming the dimension, for a wrong count or a coordinate out of
-// range (either would otherwise read some other element).
+// range (either would otherwise read some other element), Data shorter
+// than Shape says, or a nil tensor.
 func (t *Tensor) At(idx ...int) float32 {
+	if t == nil {
+		panic("trace: At of a nil *Tensor")
+	}
 	// The panics format a copy: formatting idx itself would move every
 	// call's coordinates to the heap (viz reads patterns through At).
 	if len(idx) != len(t.Shape) {
@@ -35,6 +39,9 @@ func (t *Tensor) At(idx ...int) float32 {
 			panic(outOfRange(slices.Clone(idx), t.Shape))
 		}
 		off = off*d + idx[i]
+	}
+	if off >= len(t.Data) {
+		panic(fmt.Sprintf("trace: At%v on a tensor of shape %v that holds %d values", slices.Clone(idx), t.Shape, len(t.Data)))
 	}
 	return t.Data[off]
 }
@@ -181,15 +188,23 @@ type Lens struct {
 // New returns an empty trace.
 func New() *Trace { return &Trace{tensors: map[string]*Tensor{}, shapes: map[string][]int{}} }
 
-// Put stores a tensor under name, keeping capture order.
+// errNilTrace is the error of a call on a nil *Trace: most often the
+// trace of a call that failed, its error unchecked.
+var errNilTrace = errors.New("trace: a nil *Trace (did the call that made it fail?)")
+
+// Put stores a tensor under name, keeping capture order. It panics on a
+// nil trace or tensor, as a write to a nil map does.
 func (t *Trace) Put(name string, x *Tensor) {
 	t.PutView(name, x, nil)
 }
 
 // PutView stores a capture that is a view of a, which Close may hand back
-// (Put when a is nil).
+// (Put when a is nil). It panics on a nil trace or tensor.
 func (t *Trace) PutView(name string, x *Tensor, a *Arena) {
-	t.mu.Lock()
+	if x == nil {
+		panic(fmt.Errorf("trace: Put of %s: a nil *Tensor", name))
+	}
+	t.lock()
 	defer t.mu.Unlock()
 	t.add(name, x.Shape)
 	t.tensors[name] = x
@@ -202,14 +217,26 @@ func (t *Trace) PutView(name string, x *Tensor, a *Arena) {
 	}
 }
 
-// PutUnread names a capture that src holds until it is read.
+// PutUnread names a capture that src holds until it is read. It panics on
+// a nil trace or source.
 func (t *Trace) PutUnread(name string, shape []int, src Source) {
-	t.mu.Lock()
+	if src == nil {
+		panic(fmt.Errorf("trace: PutUnread of %s: a nil Source", name))
+	}
+	t.lock()
 	defer t.mu.Unlock()
 	t.add(name, shape)
 	delete(t.tensors, name)
 	delete(t.arenas, name)
 	t.src = src
+}
+
+// lock locks a trace that a Put is given; a nil one panics with what it is.
+func (t *Trace) lock() {
+	if t == nil {
+		panic(errNilTrace)
+	}
+	t.mu.Lock()
 }
 
 func (t *Trace) add(name string, shape []int) {
@@ -222,6 +249,9 @@ func (t *Trace) add(name string, shape []int) {
 // Get returns a captured tensor, reading it from the device the first time;
 // the error lists what was captured.
 func (t *Trace) Get(name string) (*Tensor, error) {
+	if t == nil {
+		return nil, errNilTrace
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	x, err := t.read(name)
@@ -254,6 +284,9 @@ func (t *Trace) read(name string) (*Tensor, error) {
 // computes a metric from each trace then reuses its arenas), and no Close
 // takes it while fn reads.
 func (t *Trace) with(name string, readErr func(error) error, fn func(x *Tensor) error) error {
+	if t == nil {
+		return errNilTrace
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	x, err := t.read(name)
@@ -284,8 +317,11 @@ func (t *Trace) notCaptured(name string) error {
 	return fmt.Errorf("trace: %s was %w (captured: %s)", name, ErrNotCaptured, strings.Join(have, ", "))
 }
 
-// Has reports whether name was captured.
+// Has reports whether name was captured (false in a nil trace).
 func (t *Trace) Has(name string) bool {
+	if t == nil {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, ok := t.shapes[name]
@@ -293,8 +329,11 @@ func (t *Trace) Has(name string) bool {
 }
 
 // Shape is a capture's shape, known without reading it; nil when name was
-// not captured.
+// not captured (or the trace is nil).
 func (t *Trace) Shape(name string) []int {
+	if t == nil {
+		return nil
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return slices.Clone(t.shapes[name])
@@ -303,6 +342,9 @@ func (t *Trace) Shape(name string) []int {
 // Load reads the named captures (every one when none is named) that are
 // still on the device, in one batch, and keeps them until Close.
 func (t *Trace) Load(names ...string) error {
+	if t == nil {
+		return errNilTrace
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(names) == 0 {
@@ -441,6 +483,9 @@ func parallel(n int, fn func(i int)) {
 // [T, ...] points, heads of [heads, T, keys] patterns). A capture still on
 // the device has only those rows read, and they are not kept.
 func (t *Trace) Rows(name string, from, to int) (*Tensor, error) {
+	if t == nil {
+		return nil, errNilTrace
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	shape, ok := t.shapes[name]
@@ -467,6 +512,9 @@ func (t *Trace) Rows(name string, from, to int) (*Tensor, error) {
 // one batch (runs of consecutive indices as one range), and not kept: head
 // scores read a pattern's few diagonals this way, not the whole pattern.
 func (t *Trace) Elements(name string, idx []int) ([]float32, error) {
+	if t == nil {
+		return nil, errNilTrace
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	shape, ok := t.shapes[name]
@@ -506,6 +554,9 @@ func (t *Trace) Elements(name string, idx []int) ([]float32, error) {
 // can reduce (NormSource) is reduced there and only the norms are read;
 // otherwise the rows are read a block at a time and not kept.
 func (t *Trace) RowNorms(name string) ([]float64, error) {
+	if t == nil {
+		return nil, errNilTrace
+	}
 	t.mu.Lock()
 	shape, ok := t.shapes[name]
 	x, kept := t.tensors[name]
@@ -568,6 +619,9 @@ func hostNorms(out []float64, x []float32, width int) {
 // trace is written or scanned with at most one capture extra in host
 // memory. fn must not keep x.
 func (t *Trace) each(fn func(name string, x *Tensor) error) error {
+	if t == nil {
+		return errNilTrace
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	largest := 0
@@ -596,7 +650,11 @@ func (t *Trace) each(fn func(name string, x *Tensor) error) error {
 // Close frees the device memory of the captures not read yet and hands back
 // the host memory of the captures Get never handed out, which then read as
 // ErrClosed; those Get handed out (and the others in their memory) stay.
+// Closing a nil trace does nothing.
 func (t *Trace) Close() error {
+	if t == nil {
+		return nil
+	}
 	t.mu.Lock()
 	src := t.src
 	if src == nil && len(t.arenas) > 0 {

@@ -16,6 +16,7 @@
 package viz
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
 	"io"
@@ -92,13 +93,20 @@ var formats = []string{"png", "svg", "pdf"}
 const PNGDPI = 96
 
 // PixelSize is the size of the figure's PNG in pixels, which is also its
-// SVG's size in CSS pixels: a browser shows both alike.
+// SVG's size in CSS pixels: a browser shows both alike; 0 by 0 for a nil
+// figure.
 func (f *Figure) PixelSize() (w, h int) {
+	if f == nil {
+		return 0, 0
+	}
 	return int(f.Width.Dots(PNGDPI) + 0.5), int(f.Height.Dots(PNGDPI) + 0.5)
 }
 
 // Encode writes the figure in format: "png", "svg" or "pdf".
 func (f *Figure) Encode(w io.Writer, format string) (err error) {
+	if f == nil || f.draw == nil {
+		return errors.New("viz: the figure has nothing to draw: a nil or zero Figure, or Plot of a nil plot (make figures with viz's calls)")
+	}
 	if !(f.Width >= 1 && f.Height >= 1 && f.Width <= maxSide && f.Height <= maxSide) {
 		return fmt.Errorf("viz: %q is %g by %g points: want each side from 1 to %g points", f.Title, f.Width, f.Height, float64(maxSide))
 	}

@@ -18,7 +18,11 @@ import (
 
 // Plot makes a figure of a gonum plot the caller built, width by height
 // points (480 by 320 when zero), so it exports like every other figure.
+// Of a nil plot it is a figure that Encode refuses.
 func Plot(p *plot.Plot, width, height vg.Length) *Figure {
+	if p == nil {
+		return &Figure{Title: "nil plot", Width: max(width, 1), Height: max(height, 1)}
+	}
 	if width <= 0 {
 		width = 480
 	}

@@ -14,12 +14,16 @@ func HeadHeatmap(scores [][]float64, title string, barLabel ...string) (*Figure,
 	return PatchingHeatmap(scores, LayerLabels(len(scores)), HeadLabels(len(scores[0])), title, barLabel...)
 }
 
-// LayerLabels are "L0".."L<n-1>", the row labels of per-layer figures.
+// LayerLabels are "L0".."L<n-1>", the row labels of per-layer figures;
+// none for n <= 0, as HeadLabels and LayerHeadLabels.
 func LayerLabels(n int) []string { return indexLabels("L", n) }
 
 // LayerHeadLabels are "L0H0".."L<layers-1>H<heads-1>", layer by layer:
 // the row labels of a result with a row per head (nb.PatchHeadPositions).
 func LayerHeadLabels(layers, heads int) []string {
+	if layers <= 0 || heads <= 0 {
+		return nil
+	}
 	out := make([]string, 0, layers*heads)
 	for l := range layers {
 		for h := range heads {
@@ -33,6 +37,9 @@ func LayerHeadLabels(layers, heads int) []string {
 func HeadLabels(n int) []string { return indexLabels("H", n) }
 
 func indexLabels(prefix string, n int) []string {
+	if n <= 0 {
+		return nil
+	}
 	out := make([]string, n)
 	for i := range out {
 		out[i] = fmt.Sprintf("%s%d", prefix, i)

@@ -309,3 +309,18 @@ func TestCloseWhilePrefilling(t *testing.T) {
 		return b
 	}, m, 12)
 }
+
+// Issue 47's sweep of Close under concurrent use, on lavapipe: a session,
+// a run, a trace (its captures still on the device) and a mapped model,
+// each closed while other goroutines use it (run under -race).
+func TestClosesUnderUse(t *testing.T) {
+	testBackend(t)
+	open := func() backend.Backend {
+		b, err := vulkan.Open(vulkan.Options{})
+		require.NoError(t, err)
+		return b
+	}
+	enginetest.CheckClosesUnderUse(t, open, genModel(t, "tiny-llama", gguf.F32, 5))
+	_, mapped := enginetest.MappedModel(t)
+	enginetest.CheckModelCloseUnderUse(t, open, mapped)
+}

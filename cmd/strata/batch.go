@@ -100,25 +100,36 @@ func traceFile(ctx context.Context, m *model.Model, path string, batch int, o en
 		return err
 	}
 	defer s.Close()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--out %s: %w", dir, err)
-	}
 	width := len(fmt.Sprint(len(prompts) - 1))
 	name := func(i int) string { return fmt.Sprintf("%0*d", width, i) }
 	tokens := 0
-	for i := 0; i < len(prompts); i += batch {
-		trs, err := s.PrefillBatch(ctx, prompts[i:min(i+batch, len(prompts))], o)
-		if err != nil {
-			return err
-		}
-		for j, tr := range trs {
-			tokens += len(tr.Tokens)
-			err = exportPrompt(ctx, e, tr, filepath.Join(dir, name(i+j)))
-			tr.Close()
+	// The folder is replaced whole once every prompt is written: an
+	// interrupted run leaves it as it was, and a rerun replaces its own.
+	err = trace.ReplaceFolders(dir, func(tmp string) error {
+		for i := 0; i < len(prompts); i += batch {
+			trs, err := s.PrefillBatch(ctx, prompts[i:min(i+batch, len(prompts))], o)
 			if err != nil {
 				return err
 			}
+			for j, tr := range trs {
+				tokens += len(tr.Tokens)
+				err = exportPrompt(ctx, e, tr, filepath.Join(tmp, name(i+j)))
+				tr.Close()
+				if err != nil {
+					for _, tr := range trs[j+1:] {
+						tr.Close()
+					}
+					return err
+				}
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: --out %s was not replaced (it is as it was)", dir)
+		}
+		return traceOutError(dir, err)
 	}
 	fmt.Fprintf(out, "traced %d prompts, %d tokens, through %d layers on %s in batches of up to %d: a folder each, %s/%s to %s/%s\n",
 		len(prompts), tokens, c.Layers, e.BackendName(), batch, dir, name(0), dir, name(len(prompts)-1))
@@ -129,15 +140,12 @@ func traceFile(ctx context.Context, m *model.Model, path string, batch int, o en
 func exportPrompt(ctx context.Context, e *engine.Engine, tr *trace.Trace, dir string) error {
 	_ = e.LogitLens(tr) // without every resid_post, the report says the lens was not drawn
 	if err := viz.ExportContext(ctx, tr, dir); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted: %s was not replaced (it is as it was), nor those after it", dir)
-		}
-		return &rewordedError{"--out " + dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+dir+": "), err}
+		return err
 	}
 	if name, nf, err := tr.FirstNonFinite(); err != nil {
 		return err
 	} else if name != "" {
-		fmt.Fprintf(stderr, "strata: warning: %s went non-finite: first at %s, %s\n", dir, name, nf)
+		fmt.Fprintf(stderr, "strata: warning: prompt %s went non-finite: first at %s, %s\n", filepath.Base(dir), name, nf)
 	}
 	return nil
 }

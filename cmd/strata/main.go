@@ -813,6 +813,45 @@ func traceOutError(dir string, err error) error {
 	return &rewordedError{"--out " + dir + ": " + strings.TrimPrefix(err.Error(), "trace: "+dir+": "), err}
 }
 
+// outFile is a file flag's output; ours says whether a file there is one
+// the command wrote, which it may replace.
+type outFile struct {
+	flag, path, what string
+	ours             func(path string) bool
+}
+
+// checkOutFiles checks, before any work, every file a command writes
+// (those given: an empty path is a flag not given): each can be written
+// where asked, is none of the command's inputs (flag and path) nor another
+// output, and holds nothing the command did not write. Every output file
+// flag goes through here; the files are then written with
+// trace.WriteAtomic, so that a failed or interrupted run leaves them as
+// they were.
+func checkOutFiles(outs []outFile, inputs ...[2]string) error {
+	for i, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		if err := checkOutFile(o.flag, o.path); err != nil {
+			return err
+		}
+		for _, in := range inputs {
+			if err := checkNotSame(o.flag, o.path, in[0], in[1]); err != nil {
+				return err
+			}
+		}
+		for _, other := range outs[:i] {
+			if err := checkNotSame(o.flag, o.path, other.flag, other.path); err != nil {
+				return err
+			}
+		}
+		if err := checkReplaceable(o.flag, o.path, o.what, o.ours); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkOutFile refuses, before any work, an output file that cannot be
 // written where the user asked.
 func checkOutFile(flag, path string) error {
@@ -906,10 +945,7 @@ func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	if *dst == "" {
 		return errors.New("gen needs --out F.gguf")
 	}
-	if err := checkOutFile("--out", *dst); err != nil {
-		return err
-	}
-	if err := checkReplaceable("--out", *dst, "a model strata gen wrote", generatedModel); err != nil {
+	if err := checkOutFiles([]outFile{{"--out", *dst, "a model strata gen wrote", generatedModel}}); err != nil {
 		return err
 	}
 	typ, err := gguf.ParseType(*typName)

@@ -25,3 +25,17 @@ func RequireBits(t require.TestingT, want, got []float32, msgAndArgs ...any) {
 		}
 	}
 }
+
+// bitsDiffer is RequireBits as an error, for a goroutine other than the
+// test's.
+func bitsDiffer(want, got []float32) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d elements, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if g, w := math.Float32bits(got[i]), math.Float32bits(want[i]); g != w {
+			return fmt.Errorf("[%d] of %d is %g (%#08x), want %g (%#08x)", i, len(want), got[i], g, want[i], w)
+		}
+	}
+	return nil
+}

@@ -24,6 +24,9 @@ type Metadata interface {
 // UNK 0, add_bos_token and add_space_prefix true; for "gpt2" no special
 // ids, and add_bos_token true only for the Llama-3 pre-tokenizer.
 func FromGGUF(m Metadata) (*Tokenizer, error) {
+	if m == nil {
+		return nil, errors.New("tokenizer: no metadata (nil)")
+	}
 	var v Vocab
 	var err error
 	if v.Model, err = m.String("tokenizer.ggml.model"); err != nil {
