@@ -45,7 +45,7 @@ func TestEveryExportedCallTakesNil(t *testing.T) {
 		"RepeatPeriod": trace.RepeatPeriod, "Padded": trace.Padded, "ReplaceFolders": trace.ReplaceFolders,
 		"CheckFolder": trace.CheckFolder, "TopOf": trace.TopOf, "WriteAtomic": trace.WriteAtomic,
 		"Load": trace.Load, "Table": trace.Table, "SpecOf": trace.SpecOf, "Points": trace.Points,
-		"KnownPoint": trace.KnownPoint, "LayerPoint": trace.LayerPoint, "SplitPoint": trace.SplitPoint,
+		"KnownPoint": trace.KnownPoint, "LayerPoint": trace.LayerPoint, "SplitPoint": trace.SplitPoint, "IsAttentionMap": trace.IsAttentionMap,
 		"ShapeOf": trace.ShapeOf, "SameAs": trace.SameAs, "PointHint": trace.PointHint,
 		"HeadScores": trace.HeadScores, "DuplicateTokenScores": trace.DuplicateTokenScores,
 		"ProbRank": trace.ProbRank, "New": trace.New, "MakeData": trace.MakeData, "LayerOf": trace.LayerOf,
