@@ -200,14 +200,31 @@ func (l *layout) scratchElements(c *model.Config, o Options) int {
 	for _, q := range (&scratch{}).needs(c, l, o, role{embed: true, layers: true, head: true}) {
 		n += q.n
 	}
-	return n + gemmPacking(c, l, role{embed: true, layers: true, head: true})
+	return n + gemmPacking(c, l, role{embed: true, layers: true, head: true}) + hostTables(c, l)
+}
+
+// hostTables is the elements of what a prefill keeps on the host beside its
+// tensors: the CPU backend's RoPE tables (a cosine and a sine for each
+// rotated pair of every key, grown to up to twice the keys when decoding a
+// token at a time) and the trace's tokens and their display pieces (about
+// 110 bytes a token measured at T=6,144; 128 counted).
+func hostTables(c *model.Config, l *layout) int {
+	n := 32 * l.t
+	if c.Pos == model.PosRope {
+		n += 2 * l.keys * c.Rope.Dim
+		if c.LocalRope != nil {
+			n += 2 * l.keys * c.LocalRope.Dim
+		}
+	}
+	return n
 }
 
 // gemmPacking is the elements of the copies the CPU backend's kernels pack
-// (backend/cpu/gemm.go, gemm8.go, attention.go): the widest input of the
-// tier's products, the values of every key, head dims rounded up to 16, and
-// each thread's scratch: its block of attention rows (36 queries by every
-// key) and perThread's; counted for every backend.
+// (backend/cpu/gemm.go, gemm8.go, attention.go): x packed for the widest
+// input of the tier's products, the values of every key (head dims rounded
+// up to 16), each thread's block of attention rows (36 queries by every
+// key), those three twice (below), and each thread's fixed scratch;
+// counted for every backend.
 func gemmPacking(c *model.Config, l *layout, ro role) int {
 	switch {
 	case ro.layers:
@@ -217,8 +234,13 @@ func gemmPacking(c *model.Config, l *layout, ro role) int {
 		// and key copies (32 + 12 rows of a head), and 128 KiB for the Go
 		// runtime's caches of a thread that allocates (on 16 threads the
 		// peak passed the rest by up to 1.1 MiB, docs/perf-log/2026-12-06-b.md)
-		perThread := 36*l.keys + 136*widest + 48*32 + 44*c.HeadDim + 32<<10
-		return l.t*widest + c.KVHeads*((c.HeadDim+15)&^15)*l.keys + runtime.GOMAXPROCS(0)*perThread
+		perThread := 136*widest + 48*32 + 44*c.HeadDim + 32<<10
+		// The copies that grow with the prompt (x packed, the values, each
+		// thread's attention rows) regrow within a prefill longer than the
+		// session's last, whose copies stand as garbage until the next
+		// collection: counted twice.
+		growing := l.t*widest + c.KVHeads*((c.HeadDim+15)&^15)*l.keys + runtime.GOMAXPROCS(0)*36*l.keys
+		return 2*growing + runtime.GOMAXPROCS(0)*perThread
 	case ro.head:
 		return l.logitRows * c.DModel
 	}

@@ -23,6 +23,10 @@ type Backend struct {
 	threads int
 	arenas  *arenaPool
 	closed  atomic.Bool
+	// widest is the most columns of any weight uploaded: the products'
+	// packed x is sized for it at once, so that it is not grown (leaving
+	// the narrower copy as garbage) within a prefill.
+	widest atomic.Int64
 }
 
 // New returns a CPU backend using threads goroutines per kernel (0: all cores).
@@ -97,6 +101,11 @@ func (b *Backend) Upload(w *model.Weight) (backend.Matrix, error) {
 		return nil, fmt.Errorf("cpu: nil weight")
 	}
 	m := &matrix{w: w}
+	for cols := int64(w.Cols); ; {
+		if old := b.widest.Load(); cols <= old || b.widest.CompareAndSwap(old, cols) {
+			break
+		}
+	}
 	if w.Type() == gguf.F32 && len(w.Data) > 0 && uintptr(unsafe.Pointer(&w.Data[0]))%4 == 0 {
 		m.f32 = unsafe.Slice((*float32)(unsafe.Pointer(&w.Data[0])), w.Rows*w.Cols)
 	}

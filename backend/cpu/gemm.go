@@ -33,13 +33,17 @@ func xBlocks(rows int, fn func(r0, width int)) {
 }
 
 // packX packs x's rows k-major in blocks (xt[r0*cols + k*width + r] =
-// x[r0+r][k], zero past the last row) into p, grown as needed: 16 x 16
-// transposes where 16 rows and 16 k are whole, element by element at the
-// edges.
-func packX(p, x []float32, rows, cols int) []float32 {
-	n := 0
-	xBlocks(rows, func(r0, width int) { n = (r0 + width) * cols })
-	p = grow(p, n)
+// x[r0+r][k], zero past the last row) into p, grown as needed (for as many
+// rows of widest columns): 16 x 16 transposes where 16 rows and 16 k are
+// whole, element by element at the edges.
+func packX(p, x []float32, rows, cols, widest int) []float32 {
+	padded := 0
+	xBlocks(rows, func(r0, width int) { padded = r0 + width })
+	n := padded * cols
+	if cap(p) < n {
+		p = make([]float32, padded*max(cols, widest))
+	}
+	p = p[:n]
 	xBlocks(rows, func(r0, width int) {
 		blk := p[r0*cols : (r0+width)*cols]
 		for rh := 0; rh < width; rh += 16 {

@@ -180,7 +180,7 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 		return
 	}
 	if hasPanelGEMM {
-		s.xpack = packX(s.xpack, xs, rows, cols)
+		s.xpack = packX(s.xpack, xs, rows, cols, int(s.b.widest.Load()))
 		s.groups = gemmGroups(s.groups, outs, groupRows)
 		groups := s.groups
 		s.workers(len(groups), func(worker, lo, hi int) {
