@@ -200,7 +200,7 @@ func (l *layout) scratchElements(c *model.Config, o Options) int {
 	for _, q := range (&scratch{}).needs(c, l, o, role{embed: true, layers: true, head: true}) {
 		n += q.n
 	}
-	return n + gemmPacking(c, l, role{embed: true, layers: true, head: true}) + hostTables(c, l)
+	return n + gemmPacking(c, l, role{embed: true, layers: true, head: true})
 }
 
 // hostTables is the elements of what a prefill keeps on the host beside its
@@ -223,8 +223,8 @@ func hostTables(c *model.Config, l *layout) int {
 // (backend/cpu/gemm.go, gemm8.go, attention.go): x packed for the widest
 // input of the tier's products, the values of every key (head dims rounded
 // up to 16), each thread's block of attention rows (36 queries by every
-// key), those three twice (below), and each thread's fixed scratch;
-// counted for every backend.
+// key), those three twice (below), each thread's fixed scratch and the
+// host's tables; counted for every backend, on each tier with layers.
 func gemmPacking(c *model.Config, l *layout, ro role) int {
 	switch {
 	case ro.layers:
@@ -240,7 +240,7 @@ func gemmPacking(c *model.Config, l *layout, ro role) int {
 		// session's last, whose copies stand as garbage until the next
 		// collection: counted twice.
 		growing := l.t*widest + c.KVHeads*((c.HeadDim+15)&^15)*l.keys + runtime.GOMAXPROCS(0)*36*l.keys
-		return 2*growing + runtime.GOMAXPROCS(0)*perThread
+		return 2*growing + runtime.GOMAXPROCS(0)*perThread + hostTables(c, l)
 	case ro.head:
 		return l.logitRows * c.DModel
 	}
