@@ -124,7 +124,9 @@ func MaxStorageBuffer(b *Backend) uint64 { return uint64(b.phys.props.Limits.Max
 // HalfWRowsAll sets t's fewest rows of x for which a cooperative GEMM's
 // weights are decoded to float16 first to n, at both precisions and for
 // weights of any size.
-func HalfWRowsAll(t *Tuning, n int) { t.HalfWRows = HalfWRows{Fast: n, Exact: n, SmallExact: n} }
+func HalfWRowsAll(t *Tuning, n int) {
+	t.HalfWRows = HalfWRows{Fast: n, FastCodes: n, Exact: n, SmallExact: n}
+}
 
 // WeightsToHalf records weights16.comp for w into dst (a tensor of at least
 // Rows*Cols/2 + Rows elements): the float16 weights, then a range flag per row.

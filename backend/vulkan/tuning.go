@@ -53,9 +53,11 @@ type Tuning struct {
 	flashApart bool      // 128-row flash_coop.comp stages K and V in turn even where both fit
 }
 
-// HalfWRows is Tuning.HalfWRows at fast precision, at exact precision, and
-// at exact precision for weights of fewer than 2^21 elements.
-type HalfWRows struct{ Fast, Exact, SmallExact int }
+// HalfWRows is Tuning.HalfWRows at fast precision, at fast precision for
+// weights held as 4-bit codes (Q4_K: their tiles decode 8 weights in two
+// loads), at exact precision, and at exact precision for weights of fewer
+// than 2^21 elements.
+type HalfWRows struct{ Fast, FastCodes, Exact, SmallExact int }
 
 // coopHalfWSmallElems is where HalfWRows.SmallExact stops applying.
 const coopHalfWSmallElems = 1 << 21
@@ -66,7 +68,7 @@ func DefaultTuning() Tuning {
 		Coop: true, Subgroups: true,
 		HalfX: true,
 		// see docs/PERFORMANCE.md, "Exact products: halves first or in the tiles"
-		HalfWRows:        HalfWRows{Fast: 128, Exact: vecRows + 1, SmallExact: 128},
+		HalfWRows:        HalfWRows{Fast: 128, FastCodes: 512, Exact: vecRows + 1, SmallExact: 128},
 		ExactInTileElems: coopHalfWSmallElems,
 		// see docs/PERFORMANCE.md, "Split-K"
 		SplitK: true, SplitBelow: 64, SplitBelowLate: 160, SplitBelowExact: 65, SplitTotal: 256,
@@ -134,10 +136,11 @@ type weightShape struct {
 	rows, cols  int
 	f16         bool // float16 already: read as it is
 	exactInHalf bool // every value the format holds is exact in float16
+	codes       bool // held as 4-bit codes (codes4.glsl)
 }
 
 func shapeOf(m *matrix) weightShape {
-	return weightShape{rows: m.w.Rows, cols: m.w.Cols, f16: m.f.typ == gguf.F16, exactInHalf: m.f.exactInHalf()}
+	return weightShape{rows: m.w.Rows, cols: m.w.Cols, f16: m.f.typ == gguf.F16, exactInHalf: m.f.exactInHalf(), codes: m.f.codes4}
 }
 
 // gemmKernel is the kernel family a product runs on.
@@ -245,9 +248,12 @@ func smallCoopTile() coopTile { return coopTile{tm: 2, tn: 2, wgm: 2, bk: 32} }
 // weights in hi + lo halves.
 func splitWFits(d devCaps) bool { return smallCoopTile().shared(true, true) <= d.sharedMem }
 
-// fewestHalfWRows is HalfWRows for a weight of elems elements.
-func fewestHalfWRows(t *Tuning, exact bool, elems int) int {
+// fewestHalfWRows is HalfWRows for a weight of elems elements, held as
+// 4-bit codes or not.
+func fewestHalfWRows(t *Tuning, exact, codes bool, elems int) int {
 	switch {
+	case !exact && codes:
+		return t.HalfWRows.FastCodes
 	case !exact:
 		return t.HalfWRows.Fast
 	case elems < coopHalfWSmallElems:
@@ -276,7 +282,7 @@ func planHalfWeights(t *Tuning, d devCaps, exact bool, rows, cols int, ws []weig
 			ranges[i], used = halfRange{ok: true, direct: true, bigBase: noRangeFlags}, true
 			continue
 		}
-		if !fits || w.exactInHalf || rows < fewestHalfWRows(t, exact, w.rows*w.cols) {
+		if !fits || w.exactInHalf || rows < fewestHalfWRows(t, exact, w.codes, w.rows*w.cols) {
 			continue
 		}
 		used = true

@@ -20,7 +20,8 @@ var (
 // float16 (Q1_0_g128), one that is not (Q4_K), and F16.
 var (
 	q1Big  = weightShape{rows: 4096, cols: 4096, exactInHalf: true}
-	q4Big  = weightShape{rows: 4096, cols: 4096}
+	q4Big  = weightShape{rows: 4096, cols: 4096, codes: true}
+	q6Big  = weightShape{rows: 4096, cols: 4096}
 	q4Head = weightShape{rows: 151936, cols: 2048}
 	q4Tiny = weightShape{rows: 256, cols: 256}
 	f16Big = weightShape{rows: 4096, cols: 4096, f16: true, exactInHalf: true}
@@ -55,9 +56,12 @@ func TestPlanMatMulRoutesEachProduct(t *testing.T) {
 		halvesFirst bool
 		parts       int
 	}{
-		// Fast: 128 x 128 tiles; halves first from 128 rows, else the late tile.
+		// Fast: 128 x 128 tiles; halves first from 128 rows (Q4_K's codes:
+		// from 512), else the late tile.
 		{"fast Q4_K T=512", def, h200, false, 512, q4Big, gemmCoop, halfTile, true, 1},
+		{"fast Q4_K T=128", def, h200, false, 128, q4Big, gemmCoop, lateTile, false, 8},
 		{"fast Q4_K T=64", def, h200, false, 64, q4Big, gemmCoop, lateTile, false, 8},
+		{"fast Q6_K T=128", def, h200, false, 128, q6Big, gemmCoop, halfTile, true, 8},
 		{"fast Q1_0 T=512", def, h200, false, 512, q1Big, gemmCoop, lateTile, false, 2},
 		{"fast Q1_0 T=2048", def, h200, false, 2048, q1Big, gemmCoop, lateTile, false, 1},
 		{"fast F16 read as it is", def, h200, false, 16, f16Big, gemmCoop, halfTile, true, 8},
