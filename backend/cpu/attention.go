@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"sync/atomic"
 
 	"github.com/stratalab/strata/backend"
@@ -27,6 +28,7 @@ type attnScratch struct {
 	k      []float32 // the last keys, padded to a whole kernel chunk
 	tile32 [384]float32
 	tile16 [192]float32
+	_      cacheLine
 }
 
 // kernel runs the 32- or 16-lane GEMM kernel and returns its tile.
@@ -59,11 +61,25 @@ func (sc *attnScratch) rowsFor(n, span int) []float32 {
 	return sc.w
 }
 
-// attnBlocks lists every head's query blocks.
-func attnBlocks(a *backend.Attention) []attnBlock {
-	var bs []attnBlock
+// attnBlocks lists every head's query blocks into bs, the last queries
+// (the most keys) of each head first: threads that take the first blocks
+// and those that take the last then finish together. Where 32-query blocks
+// would give the threads fewer than chunksPerThread each, blocks are of 16
+// queries (a query's values do not depend on its block): at T=64 tiny-qwen3's
+// 8 heads made 16 blocks of two sizes for 16 threads.
+func attnBlocks(bs []attnBlock, a *backend.Attention, threads int) []attnBlock {
+	bs = bs[:0]
+	blocks := xBlocks
+	if threads > 1 && a.Heads*((a.T+31)/32) < threads*chunksPerThread {
+		blocks = func(rows int, fn func(r0, width int)) {
+			for r0 := 0; r0 < rows; r0 += 16 {
+				fn(r0, 16)
+			}
+		}
+	}
 	for h := range a.Heads {
-		xBlocks(a.T, func(r0, bw int) {
+		first := len(bs)
+		blocks(a.T, func(r0, bw int) {
 			rows := min(bw, a.T-r0)
 			hi := a.Pos0 + r0 + rows // past the last query's position
 			lo := 0
@@ -74,6 +90,7 @@ func attnBlocks(a *backend.Attention) []attnBlock {
 			}
 			bs = append(bs, attnBlock{h: h, r0: r0, bw: bw, rows: rows, lo: lo, hi: hi})
 		})
+		slices.Reverse(bs[first:])
 	}
 	return bs
 }
@@ -83,7 +100,8 @@ func attnBlocks(a *backend.Attention) []attnBlock {
 // at T=16,000 a thread's first head left ~580 MB of garbage, which the
 // collector's headroom let double the prefill's peak memory.
 func (s *stream) eachAttnBlock(a *backend.Attention, fn func(sc *attnScratch, b attnBlock)) {
-	bs := attnBlocks(a)
+	s.blocks = attnBlocks(s.blocks, a, s.b.threads)
+	bs := s.blocks
 	if len(s.attn) < s.b.threads {
 		s.attn = make([]attnScratch, s.b.threads)
 	}
@@ -94,7 +112,7 @@ func (s *stream) eachAttnBlock(a *backend.Attention, fn func(sc *attnScratch, b 
 	for i := range s.attn {
 		s.attn[i].w = grow(s.attn[i].w, attnRows*widest)
 	}
-	s.workers(len(bs), func(worker, lo, hi int) {
+	s.workers(len(bs), grain, func(worker, lo, hi int) {
 		for _, b := range bs[lo:hi] {
 			fn(&s.attn[worker], b)
 		}
@@ -197,7 +215,7 @@ func (s *stream) packValues(a *backend.Attention) []float32 {
 	hd, keys, pd := a.HeadDim, a.Keys(), packedDims(a.HeadDim)
 	s.vpack = grow(s.vpack, a.KVHeads*pd*keys)
 	vp := s.vpack
-	s.parallel(a.KVHeads, func(lo, hi int) {
+	s.parallel(a.KVHeads, pd*keys, func(lo, hi int) {
 		for kvh := lo; kvh < hi; kvh++ {
 			xBlocks(hd, func(d0, width int) {
 				dst := vp[(kvh*pd+d0)*keys : (kvh*pd+d0+width)*keys]

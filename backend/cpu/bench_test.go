@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -101,6 +102,89 @@ func BenchmarkPrefill(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(tokens))*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 			b.ReportMetric(2*float64(m.Params()-int64(m.Vocab*m.DModel))*float64(len(tokens))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkPrefillThreads sweeps the backend's thread count (cpu.New(n),
+// whatever GOMAXPROCS is: 1, 2, 4, ... up to GOMAXPROCS, and GOMAXPROCS) on
+// the files of the CPU table against llama.cpp in docs/PERFORMANCE.md,
+// random weights of each shape and type. Each round prefills once on each
+// thread count in turn, so that all see the same machine; it reports each
+// count's median tokens/s (tok/s@n) and the median over rounds of its speed
+// against one thread's in the same round (x@n). bonsai-1.7b keeps a packed
+// copy of its weights per thread count (1.3 GB each in Q4_K), and its
+// one-thread prefills are most of the run: leave it out with -bench
+// 'PrefillThreads/tiny' where memory or time is short. On a 16-core host:
+//
+//	go test ./backend/cpu -run '^$' -bench PrefillThreads -benchtime 10x -timeout 30m
+func BenchmarkPrefillThreads(b *testing.B) {
+	counts := []int{}
+	for n := 1; n < runtime.GOMAXPROCS(0); n *= 2 {
+		counts = append(counts, n)
+	}
+	counts = append(counts, runtime.GOMAXPROCS(0))
+	files := []struct {
+		shape string
+		typ   gguf.Type
+	}{{"tiny-qwen3", gguf.F16}, {"tiny-qwen3", gguf.Q8_0}, {"tiny-qwen3", gguf.Q4_0}, {"tiny-qwen3", gguf.Q4_K}, {"tiny-qwen3", gguf.Q6_K}, {"bonsai-1.7b", gguf.Q4_K}}
+	for _, file := range files {
+		b.Run(file.shape+"/"+file.typ.String(), func(b *testing.B) {
+			m, err := synth.Random(synth.Shapes[file.shape], file.typ, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sessions := make([]*engine.Session, len(counts))
+			for i, n := range counts {
+				e, err := engine.NewEngine(m, cpu.New(n))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if sessions[i], err = e.NewSession(256); err != nil {
+					b.Fatal(err)
+				}
+				defer sessions[i].Close()
+			}
+			for _, T := range []int{64, 256} {
+				for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+					if f, _ := quant.For(file.typ); prec == backend.PrecisionFast && f.Codes == nil {
+						continue // fast precision changes nothing for float weights
+					}
+					b.Run(fmt.Sprintf("T=%d/%v", T, prec), func(b *testing.B) {
+						tokens := make([]int32, T)
+						for i := range tokens {
+							tokens[i] = int32((i*7919 + 13) % m.Vocab) // strata bench's prompt
+						}
+						prefill := func(s *engine.Session) time.Duration {
+							s.Reset()
+							start := time.Now()
+							if _, err := s.Prefill(context.Background(), tokens, engine.Options{Precision: prec}); err != nil {
+								b.Fatal(err)
+							}
+							return time.Since(start)
+						}
+						for _, s := range sessions {
+							prefill(s) // packs the weights of a fast product, makes the scratch
+						}
+						times := make([][]time.Duration, len(counts))
+						speedups := make([][]float64, len(counts))
+						for b.Loop() {
+							for i, s := range sessions {
+								times[i] = append(times[i], prefill(s))
+								speedups[i] = append(speedups[i], float64(times[0][len(times[0])-1])/float64(times[i][len(times[i])-1]))
+							}
+						}
+						for i, n := range counts {
+							slices.Sort(times[i])
+							slices.Sort(speedups[i])
+							b.ReportMetric(float64(T)/times[i][len(times[i])/2].Seconds(), fmt.Sprintf("tok/s@%d", n))
+							if n > 1 {
+								b.ReportMetric(speedups[i][len(speedups[i])/2], fmt.Sprintf("x@%d", n))
+							}
+						}
+					})
+				}
+			}
 		})
 	}
 }

@@ -29,7 +29,9 @@ type Backend struct {
 	widest atomic.Int64
 }
 
-// New returns a CPU backend using threads goroutines per kernel (0: all cores).
+// New returns a CPU backend whose streams each run kernels on threads
+// threads, the calling goroutine and threads-1 kept by the stream (0:
+// GOMAXPROCS's count, taken now).
 func New(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
@@ -154,10 +156,14 @@ type stream struct {
 	int8x map[int]*int8X
 	int8  []int8Scratch
 	// Attention's packed values and per-thread blocks (attention.go).
-	vpack []float32
-	attn  []attnScratch
+	vpack  []float32
+	attn   []attnScratch
+	blocks []attnBlock // the current call's blocks (attnBlocks)
 	// RoPE's cosines and sines by position, for each rope (see angles).
 	rope map[*model.Rope]*ropeTable
+	// pool runs work on the stream's threads (pool.go), made on its first
+	// call with more than one chunk.
+	pool *pool
 }
 
 func data(t backend.Tensor) []float32 { return t.(*tensor).data }
@@ -233,8 +239,14 @@ func (s *stream) Sync() error {
 // Flush has nothing to submit: kernels ran as they were recorded.
 func (s *stream) Flush() {}
 
-// Close has nothing to release: the CPU stream's tensors are Go memory.
-func (s *stream) Close() {}
+// Close stops the stream's threads (a later call starts them again); its
+// tensors are Go memory.
+func (s *stream) Close() {
+	if s.pool != nil {
+		s.pool.stop()
+		s.pool = nil
+	}
+}
 
 // Download has nothing to do: CPU tensors are host memory.
 func (s *stream) Download(...backend.Tensor) {}
@@ -247,25 +259,45 @@ func (s *stream) fail(err error) {
 	}
 }
 
-// parallel runs fn over [0, n) split into contiguous chunks, one per thread.
-func (s *stream) parallel(n int, fn func(lo, hi int)) {
-	s.workers(n, func(_, lo, hi int) { fn(lo, hi) })
+// parallel runs fn over [0, n) in chunks on the stream's threads; per is
+// an item's size in elements, which sets the smallest chunk (see grain).
+func (s *stream) parallel(n, per int, fn func(lo, hi int)) {
+	s.workers(n, per, func(_, lo, hi int) { fn(lo, hi) })
 }
 
-// workers is parallel that also tells each chunk's thread its index, below
-// the backend's thread count, for per-thread scratch.
-func (s *stream) workers(n int, fn func(worker, lo, hi int)) {
-	threads := max(min(s.b.threads, n), 1)
-	var wg sync.WaitGroup
-	for i := range threads {
-		lo, hi := n*i/threads, n*(i+1)/threads
-		wg.Go(func() {
-			defer s.recoverFault()
-			debug.SetPanicOnFault(true)
-			fn(i, lo, hi)
-		})
+// grain is the fewest elements a chunk of parallel work holds: a call
+// handed to the other threads costs 0.25 µs on 2 threads with nothing to
+// do (BenchmarkHandOff), more with more threads and with the outputs'
+// cache lines moving between cores; a row-wise kernel takes about a
+// microsecond for a few thousand elements. Work of less than two grains
+// runs on the calling goroutine alone.
+const grain = 4096
+
+// chunksPerThread is how many chunks a call is cut into per thread at
+// most: enough for threads that start late or get slower chunks to even
+// out, few enough that taking them costs little.
+const chunksPerThread = 4
+
+// workers is parallel that also tells fn the index of the thread running
+// it, below the backend's thread count, for per-thread scratch. fn may run
+// many times on one thread, and must give the same results however [0, n)
+// is cut.
+func (s *stream) workers(n, per int, fn func(worker, lo, hi int)) {
+	if n <= 0 {
+		return
 	}
-	wg.Wait()
+	chunks := min(n, s.b.threads*chunksPerThread, n*per/grain)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	if chunks <= 1 || s.b.threads == 1 {
+		defer s.recoverFault()
+		fn(0, 0, n)
+		return
+	}
+	if s.pool == nil {
+		s.pool = newPool(s.b.threads)
+		runtime.AddCleanup(s, (*pool).stop, s.pool)
+	}
+	s.pool.run(s, n, chunks, fn)
 }
 
 // recoverFault turns a memory fault into the stream's error. Weights are read

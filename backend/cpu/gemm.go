@@ -22,50 +22,63 @@ const (
 // xBlocks calls fn for each block of rows of x: 32 rows, the last 16 wide
 // when 16 or fewer remain. Block r0 is packed from r0*cols on.
 func xBlocks(rows int, fn func(r0, width int)) {
-	for r0 := 0; r0 < rows; {
-		width := 32
-		if rows-r0 <= 16 {
-			width = 16
-		}
-		fn(r0, width)
-		r0 += width
+	for b := 0; 32*b < rows; b++ {
+		fn(xBlock(rows, b))
 	}
 }
 
+// xBlock is block b of xBlocks(rows).
+func xBlock(rows, b int) (r0, width int) {
+	if rows-32*b <= 16 {
+		return 32 * b, 16
+	}
+	return 32 * b, 32
+}
+
 // packX packs x's rows k-major in blocks (xt[r0*cols + k*width + r] =
-// x[r0+r][k], zero past the last row) into p, grown as needed (for as many
-// rows of widest columns): 16 x 16 transposes where 16 rows and 16 k are
-// whole, element by element at the edges.
-func packX(p, x []float32, rows, cols, widest int) []float32 {
+// x[r0+r][k], zero past the last row) into s.xpack, the blocks of xBlocks
+// on the stream's threads. s.xpack grows for as many rows of the widest
+// weight's columns, so that it is not grown again (leaving the narrower
+// copy as garbage) within a prefill.
+func (s *stream) packX(x []float32, rows, cols int) []float32 {
 	padded := 0
 	xBlocks(rows, func(r0, width int) { padded = r0 + width })
 	n := padded * cols
-	if cap(p) < n {
-		p = make([]float32, padded*max(cols, widest))
+	if cap(s.xpack) < n {
+		s.xpack = make([]float32, padded*max(cols, int(s.b.widest.Load())))
 	}
-	p = p[:n]
-	xBlocks(rows, func(r0, width int) {
-		blk := p[r0*cols : (r0+width)*cols]
-		for rh := 0; rh < width; rh += 16 {
-			whole := 0
-			if r0+rh+16 <= rows {
-				whole = cols &^ 15
-				for k0 := 0; k0 < whole; k0 += 16 {
-					transpose16(asBytes(blk[k0*width+rh:]), asBytes(x[(r0+rh)*cols+k0:]), 4*cols, 4*width)
-				}
-			}
-			for r := rh; r < rh+16; r++ {
-				for k := whole; k < cols; k++ {
-					v := float32(0)
-					if r0+r < rows {
-						v = x[(r0+r)*cols+k]
-					}
-					blk[k*width+r] = v
-				}
-			}
+	s.xpack = s.xpack[:n]
+	p := s.xpack
+	s.parallel((rows+31)/32, 32*cols, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			r0, width := xBlock(rows, b)
+			packXBlock(p[r0*cols:(r0+width)*cols], x, rows, cols, r0, width)
 		}
 	})
 	return p
+}
+
+// packXBlock packs block r0 (width rows) of x into blk: 16 x 16 transposes
+// where 16 rows and 16 k are whole, element by element at the edges.
+func packXBlock(blk, x []float32, rows, cols, r0, width int) {
+	for rh := 0; rh < width; rh += 16 {
+		whole := 0
+		if r0+rh+16 <= rows {
+			whole = cols &^ 15
+			for k0 := 0; k0 < whole; k0 += 16 {
+				transpose16(asBytes(blk[k0*width+rh:]), asBytes(x[(r0+rh)*cols+k0:]), 4*cols, 4*width)
+			}
+		}
+		for r := rh; r < rh+16; r++ {
+			for k := whole; k < cols; k++ {
+				v := float32(0)
+				if r0+r < rows {
+					v = x[(r0+r)*cols+k]
+				}
+				blk[k*width+r] = v
+			}
+		}
+	}
 }
 
 func grow(b []float32, n int) []float32 {
@@ -87,24 +100,55 @@ func paddedStride(cols int) int {
 	return cols
 }
 
-// gemmGroup is outputs c0..c1 of one projection: what a thread takes at a time.
+// gemmGroup is outputs c0..c1 of one projection for rows r0..r1-1 of x:
+// what a thread takes at a time.
 type gemmGroup struct {
-	p      backend.Proj
-	c0, c1 int
+	p              backend.Proj
+	c0, c1, r0, r1 int
 }
 
-// gemmGroups splits the projections' outputs into groups of size, in
-// gs's memory (the stream's, kept: made afresh on every product, the
-// slice was 3-4% of a tiny-qwen3 prefill's profile at T=64).
-func gemmGroups(gs []gemmGroup, outs []backend.Proj, size int) []gemmGroup {
-	gs = gs[:0]
+// gemmGroups splits the projections' outputs into groups of size, and the
+// rows of x into parts at multiples of xStep, in s.groups (kept: made
+// afresh on every product, the slice was 3-4% of a tiny-qwen3 prefill's
+// profile at T=64). Where that makes fewer than chunksPerThread groups a
+// thread, size is halved down to step (smaller groups cost nothing but
+// the reuse of a block of x in cache), and then x is cut (each part decodes
+// the group's weights again): tiny-qwen3's 256-output products made 6
+// groups of 48, or 8 of the int8 kernel's 32, and 8 to 10 of 16 threads
+// had nothing to do in them.
+func (s *stream) gemmGroups(outs []backend.Proj, size, step, rows, xStep int) []gemmGroup {
+	count := func(size int) int {
+		n := 0
+		for _, p := range outs {
+			n += (p.W.Rows() + size - 1) / size
+		}
+		return n
+	}
+	steps, parts := (rows+xStep-1)/xStep, 1
+	if s.b.threads > 1 {
+		want := s.b.threads * chunksPerThread
+		for size > step && count(size) < want {
+			size = max(step, size/2/step*step)
+		}
+		parts = min(steps, (want+count(size)-1)/count(size))
+	}
+	gs := s.groups[:0]
 	for _, p := range outs {
 		for c := 0; c < p.W.Rows(); c += size {
-			gs = append(gs, gemmGroup{p: p, c0: c, c1: min(c+size, p.W.Rows())})
+			for part := range parts {
+				r0, r1 := steps*part/parts*xStep, min(rows, steps*(part+1)/parts*xStep)
+				gs = append(gs, gemmGroup{p: p, c0: c, c1: min(c+size, p.W.Rows()), r0: r0, r1: r1})
+			}
 		}
 	}
+	s.groups = gs
 	return gs
 }
+
+// cacheLine ends a thread's scratch, which sits next to the other threads'
+// in one slice: the tiles a thread writes at its end then share no cache
+// line with the next thread's.
+type cacheLine [64]byte
 
 // gemmScratch is a thread's decoded weights and kernel tiles.
 type gemmScratch struct {
@@ -112,6 +156,7 @@ type gemmScratch struct {
 	wt    []float32 // gemv's weights, k-major
 	tiles []float32 // a group's kernel tiles for one block of x
 	out64 [64]float32
+	_     cacheLine
 }
 
 // gemvRows is the most rows of x the matrix-vector path takes: below it,
@@ -161,7 +206,8 @@ func (sc *gemmScratch) gemv(p backend.Proj, c0, c1 int, x []float32, rows, cols 
 	}
 }
 
-// run computes the group's outputs for every row of x (xt: x packed by packX).
+// run computes the group's outputs for its rows of x (xt: all of x packed by
+// packX; g.r0 a multiple of 32, where its blocks start).
 func (g gemmGroup) run(sc *gemmScratch, xt []float32, rows, cols int) {
 	m := g.p.W.(*matrix)
 	n := g.c1 - g.c0
@@ -195,6 +241,9 @@ func (g gemmGroup) run(sc *gemmScratch, xt []float32, rows, cols int) {
 	}
 	sc.tiles = grow(sc.tiles, chunks*kernelRows*32)
 	xBlocks(rows, func(r0, bw int) {
+		if r0 < g.r0 || r0 >= g.r1 {
+			return
+		}
 		xb := &xt[r0*cols]
 		valid := min(bw, rows-r0)
 		// The chunks' tiles one after the other: [group rows][bw].

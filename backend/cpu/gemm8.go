@@ -39,6 +39,7 @@ type int8Scratch struct {
 	w             []byte    // [cols/4][i8Rows][4]: the kernel's interleave
 	wsc           []float32 // [blocks][2][i8Rows]: scales, then offsets
 	tile          [i8XRows * i8Rows]float32
+	_             cacheLine
 }
 
 // int8Weights says whether every projection's format has integer codes in
@@ -63,7 +64,7 @@ func (s *stream) quantizeX(q *int8X, x []float32, rows, cols int) {
 	for b := range nb {
 		clear(q.sc[(b*q.rowsPad+rows)*2 : (b+1)*q.rowsPad*2])
 	}
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, cols, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			if !hasInterleave16 {
 				quantizeRowGo(x[r*cols:(r+1)*cols], q.q[r*cols:(r+1)*cols], q.sc[r*2:], q.rowsPad*2, q.block)
@@ -142,9 +143,8 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []backend.Proj) {
 	for _, p := range outs {
 		s.packInt8(p.W.(*matrix))
 	}
-	s.groups = gemmGroups(s.groups, outs, i8Rows)
-	groups := s.groups
-	s.workers(len(groups), func(worker, lo, hi int) {
+	groups := s.gemmGroups(outs, i8Rows, i8Rows, rows, i8XRows)
+	s.workers(len(groups), grain, func(worker, lo, hi int) {
 		sc := &s.int8[worker]
 		for _, g := range groups[lo:hi] {
 			m := g.p.W.(*matrix)
@@ -152,12 +152,12 @@ func (s *stream) matMulInt8(xs []float32, rows, cols int, outs []backend.Proj) {
 			nb := cols / x.block
 			if pk := m.int8; pk != nil {
 				gi, size := g.c0/i8Rows, pk.groupBytes(cols)
-				sc.run(pk.w[gi*size:(gi+1)*size], pk.wsc[gi*nb*2*i8Rows:(gi+1)*nb*2*i8Rows], pk.nibbles, g.c0, g.c1, x, rows, cols, g.p)
+				sc.run(pk.w[gi*size:(gi+1)*size], pk.wsc[gi*nb*2*i8Rows:(gi+1)*nb*2*i8Rows], pk.nibbles, g, x, cols)
 				continue
 			}
 			sc.w, sc.wsc = growBytes(sc.w, i8Rows*cols), grow(sc.wsc, nb*2*i8Rows)
 			sc.packWeights(m, g.c0, g.c1, nb, sc.w, sc.wsc)
-			sc.run(sc.w, sc.wsc, false, g.c0, g.c1, x, rows, cols, g.p)
+			sc.run(sc.w, sc.wsc, false, g, x, cols)
 		}
 	})
 	clear(groups) // holds no tensor past the product
@@ -209,7 +209,7 @@ func (s *stream) packInt8(m *matrix) {
 		runtime.AddCleanup(p, func(struct{}) { freeW(); freeWsc() }, struct{}{})
 		p.w, p.wsc = w, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(wsc))), len(wsc)/4)
 		var done atomic.Int64
-		s.workers(groups, func(worker, lo, hi int) {
+		s.workers(groups, grain, func(worker, lo, hi int) {
 			sc := &s.int8[worker]
 			for g := lo; g < hi; g++ {
 				w, wsc := p.w[g*size:(g+1)*size], p.wsc[g*nb*2*i8Rows:(g+1)*nb*2*i8Rows]
@@ -278,9 +278,11 @@ func (sc *int8Scratch) packWeights(m *matrix, c0, c1, nb int, w []byte, wsc []fl
 	}
 }
 
-// run writes outputs c0..c1 (at most i8Rows) of p for every row of x, from
-// the weights packed by packWeights (two codes a byte with nibbles).
-func (sc *int8Scratch) run(w []byte, wsc []float32, nibbles bool, c0, c1 int, x *int8X, rows, cols int, p backend.Proj) {
+// run writes the group's outputs (at most i8Rows) for its rows of x (g.r0
+// a multiple of i8XRows), from the weights packed by packWeights (two
+// codes a byte with nibbles).
+func (sc *int8Scratch) run(w []byte, wsc []float32, nibbles bool, g gemmGroup, x *int8X, cols int) {
+	p, c0, c1 := g.p, g.c0, g.c1
 	kernel := gemmI8x32x6
 	if nibbles {
 		kernel = gemmI4x32x6
@@ -291,13 +293,13 @@ func (sc *int8Scratch) run(w []byte, wsc []float32, nibbles bool, c0, c1 int, x 
 	if p.Bias != nil {
 		bias = data(p.Bias)[c0:c1]
 	}
-	for t0 := 0; t0 < rows; t0 += i8XRows {
+	for t0 := g.r0; t0 < g.r1; t0 += i8XRows {
 		if int8AVX2 {
 			sc.avx2Tile(w, wsc, nibbles, p.W.(*matrix).w.Type() == gguf.Q8_0, x, t0, cols)
 		} else {
 			kernel(&w[0], &wsc[0], &x.q[t0*cols], cols, &x.sc[t0*2], x.rowsPad*8, nb, x.block/4, &sc.tile)
 		}
-		for r := range min(i8XRows, rows-t0) {
+		for r := range min(i8XRows, g.r1-t0) {
 			o := out[(t0+r)*width+c0 : (t0+r)*width+c1]
 			copy(o, sc.tile[r*i8Rows:r*i8Rows+n])
 			for i := range bias {

@@ -30,7 +30,7 @@ func (s *stream) Embed(dst backend.Tensor, table backend.Matrix, ids []int32) {
 			return
 		}
 	}
-	s.parallel(len(ids), func(lo, hi int) {
+	s.parallel(len(ids), cols, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			id := int(ids[i])
 			m.w.Format.Dequantize(d[i*cols:(i+1)*cols], m.w.Data[id*rowBytes:(id+1)*rowBytes])
@@ -40,7 +40,7 @@ func (s *stream) Embed(dst backend.Tensor, table backend.Matrix, ids []int32) {
 
 func (s *stream) RMSNorm(dst, src, gain, scale backend.Tensor, rows, dim int, eps float32) {
 	o, x, g, sc := data(dst), data(src), data(gain), optData(scale)
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, dim, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, or := x[r*dim:(r+1)*dim], o[r*dim:(r+1)*dim]
 			root := math.Sqrt(sumSquares(xr)/float64(dim) + float64(eps))
@@ -88,7 +88,7 @@ func optData(t backend.Tensor) []float32 {
 
 func (s *stream) NormApply(dst, src, scale, gain, bias backend.Tensor, rows, dim int, center bool) {
 	o, x, sc, g, b := data(dst), data(src), data(scale), data(gain), optData(bias)
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, dim, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, or := x[r*dim:(r+1)*dim], o[r*dim:(r+1)*dim]
 			var mean float32
@@ -113,7 +113,7 @@ func (s *stream) NormApply(dst, src, scale, gain, bias backend.Tensor, rows, dim
 
 func (s *stream) LayerNorm(dst, src, gain, bias, scale backend.Tensor, rows, dim int, eps float32) {
 	o, x, g, b, sc := data(dst), data(src), data(gain), data(bias), optData(scale)
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, 2*dim, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, or := x[r*dim:(r+1)*dim], o[r*dim:(r+1)*dim]
 			var sum, ss float64
@@ -165,13 +165,12 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 		s.matMulInt8(xs, rows, cols, outs)
 		return
 	}
-	if hasPanelGEMM && len(s.gemm) < s.b.threads {
+	if len(s.gemm) < s.b.threads {
 		s.gemm = make([]gemmScratch, s.b.threads)
 	}
 	if hasPanelGEMM && rows <= gemvRows {
-		s.groups = gemmGroups(s.groups, outs, 64)
-		groups := s.groups
-		s.workers(len(groups), func(worker, lo, hi int) {
+		groups := s.gemmGroups(outs, 64, 64, rows, rows)
+		s.workers(len(groups), grain, func(worker, lo, hi int) {
 			for _, g := range groups[lo:hi] {
 				s.gemm[worker].gemv(g.p, g.c0, g.c1, xs, rows, cols)
 			}
@@ -180,12 +179,11 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 		return
 	}
 	if hasPanelGEMM {
-		s.xpack = packX(s.xpack, xs, rows, cols, int(s.b.widest.Load()))
-		s.groups = gemmGroups(s.groups, outs, groupRows)
-		groups := s.groups
-		s.workers(len(groups), func(worker, lo, hi int) {
+		xt := s.packX(xs, rows, cols)
+		groups := s.gemmGroups(outs, groupRows, kernelRows, rows, 32)
+		s.workers(len(groups), grain, func(worker, lo, hi int) {
 			for _, g := range groups[lo:hi] {
-				g.run(&s.gemm[worker], s.xpack, rows, cols)
+				g.run(&s.gemm[worker], xt, rows, cols)
 			}
 		})
 		clear(groups)
@@ -195,8 +193,9 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 		total += p.W.Rows()
 	}
 	tiles := (total + rowTile - 1) / rowTile
-	s.parallel(tiles, func(lo, hi int) {
-		buf := make([]float32, rowTile*cols)
+	s.workers(tiles, rowTile*cols*rows, func(worker, lo, hi int) {
+		buf := grow(s.gemm[worker].dec, rowTile*cols)
+		s.gemm[worker].dec = buf
 		for tile := lo; tile < hi; tile++ {
 			// Map the tile's global rows onto projections; a tile may span two.
 			for g := tile * rowTile; g < min((tile+1)*rowTile, total); {
@@ -274,7 +273,7 @@ func (s *stream) Rope(dst, src backend.Tensor, rows, heads, headDim, pos0 int, r
 	ds, xs := data(dst), data(src)
 	half := r.Dim / 2
 	cosines, sines := s.angles(r, pos0, rows)
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, heads*headDim, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			cos, sin := cosines[t*half:(t+1)*half], sines[t*half:(t+1)*half]
 			for h := 0; h < heads; h++ {
@@ -321,7 +320,7 @@ func (s *stream) angles(r *model.Rope, pos0, rows int) (cos, sin []float32) {
 	if have := len(tb.cos) / half; have < pos0+rows {
 		n := max(pos0+rows, 2*have) // decoding a token at a time grows it
 		tb.cos, tb.sin = slices.Grow(tb.cos, (n-have)*half)[:n*half], slices.Grow(tb.sin, (n-have)*half)[:n*half]
-		s.parallel(n-have, func(lo, hi int) {
+		s.parallel(n-have, grain, func(lo, hi int) { // pow, cos and sin per pair
 			for p := have + lo; p < have+hi; p++ {
 				r.Angles(p, tb.cos[p*half:(p+1)*half], tb.sin[p*half:(p+1)*half])
 			}
@@ -338,7 +337,7 @@ func (s *stream) AttnScores(a *backend.Attention) {
 	q, k, sc := data(a.Q), data(a.K), data(a.Scores)
 	keys, hd, group := a.Keys(), a.HeadDim, a.Heads/a.KVHeads
 	negInf := float32(math.Inf(-1))
-	s.parallel(a.Heads*a.T, func(lo, hi int) {
+	s.parallel(a.Heads*a.T, keys*hd, func(lo, hi int) {
 		for hi_ := lo; hi_ < hi; hi_++ {
 			h, i := hi_/a.T, hi_%a.T
 			qr := q[(i*a.Heads+h)*hd : (i*a.Heads+h+1)*hd]
@@ -370,7 +369,7 @@ func softcap(x, cap float32) float32 {
 
 func (s *stream) Softcap(x backend.Tensor, n int, cap float32) {
 	d := data(x)
-	s.parallel(n, func(lo, hi int) {
+	s.parallel(n, 8, func(lo, hi int) { // tanh in float64: more than a cheap element
 		for i := lo; i < hi; i++ {
 			d[i] = softcap(d[i], cap)
 		}
@@ -379,7 +378,7 @@ func (s *stream) Softcap(x backend.Tensor, n int, cap float32) {
 
 func (s *stream) Softmax(dst, src backend.Tensor, rows, n int) {
 	o, x := data(dst), data(src)
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, n, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			softmax(o[r*n:(r+1)*n], x[r*n:(r+1)*n])
 		}
@@ -419,7 +418,7 @@ func (s *stream) AttnMix(a *backend.Attention) {
 	}
 	p, v, z := data(a.Pattern), data(a.V), data(a.Z)
 	keys, hd, group := a.Keys(), a.HeadDim, a.Heads/a.KVHeads
-	s.parallel(a.Heads*a.T, func(lo, hi int) {
+	s.parallel(a.Heads*a.T, keys*hd, func(lo, hi int) {
 		for hi_ := lo; hi_ < hi; hi_++ {
 			h, i := hi_/a.T, hi_%a.T
 			mix(z[(i*a.Heads+h)*hd:(i*a.Heads+h+1)*hd], p[(h*a.T+i)*keys:(h*a.T+i)*keys+a.Pos0+i+1], v, a.KVHeads, h/group, hd)
@@ -452,8 +451,15 @@ func (s *stream) FlashAttention(a *backend.Attention) {
 	}
 	q, k, v, z := data(a.Q), data(a.K), data(a.V), data(a.Z)
 	hd, group := a.HeadDim, a.Heads/a.KVHeads
-	s.parallel(a.Heads*a.T, func(lo, hi int) {
-		row := make([]float32, a.Keys())
+	if len(s.attn) < s.b.threads {
+		s.attn = make([]attnScratch, s.b.threads)
+	}
+	s.workers(a.Heads*a.T, a.Keys()*hd, func(worker, lo, hi int) {
+		// The thread's row, kept: made per chunk, rows were garbage on
+		// every call.
+		sc := &s.attn[worker]
+		sc.w = grow(sc.w, a.Keys())
+		row := sc.w
 		for hi_ := lo; hi_ < hi; hi_++ {
 			h, i := hi_/a.T, hi_%a.T
 			kvh := h / group
@@ -474,7 +480,10 @@ func (s *stream) FlashAttention(a *backend.Attention) {
 
 func (s *stream) Add(dst, a, b backend.Tensor, n int) {
 	d, x, y := data(dst)[:n], data(a)[:n], data(b)[:n]
-	s.spans(n, func(lo, hi int) {
+	// Split from a few thousand elements (grain): left whole below 65,536
+	// (parallelCopy), the residual sums were 45% of what a tiny-qwen3
+	// prefill at T=64 ran outside parallel calls.
+	s.parallel(n, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			d[i] = x[i] + y[i]
 		}
@@ -483,7 +492,7 @@ func (s *stream) Add(dst, a, b backend.Tensor, n int) {
 
 func (s *stream) SwiGLU(dst, gate, up backend.Tensor, n int) {
 	d, g, u := data(dst), data(gate), data(up)
-	s.parallel(n, func(lo, hi int) {
+	s.parallel(n, 1, func(lo, hi int) {
 		if hasVectorSoftmax && hi > lo {
 			swiglu(&d[lo], &g[lo], &u[lo], hi-lo)
 			return
@@ -504,7 +513,7 @@ func gelu(x float32) float32 {
 
 func (s *stream) GELU(dst, src backend.Tensor, n int) {
 	d, x := data(dst), data(src)
-	s.parallel(n, func(lo, hi int) {
+	s.parallel(n, 8, func(lo, hi int) { // tanh in float64
 		for i := lo; i < hi; i++ {
 			d[i] = gelu(x[i])
 		}
@@ -513,7 +522,7 @@ func (s *stream) GELU(dst, src backend.Tensor, n int) {
 
 func (s *stream) GeGLU(dst, gate, up backend.Tensor, n int) {
 	d, g, u := data(dst), data(gate), data(up)
-	s.parallel(n, func(lo, hi int) {
+	s.parallel(n, 8, func(lo, hi int) { // tanh in float64
 		for i := lo; i < hi; i++ {
 			d[i] = gelu(g[i]) * u[i]
 		}
@@ -531,19 +540,19 @@ func (s *stream) Copy(dst backend.Tensor, dstOff int, src backend.Tensor, srcOff
 }
 
 // spans calls fn over [0, n) in one span, or split over the threads in
-// spans of at least parallelCopy elements where n is that large.
+// spans of at least parallelCopy elements where n is that large (Copy).
 func (s *stream) spans(n int, fn func(lo, hi int)) {
 	chunks := n / parallelCopy
 	if chunks < 2 {
 		fn(0, n)
 		return
 	}
-	s.parallel(chunks, func(lo, hi int) { fn(n*lo/chunks, n*hi/chunks) })
+	s.parallel(chunks, parallelCopy, func(lo, hi int) { fn(n*lo/chunks, n*hi/chunks) })
 }
 
-// parallelCopy is the smallest copy or sum (in elements, 256 KiB) split
-// over the threads: the residual stream is 512 KiB per sum at T=512 on the
-// default model's shape.
+// parallelCopy is the smallest copy (in elements, 256 KiB) split over the
+// threads: the residual stream is 512 KiB at T=512 on the default model's
+// shape.
 const parallelCopy = 1 << 16
 
 func (s *stream) Edit(t backend.Tensor, e backend.Edit) {
@@ -615,7 +624,7 @@ func (s *stream) Rank(dst, src backend.Tensor, rows, n, col int) {
 		s.fail(fmt.Errorf("cpu: rank of column %d in %d rows of %d (%d and %d elements)", col, rows, n, len(d), len(x)))
 		return
 	}
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, n, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row, c := x[r*n:(r+1)*n], 0
 			for _, v := range row {
@@ -634,7 +643,7 @@ func (s *stream) RowNorms(dst, src backend.Tensor, off, rows, n int) {
 		s.fail(fmt.Errorf("cpu: norms of %d rows of %d at %d (%d and %d elements)", rows, n, off, len(d), len(x)))
 		return
 	}
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, n, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			sum := 0.0
 			for _, v := range x[off+r*n : off+(r+1)*n] {
@@ -674,7 +683,7 @@ func blockDot(w, x []float32, n int) [8]float32 {
 
 func (s *stream) Route(ids, weights, logits backend.Tensor, rows, experts, k int) {
 	id, w, x := data(ids), data(weights), data(logits)
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, experts*k, func(lo, hi int) {
 		p := make([]float64, experts)
 		for r := lo; r < hi; r++ {
 			row := x[r*experts : (r+1)*experts]
@@ -749,7 +758,7 @@ func (s *stream) ScatterRows(dst, src backend.Tensor, rows []int32, cols int) {
 
 func (s *stream) WeightedSum(dst, src, weights backend.Tensor, rows, k, cols int) {
 	d, x, w := data(dst), data(src), data(weights)
-	s.parallel(rows, func(lo, hi int) {
+	s.parallel(rows, k*cols, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			out := d[r*cols : (r+1)*cols]
 			clear(out)
