@@ -110,6 +110,7 @@ func TestExploreLive(t *testing.T) {
 	if keep := os.Getenv("STRATA_NOTEBOOK_OUT"); keep != "" {
 		shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(keep, 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(keep, "explore-live.png"), shot, 0o644))
 	}
 
