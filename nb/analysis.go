@@ -84,8 +84,8 @@ func (m *Model) Token(token any) int32 {
 // tokenID is Token's id, or why there is none.
 func (m *Model) tokenID(token any) (int32, error) {
 	inVocab := func(id int) (int32, error) {
-		if id < 0 || id >= m.eng.Model.Vocab {
-			return 0, fmt.Errorf("token %d is outside the vocabulary of %d", id, m.eng.Model.Vocab)
+		if id < 0 || id >= m.engine().Model.Vocab {
+			return 0, fmt.Errorf("token %d is outside the vocabulary of %d", id, m.engine().Model.Vocab)
 		}
 		return int32(id), nil
 	}
@@ -136,7 +136,7 @@ func (m *Model) singleTokenAsTyped(text string) (int32, error) {
 	if len(asPrompt) == 1 {
 		return asPrompt[0], nil
 	}
-	within, err := m.eng.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+	within, err := m.engine().Model.Tok.Encode(text, tokenizer.Options{Continue: true})
 	if err != nil {
 		return 0, err
 	}
@@ -209,7 +209,7 @@ func displayHint(text string) string {
 func (m *Model) Unembed(token any) []float32 {
 	m.ready()
 	id := m.Token(token)
-	return m.decode("Unembed", m.eng.Model.Output, int(id), int(id)+1)
+	return m.decode("Unembed", m.engine().Model.Output, int(id), int(id)+1)
 }
 
 // LogitDirection is Unembed(good) - Unembed(bad): dotted with a stack, the
@@ -228,7 +228,7 @@ func (m *Model) LogitDirection(good, bad any) []float32 {
 // engine's, never a fault that kills the notebook's kernel (SIGBUS); a
 // Close meanwhile leaves the mapping to the end of the read.
 func (m *Model) decode(what string, w *model.Weight, lo, hi int) []float32 {
-	f := m.eng.Model.File
+	f := m.engine().Model.File
 	release, err := f.Hold()
 	if err != nil {
 		panic(fmt.Errorf("nb.%s: %w", what, err))
@@ -257,10 +257,10 @@ func (m *Model) decode(what string, w *model.Weight, lo, hi int) []float32 {
 // captured hook_z and the layer's W_O, computed on the host.
 func (m *Model) HeadResults(tr *trace.Trace, layer int) *trace.Tensor {
 	m.owns("HeadResults", tr)
-	if layer < 0 || layer >= m.eng.Model.Layers {
-		panic(fmt.Errorf("nb.HeadResults: layer %d: the model has %d", layer, m.eng.Model.Layers))
+	if layer < 0 || layer >= m.engine().Model.Layers {
+		panic(fmt.Errorf("nb.HeadResults: layer %d: the model has %d", layer, m.engine().Model.Layers))
 	}
-	o := m.eng.Model.Blocks[layer].O
+	o := m.engine().Model.Blocks[layer].O
 	return Must(tr.HeadResults(layer, m.decode("HeadResults", o, 0, o.Rows)))
 }
 
@@ -278,12 +278,12 @@ func CaptureDLA() PrefillOnly {
 // ApplyFinalLayerNorm (which centres each component) for a LayerNorm.
 func (m *Model) FinalNorm(tr *trace.Trace, s *trace.Stack) *trace.Stack {
 	m.owns("FinalNorm", tr)
-	final, err := tr.Resid(m.eng.Model.Layers)
+	final, err := tr.Resid(m.engine().Model.Layers)
 	final = needsDLA("FinalNorm", final, err)
-	if m.eng.Model.Norm == model.NormLayer {
-		return Must(s.ApplyFinalLayerNorm(final, m.eng.Model.OutNorm, m.eng.Model.NormEps))
+	if m.engine().Model.Norm == model.NormLayer {
+		return Must(s.ApplyFinalLayerNorm(final, m.engine().Model.OutNorm, m.engine().Model.NormEps))
 	}
-	return Must(s.ApplyFinalNorm(final, m.eng.Model.OutNorm, m.eng.Model.NormEps))
+	return Must(s.ApplyFinalNorm(final, m.engine().Model.OutNorm, m.engine().Model.NormEps))
 }
 
 // needsDLA is Must for the residual stacks, whose missing-capture error
@@ -324,9 +324,9 @@ func (m *Model) DecomposeResid(tr *trace.Trace, applyLN bool) *trace.Stack {
 // every head's output, labelled "L0H0", ...
 func (m *Model) StackHeadResults(tr *trace.Trace, applyLN bool) *trace.Stack {
 	m.owns("StackHeadResults", tr)
-	wO := make([][]float32, m.eng.Model.Layers)
+	wO := make([][]float32, m.engine().Model.Layers)
 	for l := range wO {
-		o := m.eng.Model.Blocks[l].O
+		o := m.engine().Model.Blocks[l].O
 		wO[l] = m.decode("StackHeadResults", o, 0, o.Rows)
 	}
 	s, err := tr.StackHeadResults(wO)
@@ -367,8 +367,8 @@ func (m *Model) DLA(tr *trace.Trace, dir []float32, pos int) []Contribution {
 func (m *Model) HeadDLA(tr *trace.Trace, dir []float32, pos int) trace.Scores {
 	m.owns("HeadDLA", tr)
 	v := Must(m.StackHeadResults(tr, true).Dot(dir, pos))
-	h := m.eng.Model.Heads
-	out := make(trace.Scores, m.eng.Model.Layers)
+	h := m.engine().Model.Heads
+	out := make(trace.Scores, m.engine().Model.Layers)
 	for l := range out {
 		out[l] = v[l*h : (l+1)*h]
 	}
@@ -393,7 +393,7 @@ func CaptureNeuronDLA() PrefillOnly {
 // refused. The trace needs CaptureNeuronDLA().
 func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores {
 	m.owns("NeuronDLA", tr)
-	c := &m.eng.Model.Config
+	c := &m.engine().Model.Config
 	switch {
 	case c.MoE():
 		panic(errors.New("nb.NeuronDLA: the model's MLPs are mixtures of experts: each token's neurons are its experts', with no one W_out to attribute through"))
@@ -423,7 +423,7 @@ func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores 
 	}
 	for i, xi := range x {
 		ss += (float64(xi) - mean) * (float64(xi) - mean)
-		v[i] = float64(m.eng.Model.OutNorm[i]) * float64(dir[i])
+		v[i] = float64(m.engine().Model.OutNorm[i]) * float64(dir[i])
 	}
 	if c.Norm == model.NormLayer { // centring x is centring v, its dual
 		floats.AddConst(-floats.Sum(v)/float64(c.DModel), v)
@@ -432,7 +432,7 @@ func (m *Model) NeuronDLA(tr *trace.Trace, dir []float32, pos int) NeuronScores 
 	out := make(NeuronScores, c.Layers)
 	for l := range out {
 		post := needsNeuronDLA(tr.Rows(trace.LayerPoint(l, "mlp.hook_post"), pos, pos+1))
-		down := m.eng.Model.Blocks[l].Down // [d_model rows, ffn columns]
+		down := m.engine().Model.Blocks[l].Down // [d_model rows, ffn columns]
 		out[l] = make([]float64, down.Cols)
 		// W_out^T v, decoded a block of rows at a time: a large model's
 		// whole W_out is half a gigabyte of float32s a layer.
@@ -502,7 +502,7 @@ func neuronList(h trace.HeadList) NeuronList {
 // layer's resid_post (Capture("blocks.*.hook_resid_post")).
 func (m *Model) TokenLens(tr *trace.Trace, token any) *trace.TokenLens {
 	m.owns("TokenLens", tr)
-	return Must(m.eng.TokenLens(tr, m.Token(token)))
+	return Must(m.engine().TokenLens(tr, m.Token(token)))
 }
 
 // LensTop is the logit lens at one position with the k tokens each layer
@@ -517,7 +517,7 @@ func (m *Model) LensTop(tr *trace.Trace, pos, k int) LensRanking {
 	if k < 1 {
 		panic(fmt.Errorf("nb.LensTop: k is %d; want at least 1", k))
 	}
-	rows, err := m.eng.LensLogits(tr, pos)
+	rows, err := m.engine().LensLogits(tr, pos)
 	if err != nil {
 		panic(fmt.Errorf("nb.LensTop: %w", err))
 	}

@@ -59,12 +59,12 @@ func (m *Model) prefillBatch(s *settings, ids [][]int32) ([]*trace.Trace, error)
 		lens[i] = len(p)
 	}
 	var limit int64
-	if backends.OnHost(m.eng) {
+	if backends.OnHost(m.engine()) {
 		if avail, err := hostAvailable(); err == nil {
 			limit = max(avail, 1)
 		}
 	}
-	ends, err := engine.MicroBatches(&m.eng.Model.Config, lens, s.o, limit)
+	ends, err := engine.MicroBatches(&m.engine().Model.Config, lens, s.o, limit)
 	switch {
 	case err != nil && limit > 0 && !errors.Is(err, engine.ErrOverBudget):
 		return nil, fmt.Errorf("nb.PrefillBatch: %w (the host memory left)", err)

@@ -65,7 +65,7 @@ func (m *Model) PatchHeadsBatch(clean, corrupt any, metrics []func(*trace.Trace)
 	}
 	src := m.PrefillBatch(cs, append(opts[:len(opts):len(opts)], Capture("blocks.*.attn.hook_z"))...)
 	defer closeAll(src)
-	c := &m.eng.Model.Config
+	c := &m.engine().Model.Config
 	p := &Patching{Prompts: make([]*Patching, len(cs))}
 	for i := range cs {
 		p.Prompts[i] = &Patching{Patched: make(trace.Scores, c.Layers)}
@@ -204,7 +204,7 @@ func (m *Model) HeadMeans(corpus any, opts ...PrefillOption) HeadMeans {
 	m.ready()
 	trs := m.PrefillBatch(corpus, append(opts[:len(opts):len(opts)], Capture("blocks.*.attn.hook_z"))...)
 	defer closeAll(trs)
-	c := &m.eng.Model.Config
+	c := &m.engine().Model.Config
 	out := make(HeadMeans, c.Layers)
 	for l := range out {
 		sum := make([]float64, c.Heads*c.HeadDim)

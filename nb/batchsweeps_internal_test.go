@@ -71,7 +71,7 @@ func TestHeadMeansOverACorpus(t *testing.T) {
 	defer m.Close()
 	corpus := []string{"func main() {\n\tfmt.Println(", "x := 1", "if err != nil {\n\treturn err\n}"}
 	hm := m.HeadMeans(corpus)
-	c := &m.eng.Model.Config
+	c := &m.engine().Model.Config
 	require.Len(t, hm, c.Layers)
 	const layer, head = 2, 5
 	point := trace.LayerPoint(layer, trace.AttnZ)

@@ -29,21 +29,21 @@ type HeadWeights struct {
 // HeadWeights returns head's matrices in layer (see the type).
 func (m *Model) HeadWeights(layer, head int) HeadWeights {
 	m.ready()
-	c := &m.eng.Model.Config
+	c := &m.engine().Model.Config
 	if layer < 0 || layer >= c.Layers {
 		panic(fmt.Errorf("nb.HeadWeights: layer %d: the model has %d layers (0-%d)", layer, c.Layers, c.Layers-1))
 	}
 	if head < 0 || head >= c.Heads {
 		panic(fmt.Errorf("nb.HeadWeights: head %d: the model has %d heads (0-%d)", head, c.Heads, c.Heads-1))
 	}
-	o := m.eng.Model.Blocks[layer].O
+	o := m.engine().Model.Blocks[layer].O
 	return m.headWeights(layer, head, m.decode("HeadWeights", o, 0, o.Rows))
 }
 
 // headWeights is HeadWeights with the layer's W_O decoded, [d_model][heads*d_head].
 func (m *Model) headWeights(layer, head int, o []float32) HeadWeights {
-	c := &m.eng.Model.Config
-	b := &m.eng.Model.Blocks[layer]
+	c := &m.engine().Model.Config
+	b := &m.engine().Model.Blocks[layer]
 	var qGain, kGain []float32
 	if c.QKNorm {
 		qGain, kGain = b.QNorm, b.KNorm
@@ -55,15 +55,15 @@ func (m *Model) headWeights(layer, head int, o []float32) HeadWeights {
 
 // ov is a head's W_V and W_O: all that composing with its output needs.
 func (m *Model) ov(layer, head int, o []float32) (v, wO *mat.Dense) {
-	c := &m.eng.Model.Config
-	return m.reading(layer, m.eng.Model.Blocks[layer].V, head/(c.Heads/c.KVHeads), nil), m.headOut(layer, head, o)
+	c := &m.engine().Model.Config
+	return m.reading(layer, m.engine().Model.Blocks[layer].V, head/(c.Heads/c.KVHeads), nil), m.headOut(layer, head, o)
 }
 
 // headOut is a head's W_O, [d_head, d_model], from its layer's decoded
 // output projection o, [d_model][heads*d_head].
 func (m *Model) headOut(layer, head int, o []float32) *mat.Dense {
-	c := &m.eng.Model.Config
-	hd, cols := c.HeadDim, m.eng.Model.Blocks[layer].O.Cols
+	c := &m.engine().Model.Config
+	hd, cols := c.HeadDim, m.engine().Model.Blocks[layer].O.Cols
 	wO := mat.NewDense(hd, c.DModel, nil)
 	for i := range hd {
 		for j := range c.DModel {
@@ -77,8 +77,8 @@ func (m *Model) headOut(layer, head int, o []float32) *mat.Dense {
 // stream, as [d_model, d_head] with the layer's norm folded in (see
 // HeadWeights) and its columns scaled by outGain when given.
 func (m *Model) reading(layer int, w *model.Weight, h int, outGain []float32) *mat.Dense {
-	c := &m.eng.Model.Config
-	gain, hd := m.eng.Model.Blocks[layer].AttnNorm, c.HeadDim
+	c := &m.engine().Model.Config
+	gain, hd := m.engine().Model.Blocks[layer].AttnNorm, c.HeadDim
 	rows := m.decode("HeadWeights", w, h*hd, (h+1)*hd) // [d_head][d_model]
 	x := mat.NewDense(c.DModel, hd, nil)
 	for i := range hd {
@@ -153,8 +153,8 @@ func (m *Model) CompositionScores(layer, head int, kind Composition) trace.Score
 	normW := math.Sqrt(traceOfProduct(gramA, gramB))
 	out := make(trace.Scores, layer)
 	for l := range out {
-		out[l] = make([]float64, m.eng.Model.Heads)
-		o := m.eng.Model.Blocks[l].O
+		out[l] = make([]float64, m.engine().Model.Heads)
+		o := m.engine().Model.Blocks[l].O
 		wO := m.decode("CompositionScores", o, 0, o.Rows)
 		for h := range out[l] {
 			srcV, srcO := m.ov(l, h, wO)
@@ -217,12 +217,12 @@ func traceOfProduct(a, b mat.Matrix) float64 {
 // cores and 340 MB.
 func (m *Model) CopyingScores() trace.Scores {
 	m.ready()
-	c := &m.eng.Model.Config
+	c := &m.engine().Model.Config
 	ue := m.unembedEmbed()
 	out := make(trace.Scores, c.Layers)
 	for l := range out {
 		out[l] = make([]float64, c.Heads)
-		o := m.eng.Model.Blocks[l].O
+		o := m.engine().Model.Blocks[l].O
 		wO := m.decode("CopyingScores", o, 0, o.Rows)
 		ueV := make([]*mat.Dense, c.KVHeads) // W_U W_E W_V of each key/value head
 		for h := range out[l] {
@@ -255,7 +255,7 @@ func (m *Model) CopyingScores() trace.Scores {
 // over the vocabulary a block of tokens at a time, so that neither is
 // decoded whole.
 func (m *Model) unembedEmbed() *mat.Dense {
-	c := &m.eng.Model.Config
+	c := &m.engine().Model.Config
 	d, scale := c.DModel, float64(c.EmbedScale)
 	if scale == 0 {
 		scale = 1
@@ -265,10 +265,10 @@ func (m *Model) unembedEmbed() *mat.Dense {
 	const block = 1024
 	for lo := 0; lo < c.Vocab; lo += block {
 		hi := min(lo+block, c.Vocab)
-		e := m.decode("CopyingScores", m.eng.Model.Embed, lo, hi)
+		e := m.decode("CopyingScores", m.engine().Model.Embed, lo, hi)
 		u := e
-		if m.eng.Model.Output != m.eng.Model.Embed {
-			u = m.decode("CopyingScores", m.eng.Model.Output, lo, hi)
+		if m.engine().Model.Output != m.engine().Model.Embed {
+			u = m.decode("CopyingScores", m.engine().Model.Output, lo, hi)
 		}
 		// W_E a token a row, W_U a token a column: gonum multiplied a
 		// transposed operand 4.8x slower (2.7 against 12.7 GFLOP/s here).
@@ -277,7 +277,7 @@ func (m *Model) unembedEmbed() *mat.Dense {
 		for t := range hi - lo {
 			for i := range d {
 				we.Set(t, i, scale*float64(e[t*d+i]))
-				row[i] = float64(u[t*d+i]) * float64(m.eng.Model.OutNorm[i])
+				row[i] = float64(u[t*d+i]) * float64(m.engine().Model.OutNorm[i])
 			}
 			if c.Norm == model.NormLayer {
 				// As in reading: the norm's output has mean 0 over d_model.

@@ -28,8 +28,16 @@ func TestClosesUnderUse(t *testing.T) {
 	want := other.Prefill("abc").Predicted
 
 	m := nb.Open(path, nb.Backend("cpu"))
-	done := make(chan error, 3)
+	done := make(chan error, 4)
 	calls := []func() error{
+		// Weights read on the host, without the call lock: under -race, a
+		// read of the closing Model's engine raced Close's write.
+		func() (err error) {
+			defer func() { err, _ = recover().(error) }()
+			m.Unembed(5)
+			m.WE(5, 6)
+			return nil
+		},
 		func() error { _, err := m.TryPrefill("abc"); return err },
 		func() error { _, err := m.TryGenerate("abc", 2); return err },
 		func() error {

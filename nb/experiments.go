@@ -20,16 +20,16 @@ import (
 func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	m.ready()
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
-	tok := m.eng.Model.Tok
+	tok := m.engine().Model.Tok
 	var ids []int32
 	if bos := m.Tokens(""); len(bos) > 0 {
 		ids = append(ids, bos...)
 	}
-	if n < 0 || n > (m.eng.Model.Context-len(ids))/2 {
-		panic(fmt.Errorf("nb.RepeatedRandom: n = %d: twice n tokens must fit the model's context of %d (n is 0..%d)", n, m.eng.Model.Context, (m.eng.Model.Context-len(ids))/2))
+	if n < 0 || n > (m.engine().Model.Context-len(ids))/2 {
+		panic(fmt.Errorf("nb.RepeatedRandom: n = %d: twice n tokens must fit the model's context of %d (n is 0..%d)", n, m.engine().Model.Context, (m.engine().Model.Context-len(ids))/2))
 	}
 	drawable := false // else the draws below would never end
-	for id := range int32(m.eng.Model.Vocab) {
+	for id := range int32(m.engine().Model.Vocab) {
 		if drawable = tok.IsOrdinary(id); drawable {
 			break
 		}
@@ -39,7 +39,7 @@ func (m *Model) RepeatedRandom(n int, seed uint64) []int32 {
 	}
 	var half []int32
 	for len(half) < n {
-		id := int32(r.IntN(m.eng.Model.Vocab))
+		id := int32(r.IntN(m.engine().Model.Vocab))
 		if tok.IsOrdinary(id) {
 			half = append(half, id)
 		}
@@ -133,7 +133,7 @@ func (m *Model) patchPositions(name string, clean, corrupt any, metric func(*tra
 	}
 	corruptIDs, src, p := m.baselines(name, clean, corrupt, metric, "blocks.*."+point, opts)
 	defer src.Close()
-	p.Patched = make(trace.Scores, m.eng.Model.Layers)
+	p.Patched = make(trace.Scores, m.engine().Model.Layers)
 	for l := range p.Patched {
 		p.Patched[l] = make([]float64, len(corruptIDs))
 		for pos := range corruptIDs {
@@ -198,7 +198,7 @@ func (m *Model) TopTokens(tr *trace.Trace, pos, k int) []RankedToken {
 	if p < 0 || p >= len(tr.Tokens) || row < 0 {
 		panic(fmt.Errorf("nb.TopTokens: position %d has no logits: the trace has %d positions (-1 is the last) and logits for the last %d (prefill with nb.AllLogits() for every one)", pos, len(tr.Tokens), shape[0]))
 	}
-	all, err := tr.TopLogits(row, m.eng.Model.Vocab) // the softmax reads them all
+	all, err := tr.TopLogits(row, m.engine().Model.Vocab) // the softmax reads them all
 	if err != nil {
 		panic(fmt.Errorf("nb.TopTokens: %w", err))
 	}
@@ -232,7 +232,7 @@ func (m *Model) TestPrompt(prompt, answer any, k int, opts ...PrefillOption) Pro
 	var ans []int32
 	var err error
 	if text, ok := answer.(string); ok {
-		ans, err = m.eng.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+		ans, err = m.engine().Model.Tok.Encode(text, tokenizer.Options{Continue: true})
 	} else {
 		ans, err = m.tokens(answer)
 	}

@@ -35,7 +35,7 @@ func TestCallsThatDoNotFitTheHostAreRefused(t *testing.T) {
 	}()
 
 	// What fits runs: the session's cache is held already and not counted again.
-	est := engine.EstimateMemory(&m.eng.Model.Config, len(m.Tokens("func main() {")), 0, m.sess.Capacity(), engine.Options{Logits: engine.LogitsLast})
+	est := engine.EstimateMemory(&m.engine().Model.Config, len(m.Tokens("func main() {")), 0, m.sess.Capacity(), engine.Options{Logits: engine.LogitsLast})
 	hostAvailable = func() (int64, error) { return est.Total() - est.Cache + 1<<20, nil }
 	require.Equal(t, want, m.Prefill("func main() {").Predicted)
 	hostAvailable = func() (int64, error) { return 0, errors.New("no /proc here") }
@@ -56,8 +56,8 @@ func TestBatchOverTheHostRunsInMicroBatches(t *testing.T) {
 		lens[i] = len(want[i].Tokens)
 	}
 	o := m.prefillSettings(opts).o
-	limit := engine.EstimateBatch(&m.eng.Model.Config, lens[:2], o).Total()
-	ends, err := engine.MicroBatches(&m.eng.Model.Config, lens, o, limit)
+	limit := engine.EstimateBatch(&m.engine().Model.Config, lens[:2], o).Total()
+	ends, err := engine.MicroBatches(&m.engine().Model.Config, lens, o, limit)
 	require.NoError(t, err)
 	require.Greater(t, len(ends), 1, "the limit splits the batch")
 	defer func(f func() (int64, error)) { hostAvailable = f }(hostAvailable)

@@ -105,7 +105,7 @@ import (
 // model's previous call", whichever goroutine made it: give each goroutine
 // its own Model (or engine.Session) for concurrent conversations.
 type Model struct {
-	eng *engine.Engine // nil once closed
+	eng atomic.Pointer[engine.Engine] // nil once closed
 	// Note says which backend runs the model and why.
 	Note string
 
@@ -159,12 +159,24 @@ func (m *Model) ready() {
 	}
 }
 
+// engine is the model's engine; it panics (nb's error) once the model is
+// closed. Calls that read weights on the host take it without the lock, so
+// Close only swaps the pointer: a call under way keeps the engine it took.
+func (m *Model) engine() *engine.Engine {
+	m.ready()
+	e := m.eng.Load()
+	if e == nil {
+		panic(errClosedModel)
+	}
+	return e
+}
+
 // usable is why the model cannot be used, or nil.
 func (m *Model) usable() error {
 	switch {
 	case m == nil:
 		return errNilModel
-	case m.eng == nil:
+	case m.eng.Load() == nil:
 		return errClosedModel
 	}
 	return nil
@@ -172,15 +184,12 @@ func (m *Model) usable() error {
 
 // Engine is the engine that runs the model, for what nb does not wrap
 // (sessions of one's own, the logit lens on a trace as an error).
-func (m *Model) Engine() *engine.Engine {
-	m.ready()
-	return m.eng
-}
+func (m *Model) Engine() *engine.Engine { return m.engine() }
 
 // Config is the model's configuration: layers, heads, d_model, vocabulary...
 func (m *Model) Config() model.Config {
 	m.ready()
-	return m.eng.Model.Config
+	return m.engine().Model.Config
 }
 
 // Close releases the model: its session's KV cache and, when no other open
@@ -189,8 +198,9 @@ func (m *Model) Config() model.Config {
 // is an error, and traces it made on a GPU can no longer be read; a prefill
 // or generation in progress ends first. A call reading weights on the host
 // (Unembed, WE, HeadWeights, CopyingScores, the DLA family) is not waited
-// for (it may run in a hook): each weight it has begun to read stays mapped
-// until read, but close the model only once such calls are done. Closing twice,
+// for (it may run in a hook): it keeps the engine it took, each weight it
+// has begun to read stays mapped until read, and one it would read after
+// the close is the closed model's error. Closing twice,
 // or a nil model, does nothing; a hook's Host function closing the model
 // that runs it is an error.
 func (m *Model) Close() error {
@@ -205,8 +215,8 @@ func (m *Model) Close() error {
 		m.sess.Close()
 		m.sess = nil
 	}
-	e, shared := m.eng, m.shared
-	m.eng = nil
+	e, shared := m.eng.Load(), m.shared
+	m.eng.Store(nil)
 	if shared != nil {
 		enginesMu.Lock()
 		defer enginesMu.Unlock()
@@ -236,7 +246,7 @@ func (m *Model) owns(call string, tr *trace.Trace) {
 	if tr == nil {
 		panic(fmt.Errorf("nb.%s of a nil trace", call))
 	}
-	if err := tr.Model.Matches(engine.TraceModel(&m.eng.Model.Config)); err != nil {
+	if err := tr.Model.Matches(engine.TraceModel(&m.engine().Model.Config)); err != nil {
 		panic(fmt.Errorf("nb.%s: %w", call, err))
 	}
 }
@@ -251,7 +261,7 @@ func (m *Model) lock() error {
 			return err
 		}
 	}
-	if m.eng == nil {
+	if m.eng.Load() == nil {
 		m.mu.Unlock()
 		return errClosedModel
 	}
@@ -412,7 +422,9 @@ func TryOpen(path string, opts ...OpenOption) (*Model, error) {
 		}
 	}
 	shared.refs++
-	return &Model{eng: shared.e, Note: shared.note, shared: shared}, nil
+	m := &Model{Note: shared.note, shared: shared}
+	m.eng.Store(shared.e)
+	return m, nil
 }
 
 // Option adjusts a prefill or a generation alike: Hooks, PromptHooks,
@@ -593,11 +605,11 @@ func (m *Model) Tokens(prompt any) []int32 {
 func (m *Model) ToString(ids []int32) string {
 	m.ready()
 	for i, id := range ids {
-		if id < 0 || int(id) >= m.eng.Model.Vocab {
-			panic(fmt.Errorf("nb.ToString: token %d at index %d is outside the vocabulary of %d", id, i, m.eng.Model.Vocab))
+		if id < 0 || int(id) >= m.engine().Model.Vocab {
+			panic(fmt.Errorf("nb.ToString: token %d at index %d is outside the vocabulary of %d", id, i, m.engine().Model.Vocab))
 		}
 	}
-	return Must(m.eng.Model.Tok.Decode(ids))
+	return Must(m.engine().Model.Tok.Decode(ids))
 }
 
 // Pieces are the display strings of ids (TransformerLens's
@@ -606,7 +618,7 @@ func (m *Model) Pieces(ids []int32) []string {
 	m.ready()
 	out := make([]string, len(ids))
 	for i, id := range ids {
-		out[i] = m.eng.Model.Tok.Piece(id)
+		out[i] = m.engine().Model.Tok.Piece(id)
 	}
 	return out
 }
@@ -628,7 +640,7 @@ func Repr(piece string) string {
 func (m *Model) tokens(prompt any) ([]int32, error) {
 	switch p := prompt.(type) {
 	case string:
-		return m.eng.Model.Tok.Encode(p, tokenizer.Options{})
+		return m.engine().Model.Tok.Encode(p, tokenizer.Options{})
 	case []int32:
 		return p, nil
 	case []int:
@@ -636,8 +648,8 @@ func (m *Model) tokens(prompt any) ([]int32, error) {
 		// into the vocabulary.
 		ids := make([]int32, len(p))
 		for i, v := range p {
-			if v < 0 || v >= m.eng.Model.Vocab {
-				return nil, fmt.Errorf("nb: token %d at index %d is outside the vocabulary of %d (ids are 0..%d)", v, i, m.eng.Model.Vocab, m.eng.Model.Vocab-1)
+			if v < 0 || v >= m.engine().Model.Vocab {
+				return nil, fmt.Errorf("nb: token %d at index %d is outside the vocabulary of %d (ids are 0..%d)", v, i, m.engine().Model.Vocab, m.engine().Model.Vocab-1)
 			}
 			ids[i] = int32(v)
 		}
@@ -656,7 +668,7 @@ func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
 	var ids []int32
 	var err error
 	if text, ok := prompt.(string); ok && cont && m.sess != nil && m.sess.Pos() > 0 {
-		ids, err = m.eng.Model.Tok.Encode(text, tokenizer.Options{Continue: true})
+		ids, err = m.engine().Model.Tok.Encode(text, tokenizer.Options{Continue: true})
 	} else {
 		ids, err = m.tokens(prompt)
 	}
@@ -674,12 +686,12 @@ func (m *Model) promptTokens(prompt any, cont bool) ([]int32, error) {
 // short prompt. On the CPU a call that would not fit the host's memory is
 // refused first.
 func (m *Model) session(cont bool, need, t int, o engine.Options) (*engine.Session, error) {
-	limit := m.eng.Model.Context
+	limit := m.engine().Model.Context
 	if err := m.hostFits(cont, need, t, o); err != nil {
 		return nil, err
 	}
 	if m.sess == nil {
-		s, err := m.eng.NewSession(min(limit, max(need, minCache)))
+		s, err := m.engine().NewSession(min(limit, max(need, minCache)))
 		if err != nil {
 			return nil, err
 		}
@@ -707,14 +719,14 @@ var hostAvailable = backends.HostAvailable
 // runtime dies with "fatal error: out of memory" (under ulimit -v, a long
 // prefill did) rather than fail. m.mu is held.
 func (m *Model) hostFits(cont bool, need, t int, o engine.Options) error {
-	if !backends.OnHost(m.eng) {
+	if !backends.OnHost(m.engine()) {
 		return nil
 	}
 	avail, err := hostAvailable()
 	if err != nil {
 		return nil // not known here: nothing to check against
 	}
-	c := &m.eng.Model.Config
+	c := &m.engine().Model.Config
 	pos, capacity := 0, min(c.Context, max(need, minCache))
 	if m.sess != nil {
 		if cont {
@@ -836,7 +848,7 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...GenerateOption) (Generate
 		m.pending = g.Tokens[len(g.Tokens)-1:] // chosen, not yet run: see promptTokens
 	}
 	out := Generated{Tokens: g.Tokens, Stop: g.Stop}
-	text, derr := m.eng.Model.Tok.Decode(g.Tokens)
+	text, derr := m.engine().Model.Tok.Decode(g.Tokens)
 	out.Text = text
 	if err == nil {
 		err = derr
@@ -852,7 +864,7 @@ func (m *Model) TryGenerate(prompt any, n int, opts ...GenerateOption) (Generate
 // row takes the scale of the final residual.
 func (m *Model) LogitLens(tr *trace.Trace) *trace.Trace {
 	m.owns("LogitLens", tr)
-	if err := m.eng.LogitLens(tr); err != nil {
+	if err := m.engine().LogitLens(tr); err != nil {
 		panic(fmt.Errorf("nb.LogitLens: %w", err))
 	}
 	return tr

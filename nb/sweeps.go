@@ -53,9 +53,9 @@ func (m *Model) ablateHeads(name string, prompt any, metric func(*trace.Trace) f
 	m.checkSweep(name, metric, opts)
 	base := m.score(metric, prompt, opts...)
 	plainFinite := !warnRun(name, "the plain run", base, "so is every cell, a difference from it")
-	out := make(trace.Scores, m.eng.Model.Layers)
+	out := make(trace.Scores, m.engine().Model.Layers)
 	for l := range out {
-		out[l] = make([]float64, m.eng.Model.Heads)
+		out[l] = make([]float64, m.engine().Model.Heads)
 		for h := range out[l] {
 			out[l][h] = m.score(metric, prompt, append(opts[:len(opts):len(opts)], Hooks(ablate(l, h)))...) - base
 		}
@@ -121,7 +121,7 @@ func (m *Model) checkSweep(name string, metric func(*trace.Trace) float64, opts 
 	if s.cont {
 		panic(fmt.Errorf("nb.%s: Continue() would append each of the sweep's runs to the one before; a sweep starts every run over, so leave it out", name))
 	}
-	if last := s.o.Capture.LastLayer; s.o.Capture.FirstLayer != 0 || last != -1 && last != m.eng.Model.Layers-1 {
+	if last := s.o.Capture.LastLayer; s.o.Capture.FirstLayer != 0 || last != -1 && last != m.engine().Model.Layers-1 {
 		panic(fmt.Errorf("nb.%s: Layers(%d, %d) narrows captures, and the sweep runs over every layer; leave it out", name, s.o.Capture.FirstLayer, s.o.Capture.LastLayer))
 	}
 }
@@ -202,9 +202,9 @@ func (m *Model) PatchHeads(clean, corrupt any, metric func(*trace.Trace) float64
 	m.checkSweep("PatchHeads", metric, opts)
 	ids, src, p := m.baselines("PatchHeads", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
 	defer src.Close()
-	p.Patched = make(trace.Scores, m.eng.Model.Layers)
+	p.Patched = make(trace.Scores, m.engine().Model.Layers)
 	for l := range p.Patched {
-		p.Patched[l] = make([]float64, m.eng.Model.Heads)
+		p.Patched[l] = make([]float64, m.engine().Model.Heads)
 		for h := range p.Patched[l] {
 			p.Patched[l][h] = m.score(metric, ids, append(opts[:len(opts):len(opts)], Hooks(engine.PatchHead(l, h, src)))...)
 		}
@@ -225,9 +225,9 @@ func (m *Model) PatchHeadPositions(clean, corrupt any, metric func(*trace.Trace)
 	m.checkSweep("PatchHeadPositions", metric, opts)
 	ids, src, p := m.baselines("PatchHeadPositions", clean, corrupt, metric, "blocks.*.attn.hook_z", opts)
 	defer src.Close()
-	heads := m.eng.Model.Heads
-	p.Patched = make(trace.Scores, m.eng.Model.Layers*heads)
-	for l := range m.eng.Model.Layers {
+	heads := m.engine().Model.Heads
+	p.Patched = make(trace.Scores, m.engine().Model.Layers*heads)
+	for l := range m.engine().Model.Layers {
 		for h := range heads {
 			row := make([]float64, len(ids))
 			for pos := range row {

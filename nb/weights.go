@@ -18,7 +18,7 @@ const maxWeightBytes = 1 << 30
 // hook_embed is W_E times the architecture's scale (Gemma's √d_model).
 func (m *Model) WE(tokens ...any) *mat.Dense {
 	m.ready()
-	return m.vocabMatrix("WE", m.eng.Model.Embed, tokens, false)
+	return m.vocabMatrix("WE", m.engine().Model.Embed, tokens, false)
 }
 
 // WU is TransformerLens's W_U: the unembedding, [d_model, tokens], a
@@ -27,13 +27,13 @@ func (m *Model) WE(tokens ...any) *mat.Dense {
 // fold it in). Column i is Unembed(tokens[i]).
 func (m *Model) WU(tokens ...any) *mat.Dense {
 	m.ready()
-	return m.vocabMatrix("WU", m.eng.Model.Output, tokens, true)
+	return m.vocabMatrix("WU", m.engine().Model.Output, tokens, true)
 }
 
 // vocabMatrix is w's rows for tokens (all without), as rows or, when
 // columns, as columns.
 func (m *Model) vocabMatrix(call string, w *model.Weight, tokens []any, columns bool) *mat.Dense {
-	d := m.eng.Model.DModel
+	d := m.engine().Model.DModel
 	ids := make([]int, len(tokens))
 	for i, t := range tokens {
 		id, err := m.tokenID(t)
@@ -72,11 +72,11 @@ func (m *Model) vocabMatrix(call string, w *model.Weight, tokens []any, columns 
 // residual stream per unit of its hook_z, [d_head, d_model].
 func (m *Model) WO(layer, head int) *mat.Dense {
 	m.ready()
-	c := &m.eng.Model.Config
+	c := &m.engine().Model.Config
 	if layer < 0 || layer >= c.Layers || head < 0 || head >= c.Heads {
 		panic(fmt.Errorf("nb.WO: layer %d head %d: the model has %d layers of %d heads", layer, head, c.Layers, c.Heads))
 	}
-	o := m.eng.Model.Blocks[layer].O
+	o := m.engine().Model.Blocks[layer].O
 	return m.headOut(layer, head, m.decode("WO", o, 0, o.Rows))
 }
 
