@@ -71,8 +71,8 @@ func (e *Engine) PrefillBatch(ctx context.Context, prompts [][]int32, o Options)
 // Logits selects rows of each prompt (LogitsLast: each prompt's last row),
 // and each hook is called once per prompt, with that prompt's rows and
 // shape, as in a prefill of that prompt alone, so a hook written for one
-// prompt works in a batch (one that needs to tell the prompts apart, to
-// patch each from its own source, say, is for a later release).
+// prompt works in a batch (PerPrompt gives each prompt its own hooks, to
+// patch each from its own source, say).
 //
 // Attention scores and patterns, captured or hooked, are each prompt's
 // own [heads, T_i, T_i], as alone (a batch packs them one after another,

@@ -30,6 +30,9 @@ func Padded(trs []*Trace, name string) (x *Tensor, rows []int, err error) {
 			_, err := tr.Get(name) // says what was captured
 			return nil, nil, fmt.Errorf("trace: Padded: trace %d: %w", i, err)
 		}
+		if err := paddable(tr, name, shape); err != nil {
+			return nil, nil, fmt.Errorf("trace: Padded: trace %d: %w", i, err)
+		}
 		// Rows copies: the traces' own memory is not handed out.
 		if parts[i], err = tr.Rows(name, 0, shape[0]); err != nil {
 			return nil, nil, err
@@ -52,6 +55,23 @@ func Padded(trs []*Trace, name string) (x *Tensor, rows []int, err error) {
 		copy(x.Data[i*longest*row:], p.Data)
 	}
 	return x, rows, nil
+}
+
+// paddable refuses a capture whose rows are not its trace's positions from
+// 0, where that trace says its tokens: rows stacked from position 0 would
+// be misplaced.
+func paddable(tr *Trace, name string, shape []int) error {
+	if tr.Pos0 != 0 {
+		return fmt.Errorf("it continues a prompt from position %d: Padded stacks prompts prefilled from position 0", tr.Pos0)
+	}
+	rows := shape[0]
+	if IsAttentionMap(name) && len(shape) == 3 {
+		rows = shape[1]
+	}
+	if n := len(tr.Tokens); n > 0 && rows != n {
+		return fmt.Errorf("%s has %d rows for %d tokens: not a row a position (logits of the last position only? prefill with every position's: engine.LogitsAll, nb.AllLogits)", name, rows, n)
+	}
+	return nil
 }
 
 // paddedMaps is Padded for attention maps.

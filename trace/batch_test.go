@@ -56,3 +56,23 @@ func TestPaddedStacksAttentionMaps(t *testing.T) {
 	_, _, err = trace.Padded([]*trace.Trace{a, b}, pattern)
 	require.EqualError(t, err, "trace: Padded: trace 1's blocks.1.attn.hook_pattern is [3 1 1], trace 0's [2 1 1]: maps must be [heads, queries, keys] with the same heads")
 }
+
+// Rows that are not a trace's positions from 0 are refused, not misplaced:
+// a continued prompt, and logits of the last position only.
+func TestPaddedRefusesRowsThatAreNotPositions(t *testing.T) {
+	a, b := trace.New(), trace.New()
+	a.Tokens, b.Tokens = []int32{1, 2, 3}, []int32{4, 5}
+	a.Put("logits", &trace.Tensor{Shape: []int{3, 2}, Data: make([]float32, 6)})
+	b.Put("logits", &trace.Tensor{Shape: []int{1, 2}, Data: make([]float32, 2)})
+	_, _, err := trace.Padded([]*trace.Trace{a, b}, "logits")
+	require.EqualError(t, err, "trace: Padded: trace 1: logits has 1 rows for 2 tokens: not a row a position (logits of the last position only? prefill with every position's: engine.LogitsAll, nb.AllLogits)")
+
+	b.Put("logits", &trace.Tensor{Shape: []int{2, 2}, Data: make([]float32, 4)})
+	_, rows, err := trace.Padded([]*trace.Trace{a, b}, "logits")
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 2}, rows)
+
+	b.Pos0 = 5
+	_, _, err = trace.Padded([]*trace.Trace{a, b}, "logits")
+	require.EqualError(t, err, "trace: Padded: trace 1: it continues a prompt from position 5: Padded stacks prompts prefilled from position 0")
+}

@@ -44,7 +44,7 @@ func readPrompts(path string) ([]string, error) {
 			Prompt *string `json:"prompt"`
 		}
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			return nil, fmt.Errorf("--prompts %s: line %d: %w", path, n, err)
+			return nil, fmt.Errorf(`--prompts %s: line %d is not a JSON object {"prompt": "..."}: %v`, path, n, err)
 		}
 		if rec.Prompt == nil || *rec.Prompt == "" {
 			return nil, fmt.Errorf(`--prompts %s: line %d has no "prompt" text`, path, n)

@@ -63,7 +63,8 @@ func TestTracePromptsRefusesBadFiles(t *testing.T) {
 		return err
 	}
 	require.EqualError(t, run("--prompts", write("bad.jsonl", `{"prompt": "a"}`+"\n"+`{"text": "b"}`+"\n")), `--prompts `+dir+`/bad.jsonl: line 2 has no "prompt" text`)
-	require.ErrorContains(t, run("--prompts", write("broken.jsonl", "{\n")), "broken.jsonl: line 1: ")
+	require.ErrorContains(t, run("--prompts", write("broken.jsonl", "{\n")), `broken.jsonl: line 1 is not a JSON object {"prompt": "..."}: `)
+	require.ErrorContains(t, run("--prompts", write("array.jsonl", `["a"]`+"\n")), `array.jsonl: line 1 is not a JSON object {"prompt": "..."}: `)
 	require.EqualError(t, run("--prompts", write("empty.txt", "\n\n")), "--prompts "+dir+"/empty.txt: no prompts in the file")
 	require.ErrorContains(t, run("--prompts", filepath.Join(dir, "missing.txt")), "missing.txt: no such file")
 	require.EqualError(t, run("--prompts", write("p.txt", "a\n"), "--prompt", "b"), "trace takes --prompts or one prompt (--prompt or --tokens), not both")

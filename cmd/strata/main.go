@@ -685,7 +685,7 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 	path := fs.String("model", "", "model file (default: the default model)")
 	prompt := fs.String("prompt", "", "prompt text (default: a Go function, for the default model)")
 	tokenList := fs.String("tokens", "", "comma-separated token ids instead of a prompt")
-	promptFile := fs.String("prompts", "", "a file of prompts instead of one: text, a prompt a line, or JSONL ({\"prompt\": ...} a line) if it ends in .jsonl; prompt N's trace goes to OUT/N")
+	promptFile := fs.String("prompts", "", "a file of prompts instead of one: text, a prompt a line, or JSONL ({\"prompt\": ...} a line) if it ends in .jsonl; blank lines are skipped; prompt N's trace (from 0, in file order) goes to OUT/N, zero-padded to one width (OUT/00 with 10 or more)")
 	batch := fs.Int("batch", 16, "with --prompts, the prompts run in one prefill")
 	capture := fs.String("capture", "*", "comma-separated capture globs, e.g. 'blocks.*.attn.hook_pattern,blocks.*.hook_resid_post'")
 	layers := fs.String("layers", "", "layer range FIRST:LAST for per-layer points (default all)")
