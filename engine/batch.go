@@ -195,7 +195,7 @@ func MicroBatches(c *model.Config, lens []int, o Options, limit int64) ([]int, e
 		if !fits(lens[start : start+1]) {
 			est := EstimateBatch(c, lens[start:start+1], o)
 			if est.Capture > budget {
-				return nil, fmt.Errorf("engine: prompt %d of the batch (%d tokens) alone captures %s, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget): %w",
+				return nil, fmt.Errorf("engine: prompt %d of the batch (%d tokens) alone captures %s, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget; nb.Budget in a notebook): %w",
 					start, lens[start], human.Bytes(est.Capture), human.Bytes(budget), ErrOverBudget)
 			}
 			return nil, fmt.Errorf("engine: prompt %d of the batch (%d tokens) alone needs %s (scratch %s, capture %s, KV cache %s), over the limit of %s",

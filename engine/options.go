@@ -119,7 +119,7 @@ func (s *Session) checkPacked(lens []int, o Options) (*layout, error) {
 		budget = DefaultBudget
 	}
 	if need := 4 * int64(l.captureElements); need > budget {
-		return nil, fmt.Errorf("engine: capture needs %s for %d points at T=%d, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget): %w",
+		return nil, fmt.Errorf("engine: capture needs %s for %d points at T=%d, over the budget of %s (narrow the capture globs or layers, or raise Options.Budget; nb.Budget in a notebook): %w",
 			human.Bytes(need), len(l.order), l.t, human.Bytes(budget), ErrOverBudget)
 	}
 	return l, nil
