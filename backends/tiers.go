@@ -124,9 +124,16 @@ func Plan(m *model.Model, name, placement string, q engine.PlanRequest) (kind st
 	if err != nil {
 		return "", engine.Plan{}, nil, err
 	}
+	// A Vulkan tier holds the weights as Upload repacks them.
+	sized := func(q engine.PlanRequest) engine.PlanRequest {
+		if kind == "vulkan" && q.WeightBytes == nil {
+			q.WeightBytes = vulkan.WeightBytes
+		}
+		return q
+	}
 	switch placement {
 	case "auto":
-		plan, err = engine.PlanPlacement(m, devs, q)
+		plan, err = engine.PlanPlacement(m, devs, sized(q))
 		return kind, plan, devs, err
 	case "":
 		d := 0
@@ -151,7 +158,7 @@ func Plan(m *model.Model, name, placement string, q engine.PlanRequest) (kind st
 			return "", engine.Plan{}, nil, fmt.Errorf("tier %d is on device %d, but the %s backend has %s", t, d, kind, deviceList(devs))
 		}
 	}
-	if plan, err = engine.NewPlan(m, p, on, q); err != nil {
+	if plan, err = engine.NewPlan(m, p, on, sized(q)); err != nil {
 		return "", engine.Plan{}, nil, err
 	}
 	return kind, plan, devs, plan.Check(devs)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stratalab/strata/backend/vulkan"
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/model/synth"
@@ -39,4 +40,27 @@ func TestEngineOverTiers(t *testing.T) {
 
 	_, _, err = Engine(m, "tpu", "auto", q)
 	require.ErrorContains(t, err, `unknown backend "tpu"`)
+}
+
+// A plan for Vulkan devices counts the weights as Vulkan holds them (Q4_K
+// as 4-bit codes, 4/3 of its file size); one for the CPU as the file maps
+// them.
+func TestPlanCountsTheBackendsWeights(t *testing.T) {
+	m, err := synth.Random(synth.Shapes["tiny-qwen3"], gguf.Q4_K, 1)
+	require.NoError(t, err)
+	q := engine.PlanRequest{Capacity: 16, Tokens: 16}
+	file := engine.Needs(m, engine.OneTier(m.Layers), q)[0].Weights
+	q.WeightBytes = vulkan.WeightBytes
+	onVulkan := engine.Needs(m, engine.OneTier(m.Layers), q)[0].Weights
+	require.Greater(t, onVulkan, file, "Q4_K's codes are larger than its blocks")
+
+	_, plan, _, err := Plan(m, "cpu", "", engine.PlanRequest{Capacity: 16, Tokens: 16})
+	require.NoError(t, err)
+	require.Equal(t, file, plan.Needs[0].Weights)
+	kind, plan, _, err := Plan(m, "vulkan", "", engine.PlanRequest{Capacity: 16, Tokens: 16})
+	if err != nil {
+		t.Skipf("no Vulkan device: %v", err)
+	}
+	require.Equal(t, "vulkan", kind)
+	require.Equal(t, onVulkan, plan.Needs[0].Weights)
 }

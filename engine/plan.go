@@ -91,6 +91,21 @@ type PlanRequest struct {
 	// attention scores and patterns are its own [heads, T_i, T_i].
 	Lens    []int
 	Options Options
+	// WeightBytes is a weight's size where the tiers hold it (a GPU
+	// backend may repack a format larger); nil: its size in the file, as
+	// the CPU maps it.
+	WeightBytes func(*model.Weight) int64
+}
+
+// weightBytes is w's size as q counts it.
+func (q PlanRequest) weightBytes(w *model.Weight) int64 {
+	switch {
+	case w == nil:
+		return 0
+	case q.WeightBytes != nil:
+		return q.WeightBytes(w)
+	}
+	return int64(len(w.Data))
 }
 
 // TierNeed is the memory one tier needs, in bytes.
@@ -114,17 +129,17 @@ func Needs(m *model.Model, p Placement, q PlanRequest) []TierNeed {
 	}
 	c := &m.Config
 	out := make([]TierNeed, p.Tiers())
-	out[p.Embed].Weights += weightBytes(m.Embed) + weightBytes(m.PosEmbed)
+	out[p.Embed].Weights += q.weightBytes(m.Embed) + q.weightBytes(m.PosEmbed)
 	switch {
 	case !m.TiedEmbd:
-		out[p.Head].Weights += weightBytes(m.Output)
+		out[p.Head].Weights += q.weightBytes(m.Output)
 	case p.Head != p.Embed:
-		out[p.Head].Weights += weightBytes(m.Embed)
+		out[p.Head].Weights += q.weightBytes(m.Embed)
 	}
 	out[p.Head].Weights += 4 * int64(len(m.OutNorm)+len(m.OutNormBias))
 	for i, t := range p.Layers {
 		if i < len(m.Blocks) {
-			out[t].Weights += layerBytes(&m.Blocks[i])
+			out[t].Weights += layerBytes(&m.Blocks[i], q)
 		}
 	}
 	lens := []int{max(q.Tokens, 0)}
@@ -162,21 +177,14 @@ func Needs(m *model.Model, p Placement, q PlanRequest) []TierNeed {
 	return out
 }
 
-func weightBytes(w *model.Weight) int64 {
-	if w == nil {
-		return 0
-	}
-	return int64(len(w.Data))
-}
-
 // layerBytes is a layer's weights as resident: packed matrices, float32 vectors.
-func layerBytes(b *model.Layer) int64 {
+func layerBytes(b *model.Layer, q PlanRequest) int64 {
 	n := int64(0)
 	for _, w := range []*model.Weight{b.Q, b.K, b.V, b.O, b.Gate, b.Up, b.Down, b.Router} {
-		n += weightBytes(w)
+		n += q.weightBytes(w)
 	}
 	for _, x := range b.Experts {
-		n += weightBytes(x.Gate) + weightBytes(x.Up) + weightBytes(x.Down)
+		n += q.weightBytes(x.Gate) + q.weightBytes(x.Up) + q.weightBytes(x.Down)
 	}
 	for _, v := range [][]float32{b.AttnNorm, b.FFNNorm, b.AttnNormBias, b.FFNNormBias, b.AttnPostNorm, b.FFNPostNorm,
 		b.QBias, b.KBias, b.VBias, b.OBias, b.QNorm, b.KNorm, b.UpBias, b.DownBias} {

@@ -8,6 +8,7 @@ import (
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/internal/human"
+	"github.com/stratalab/strata/model"
 )
 
 func TestParsePlacement(t *testing.T) {
@@ -61,6 +62,19 @@ func TestPlanNeedsAddUp(t *testing.T) {
 	one := engine.Needs(m, engine.OneTier(m.Layers), q)
 	require.Len(t, one, 1)
 	require.Equal(t, engine.TierNeed{Weights: file, Cache: est.Cache, Scratch: est.Scratch, Capture: est.Capture}, one[0])
+	// A backend that repacks the weights (Vulkan's Q4_K) counts its images:
+	// here twice each matrix's bytes (the file's Q8_0 tensors; its F32 ones
+	// are the norms, counted as they are).
+	var matrices, counted int64
+	for _, x := range m.File.Tensors {
+		if x.Type != gguf.F32 {
+			matrices += x.Size
+		}
+	}
+	double := q
+	double.WeightBytes = func(w *model.Weight) int64 { counted += int64(len(w.Data)); return 2 * int64(len(w.Data)) }
+	require.Equal(t, file+matrices, engine.Needs(m, engine.OneTier(m.Layers), double)[0].Weights)
+	require.Equal(t, matrices, counted, "every matrix sized by WeightBytes")
 
 	split := engine.Needs(m, engine.Placement{Embed: 0, Layers: []int{0, 1, 1, 2}, Head: 2}, q)
 	require.Len(t, split, 3)

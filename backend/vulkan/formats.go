@@ -106,6 +106,35 @@ func (f *weightFormat) repack(w *model.Weight) ([]byte, uint32, error) {
 	return out, uint32(quants / 4), nil
 }
 
+// WeightBytes is the size of w's image on the device, as Upload repacks it
+// (Q4_K takes 4/3 of its file size as 4-bit codes): what a placement plan
+// counts for a Vulkan tier (engine.PlanRequest.WeightBytes). A weight
+// Upload would refuse counts its size in the file.
+func WeightBytes(w *model.Weight) int64 {
+	if w == nil {
+		return 0
+	}
+	f, err := formatOf(w)
+	if err != nil || w.Rows <= 0 || w.Cols <= 0 || w.Cols%f.blockSize != 0 {
+		return int64(len(w.Data))
+	}
+	return f.imageBytes(int64(w.Rows) * int64(w.Cols/f.blockSize))
+}
+
+// imageBytes is the size of repack's image of the given number of blocks.
+func (f *weightFormat) imageBytes(blocks int64) int64 {
+	switch {
+	case f.codes4:
+		runs := blocks * int64(f.blockSize/codesRun)
+		return runs*codesRun/2 + 8*runs
+	case f.whole:
+		return blocks * int64((f.blockBytes+3)&^3)
+	case f.quantBytes == 0:
+		return (blocks*int64(f.blockBytes) + 3) &^ 3
+	}
+	return blocks*int64(f.quantBytes) + (2*blocks+3)&^3
+}
+
 // codesRun is the elements of one scale and offset in the codes4 layout.
 const codesRun = 32
 

@@ -23,7 +23,7 @@ func TestEveryExportedCallTakesNil(t *testing.T) {
 	}
 	niltest.Sweep(t, "vulkan", niltest.Exported(t, "."), map[string]any{
 		"Open": vulkan.Open, "ParseClamp": vulkan.ParseClamp, "Devices": vulkan.Devices,
-		"Chosen": vulkan.Chosen, "DefaultTuning": vulkan.DefaultTuning,
+		"Chosen": vulkan.Chosen, "DefaultTuning": vulkan.DefaultTuning, "WeightBytes": vulkan.WeightBytes,
 	}, map[string][]func() any{
 		"Backend": {open},
 		"Clamp":   {func() any { return vulkan.Clamp(0) }, func() any { return vulkan.ClampApple }},
