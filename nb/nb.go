@@ -163,12 +163,13 @@ func (m *Model) ready() {
 // closed. Calls that read weights on the host take it without the lock, so
 // Close only swaps the pointer: a call under way keeps the engine it took.
 func (m *Model) engine() *engine.Engine {
-	m.ready()
-	e := m.eng.Load()
-	if e == nil {
-		panic(errClosedModel)
+	if m == nil {
+		panic(errNilModel)
 	}
-	return e
+	if e := m.eng.Load(); e != nil {
+		return e
+	}
+	panic(errClosedModel)
 }
 
 // usable is why the model cannot be used, or nil.

@@ -80,24 +80,21 @@ func (f *weightFormat) repack(w *model.Weight) ([]byte, uint32, error) {
 	if need := blocks * f.blockBytes; len(w.Data) < need {
 		return nil, 0, fmt.Errorf("vulkan: tensor %s: %d x %d %v needs %d bytes, the file has %d", w.Name, w.Rows, w.Cols, f.typ, need, len(w.Data))
 	}
-	if f.codes4 {
-		return repackCodes4(w, blocks*f.blockSize)
-	}
-	if f.whole {
+	out := make([]byte, f.imageBytes(int64(blocks)))
+	switch {
+	case f.codes4:
+		return repackCodes4(w, out)
+	case f.whole:
 		stride := (f.blockBytes + 3) &^ 3
-		out := make([]byte, blocks*stride)
 		for b := range blocks {
 			copy(out[b*stride:], w.Data[b*f.blockBytes:(b+1)*f.blockBytes])
 		}
 		return out, 0, nil
-	}
-	if f.quantBytes == 0 {
-		out := make([]byte, (blocks*f.blockBytes+3)&^3)
+	case f.quantBytes == 0:
 		copy(out, w.Data)
 		return out, 0, nil
 	}
 	quants := blocks * f.quantBytes
-	out := make([]byte, quants+(2*blocks+3)&^3)
 	for b := range blocks {
 		blk := w.Data[b*f.blockBytes : (b+1)*f.blockBytes]
 		copy(out[b*f.quantBytes:], blk[f.quantOff:f.quantOff+f.quantBytes])
@@ -138,17 +135,16 @@ func (f *weightFormat) imageBytes(blocks int64) int64 {
 // codesRun is the elements of one scale and offset in the codes4 layout.
 const codesRun = 32
 
-// repackCodes4 lays out a weight of n elements for codes4.glsl: each run's
-// 32 codes in 16 bytes (code i in nibble i % 8 of word i / 8), then each
-// run's float32 scale and offset. It decodes a row at a time, so the
+// repackCodes4 lays out w in out (imageBytes long) for codes4.glsl: each
+// run's 32 codes in 16 bytes (code i in nibble i % 8 of word i / 8), then
+// each run's float32 scale and offset. It decodes a row at a time, so the
 // scratch is one row's codes whatever the weight's size.
-func repackCodes4(w *model.Weight, n int) ([]byte, uint32, error) {
+func repackCodes4(w *model.Weight, out []byte) ([]byte, uint32, error) {
 	qf, err := quant.For(w.Type())
 	if err != nil || qf.Codes == nil || qf.CodeBlock != codesRun {
 		return nil, 0, fmt.Errorf("vulkan: tensor %s: %v has no 4-bit codes in runs of %d", w.Name, w.Type(), codesRun)
 	}
-	runs := n / codesRun
-	out := make([]byte, runs*codesRun/2+8*runs)
+	runs := w.Rows * w.Cols / codesRun
 	scales := out[runs*codesRun/2:]
 	rowBytes := w.Cols / qf.BlockSize * qf.BlockBytes
 	codes := make([]byte, w.Cols)
