@@ -165,6 +165,11 @@ type Stream interface {
 	GatherRows(dst, src Tensor, rows []int32, cols int)
 	// ScatterRows copies row i of src to row rows[i] of dst, cols wide.
 	ScatterRows(dst, src Tensor, rows []int32, cols int)
+	// MatMulExperts computes, for each run and projection, the run's rows
+	// of Dst = x W[run.Expert]^T: a mixture's experts, each on the rows of
+	// the tokens routed to it, in one pass where the backend can (the
+	// weights of one UploadGroup).
+	MatMulExperts(x Tensor, runs []ExpertRun, outs ...ExpertProj)
 	// WeightedSum writes dst[r] = sum over j < k of weights[r*k+j] *
 	// src[r*k+j] for rows rows of cols elements: each token's experts'
 	// outputs, mixed.
@@ -217,6 +222,17 @@ type Proj struct {
 	W    Matrix
 	Dst  Tensor
 	Bias Tensor // nil for none
+}
+
+// ExpertRun is one expert's rows of a MatMulExperts: rows [First,
+// First+Rows) of x and of each Dst.
+type ExpertRun struct{ Expert, First, Rows int }
+
+// ExpertProj is one projection of a MatMulExperts: W[e] is expert e's
+// weight, Dst [rows of x, W[e].Rows()] its output.
+type ExpertProj struct {
+	W   []Matrix
+	Dst Tensor
 }
 
 // Attention describes causal grouped-query attention of T new queries at
@@ -353,4 +369,49 @@ func viewEnd(off, rows, stride, cols int) (uint64, bool) {
 		return 0, false
 	}
 	return end, true
+}
+
+// CheckExperts checks a MatMulExperts before it reaches a device: every run
+// within x's rows and naming an expert each projection has, every weight
+// there, as wide as the others, and every output long enough. It returns x's
+// row width.
+func CheckExperts(x Tensor, runs []ExpertRun, outs []ExpertProj) (cols int, err error) {
+	if x == nil || len(outs) == 0 {
+		return 0, fmt.Errorf("experts' matmul: x is nil or no projection is given")
+	}
+	for i, o := range outs {
+		if o.Dst == nil || len(o.W) == 0 {
+			return 0, fmt.Errorf("experts' matmul: projection %d has no output or no experts", i)
+		}
+		for e, w := range o.W {
+			if w == nil {
+				return 0, fmt.Errorf("experts' matmul: projection %d's expert %d has no weight", i, e)
+			}
+			if cols == 0 {
+				cols = w.Cols()
+			}
+			if w.Cols() != cols || w.Rows() != o.W[0].Rows() {
+				return 0, fmt.Errorf("experts' matmul: projection %d's expert %d is %d x %d, where the first is %d x %d and x %d wide",
+					i, e, w.Rows(), w.Cols(), o.W[0].Rows(), o.W[0].Cols(), cols)
+			}
+		}
+	}
+	if cols <= 0 {
+		return 0, fmt.Errorf("experts' matmul: weights of %d columns", cols)
+	}
+	xRows := x.Len() / cols
+	for _, r := range runs {
+		if r.First < 0 || r.Rows < 0 || r.First > xRows-r.Rows {
+			return 0, fmt.Errorf("experts' matmul: expert %d's rows %d..%d are outside x's %d rows", r.Expert, r.First, r.First+r.Rows, xRows)
+		}
+		for i, o := range outs {
+			if r.Expert < 0 || r.Expert >= len(o.W) {
+				return 0, fmt.Errorf("experts' matmul: run of expert %d, where projection %d has %d experts", r.Expert, i, len(o.W))
+			}
+			if n := o.W[0].Rows(); o.Dst.Len()/n < r.First+r.Rows {
+				return 0, fmt.Errorf("experts' matmul: projection %d's output of %d elements is too short for rows up to %d of %d", i, o.Dst.Len(), r.First+r.Rows, n)
+			}
+		}
+	}
+	return cols, nil
 }

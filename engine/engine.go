@@ -41,7 +41,7 @@ type layerWeights struct {
 	gate, up, down            backend.Matrix
 	upBias, downBias          backend.Tensor
 	router                    backend.Matrix
-	experts                   [][3]backend.Matrix // gate, up, down per expert
+	experts                   [3][]backend.Matrix // each expert's gate, up and down, by expert
 }
 
 // NewEngine uploads the model's weights to the backend once.
@@ -143,7 +143,9 @@ func NewTieredEngine(m *model.Model, tiers []backend.Backend, p Placement) (*Eng
 			var ms []backend.Matrix
 			if ms, err = tiers[tier].UploadGroup(ws); err == nil {
 				for e := range l.Experts {
-					w.experts = append(w.experts, [3]backend.Matrix{ms[3*e], ms[3*e+1], ms[3*e+2]})
+					for j := range w.experts {
+						w.experts[j] = append(w.experts[j], ms[3*e+j])
+					}
 				}
 			} else {
 				failed = tier

@@ -9,8 +9,8 @@ import (
 )
 
 // moeBuffers are a mixture's scratch: the router's logits, each token's
-// chosen experts and weights, the chosen experts' outputs, and one expert's
-// rows at a time.
+// chosen experts and weights, the chosen experts' outputs, and the rows every
+// expert takes, in expert order (a token's row once for each of its experts).
 type moeBuffers struct {
 	logits, ids, weights, out backend.Tensor
 	x, gate, up, y            backend.Tensor
@@ -23,17 +23,18 @@ func (m *moeBuffers) needs(c *model.Config, t int) []need {
 		{"moe_expert_ids", t * k, &m.ids},
 		{"moe_expert_weights", t * k, &m.weights},
 		{"moe_expert_out", t * k * c.DModel, &m.out},
-		{"moe_x", t * c.DModel, &m.x},
-		{"moe_gate", t * c.ExpertFFN, &m.gate},
-		{"moe_up", t * c.ExpertFFN, &m.up},
-		{"moe_y", t * c.DModel, &m.y},
+		{"moe_x", t * k * c.DModel, &m.x},
+		{"moe_gate", t * k * c.ExpertFFN, &m.gate},
+		{"moe_up", t * k * c.ExpertFFN, &m.up},
+		{"moe_y", t * k * c.DModel, &m.y},
 	}
 }
 
 // mixture is a mixture-of-experts MLP: the router scores every expert, each
 // token goes to its top experts, and their outputs, weighted, are the MLP's.
 // Only chosen experts run, each on its tokens alone: the routing is read
-// back to the host once per layer (a sync) to gather them.
+// back to the host once per layer (a sync) to line the tokens up by expert,
+// and every expert's products run in one MatMulExperts.
 func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, here points) bool {
 	c, st, m := &r.s.e.Model.Config, r.st, &r.moe
 	t, d, k := r.l.t, c.DModel, c.ExpertsUsed
@@ -70,18 +71,22 @@ func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, here points) bool 
 		tokens[e] = append(tokens[e], int32(i/k))
 		slots[e] = append(slots[e], int32(i))
 	}
-	st.Edit(m.out, backend.Edit{Op: backend.EditFill, Rows: 1, Cols: t * k * d}) // empty slots stay 0
+	var order, orderSlots []int32 // the tokens and slots of every expert's rows, in expert order
+	var runs []backend.ExpertRun
 	for e, rows := range tokens {
-		n := len(rows)
-		if n == 0 {
-			continue
+		if len(rows) > 0 {
+			runs = append(runs, backend.ExpertRun{Expert: e, First: len(order), Rows: len(rows)})
+			order, orderSlots = append(order, rows...), append(orderSlots, slots[e]...)
 		}
-		x := w.experts[e]
-		st.GatherRows(m.x, h, rows, d)
-		st.MatMul(m.x, n, backend.Proj{W: x[0], Dst: m.gate}, backend.Proj{W: x[1], Dst: m.up})
+	}
+	st.Edit(m.out, backend.Edit{Op: backend.EditFill, Rows: 1, Cols: t * k * d}) // empty slots stay 0
+	if n := len(order); n > 0 {
+		xs := &w.experts
+		st.GatherRows(m.x, h, order, d)
+		st.MatMulExperts(m.x, runs, backend.ExpertProj{W: xs[0], Dst: m.gate}, backend.ExpertProj{W: xs[1], Dst: m.up})
 		st.SwiGLU(m.gate, m.gate, m.up, n*c.ExpertFFN)
-		st.MatMul(m.gate, n, backend.Proj{W: x[2], Dst: m.y})
-		st.ScatterRows(m.out, m.y, slots[e], d)
+		st.MatMulExperts(m.gate, runs, backend.ExpertProj{W: xs[2], Dst: m.y})
+		st.ScatterRows(m.out, m.y, orderSlots, d)
 	}
 	if !here.at(trace.MLPExpertOut, m.out) {
 		return false

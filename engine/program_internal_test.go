@@ -116,35 +116,36 @@ func (s dryStream) ReadBatch(reqs []backend.ReadRequest) error {
 	}
 	return nil
 }
-func (dryStream) Download(...backend.Tensor)                                  {}
-func (dryStream) Sync() error                                                 { return nil }
-func (dryStream) Flush()                                                      {}
-func (dryStream) Close()                                                      {}
-func (dryStream) Embed(backend.Tensor, backend.Matrix, []int32)               {}
-func (dryStream) RMSNorm(_, _, _, _ backend.Tensor, _, _ int, _ float32)      {}
-func (dryStream) LayerNorm(_, _, _, _, _ backend.Tensor, _, _ int, _ float32) {}
-func (dryStream) NormApply(_, _, _, _, _ backend.Tensor, _, _ int, _ bool)    {}
-func (dryStream) MatMul(backend.Tensor, int, ...backend.Proj)                 {}
-func (dryStream) SetPrecision(backend.Precision)                              {}
-func (dryStream) Rope(_, _ backend.Tensor, _, _, _, _ int, _ *model.Rope)     {}
-func (dryStream) AttnScores(*backend.Attention)                               {}
-func (dryStream) Softmax(_, _ backend.Tensor, _, _ int)                       {}
-func (dryStream) AttnMix(*backend.Attention)                                  {}
-func (dryStream) FlashAttention(*backend.Attention)                           {}
-func (dryStream) Add(_, _, _ backend.Tensor, _ int)                           {}
-func (dryStream) SwiGLU(_, _, _ backend.Tensor, _ int)                        {}
-func (dryStream) GELU(_, _ backend.Tensor, _ int)                             {}
-func (dryStream) GeGLU(_, _, _ backend.Tensor, _ int)                         {}
-func (dryStream) Softcap(backend.Tensor, int, float32)                        {}
-func (dryStream) Copy(backend.Tensor, int, backend.Tensor, int, int)          {}
-func (dryStream) Edit(backend.Tensor, backend.Edit)                           {}
-func (dryStream) Argmax(_, _ backend.Tensor, _, _ int)                        {}
-func (dryStream) Rank(_, _ backend.Tensor, _, _, _ int)                       {}
-func (dryStream) RowNorms(_, _ backend.Tensor, _, _, _ int)                   {}
-func (dryStream) Route(_, _, _ backend.Tensor, _, _, _ int)                   {}
-func (dryStream) GatherRows(_, _ backend.Tensor, _ []int32, _ int)            {}
-func (dryStream) ScatterRows(_, _ backend.Tensor, _ []int32, _ int)           {}
-func (dryStream) WeightedSum(_, _, _ backend.Tensor, _, _, _ int)             {}
+func (dryStream) Download(...backend.Tensor)                                               {}
+func (dryStream) Sync() error                                                              { return nil }
+func (dryStream) Flush()                                                                   {}
+func (dryStream) Close()                                                                   {}
+func (dryStream) Embed(backend.Tensor, backend.Matrix, []int32)                            {}
+func (dryStream) RMSNorm(_, _, _, _ backend.Tensor, _, _ int, _ float32)                   {}
+func (dryStream) LayerNorm(_, _, _, _, _ backend.Tensor, _, _ int, _ float32)              {}
+func (dryStream) NormApply(_, _, _, _, _ backend.Tensor, _, _ int, _ bool)                 {}
+func (dryStream) MatMul(backend.Tensor, int, ...backend.Proj)                              {}
+func (dryStream) SetPrecision(backend.Precision)                                           {}
+func (dryStream) Rope(_, _ backend.Tensor, _, _, _, _ int, _ *model.Rope)                  {}
+func (dryStream) AttnScores(*backend.Attention)                                            {}
+func (dryStream) Softmax(_, _ backend.Tensor, _, _ int)                                    {}
+func (dryStream) AttnMix(*backend.Attention)                                               {}
+func (dryStream) FlashAttention(*backend.Attention)                                        {}
+func (dryStream) Add(_, _, _ backend.Tensor, _ int)                                        {}
+func (dryStream) SwiGLU(_, _, _ backend.Tensor, _ int)                                     {}
+func (dryStream) GELU(_, _ backend.Tensor, _ int)                                          {}
+func (dryStream) GeGLU(_, _, _ backend.Tensor, _ int)                                      {}
+func (dryStream) Softcap(backend.Tensor, int, float32)                                     {}
+func (dryStream) Copy(backend.Tensor, int, backend.Tensor, int, int)                       {}
+func (dryStream) Edit(backend.Tensor, backend.Edit)                                        {}
+func (dryStream) Argmax(_, _ backend.Tensor, _, _ int)                                     {}
+func (dryStream) Rank(_, _ backend.Tensor, _, _, _ int)                                    {}
+func (dryStream) RowNorms(_, _ backend.Tensor, _, _, _ int)                                {}
+func (dryStream) Route(_, _, _ backend.Tensor, _, _, _ int)                                {}
+func (dryStream) GatherRows(_, _ backend.Tensor, _ []int32, _ int)                         {}
+func (dryStream) ScatterRows(_, _ backend.Tensor, _ []int32, _ int)                        {}
+func (dryStream) MatMulExperts(backend.Tensor, []backend.ExpertRun, ...backend.ExpertProj) {}
+func (dryStream) WeightedSum(_, _, _ backend.Tensor, _, _, _ int)                          {}
 
 type dryCaptureStream struct{ dryStream }
 

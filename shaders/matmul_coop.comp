@@ -29,6 +29,10 @@
 // weights16.comp with B16 or by each tile without, and a third product adds
 // x_hi w_lo: what is left out, x_lo w_lo, is 2^-22 of x w. Both routes
 // split with half.glsl's split, so they give the same bits.
+//
+// GROUPED: a mixture's experts (MatMulExperts), as in matmul.comp: each row
+// of workgroups takes its rows and its expert's weight from the groups
+// table; neither A16, B16 nor split K.
 layout(local_size_x = 256) in;
 
 // The tile shape, chosen per GEMM by the host: each subgroup holds TM x TN
@@ -45,6 +49,7 @@ layout(constant_id = 5) const uint A16 = 0;
 layout(constant_id = 6) const uint B16 = 0; // with A16
 layout(constant_id = 7) const uint WLO = 0; // with EXACT
 layout(constant_id = 8) const uint PREFETCH = 1; // 0: each step loads after the barrier
+layout(constant_id = 9) const uint GROUPED = 0;
 const uint BM = 16 * TM * WGM, BN = 16 * TN * (8 / WGM);
 const uint NO_RANGE_FLAGS = 0xFFFFFFFFu; // noRangeFlags in gpu/vulkan
 
@@ -60,7 +65,11 @@ layout(push_constant) uniform Push {
     // multiple of BK) into y[yBase + z M N ...], with no bias; splitk.comp
     // adds the parts. 0: the whole of K into y, no offset.
     uint kChunk, yBase;
+    uint basesBase; // with GROUPED: where this weight's experts' words start in the table
 } pc;
+
+#define GROUPS_BINDING 6
+#include "groups.glsl"
 
 #define W_BINDING 1
 #define W_K pc.K
@@ -88,11 +97,11 @@ shared uvec4 Bhi[BN * SROW], Blo[BN * SROW * WLO + 1];
 shared uint outOfRange;
 
 
-float elemA(uint m, uint k) { return m < pc.M && k < pc.K ? x[m * pc.K + k] : 0.0; }
+float elemA(uint m, uint k) { return m < mEnd && k < pc.K ? x[m * pc.K + k] : 0.0; }
 
 // elemsA reads x[m][k..k+8), in two 16-byte loads where rows are aligned.
 void elemsA(uint m, uint k, out float v[8]) {
-    if (pc.K % 4 == 0 && m < pc.M && k + 8 <= pc.K) {
+    if (pc.K % 4 == 0 && m < mEnd && k + 8 <= pc.K) {
         uint i = (m * pc.K + k) / 4;
         vec4 a = x4[i], b = x4[i + 1];
         v = float[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
@@ -106,7 +115,7 @@ void elemsA(uint m, uint k, out float v[8]) {
 // halvesA reads x[m][k..k+8) as tohalf.comp left it (A16; K % 8 == 0).
 void halvesA(uint m, uint k, out uvec4 hi, out uvec4 lo) {
     hi = lo = uvec4(0);
-    if (m < pc.M && k < pc.K) {
+    if (m < mEnd && k < pc.K) {
         uint i = (m * pc.K + k) / 8;
         hi = xh[i];
         if (EXACT != 0) {
@@ -145,7 +154,7 @@ void writeStaged(uint yOff, uint m, uint n) {
     subgroupBarrier();
     for (uint e = gl_SubgroupInvocationID; e < 256; e += 32) {
         uint r = m + e / 16, c = n + e % 16;
-        if (r < pc.M && c < pc.N) {
+        if (r < mEnd && c < pc.N) {
             y[yOff + r * pc.N + c] = uintBitsToFloat(Bhi[base + e / 4][e % 4]) + (pc.hasBias != 0 ? bias[c] : 0.0);
         }
     }
@@ -168,9 +177,9 @@ void fetch(uint k) {
     [[unroll]] for (uint h = 0; h < AH; h++) {
         uint id = tid + 256 * h;
         if (A16 != 0) {
-            halvesA(id < BM * CH ? m0 + id / CH : pc.M, k + 8 * (id % CH), rah[h], ral[h]);
+            halvesA(id < BM * CH ? m0 + id / CH : mEnd, k + 8 * (id % CH), rah[h], ral[h]);
         } else {
-            elemsA(id < BM * CH ? m0 + id / CH : pc.M, k + 8 * (id % CH), ra[h]);
+            elemsA(id < BM * CH ? m0 + id / CH : mEnd, k + 8 * (id % CH), ra[h]);
         }
     }
     [[unroll]] for (uint h = 0; h < BH; h++) {
@@ -231,6 +240,10 @@ void main() {
     uvec2 tile = B16 != 0 ? gl_WorkGroupID.yx : gl_WorkGroupID.xy;
     n0 = tile.x * BN;
     m0 = tile.y * BM;
+    mEnd = pc.M;
+    if (GROUPED != 0) {
+        m0 = groupRows(gl_WorkGroupID.y, pc.basesBase);
+    }
     uint tid = gl_LocalInvocationIndex, sg = gl_SubgroupID;
     uint wm = 16 * TM * (sg / (8 / WGM)), wn = 16 * TN * (sg % (8 / WGM));
     uint kBegin = gl_WorkGroupID.z * pc.kChunk, kEnd = pc.kChunk != 0 ? min(pc.K, kBegin + pc.kChunk) : pc.K;
@@ -249,7 +262,7 @@ void main() {
     bool ok = true;
     if (A16 != 0) {
         for (uint r = tid; r < BM; r += 256) {
-            ok = ok && (m0 + r >= pc.M || xhw[pc.bigBase + m0 + r] == 0);
+            ok = ok && (m0 + r >= mEnd || xhw[pc.bigBase + m0 + r] == 0);
         }
     }
     if (B16 != 0) {
@@ -312,7 +325,7 @@ void main() {
         // Rare: recompute the tile in float32, one output per step.
         for (uint e = tid; e < BM * BN; e += 256) {
             uint m = m0 + e / BN, n = n0 + e % BN;
-            if (m >= pc.M || n >= pc.N) {
+            if (m >= mEnd || n >= pc.N) {
                 continue;
             }
             float sum = 0.0;

@@ -797,3 +797,24 @@ func softmaxVector(o, x []float32) {
 	}
 	scalef32(&o[0], len(o), float32(1/sum))
 }
+
+// MatMulExperts runs each run as a MatMul of views of x and the outputs:
+// weights are read where they are, so the experts need no pass of their own.
+func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs ...backend.ExpertProj) {
+	cols, err := backend.CheckExperts(x, runs, outs)
+	if err != nil {
+		s.fail(fmt.Errorf("cpu: %w", err))
+		return
+	}
+	projs := make([]backend.Proj, len(outs))
+	for _, r := range runs {
+		if r.Rows == 0 {
+			continue
+		}
+		for i, o := range outs {
+			w := o.W[r.Expert]
+			projs[i] = backend.Proj{W: w, Dst: s.View(o.Dst, r.First*w.Rows(), r.Rows*w.Rows())}
+		}
+		s.MatMul(s.View(x, r.First*cols, r.Rows*cols), r.Rows, projs...)
+	}
+}

@@ -465,7 +465,7 @@ type pipeline struct {
 }
 
 // maxSpec is the most specialization constants a kernel takes.
-const maxSpec = 9
+const maxSpec = 10
 
 type pipelineKey struct {
 	name string

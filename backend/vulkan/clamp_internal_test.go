@@ -60,7 +60,7 @@ func TestWorkgroupBytesMatchesKernelChoice(t *testing.T) {
 	for _, c := range []coopTile{lateTile, exactTile, splitTile, halfTile, smallCoopTile()} {
 		for _, exact := range []bool{false, true} {
 			for _, wlo := range []bool{false, true} {
-				got, err := shaders.WorkgroupBytes(code, c.spec(exact, 1, 0, b2u(wlo)))
+				got, err := shaders.WorkgroupBytes(code, c.spec(exact, 1, 0, b2u(wlo), false))
 				require.NoError(t, err)
 				require.Equal(t, c.shared(exact, wlo)+2*16+4, got, "%v exact %v wlo %v", c, exact, wlo)
 			}
@@ -93,6 +93,6 @@ func TestPipelineRefusesWhatTheDeviceLacks(t *testing.T) {
 	_, err := b.pipeline("flash", 4, 128, 0, 0)
 	require.EqualError(t, err, "vulkan: shader flash needs 26880 bytes of shared memory; the device gives 16384")
 	b.dev = h200.clamped(ClampApple)
-	_, err = b.pipeline("matmul_coop_codes4", 4, lateTile.spec(false, 1, 0, 0)...)
+	_, err = b.pipeline("matmul_coop_codes4", 4, lateTile.spec(false, 1, 0, 0, false)...)
 	require.EqualError(t, err, "vulkan: shader matmul_coop_codes4 needs cooperative matrices, which the device was opened without")
 }

@@ -38,9 +38,9 @@ func (c coopTile) bn() int { return 16 * c.tn * (8 / c.wgm) }
 
 // spec is matmul_coop.comp's specialization constants for the tile at the
 // given precision, x in float16 first (a16), weights in float16 first
-// (b16), split in hi + lo halves (wlo).
-func (c coopTile) spec(exact bool, a16, b16, wlo uint32) []uint32 {
-	return []uint32{uint32(c.tm), uint32(c.tn), uint32(c.wgm), uint32(c.bk), b2u(exact), a16, b16, wlo, b2u(!c.late)}
+// (b16), split in hi + lo halves (wlo), a mixture's experts (grouped).
+func (c coopTile) spec(exact bool, a16, b16, wlo uint32, grouped bool) []uint32 {
+	return []uint32{uint32(c.tm), uint32(c.tn), uint32(c.wgm), uint32(c.bk), b2u(exact), a16, b16, wlo, b2u(!c.late), b2u(grouped)}
 }
 
 // shared is the tile's shared memory in bytes (matmul_coop.comp's Ahi, Alo,
@@ -308,10 +308,12 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 				})
 			}
 			splitW := exact && !m.f.exactInHalf()
-			s.dispatch("matmul_coop_"+m.f.suffix, t.spec(exact, a16, b2u(hw.ok), b2u(splitW)), append(uses, xh, wh),
-				pushWords(&coopPush{push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase}), gx, gy, gz)
+			// The groups table's binding goes unread here but still needs a buffer.
+			s.dispatch("matmul_coop_"+m.f.suffix, t.spec(exact, a16, b2u(hw.ok), b2u(splitW), false), append(uses, xh, wh, xs.reads()),
+				pushWords(&coopPush{push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase, 0}), gx, gy, gz)
 		case gemmTiled:
-			s.dispatch("matmul_"+m.f.suffix, []uint32{b2u(!exact)}, uses, pushWords(&push), ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
+			s.dispatch("matmul_"+m.f.suffix, []uint32{b2u(!exact), 0}, append(uses, xs.reads()), pushWords(&tiledPush{push, 0}),
+				ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
 		case gemmMatvecSubgroup:
 			gx, gy, gz := gridRows(int(ceilDiv(m.w.Rows, pp.perGroup)))
 			s.dispatch("matvec_"+m.f.suffix+"_sg", []uint32{uint32(pp.perGroup)}, uses, pushWords(&push), gx, gy, gz)

@@ -13,12 +13,17 @@ func pushWords[T any](p *T) []uint32 {
 	return unsafe.Slice((*uint32)(unsafe.Pointer(p)), unsafe.Sizeof(*p)/4)
 }
 
-// matmulPush is matmul.comp's and matvec.comp's block: y [m, n] = x [m, k]
-// W^T (+ bias).
+// matmulPush is matvec.comp's block: y [m, n] = x [m, k] W^T (+ bias).
 type matmulPush struct {
 	m, n, k   uint32
 	scaleBase uint32 // first word of the block scales
 	hasBias   uint32
+}
+
+// tiledPush is matmul.comp's block.
+type tiledPush struct {
+	matmulPush
+	basesBase uint32 // MatMulExperts: where the weight's experts' words start in the groups table
 }
 
 // coopPush is matmul_coop.comp's block.
@@ -27,6 +32,7 @@ type coopPush struct {
 	loBase, bigBase           uint32 // tohalf.comp's remainders and range flags
 	whBase, wLoBase, wBigBase uint32 // weights16.comp's halves, remainders and range flags
 	kChunk, yBase             uint32 // split K: each part's columns of K and its output
+	basesBase                 uint32 // as tiledPush's
 }
 
 // weights16Push is weights16.comp's block.

@@ -26,6 +26,6 @@ func TestCoopTilesFitTheKernel(t *testing.T) {
 		require.Zero(t, subgroups%c.wgm, "%v: the subgroups stand in a grid", c)
 		require.Zero(t, c.bn()*chunks%lanes, "%v: every lane loads as many of B's chunks", c)
 		require.GreaterOrEqual(t, c.bn()*(chunks+1), 64*subgroups, "%v: Bhi stages 1 KiB of results per subgroup", c)
-		require.LessOrEqual(t, len(c.spec(true, 1, 1, 1)), maxSpec, "%v: the pipeline key holds every constant", c)
+		require.LessOrEqual(t, len(c.spec(true, 1, 1, 1, true)), maxSpec, "%v: the pipeline key holds every constant", c)
 	}
 }

@@ -402,3 +402,38 @@ func coopFlash(t *Tuning, d devCaps, exact bool, headDim int) bool {
 	return t.coop(d) && headDim%16 == 0 && headDim <= 128 && d.subgroups &&
 		flashCoopShared(exact, 64, false) <= d.sharedMem
 }
+
+// expertPlan is how a MatMulExperts runs: on matmul_coop.comp's tiles
+// (coop) or matmul.comp's, both GROUPED.
+type expertPlan struct {
+	coop bool
+	tile coopTile
+}
+
+// planExperts chooses the kernel of a MatMulExperts whose runs hold
+// avgRows rows of x on average, by weights of shape w. The cooperative
+// kernel takes what MatMul would give it; its tile is as tall as the runs
+// (a mixture's experts get a few rows each below a few thousand tokens), so
+// that a run's weights are decoded once for all its rows.
+func planExperts(t *Tuning, d devCaps, exact bool, avgRows int, w weightShape) expertPlan {
+	if !t.coop(d) || exact && !w.exactInHalf && (w.rows*w.cols < t.ExactInTileElems || !splitWFits(d)) {
+		return expertPlan{}
+	}
+	if t.coopTile != nil {
+		return expertPlan{true, *t.coopTile}
+	}
+	splitW := exact && !w.exactInHalf
+	c := usualCoopTile(exact, splitW, false)
+	switch {
+	case avgRows <= 16:
+		c = coopTile{tm: 1, tn: 1, wgm: 1, bk: 32}
+	case avgRows <= 32:
+		c = coopTile{tm: 2, tn: 1, wgm: 1, bk: 32}
+	case avgRows <= 64:
+		c = smallCoopTile()
+	}
+	if c.shared(exact, splitW) > d.sharedMem {
+		c = smallCoopTile()
+	}
+	return expertPlan{true, c}
+}

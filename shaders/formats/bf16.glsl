@@ -1,7 +1,7 @@
 // BF16 weights: row-major bfloat16 (the top half of a float), two to a word.
 layout(std430, binding = W_BINDING) readonly buffer Weights { uint w[]; };
 
-float bfloatAt(uint e) { return uintBitsToFloat(((w[e >> 1] >> (16 * (e & 1))) & 0xffffu) << 16); }
+float bfloatAt(uint e) { return uintBitsToFloat(((w[W_BASE + (e >> 1)] >> (16 * (e & 1))) & 0xffffu) << 16); }
 
 float weightAt(uint n, uint k) { return bfloatAt(n * W_K + k); }
 

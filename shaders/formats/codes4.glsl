@@ -7,15 +7,15 @@
 layout(std430, binding = W_BINDING) readonly buffer Weights { uint w[]; };
 
 void runScale(uint r, out float scale, out float offset) {
-    scale = uintBitsToFloat(w[W_SCALES + 2 * r]);
-    offset = uintBitsToFloat(w[W_SCALES + 2 * r + 1]);
+    scale = uintBitsToFloat(w[W_BASE + W_SCALES + 2 * r]);
+    offset = uintBitsToFloat(w[W_BASE + W_SCALES + 2 * r + 1]);
 }
 
 float weightAt(uint n, uint k) {
     uint r = n * (W_K / 32) + k / 32, j = k % 32;
     float scale, offset;
     runScale(r, scale, offset);
-    precise float x = scale * float((w[4 * r + j / 8] >> (4 * (j % 8))) & 0xfu) - offset;
+    precise float x = scale * float((w[W_BASE + 4 * r + j / 8] >> (4 * (j % 8))) & 0xfu) - offset;
     return x;
 }
 
@@ -23,7 +23,7 @@ void weights8(uint n, uint k, out float v[8]) {
     uint r = n * (W_K / 32) + k / 32;
     float scale, offset;
     runScale(r, scale, offset);
-    uint codes = w[4 * r + (k % 32) / 8];
+    uint codes = w[W_BASE + (4 * r + (k % 32) / 8)];
     for (uint i = 0; i < 8; i++) {
         precise float x = scale * float((codes >> (4 * i)) & 0xfu) - offset;
         v[i] = x;

@@ -1,7 +1,7 @@
 // F16 weights: row-major binary16, two to a word (rows may straddle words).
 layout(std430, binding = W_BINDING) readonly buffer Weights { uint w[]; };
 
-float halfAt(uint e) { return unpackHalf2x16(w[e >> 1])[e & 1]; }
+float halfAt(uint e) { return unpackHalf2x16(w[W_BASE + (e >> 1)])[e & 1]; }
 
 float weightAt(uint n, uint k) { return halfAt(n * W_K + k); }
 

@@ -4,7 +4,7 @@
 // the same floats.
 layout(std430, binding = W_BINDING) readonly buffer Weights { uint w[]; };
 
-uint byteAt(uint base, uint i) { return (w[base + i / 4] >> (8 * (i % 4))) & 0xffu; }
+uint byteAt(uint base, uint i) { return (w[W_BASE + base + i / 4] >> (8 * (i % 4))) & 0xffu; }
 
 // byteOf is byte i % 4 of word v.
 uint byteOf(uint v, uint i) { return (v >> (8 * (i % 4))) & 0xffu; }
@@ -26,8 +26,8 @@ uint blockOf(uint n, uint k) { return (n * (W_K / 256) + k / 256) * K_WORDS; }
 // as ggml's get_scale_min_k4 packs them.
 void kScaleMin(uint base, uint j, out float scale, out float offset) {
     // Words 1-3 hold the 12 bytes, read once each.
-    uint s0 = w[base + 1], s1 = w[base + 2], s2 = w[base + 3];
-    vec2 dm = unpackHalf2x16(w[base]);
+    uint s0 = w[W_BASE + base + 1], s1 = w[W_BASE + base + 2], s2 = w[W_BASE + base + 3];
+    vec2 dm = unpackHalf2x16(w[W_BASE + base]);
     uint sc, m;
     if (j < 4) {
         sc = byteOf(s0, j) & 63u;

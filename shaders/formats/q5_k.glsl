@@ -25,8 +25,8 @@ void kDecode8(uint n, uint k, out float v[8]) {
     uint l = j % 32, at = base + (48 + 32 * (j / 64) + l) / 4, fifth = base + (16 + l) / 4;
     uint bit = 2 * (j / 64) + (j / 32) % 2;
     uint q[8];
-    nibbles8(w[at], w[at + 1], 4 * ((j / 32) % 2), q);
-    uint f0 = w[fifth], f1 = w[fifth + 1];
+    nibbles8(w[W_BASE + at], w[W_BASE + at + 1], 4 * ((j / 32) % 2), q);
+    uint f0 = w[W_BASE + fifth], f1 = w[W_BASE + fifth + 1];
     for (uint i = 0; i < 4; i++) {
         q[i] |= ((f0 >> (8 * i + bit)) & 1u) << 4;
         q[i + 4] |= ((f1 >> (8 * i + bit)) & 1u) << 4;

@@ -10,7 +10,7 @@
 void kDecode(uint n, uint k, uint count, out float v[8]) {
     uint base = blockOf(n, k), j = k % 256;
     uint h = j / 128, q = (j % 128) / 32, l = j % 32;
-    float d = unpackHalf2x16(w[base + 52]).x;
+    float d = unpackHalf2x16(w[W_BASE + base + 52]).x;
     float scale = d * float(int(byteAt(base, 192 + 8 * h + 2 * q + l / 16) << 24) >> 24);
     uint lo = 64 * h + 32 * (q % 2) + l, shift = q >= 2 ? 4 : 0, hi = 128 + 32 * h + l;
     for (uint i = 0; i < count; i++) {
@@ -22,11 +22,11 @@ void kDecode(uint n, uint k, uint count, out float v[8]) {
 void kDecode8(uint n, uint k, out float v[8]) {
     uint base = blockOf(n, k), j = k % 256;
     uint h = j / 128, q = (j % 128) / 32, l = j % 32;
-    float d = unpackHalf2x16(w[base + 52]).x;
+    float d = unpackHalf2x16(w[W_BASE + base + 52]).x;
     uint sat = 192 + 8 * h + 2 * q + l / 16;
-    float scale = d * float(int(byteOf(w[base + sat / 4], sat) << 24) >> 24);
+    float scale = d * float(int(byteOf(w[W_BASE + base + sat / 4], sat) << 24) >> 24);
     uint lo = base + (64 * h + 32 * (q % 2) + l) / 4, shift = q >= 2 ? 4 : 0, hi = base + (128 + 32 * h + l) / 4;
-    uint l0 = w[lo], l1 = w[lo + 1], h0 = w[hi], h1 = w[hi + 1];
+    uint l0 = w[W_BASE + lo], l1 = w[W_BASE + lo + 1], h0 = w[W_BASE + hi], h1 = w[W_BASE + hi + 1];
     for (uint i = 0; i < 4; i++) {
         uint b0 = ((l0 >> (8 * i + shift)) & 0xfu) | (((h0 >> (8 * i + 2 * q)) & 3u) << 4);
         uint b1 = ((l1 >> (8 * i + shift)) & 0xfu) | (((h1 >> (8 * i + 2 * q)) & 3u) << 4);

@@ -1,4 +1,9 @@
-// Picks the weight format named by the variant's define.
+// Picks the weight format named by the variant's define. Every format reads
+// its words from W_BASE on: where a weight starts in its binding, which a
+// mixture's experts share (matmul_coop.comp and matmul.comp with GROUPED).
+#ifndef W_BASE
+#define W_BASE 0u
+#endif
 #if defined(FMT_F32)
 #include "f32.glsl"
 #elif defined(FMT_F16)

@@ -1,0 +1,115 @@
+package vulkan_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/backend"
+	"github.com/stratalab/strata/backend/vulkan"
+	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/model"
+)
+
+// A mixture's experts in one MatMulExperts give every run's rows what x W^T
+// gives them in float64, for every format, at both precisions, on runs whose
+// mean picks each tile height (1-16, 17-32, 33-64 and more rows), runs that
+// end inside a tile, an empty run and experts no run takes; on weights of
+// one UploadGroup (one dispatch a projection) and of separate Uploads (a
+// MatMul a run).
+func TestMatMulExpertsEveryFormat(t *testing.T) {
+	b := testBackend(t)
+	tunings := map[string]vulkan.Tuning{"default": vulkan.DefaultTuning()}
+	if vulkan.Coop(b) {
+		portable := vulkan.DefaultTuning()
+		portable.Coop = false
+		tunings["portable"] = portable
+	} else {
+		t.Log("the device has no cooperative-matrix GEMMs; the portable kernel runs")
+	}
+	runSets := map[string][]int{ // rows of experts 0.. in turn
+		"mean8": {1, 20, 0, 9, 0}, "mean31": {30, 0, 25, 40, 0}, "mean54": {70, 33, 0, 0, 60}, "mean74": {0, 150, 70, 1, 0},
+	}
+	for _, typ := range weightTypes {
+		for tn, tu := range tunings {
+			for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+				for rn, counts := range runSets {
+					for _, together := range []bool{true, false} {
+						name := fmt.Sprintf("%v/%s/%v/%s/together=%v", typ, tn, prec, rn, together)
+						t.Run(name, func(t *testing.T) {
+							if !together && (rn != "mean8" || tn != "default") {
+								t.Skip("apart: one run set is enough")
+							}
+							testMatMulExperts(t, b, tu, prec, typ, counts, together)
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+func testMatMulExperts(t *testing.T, b *vulkan.Backend, tu vulkan.Tuning, prec backend.Precision, typ gguf.Type, counts []int, together bool) {
+	r := newRig(t, 3)
+	vulkan.SetTuning(r.vs, tu)
+	r.vs.SetPrecision(prec)
+	cols, n1, n2 := 2*blockOf(typ)+256, 100, 33
+	if blockOf(typ) == 1 {
+		cols = 173
+	}
+	experts := len(counts)
+	var ws1, ws2 []*model.Weight
+	for e := range experts {
+		ws1 = append(ws1, quantized(t, r, fmt.Sprintf("gate%d", e), n1, cols, typ))
+		ws2 = append(ws2, quantized(t, r, fmt.Sprintf("up%d", e), n2, cols, typ))
+	}
+	var w1, w2 []backend.Matrix
+	if together {
+		ms, err := b.UploadGroup(append(append([]*model.Weight(nil), ws1...), ws2...))
+		require.NoError(t, err)
+		w1, w2 = ms[:experts], ms[experts:]
+	} else {
+		for e := range experts {
+			m1, err := b.Upload(ws1[e])
+			require.NoError(t, err)
+			m2, err := b.Upload(ws2[e])
+			require.NoError(t, err)
+			w1, w2 = append(w1, m1), append(w2, m2)
+		}
+	}
+	// Runs in another order than the experts', and an empty one.
+	var runs []backend.ExpertRun
+	rows := 0
+	for _, e := range []int{3, 0, 4, 2, 1} {
+		runs = append(runs, backend.ExpertRun{Expert: e, First: rows, Rows: counts[e]})
+		rows += counts[e]
+	}
+	xs := r.values(rows*cols, 1)
+	x := r.tensor("x", xs)
+	y1, y2 := r.zeros("y1", rows*n1), r.zeros("y2", rows*n2)
+	r.vs.MatMulExperts(x.v, runs, backend.ExpertProj{W: w1, Dst: y1.v}, backend.ExpertProj{W: w2, Dst: y2.v})
+	_, got1 := r.read(y1)
+	_, got2 := r.read(y2)
+	// As in TestCoopMatMulEveryTileKeepsItsPrecision: exact, float32 sums
+	// and tensor cores' truncation, 1e-5 of sum |x w|; fast, both inputs
+	// rounded to float16 (2^-11 each), 2^-9.
+	bound := 1e-5
+	if prec == backend.PrecisionFast {
+		bound = math.Pow(2, -9)
+	}
+	for _, run := range runs {
+		for i, p := range []struct {
+			w   *model.Weight
+			got []float32
+		}{{ws1[run.Expert], got1}, {ws2[run.Expert], got2}} {
+			n := p.w.Rows
+			dec := make([]float32, n*cols)
+			p.w.Format.Dequantize(dec, p.w.Data)
+			got := p.got[run.First*n : (run.First+run.Rows)*n]
+			worst := worstOfSum(got, xs[run.First*cols:(run.First+run.Rows)*cols], dec, nil, run.Rows, n, cols)
+			require.LessOrEqual(t, worst, bound, "expert %d's %d rows, projection %d: largest error relative to sum |x w|", run.Expert, run.Rows, i)
+		}
+	}
+}
