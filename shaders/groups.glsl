@@ -1,8 +1,8 @@
-// The groups table of a MatMulExperts (GROUPED): for each row of tiles,
-// three words: its first row, the end of its expert's rows and the expert;
-// then, for each weight, a word per expert: where its matrix starts in the
-// binding the experts share (kernels.go's groupTable). The including kernel
-// defines GROUPS_BINDING and the spec constant GROUPED.
+// A dispatch's part of a MatMulExperts' groups table (GROUPED): for each
+// row of tiles, three words: its first row, the end of its expert's rows
+// and the expert; then a word per expert, from basesBase: where its weight
+// starts in the binding (experts.go). The including kernel defines
+// GROUPS_BINDING and the spec constant GROUPED.
 layout(std430, binding = GROUPS_BINDING) readonly buffer Groups { uint groups[]; };
 
 uint wBase = 0u; // formats/select.glsl's W_BASE
