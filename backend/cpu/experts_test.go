@@ -62,35 +62,31 @@ func TestMatMulExpertsAgainstFloat64(t *testing.T) {
 		xs[i] = float32(r.NormFloat64())
 	}
 	st := b.NewStream()
-	{
-		x, err := st.Alloc("x", len(xs))
-		require.NoError(t, err)
-		st.Write(x, 0, xs)
-		y0, err := st.Alloc("gate", rows*24)
-		require.NoError(t, err)
-		y1, err := st.Alloc("up", rows*10)
-		require.NoError(t, err)
-		st.MatMulExperts(x, runs, backend.ExpertProj{W: gates, Dst: y0}, backend.ExpertProj{W: ups, Dst: y1})
-		require.NoError(t, st.Sync())
-		for p, y := range []backend.Tensor{y0, y1} {
-			got := data(y)
-			n := len(got) / rows
-			for _, run := range runs {
-				for m := run.First; m < run.First+run.Rows; m++ {
-					for j := range n {
-						var want, mag float64
-						for k := range cols {
-							v := float64(xs[m*cols+k]) * float64(decoded[p][run.Expert][j*cols+k])
-							want, mag = want+v, mag+math.Abs(v)
-						}
-						require.LessOrEqual(t, math.Abs(float64(got[m*n+j])-want), 1e-5*mag, "projection %d, expert %d, row %d, output %d", p, run.Expert, m, j)
+	x, err := st.Alloc("x", len(xs))
+	require.NoError(t, err)
+	st.Write(x, 0, xs)
+	y0, err := st.Alloc("gate", rows*24)
+	require.NoError(t, err)
+	y1, err := st.Alloc("up", rows*10)
+	require.NoError(t, err)
+	st.MatMulExperts(x, runs, backend.ExpertProj{W: gates, Dst: y0}, backend.ExpertProj{W: ups, Dst: y1})
+	require.NoError(t, st.Sync())
+	for p, y := range []backend.Tensor{y0, y1} {
+		got := data(y)
+		n := len(got) / rows
+		for _, run := range runs {
+			for m := run.First; m < run.First+run.Rows; m++ {
+				for j := range n {
+					var want, mag float64
+					for k := range cols {
+						v := float64(xs[m*cols+k]) * float64(decoded[p][run.Expert][j*cols+k])
+						want, mag = want+v, mag+math.Abs(v)
 					}
+					require.LessOrEqual(t, math.Abs(float64(got[m*n+j])-want), 1e-5*mag, "projection %d, expert %d, row %d, output %d", p, run.Expert, m, j)
 				}
 			}
 		}
 	}
-	x, err := st.Alloc("x", len(xs))
-	require.NoError(t, err)
 	y, err := st.Alloc("y", rows*24)
 	require.NoError(t, err)
 	for _, c := range []struct {
