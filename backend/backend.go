@@ -376,19 +376,17 @@ func viewEnd(off, rows, stride, cols int) (uint64, bool) {
 // there, as wide as the others, and every output long enough. It returns x's
 // row width.
 func CheckExperts(x Tensor, runs []ExpertRun, outs []ExpertProj) (cols int, err error) {
-	if x == nil || len(outs) == 0 {
-		return 0, fmt.Errorf("experts' matmul: x is nil or no projection is given")
+	if x == nil || len(outs) == 0 || len(outs[0].W) == 0 || outs[0].W[0] == nil {
+		return 0, fmt.Errorf("experts' matmul: x is nil, or no projection or expert is given")
 	}
+	cols = outs[0].W[0].Cols()
 	for i, o := range outs {
-		if o.Dst == nil || len(o.W) == 0 {
-			return 0, fmt.Errorf("experts' matmul: projection %d has no output or no experts", i)
+		if o.Dst == nil || len(o.W) == 0 || o.W[0] == nil || o.W[0].Rows() <= 0 {
+			return 0, fmt.Errorf("experts' matmul: projection %d has no output, no experts or a weight of no rows", i)
 		}
 		for e, w := range o.W {
 			if w == nil {
 				return 0, fmt.Errorf("experts' matmul: projection %d's expert %d has no weight", i, e)
-			}
-			if cols == 0 {
-				cols = w.Cols()
 			}
 			if w.Cols() != cols || w.Rows() != o.W[0].Rows() {
 				return 0, fmt.Errorf("experts' matmul: projection %d's expert %d is %d x %d, where the first is %d x %d and x %d wide",

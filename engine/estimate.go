@@ -43,7 +43,7 @@ func addBytes(parts ...int64) int64 {
 func overflows(c *model.Config, t, pos0, capacity int) bool {
 	tokens, keys := float64(t), float64(pos0)+float64(t)
 	widest := float64(max(c.DModel, c.FFN, c.QDim(), c.KVDim(), c.Vocab, c.Experts, c.ExpertFFN))
-	widest = max(widest, float64(c.ExpertsUsed)*float64(c.DModel), 2*float64(c.KVHeads)*float64(c.HeadDim+15))
+	widest = max(widest, float64(c.ExpertsUsed)*float64(max(c.DModel, c.ExpertFFN)), 2*float64(c.KVHeads)*float64(c.HeadDim+15))
 	largest := max(float64(c.Heads)*tokens*keys, tokens*widest, keys*widest, float64(runtime.GOMAXPROCS(0))*36*keys)
 	buffers := float64(len(trace.Points(c)) + 64) // every point, and the scratch's buffers
 	cache := 8 * float64(c.Layers) * float64(capacity) * float64(c.KVDim())

@@ -81,11 +81,11 @@ func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, here points) bool 
 	}
 	st.Edit(m.out, backend.Edit{Op: backend.EditFill, Rows: 1, Cols: t * k * d}) // empty slots stay 0
 	if n := len(order); n > 0 {
-		xs := &w.experts
+		experts := &w.experts
 		st.GatherRows(m.x, h, order, d)
-		st.MatMulExperts(m.x, runs, backend.ExpertProj{W: xs[0], Dst: m.gate}, backend.ExpertProj{W: xs[1], Dst: m.up})
+		st.MatMulExperts(m.x, runs, backend.ExpertProj{W: experts[0], Dst: m.gate}, backend.ExpertProj{W: experts[1], Dst: m.up})
 		st.SwiGLU(m.gate, m.gate, m.up, n*c.ExpertFFN)
-		st.MatMulExperts(m.gate, runs, backend.ExpertProj{W: xs[2], Dst: m.y})
+		st.MatMulExperts(m.gate, runs, backend.ExpertProj{W: experts[2], Dst: m.y})
 		st.ScatterRows(m.out, m.y, orderSlots, d)
 	}
 	if !here.at(trace.MLPExpertOut, m.out) {

@@ -9,7 +9,7 @@
 // same contract as matmul.comp. A workgroup of 8 subgroups of 32 lanes owns a
 // BM x BN tile; each subgroup a block of TM x TN 16x16 float32 accumulators
 // fed by 16x16x16 float16 products. The host picks the shape (coopTileFor in
-// gpu/vulkan). With PREFETCH, each step's tiles are loaded into registers
+// backend/vulkan). With PREFETCH, each step's tiles are loaded into registers
 // while the step before multiplies (1.2-1.4x faster on the H200 than
 // loading after the barrier, with one workgroup per SM); without it the
 // kernel holds fewer registers, so that two workgroups fit an SM.

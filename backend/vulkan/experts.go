@@ -23,9 +23,10 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 	if xs == nil {
 		return
 	}
-	rows := 0
+	rows, taken := 0, 0 // rows, and runs that have some
 	for _, r := range runs {
 		rows += r.Rows
+		taken += min(r.Rows, 1)
 	}
 	if rows == 0 {
 		return
@@ -47,50 +48,55 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 			shared = shared && ms[e].buf == ms[0].buf && *ms[e].f == *ms[0].f && ms[e].scaleBase == ms[0].scaleBase
 		}
 		shared = shared && ms[0].buf.size <= uint64(s.b.phys.props.Limits.MaxStorageBufferRange)
-		plan := planExperts(s.tuning, s.b.dev, exact, rows/len(runs), shapeOf(ms[0]))
-		bm := tile
-		if plan.coop {
-			bm = plan.tile.bm()
-		}
 		// Each call's tiles, then its experts' words, from a multiple of 256
-		// bytes: where a binding may start.
-		call := func(rs []backend.ExpertRun, w use, base func(e int) uint32) {
+		// bytes: where a binding may start. m gives the format and shape of
+		// every expert the call takes.
+		call := func(m *matrix, rs []backend.ExpertRun, w use, bases []uint32) {
+			plan := planExperts(s.tuning, s.b.dev, exact, rows/taken, shapeOf(m))
+			bm := tile
+			if plan.coop {
+				bm = plan.tile.bm()
+			}
 			for len(table)%backend.SlotAlign != 0 {
 				table = append(table, 0)
 			}
 			at := len(table)
 			for _, r := range rs {
-				for m := r.First; m < r.First+r.Rows; m += bm {
-					table = append(table, uint32(m), uint32(r.First+r.Rows), uint32(r.Expert))
+				for first := r.First; first < r.First+r.Rows; first += bm {
+					table = append(table, uint32(first), uint32(r.First+r.Rows), uint32(r.Expert))
 				}
 			}
-			c := expertCall{plan: plan, m: ms[0], dst: dst, w: w, at: uint32(at), tiles: uint32(len(table)-at) / 3}
+			c := expertCall{plan: plan, m: m, dst: dst, w: w, at: uint32(at), tiles: uint32(len(table)-at) / 3}
 			c.bases = uint32(len(table) - at)
-			for e := range ms {
-				table = append(table, base(e))
-			}
 			calls = append(calls, c)
+			table = append(table, bases...)
 		}
 		if shared {
-			call(runs, use{buf: ms[0].buf}, func(e int) uint32 { return uint32(ms[e].off / 4) })
+			bases := make([]uint32, len(ms))
+			for e, m := range ms {
+				bases[e] = uint32(m.off / 4)
+			}
+			call(ms[0], runs, use{buf: ms[0].buf}, bases)
 			continue
 		}
 		for _, r := range runs {
-			m := ms[r.Expert]
-			call([]backend.ExpertRun{r}, use{buf: m.buf, bind: m.off, bindSize: m.size}, func(int) uint32 { return 0 })
+			if m := ms[r.Expert]; r.Rows > 0 {
+				bases := make([]uint32, r.Expert+1) // the run's expert starts where its binding does
+				call(m, []backend.ExpertRun{r}, use{buf: m.buf, bind: m.off, bindSize: m.size}, bases)
+			}
 		}
 	}
 	if !s.begin() {
 		return
 	}
-	if s.groupIdx = s.helper(s.groupIdx, 4*uint64(len(table))); s.groupIdx == nil {
+	if s.groupsTable = s.helper(s.groupsTable, 4*uint64(len(table))); s.groupsTable == nil {
 		return
 	}
-	s.writeBytes(s.groupIdx, 0, unsafe.Slice((*byte)(unsafe.Pointer(&table[0])), 4*len(table)))
+	s.writeBytes(s.groupsTable, 0, unsafe.Slice((*byte)(unsafe.Pointer(&table[0])), 4*len(table)))
 	for _, c := range calls {
 		// The bias and the float16 bindings go unread but still need buffers.
 		uses := []use{xs.reads(), c.w, c.dst.writes(), xs.reads()}
-		g := use{buf: s.groupIdx, bind: 4 * uint64(c.at)}
+		g := use{buf: s.groupsTable, bind: 4 * uint64(c.at)}
 		push := matmulPush{uint32(xs.n / cols), uint32(c.m.w.Rows), uint32(cols), c.m.scaleBase, 0}
 		if c.plan.coop {
 			splitW := exact && !c.m.f.exactInHalf()
@@ -107,7 +113,7 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 // at word at of the groups table, its experts' words bases words later.
 type expertCall struct {
 	plan             expertPlan
-	m                *matrix // the first expert's: the format and shape of all
+	m                *matrix // an expert's: the format and shape of all the call takes
 	dst              *tensor
 	w                use
 	at, tiles, bases uint32

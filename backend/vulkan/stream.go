@@ -145,7 +145,7 @@ type stream struct {
 	staged        uint64
 	ids           *buffer // token ids for Embed
 	rowIdx        *buffer // row lists for GatherRows and ScatterRows
-	groupIdx      *buffer // MatMulExperts' groups table (groups.glsl)
+	groupsTable   *buffer // MatMulExperts' groups table (groups.glsl)
 	rope          *buffer // cos/sin table for Rope
 	half          *buffer // x in float16 for the cooperative GEMM (tohalf.comp)
 	halfK, halfV  *buffer // K and V in float16 for flash_coop.comp

@@ -411,12 +411,15 @@ type expertPlan struct {
 }
 
 // planExperts chooses the kernel of a MatMulExperts whose runs hold
-// avgRows rows of x on average, by weights of shape w. The cooperative
-// kernel takes what MatMul would give it; its tile is as tall as the runs
-// (a mixture's experts get a few rows each below a few thousand tokens), so
-// that a run's weights are decoded once for all its rows.
+// avgRows rows of x on average, by weights of shape w: cooperative wherever
+// the weights fit its tiles, split in hi + lo halves in them at exact
+// precision (Qwen3-30B-A3B's 768 x 2048 experts ran 1.11-1.96x faster so
+// than on the portable kernel: docs/perf-log/tuning-notes.md); its tile as
+// tall as the runs (a mixture's experts get a few rows each below a few
+// thousand tokens), so that a run's weights are decoded once for all its
+// rows.
 func planExperts(t *Tuning, d devCaps, exact bool, avgRows int, w weightShape) expertPlan {
-	if !t.coop(d) || exact && !w.exactInHalf && (w.rows*w.cols < t.ExactInTileElems || !splitWFits(d)) {
+	if !t.coop(d) || exact && !w.exactInHalf && !splitWFits(d) {
 		return expertPlan{}
 	}
 	if t.coopTile != nil {
