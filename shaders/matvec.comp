@@ -12,6 +12,8 @@
 // barrier (a workgroup per feature spent more on starting and reducing
 // than on a 2,048-wide row: bonsai-1.7b's LM head took 0.53 ms on the
 // H200); without, a workgroup per feature, summed through shared memory.
+// GROUPED: a mixture's experts, as in matmul.comp: workgroups along z each
+// take up to MV_ROWS of one expert's rows and its weight (groups.glsl).
 layout(local_size_x = 128) in;
 #define MV_ROWS 8
 
@@ -19,7 +21,12 @@ layout(push_constant) uniform Push {
     uint M, N, K;
     uint scaleBase;
     uint hasBias;
+    uint basesBase; // with GROUPED: where this weight's experts' words start in the table
 } pc;
+
+layout(constant_id = 1) const uint GROUPED = 0;
+#define GROUPS_BINDING 4
+#include "groups.glsl"
 
 #define W_BINDING 1
 #define W_K pc.K
@@ -32,6 +39,16 @@ layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
 
 float acc[MV_ROWS];
+uint m0; // the first row of x the workgroup takes
+
+// rowsFrom sets m0 and mEnd: the workgroup's rows of x.
+void rowsFrom() {
+    m0 = 0;
+    mEnd = pc.M;
+    if (GROUPED != 0) {
+        m0 = groupRows(gl_WorkGroupID.z, pc.basesBase);
+    }
+}
 
 // accumulate adds feature n's products over k = first, first + step, ...
 // (in runs of 8) to acc.
@@ -43,10 +60,10 @@ void accumulate(uint n, uint first, uint step) {
         float w[8];
         weights8(n, k, w);
         [[unroll]] for (uint m = 0; m < MV_ROWS; m++) {
-            if (m < pc.M) {
+            if (m0 + m < mEnd) {
                 [[unroll]] for (uint i = 0; i < 8; i++) {
                     if (k + i < pc.K) {
-                        acc[m] += w[i] * x[m * pc.K + k + i];
+                        acc[m] += w[i] * x[(m0 + m) * pc.K + k + i];
                     }
                 }
             }
@@ -61,6 +78,7 @@ void main() {
     // The lanes counted, not gl_SubgroupSize: unless the pipeline requires
     // full subgroups, Vulkan does not promise that many lanes run.
     uint lane = subgroupExclusiveAdd(1u), lanes = subgroupAdd(1u);
+    rowsFrom();
     for (uint r = gl_SubgroupID; r < ROWS; r += gl_NumSubgroups) {
         uint n = groupIndex() * ROWS + r;
         if (n >= pc.N) {
@@ -71,8 +89,10 @@ void main() {
             acc[m] = subgroupAdd(acc[m]);
         }
         if (subgroupElect()) {
-            for (uint m = 0; m < pc.M; m++) {
-                y[m * pc.N + n] = acc[m] + (pc.hasBias != 0 ? bias[n] : 0.0);
+            [[unroll]] for (uint m = 0; m < MV_ROWS; m++) {
+                if (m0 + m < mEnd) {
+                    y[(m0 + m) * pc.N + n] = acc[m] + (pc.hasBias != 0 ? bias[n] : 0.0);
+                }
             }
         }
     }
@@ -85,6 +105,7 @@ void main() {
     if (n >= pc.N) {
         return;
     }
+    rowsFrom();
     accumulate(n, 8 * lid, 8 * gl_WorkGroupSize.x);
     [[unroll]] for (uint m = 0; m < MV_ROWS; m++) {
         red[m][lid] = acc[m];
@@ -98,8 +119,8 @@ void main() {
         }
         barrier();
     }
-    if (lid < pc.M) {
-        y[lid * pc.N + n] = red[lid][0] + (pc.hasBias != 0 ? bias[n] : 0.0);
+    if (lid < MV_ROWS && m0 + lid < mEnd) {
+        y[(m0 + lid) * pc.N + n] = red[lid][0] + (pc.hasBias != 0 ? bias[n] : 0.0);
     }
 }
 #endif

@@ -53,10 +53,7 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 		// every expert the call takes.
 		call := func(m *matrix, rs []backend.ExpertRun, w use, bases []uint32) {
 			plan := planExperts(s.tuning, s.b.dev, exact, rows/taken, shapeOf(m))
-			bm := tile
-			if plan.coop {
-				bm = plan.tile.bm()
-			}
+			bm := plan.rows()
 			for len(table)%backend.SlotAlign != 0 {
 				table = append(table, 0)
 			}
@@ -98,13 +95,16 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 		uses := []use{xs.reads(), c.w, c.dst.writes(), xs.reads()}
 		g := use{buf: s.groupsTable, bind: 4 * uint64(c.at)}
 		push := matmulPush{uint32(xs.n / cols), uint32(c.m.w.Rows), uint32(cols), c.m.scaleBase, 0}
-		if c.plan.coop {
+		switch c.plan.kernel {
+		case gemmCoop:
 			splitW := exact && !c.m.f.exactInHalf()
 			s.dispatch("matmul_coop_"+c.m.f.suffix, c.plan.tile.spec(exact, 0, 0, b2u(splitW), true), append(uses, xs.reads(), xs.reads(), g),
 				pushWords(&coopPush{matmulPush: push, basesBase: c.bases}), ceilDiv(c.m.w.Rows, c.plan.tile.bn()), c.tiles, 1)
-		} else {
+		case gemmTiled:
 			s.dispatch("matmul_"+c.m.f.suffix, []uint32{b2u(!exact), 1}, append(uses, g), pushWords(&tiledPush{push, c.bases}),
 				ceilDiv(c.m.w.Rows, tile), c.tiles, 1)
+		default:
+			s.matvec(c.plan.projPlan, c.m, append(uses, g), tiledPush{push, c.bases}, c.tiles, true)
 		}
 	}
 }

@@ -314,17 +314,24 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 		case gemmTiled:
 			s.dispatch("matmul_"+m.f.suffix, []uint32{b2u(!exact), 0}, append(uses, xs.reads()), pushWords(&tiledPush{push, 0}),
 				ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
-		case gemmMatvecSubgroup:
-			gx, gy, gz := gridRows(int(ceilDiv(m.w.Rows, pp.perGroup)))
-			s.dispatch("matvec_"+m.f.suffix+"_sg", []uint32{uint32(pp.perGroup)}, uses, pushWords(&push), gx, gy, gz)
 		default:
-			gx, gy, gz := gridRows(m.w.Rows)
-			s.dispatch("matvec_"+m.f.suffix, nil, uses, pushWords(&push), gx, gy, gz)
+			s.matvec(pp, m, append(uses, xs.reads()), tiledPush{push, 0}, 1, false)
 		}
 	}
 	for _, sum := range sums {
 		sum()
 	}
+}
+
+// matvec records matvec.comp (with subgroups for gemmMatvecSubgroup) over
+// tiles workgroups along z, GROUPED or not; uses has its five bindings.
+func (s *stream) matvec(pp projPlan, m *matrix, uses []use, push tiledPush, tiles uint32, grouped bool) {
+	name, spec, outs := "matvec_"+m.f.suffix, []uint32{0, b2u(grouped)}, m.w.Rows
+	if pp.kernel == gemmMatvecSubgroup {
+		name, spec[0], outs = name+"_sg", uint32(pp.perGroup), int(ceilDiv(m.w.Rows, pp.perGroup))
+	}
+	gx, gy, _ := gridRows(outs)
+	s.dispatch(name, spec, uses, pushWords(&push), gx, gy, tiles)
 }
 
 // sumParts records splitk.comp: dst (rows x cols) is the sum of parts

@@ -13,14 +13,15 @@ func pushWords[T any](p *T) []uint32 {
 	return unsafe.Slice((*uint32)(unsafe.Pointer(p)), unsafe.Sizeof(*p)/4)
 }
 
-// matmulPush is matvec.comp's block: y [m, n] = x [m, k] W^T (+ bias).
+// matmulPush is the start of the products' blocks: y [m, n] = x [m, k] W^T
+// (+ bias).
 type matmulPush struct {
 	m, n, k   uint32
 	scaleBase uint32 // first word of the block scales
 	hasBias   uint32
 }
 
-// tiledPush is matmul.comp's block.
+// tiledPush is matmul.comp's and matvec.comp's block.
 type tiledPush struct {
 	matmulPush
 	basesBase uint32 // MatMulExperts: where the weight's experts' words start in the groups table

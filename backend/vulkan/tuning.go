@@ -403,11 +403,21 @@ func coopFlash(t *Tuning, d devCaps, exact bool, headDim int) bool {
 		flashCoopShared(exact, 64, false) <= d.sharedMem
 }
 
-// expertPlan is how a MatMulExperts runs: on matmul_coop.comp's tiles
-// (coop) or matmul.comp's, both GROUPED.
+// expertPlan is how a MatMulExperts runs: the kernel (GROUPED), its tile
+// for gemmCoop and its outputs a workgroup for gemmMatvecSubgroup.
 type expertPlan struct {
-	coop bool
-	tile coopTile
+	projPlan
+}
+
+// rows is how many rows of x a workgroup of the plan's kernel takes.
+func (p expertPlan) rows() int {
+	switch p.kernel {
+	case gemmCoop:
+		return p.tile.bm()
+	case gemmTiled:
+		return tile
+	}
+	return vecRows
 }
 
 // planExperts chooses the kernel of a MatMulExperts whose runs hold
@@ -417,13 +427,20 @@ type expertPlan struct {
 // than on the portable kernel: docs/perf-log/tuning-notes.md); its tile as
 // tall as the runs (a mixture's experts get a few rows each below a few
 // thousand tokens), so that a run's weights are decoded once for all its
-// rows.
+// rows. Without them, runs of a few rows take matvec.comp, where
+// matmul.comp's 64-row tiles would mostly compute rows of nothing.
 func planExperts(t *Tuning, d devCaps, exact bool, avgRows int, w weightShape) expertPlan {
 	if !t.coop(d) || exact && !w.exactInHalf && !splitWFits(d) {
-		return expertPlan{}
+		switch {
+		case avgRows > vecRows:
+			return expertPlan{projPlan{kernel: gemmTiled}}
+		case t.subgroups(d):
+			return expertPlan{projPlan{kernel: gemmMatvecSubgroup, perGroup: subgroupRows(t, d, matvecWG)}}
+		}
+		return expertPlan{projPlan{kernel: gemmMatvec}}
 	}
 	if t.coopTile != nil {
-		return expertPlan{true, *t.coopTile}
+		return expertPlan{projPlan{kernel: gemmCoop, tile: *t.coopTile}}
 	}
 	splitW := exact && !w.exactInHalf
 	c := usualCoopTile(exact, splitW, false)
@@ -438,5 +455,5 @@ func planExperts(t *Tuning, d devCaps, exact bool, avgRows int, w weightShape) e
 	if c.shared(exact, splitW) > d.sharedMem {
 		c = smallCoopTile()
 	}
-	return expertPlan{true, c}
+	return expertPlan{projPlan{kernel: gemmCoop, tile: c}}
 }
