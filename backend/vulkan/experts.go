@@ -7,10 +7,10 @@ import (
 	"github.com/stratalab/strata/backend"
 )
 
-// MatMulExperts runs each projection of a mixture's experts on
-// matmul_coop.comp's or matmul.comp's GROUPED variant: each row of
-// workgroups takes a tile of one run's rows and reads its expert's weight
-// at that expert's word of one binding. Experts of one UploadGroup share a
+// MatMulExperts runs each projection of a mixture's experts on the GROUPED
+// variant of matmul_coop.comp, matmul.comp or matvec.comp (planExperts):
+// each row of workgroups takes a tile of one run's rows and reads its
+// expert's weight at that expert's word of one binding. Experts of one UploadGroup share a
 // buffer: one dispatch takes every run. Others run a dispatch each, their
 // weight bound on its own.
 func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs ...backend.ExpertProj) {
