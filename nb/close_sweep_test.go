@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/internal/enginetest"
 	"github.com/stratalab/strata/model/synth"
 	"github.com/stratalab/strata/nb"
 )
@@ -62,14 +63,7 @@ func TestClosesUnderUse(t *testing.T) {
 		}()
 	}
 	time.Sleep(20 * time.Millisecond)
-	closed := make(chan error, 1)
-	go func() { closed <- m.Close() }()
-	select {
-	case err := <-closed:
-		require.NoError(t, err)
-	case <-time.After(limit):
-		t.Fatal("Model.Close hangs while others use it")
-	}
+	enginetest.ReturnsWithin(t, limit, m.Close, "Model.Close while others use it")
 	for range calls {
 		select {
 		case err := <-done:

@@ -10,8 +10,7 @@ import (
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/gguf"
-	"github.com/stratalab/strata/gguf/quant"
-	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/internal/enginetest"
 )
 
 // MatMulExperts gives each run's rows x W[expert]^T, against float64 sums,
@@ -22,28 +21,16 @@ import (
 func TestMatMulExpertsAgainstFloat64(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 5))
 	b := New(2)
-	f, err := quant.For(gguf.Q8_0)
-	require.NoError(t, err)
 	cols, experts := 288, 4
 	counts := []int{20, 0, 3, 40}
 	var gates, ups []backend.Matrix
 	var decoded [2][][]float32
 	for e := range experts {
 		for p, n := range []int{24, 10} {
-			src := make([]float32, n*cols)
-			for i := range src {
-				src[i] = float32(r.NormFloat64())
-			}
-			rb, err := gguf.Q8_0.RowBytes(int64(cols))
+			w, values := enginetest.RandomWeight(t, r, fmt.Sprintf("w%d/%d", e, p), n, cols, gguf.Q8_0)
+			m, err := b.Upload(w)
 			require.NoError(t, err)
-			raw := make([]byte, int(rb)*n)
-			for i := range n {
-				f.Quantize(raw[i*int(rb):(i+1)*int(rb)], src[i*cols:(i+1)*cols])
-			}
-			f.Dequantize(src, raw)
-			m, err := b.Upload(&model.Weight{Name: fmt.Sprintf("w%d/%d", e, p), Rows: n, Cols: cols, Format: f, Data: raw})
-			require.NoError(t, err)
-			decoded[p] = append(decoded[p], src)
+			decoded[p] = append(decoded[p], values)
 			if p == 0 {
 				gates = append(gates, m)
 			} else {

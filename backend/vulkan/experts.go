@@ -53,7 +53,7 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 		// every expert the call takes.
 		call := func(m *matrix, rs []backend.ExpertRun, w use, bases []uint32) {
 			plan := planExperts(s.tuning, s.b.dev, exact, rows/taken, shapeOf(m))
-			bm := plan.rows()
+			bm := expertTileRows(plan)
 			for len(table)%backend.SlotAlign != 0 {
 				table = append(table, 0)
 			}
@@ -104,7 +104,7 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 			s.dispatch("matmul_"+c.m.f.suffix, []uint32{b2u(!exact), 1}, append(uses, g), pushWords(&tiledPush{push, c.bases}),
 				ceilDiv(c.m.w.Rows, tile), c.tiles, 1)
 		default:
-			s.matvec(c.plan.projPlan, c.m, append(uses, g), tiledPush{push, c.bases}, c.tiles, true)
+			s.matvec(c.plan, c.m, append(uses, g), tiledPush{push, c.bases}, c.tiles, true)
 		}
 	}
 }
@@ -112,7 +112,7 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 // expertCall is one dispatch of a MatMulExperts: its tiles' entries start
 // at word at of the groups table, its experts' words bases words later.
 type expertCall struct {
-	plan             expertPlan
+	plan             projPlan
 	m                *matrix // an expert's: the format and shape of all the call takes
 	dst              *tensor
 	w                use

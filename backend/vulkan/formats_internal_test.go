@@ -6,8 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stratalab/strata/gguf/quant"
-	"github.com/stratalab/strata/model"
+	"github.com/stratalab/strata/internal/enginetest"
 )
 
 // WeightBytes, which placement plans count for a Vulkan tier, is the size
@@ -17,23 +16,12 @@ func TestWeightBytesIsTheUploadedImage(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, f := range weightFormats() {
 		t.Run(f.typ.String(), func(t *testing.T) {
-			qf, err := quant.For(f.typ)
-			require.NoError(t, err)
 			rows, cols := 3, 2*f.blockSize
 			if f.blockSize == 1 {
 				cols = 77
 			}
-			src := make([]float32, rows*cols)
-			for i := range src {
-				src[i] = float32(rng.NormFloat64())
-			}
-			rb, err := f.typ.RowBytes(int64(cols))
-			require.NoError(t, err)
-			data := make([]byte, int(rb)*rows)
-			for r := range rows {
-				qf.Quantize(data[r*int(rb):(r+1)*int(rb)], src[r*cols:(r+1)*cols])
-			}
-			w := &model.Weight{Name: "w", Rows: rows, Cols: cols, Format: qf, Data: data}
+			w, _ := enginetest.RandomWeight(t, rng, "w", rows, cols, f.typ)
+			data := w.Data
 			image, _, err := f.repack(w)
 			require.NoError(t, err)
 			require.Equal(t, int64(len(image)), WeightBytes(w))

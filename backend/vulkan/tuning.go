@@ -403,14 +403,9 @@ func coopFlash(t *Tuning, d devCaps, exact bool, headDim int) bool {
 		flashCoopShared(exact, 64, false) <= d.sharedMem
 }
 
-// expertPlan is how a MatMulExperts runs: the kernel (GROUPED), its tile
-// for gemmCoop and its outputs a workgroup for gemmMatvecSubgroup.
-type expertPlan struct {
-	projPlan
-}
-
-// rows is how many rows of x a workgroup of the plan's kernel takes.
-func (p expertPlan) rows() int {
+// expertTileRows is how many rows of x a workgroup of a MatMulExperts' kernel
+// takes.
+func expertTileRows(p projPlan) int {
 	switch p.kernel {
 	case gemmCoop:
 		return p.tile.bm()
@@ -420,7 +415,7 @@ func (p expertPlan) rows() int {
 	return vecRows
 }
 
-// planExperts chooses the kernel of a MatMulExperts whose runs hold
+// planExperts chooses the kernel (GROUPED) of a MatMulExperts whose runs hold
 // avgRows rows of x on average, by weights of shape w: cooperative wherever
 // the weights fit its tiles, split in hi + lo halves in them at exact
 // precision (Qwen3-30B-A3B's 768 x 2048 experts ran 1.11-1.96x faster so
@@ -429,18 +424,18 @@ func (p expertPlan) rows() int {
 // thousand tokens), so that a run's weights are decoded once for all its
 // rows. Without them, runs of a few rows take matvec.comp, where
 // matmul.comp's 64-row tiles would mostly compute rows of nothing.
-func planExperts(t *Tuning, d devCaps, exact bool, avgRows int, w weightShape) expertPlan {
+func planExperts(t *Tuning, d devCaps, exact bool, avgRows int, w weightShape) projPlan {
 	if !t.coop(d) || exact && !w.exactInHalf && !splitWFits(d) {
 		switch {
 		case avgRows > vecRows:
-			return expertPlan{projPlan{kernel: gemmTiled}}
+			return projPlan{kernel: gemmTiled}
 		case t.subgroups(d):
-			return expertPlan{projPlan{kernel: gemmMatvecSubgroup, perGroup: subgroupRows(t, d, matvecWG)}}
+			return projPlan{kernel: gemmMatvecSubgroup, perGroup: subgroupRows(t, d, matvecWG)}
 		}
-		return expertPlan{projPlan{kernel: gemmMatvec}}
+		return projPlan{kernel: gemmMatvec}
 	}
 	if t.coopTile != nil {
-		return expertPlan{projPlan{kernel: gemmCoop, tile: *t.coopTile}}
+		return projPlan{kernel: gemmCoop, tile: *t.coopTile}
 	}
 	splitW := exact && !w.exactInHalf
 	c := usualCoopTile(exact, splitW, false)
@@ -455,5 +450,5 @@ func planExperts(t *Tuning, d devCaps, exact bool, avgRows int, w weightShape) e
 	if c.shared(exact, splitW) > d.sharedMem {
 		c = smallCoopTile()
 	}
-	return expertPlan{projPlan{kernel: gemmCoop, tile: c}}
+	return projPlan{kernel: gemmCoop, tile: c}
 }

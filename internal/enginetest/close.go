@@ -50,14 +50,7 @@ func CheckCloseWhilePrefilling(t *testing.T, open func() backend.Backend, m *mod
 		}()
 		<-started
 		time.Sleep(time.Duration(run) * 3 * time.Millisecond)
-		closed := make(chan error, 1)
-		go func() { closed <- b.Close() }()
-		select {
-		case err := <-closed:
-			require.NoError(t, err, "run %d", run)
-		case <-time.After(limit):
-			t.Fatalf("run %d: Close hangs while another goroutine prefills", run)
-		}
+		ReturnsWithin(t, limit, b.Close, fmt.Sprintf("run %d: Close while another goroutine prefills", run))
 		select {
 		case err := <-ended:
 			require.True(t, errors.Is(err, backend.ErrBackendClosed), "run %d: the prefill fails as closed, not with %v", run, err)
@@ -113,13 +106,7 @@ func CheckClosesUnderUse(t *testing.T, open func() backend.Backend, m *model.Mod
 		return errs
 	}
 	closes := func(what string, close func()) {
-		closed := make(chan struct{})
-		go func() { close(); closed <- struct{}{} }()
-		select {
-		case <-closed:
-		case <-time.After(limit):
-			t.Fatalf("%s: Close hangs while others use it", what)
-		}
+		ReturnsWithin(t, limit, func() error { close(); return nil }, what+": Close while others use it")
 	}
 
 	// A session: goroutines prefill on it (most are refused as busy) and
@@ -280,14 +267,7 @@ func CheckModelCloseUnderUse(t *testing.T, open func() backend.Backend, m *model
 		}()
 	}
 	<-inside
-	closed := make(chan error, 1)
-	go func() { closed <- m.Close() }()
-	select {
-	case err := <-closed:
-		require.NoError(t, err)
-	case <-time.After(limit):
-		t.Fatal("model.Close hangs while a prefill is in progress")
-	}
+	ReturnsWithin(t, limit, m.Close, "model.Close while a prefill is in progress")
 	close(release)
 	for range 4 {
 		select {
@@ -302,4 +282,18 @@ func CheckModelCloseUnderUse(t *testing.T, open func() backend.Backend, m *model
 	_, err = engine.NewEngine(m, b)
 	require.ErrorIs(t, err, gguf.ErrClosed)
 	require.ErrorIs(t, e.LogitLens(want[0]), gguf.ErrClosed)
+}
+
+// ReturnsWithin runs fn on another goroutine and requires it to return nil
+// within limit; what names the call in the failure ("... hangs").
+func ReturnsWithin(t testing.TB, limit time.Duration, fn func() error, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, what)
+	case <-time.After(limit):
+		t.Fatalf("%s hangs", what)
+	}
 }
