@@ -21,7 +21,6 @@ import (
 	"github.com/stratalab/strata/backend/vulkan"
 	"github.com/stratalab/strata/backends"
 	"github.com/stratalab/strata/engine"
-	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/synth"
 	"github.com/stratalab/strata/models"
@@ -120,7 +119,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flags("bench", out)
 	path := fs.String("model", "", "model file (default: the default model)")
 	shape := fs.String("shape", "", "generate a random model of this shape instead: "+strings.Join(synth.ShapeNames(), ", "))
-	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model")
+	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model, or a mix (Q4_K_M)")
 	tokenList := fs.String("tokens", "128,512,2048", "prompt lengths")
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
 	precisions := fs.String("precision", "exact", "matrix products: exact (float32 accuracy), fast (float16 inputs on a GPU, int8 x for quantized weights on a CPU with AVX-512 VNNI or AVX2), or both as exact,fast")
@@ -303,12 +302,12 @@ func benchModel(path, shape, typName string) (m *model.Model, name, typ string, 
 	if !ok {
 		return nil, "", "", fmt.Errorf("unknown --shape %q (choose from %s)", shape, strings.Join(synth.ShapeNames(), ", "))
 	}
-	t, err := gguf.ParseType(typName)
+	mix, err := synth.ParseMix(typName)
 	if err != nil {
 		return nil, "", "", err
 	}
-	m, err = synth.Random(s, t, 1)
-	return m, shape, t.String(), err
+	m, err = synth.RandomMix(s, mix, 1)
+	return m, shape, mix.Name, err
 }
 
 func onDevice(b backend.Backend) bool { return b.Capabilities().DeviceMemory }

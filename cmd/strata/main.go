@@ -931,7 +931,7 @@ const defaultPrompt = "func (s *Server) Close() error {\n\ts.mu.Lock()\n\tdefer 
 func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	fs := flags("gen", out)
 	shape := fs.String("shape", "", "one of: "+strings.Join(synth.ShapeNames(), ", "))
-	typName := fs.String("type", "F32", "tensor type of the matrices, e.g. Q1_0_g128, TQ2_0_g128, Q8_0, F16")
+	typName := fs.String("type", "F32", "tensor type of the matrices, e.g. Q1_0_g128, TQ2_0_g128, Q8_0, F16, or a mix of llama.cpp's quantizer: Q4_K_M")
 	dst := fs.String("out", "", "output .gguf file")
 	seed := uint64(1)
 	fs.Var((*seedFlag)(&seed), "seed", "random seed, an unsigned `integer`")
@@ -948,11 +948,11 @@ func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	if err := checkOutFiles([]outFile{{"--out", *dst, "a model strata gen wrote", generatedModel}}); err != nil {
 		return err
 	}
-	typ, err := gguf.ParseType(*typName)
+	mix, err := synth.ParseMix(*typName)
 	if err != nil {
 		return err
 	}
-	w, err := synth.Generate(s, typ, seed)
+	w, err := synth.GenerateMix(s, mix, seed)
 	if err != nil {
 		return err
 	}
@@ -962,6 +962,6 @@ func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 		}
 		return outFileError("--out", *dst, err)
 	}
-	fmt.Fprintf(out, "wrote %s: %s shape, %s weights, seed %d\n", *dst, *shape, typ, seed)
+	fmt.Fprintf(out, "wrote %s: %s shape, %s weights, seed %d\n", *dst, *shape, mix.Name, seed)
 	return nil
 }

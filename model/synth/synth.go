@@ -3,10 +3,13 @@ package synth
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/stratalab/strata/gguf"
@@ -77,9 +80,74 @@ func ShapeNames() []string {
 // random weights stored in typ (norms stay F32), deterministic in seed. The
 // tokenizer is byte-level with no merges, padded with unused tokens.
 func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
-	format, err := quant.For(typ)
+	return GenerateMix(s, Uniform(typ), seed)
+}
+
+// A Mix is the types a generated file's matrices take: one for all
+// (Uniform), or a recipe of llama.cpp's quantizer such as Q4_K_M.
+type Mix struct {
+	Name   string
+	Base   gguf.Type   // the type of every matrix the recipe does not name
+	Others []gguf.Type // the types it names
+	// typeOf is a matrix's type by its kind (the tensor name after
+	// "blk.N."), its layer and the layers; nil: Base for all.
+	typeOf func(kind string, layer, layers int) gguf.Type
+}
+
+// Uniform is the mix of one type.
+func Uniform(t gguf.Type) Mix { return Mix{Name: t.String(), Base: t} }
+
+// Mixes are llama.cpp's K-quant file types, as its quantizer
+// (llama_tensor_get_type) gives a model without an importance matrix: Q4_K_M
+// keeps Q4_K but for the LM head, and attn_v and ffn_down in the first and
+// last eighth of the layers and every third between, in Q6_K (a fused QKV
+// in Q5_K).
+var Mixes = map[string]Mix{
+	"Q4_K_M": {Name: "Q4_K_M", Base: gguf.Q4_K, Others: []gguf.Type{gguf.Q5_K, gguf.Q6_K}, typeOf: func(kind string, layer, layers int) gguf.Type {
+		moreBits := layer < layers/8 || layer >= 7*layers/8 || (layer-layers/8)%3 == 2
+		switch {
+		case kind == "output.weight":
+			return gguf.Q6_K
+		case kind == "attn_qkv.weight":
+			return gguf.Q5_K
+		case (kind == "attn_v.weight" || kind == "ffn_down.weight" || kind == "ffn_down_exps.weight") && moreBits:
+			return gguf.Q6_K
+		}
+		return gguf.Q4_K
+	}},
+}
+
+// ParseMix reads a type name (gguf.ParseType's) or a mix's (Mixes).
+func ParseMix(name string) (Mix, error) {
+	if m, ok := Mixes[strings.ToUpper(name)]; ok {
+		return m, nil
+	}
+	t, err := gguf.ParseType(name)
 	if err != nil {
-		return nil, err
+		return Mix{}, fmt.Errorf("%w, nor a mix (%s)", err, strings.Join(slices.Sorted(maps.Keys(Mixes)), ", "))
+	}
+	return Uniform(t), nil
+}
+
+// GenerateMix is Generate with the types of mix.
+func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
+	typ := mix.Base
+	var formats []*quant.Format
+	for _, t := range append([]gguf.Type{mix.Base}, mix.Others...) {
+		f, err := quant.For(t)
+		if err != nil {
+			return nil, err
+		}
+		formats = append(formats, f)
+	}
+	format := formats[0]
+	// formatOf is the format of a matrix of the kind in layer (-1: none).
+	formatOf := func(kind string, layer int) *quant.Format {
+		if mix.typeOf == nil {
+			return format
+		}
+		f, _ := quant.For(mix.typeOf(kind, layer, s.Layers))
+		return f
 	}
 	traits, ok := model.ArchOf(s.Arch)
 	if !ok {
@@ -111,9 +179,11 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 			return nil, fmt.Errorf("model: shape Theta = %g is out of range: want a number in [1, 1e12]", s.Theta)
 		}
 	}
-	for _, w := range []int{s.DModel, s.FFN, s.Heads * s.HeadDim, max(s.ExpertFFN, format.BlockSize)} {
-		if w%format.BlockSize != 0 {
-			return nil, fmt.Errorf("model: width %d is not a multiple of %s's %d-element blocks", w, typ, format.BlockSize)
+	for _, f := range formats {
+		for _, w := range []int{s.DModel, s.FFN, s.Heads * s.HeadDim, max(s.ExpertFFN, f.BlockSize)} {
+			if w%f.BlockSize != 0 {
+				return nil, fmt.Errorf("model: width %d is not a multiple of %s's %d-element blocks", w, f.Type, f.BlockSize)
+			}
 		}
 	}
 	w := gguf.NewWriter()
@@ -134,7 +204,7 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	}
 	kvs := []kv{
 		{"general.architecture", s.Arch},
-		{"general.name", fmt.Sprintf("random %s %s (seed %d)", s.Arch, typ, seed)},
+		{"general.name", fmt.Sprintf("random %s %s (seed %d)", s.Arch, mix.Name, seed)},
 		{p + "block_count", uint32(s.Layers)},
 		{p + "context_length", uint32(s.Context)},
 		{p + "embedding_length", uint32(s.DModel)},
@@ -203,14 +273,14 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 		q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 		norm(n("attn_norm"), s.DModel)
 		if traits.FusedQKV {
-			g.matrix(n("attn_qkv.weight"), format, s.DModel, q+2*kv)
+			g.matrix(n("attn_qkv.weight"), formatOf("attn_qkv.weight", l), s.DModel, q+2*kv)
 			if traits.QKVBias {
 				g.bias(n("attn_qkv.bias"), q+2*kv)
 			}
 		} else {
 			g.matrix(n("attn_q.weight"), format, s.DModel, q)
 			g.matrix(n("attn_k.weight"), format, s.DModel, kv)
-			g.matrix(n("attn_v.weight"), format, s.DModel, kv)
+			g.matrix(n("attn_v.weight"), formatOf("attn_v.weight", l), s.DModel, kv)
 			if traits.QKVBias {
 				g.bias(n("attn_q.bias"), q)
 				g.bias(n("attn_k.bias"), kv)
@@ -232,7 +302,7 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 			g.matrix(n("ffn_gate_inp.weight"), format, s.DModel, s.Experts)
 			g.experts(n("ffn_gate_exps.weight"), format, s.DModel, s.ExpertFFN, s.Experts)
 			g.experts(n("ffn_up_exps.weight"), format, s.DModel, s.ExpertFFN, s.Experts)
-			g.experts(n("ffn_down_exps.weight"), format, s.ExpertFFN, s.DModel, s.Experts)
+			g.experts(n("ffn_down_exps.weight"), formatOf("ffn_down_exps.weight", l), s.ExpertFFN, s.DModel, s.Experts)
 		case traits.FusedUp:
 			g.matrix(n("ffn_up.weight"), format, s.DModel, 2*s.FFN)
 		case traits.MLP.Gated():
@@ -242,7 +312,7 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 			g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
 		}
 		if s.Experts == 0 {
-			g.matrix(n("ffn_down.weight"), format, s.FFN, s.DModel)
+			g.matrix(n("ffn_down.weight"), formatOf("ffn_down.weight", l), s.FFN, s.DModel)
 		}
 		if traits.Bias {
 			g.bias(n("attn_output.bias"), s.DModel)
@@ -252,7 +322,7 @@ func Generate(s Shape, typ gguf.Type, seed uint64) (*gguf.Writer, error) {
 	}
 	norm("output_norm", s.DModel)
 	if !traits.Gemma { // Gemma ties its LM head to the embedding
-		g.matrix("output.weight", format, s.DModel, s.Vocab)
+		g.matrix("output.weight", formatOf("output.weight", -1), s.DModel, s.Vocab)
 	}
 	if s.LongRopeContext != 0 && g.err == nil {
 		// Factors growing from 1 to the context ratio over the pairs, as
@@ -395,7 +465,13 @@ func f32bytes(v []float32) []byte {
 
 // Random generates a model like Generate and loads it from memory.
 func Random(s Shape, typ gguf.Type, seed uint64) (*model.Model, error) {
-	w, err := Generate(s, typ, seed)
+	return RandomMix(s, Uniform(typ), seed)
+}
+
+// RandomMix is Random with the types of mix.
+func RandomMix(s Shape, mix Mix, seed uint64) (*model.Model, error) {
+	typ := mix.Name
+	w, err := GenerateMix(s, mix, seed)
 	if err != nil {
 		return nil, err
 	}
