@@ -133,21 +133,22 @@ func ParseMix(name string) (Mix, error) {
 func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 	typ := mix.Base
 	var formats []*quant.Format
+	byType := map[gguf.Type]*quant.Format{}
 	for _, t := range append([]gguf.Type{mix.Base}, mix.Others...) {
 		f, err := quant.For(t)
 		if err != nil {
 			return nil, err
 		}
-		formats = append(formats, f)
+		formats, byType[t] = append(formats, f), f
 	}
 	format := formats[0]
-	// formatOf is the format of a matrix of the kind in layer (-1: none).
+	// formatOf is the format of a matrix of the kind in layer (-1: none),
+	// one of the mix's types.
 	formatOf := func(kind string, layer int) *quant.Format {
 		if mix.typeOf == nil {
 			return format
 		}
-		f, _ := quant.For(mix.typeOf(kind, layer, s.Layers))
-		return f
+		return byType[mix.typeOf(kind, layer, s.Layers)]
 	}
 	traits, ok := model.ArchOf(s.Arch)
 	if !ok {
