@@ -47,7 +47,8 @@ var Variants = func() []Variant {
 			Variant{Name: "matvec_" + f.suffix + "_sg", Source: "matvec.comp", Defines: []string{f.define, "USE_SUBGROUP"}},
 			Variant{Name: "embed_" + f.suffix, Source: "embed.comp", Defines: []string{f.define}})
 		vs = append(vs, Variant{Name: "matmul_coop_" + f.suffix, Source: "matmul_coop.comp", Defines: []string{f.define}},
-			Variant{Name: "weights16_" + f.suffix, Source: "weights16.comp", Defines: []string{f.define}})
+			Variant{Name: "weights16_" + f.suffix, Source: "weights16.comp", Defines: []string{f.define}},
+			Variant{Name: "matmul_coop2_" + f.suffix, Source: "matmul_coop2.comp", Defines: []string{f.define}})
 	}
 	vs = append(vs, Variant{Name: "normapply_rms", Source: "normapply.comp"},
 		Variant{Name: "normapply_layer", Source: "normapply.comp", Defines: []string{"CENTER"}},

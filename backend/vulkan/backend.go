@@ -46,6 +46,7 @@ type Backend struct {
 	// coopEnabled says the device was opened with cooperative matrices
 	// (matmul_coop.comp).
 	coopEnabled bool
+	coop2       coop2Caps // workgroup-scope matrices (matmul_coop2.comp); zero: none
 	// dev is what kernel choice knows of the device; tuning, what new
 	// streams choose kernels by.
 	dev    devCaps
@@ -165,6 +166,11 @@ func (b *Backend) init(o Options) error {
 	if coop, ok := b.in.coopMatrix(d); ok && !portable {
 		exts = append(exts, "VK_NV_cooperative_matrix")
 		features, b.coopEnabled = unsafe.Pointer(coop), true
+		if khr, caps, ok := b.in.coopMatrix2(d); ok && (o.Coop2 || os.Getenv("STRATA_COOP2") == "on") {
+			exts = append(exts, "VK_KHR_cooperative_matrix", "VK_NV_cooperative_matrix2")
+			(*vk.PhysicalDeviceShaderFloat16Int8Features)(coop.PNext).PNext = unsafe.Pointer(khr)
+			b.coop2 = caps
+		}
 	}
 	if o.KernelStatistics {
 		if st, ok := b.in.statisticsChain(d); ok {
@@ -194,6 +200,9 @@ func (b *Backend) init(o Options) error {
 	b.name = fmt.Sprintf("vulkan: %s (%s, Vulkan %s)", d.info.Name, d.info.Type, d.info.API)
 	if b.coopEnabled {
 		b.name += ", cooperative-matrix GEMMs"
+		if b.dev.coop2.maxDim > 0 {
+			b.name += " (and workgroup-scope)"
+		}
 	}
 	if b.clamp != ClampNone {
 		b.name += ", clamped to an " + b.clamp.String() + "-like device"
@@ -491,6 +500,14 @@ func (b *Backend) pipeline(name string, bindings int, spec ...uint32) (*pipeline
 	code, err := shaders.SPIRV(name)
 	if err != nil {
 		return nil, err
+	}
+	if strings.HasPrefix(name, "matmul_coop2_") {
+		if b.coop2.maxDim == 0 {
+			return nil, fmt.Errorf("vulkan: shader %s needs workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2), which the device was opened without", name)
+		}
+		if code, err = shaders.KHRCoop(code); err != nil {
+			return nil, fmt.Errorf("vulkan: shader %s: %w", name, err)
+		}
 	}
 	// Kernel choice routes around what a device lacks; a kernel past its
 	// shared memory (under a clamp, one the device itself would take) is

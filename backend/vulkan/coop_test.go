@@ -3,8 +3,8 @@ package vulkan_test
 import (
 	"encoding/binary"
 	"fmt"
-
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +16,7 @@ import (
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/backend/vulkan"
 	"github.com/stratalab/strata/gguf"
+	"github.com/stratalab/strata/model"
 )
 
 // The cooperative-matrix GEMM multiplies float16 parts. At exact precision
@@ -587,6 +588,162 @@ func BenchmarkWeightsInTile(b *testing.B) {
 					})
 				}
 			}
+		}
+	}
+}
+
+// matmul_coop2.comp keeps each precision's bound for every format it takes
+// (F16 read as it is, the others decoded to float16 first, in hi + lo
+// halves at exact precision): on whole tiles of rows, with a last partial
+// tile (300 and 700 rows, on the tiles of 128 and 256 rows), and with a row
+// of x, or of F32 weights, past float16's range, whose tiles are computed
+// in float32.
+func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
+	b := testBackend(t)
+	if !vulkan.Coop2(b) {
+		t.Skip("the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2), or was opened without them (STRATA_COOP2=on)")
+	}
+	t.Log(vulkan.Coop2Caps(b))
+	for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+		for _, typ := range []gguf.Type{gguf.F16, gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_0, gguf.F32} {
+			for _, rows := range []int{256, 300, 700} {
+				for _, big := range []float32{0, 1e5} {
+					t.Run(fmt.Sprintf("%v/%v/rows=%d/big=%g", prec, typ, rows, big), func(t *testing.T) {
+						r := newRig(t, 8)
+						tu := vulkan.Tune(r.vs)
+						vulkan.HalfWRowsAll(tu, 0)
+						tu.Coop2MinGroups = 1
+						cols, n := 1024, 384
+						xs := r.values(rows*cols, 1)
+						if big != 0 {
+							xs[(rows-3)*cols+5], xs[70*cols+cols-3] = big, -big // in the last tile and in the first
+						}
+						x := r.tensor("x", xs)
+						w := quantized(t, r, "w", n, cols, typ)
+						if big != 0 && typ == gguf.F32 {
+							binary.LittleEndian.PutUint32(w.Data[4*(200*cols+9):], math.Float32bits(-big))
+						}
+						wv, err := b.Upload(w)
+						require.NoError(t, err)
+						r.vs.SetPrecision(prec)
+						require.True(t, vulkan.TakesCoop2(r.vs, rows, wv), "on workgroup-scope cooperative matrices")
+						ws := make([]float32, n*cols)
+						w.Format.Dequantize(ws, w.Data)
+						y := r.zeros("y", rows*n)
+						r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v})
+						got := make([]float32, rows*n)
+						require.NoError(t, r.vs.Read(y.v, 0, got))
+						// TestCoopMatMulEveryTileKeepsItsPrecision's bounds: float32
+						// sums on tensor cores at exact precision; at fast, both
+						// inputs rounded to float16 (2^-11 each).
+						bound := 1e-5
+						if prec == backend.PrecisionFast {
+							bound = math.Pow(2, -9)
+						}
+						require.LessOrEqual(t, worstOfSum(got, xs, ws, nil, rows, n, cols), bound, "largest error relative to sum |x w|")
+					})
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkCoop2 times products of bonsai-8b's FFN shape at each precision
+// on matmul_coop2.comp, on each tile (rows of W x rows of x x K a step),
+// against the usual cooperative GEMM, for F16 weights
+// (read as they are) and Q4_K (decoded to float16 first for both, the
+// decoding timed with the product).
+func BenchmarkCoop2(b *testing.B) {
+	r := newRig(b, 3)
+	v := benchBackend(b)
+	if !vulkan.Coop2(v) {
+		b.Skip("no workgroup-scope cooperative matrices, or opened without them (STRATA_COOP2=on)")
+	}
+	const n, k = 12288, 4096
+	for _, typ := range []gguf.Type{gguf.F16, gguf.Q4_K} {
+		w, err := v.Upload(quantized(b, r, "w", n, k, typ))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, rows := range []int{128, 512, 2048} {
+			for _, prec := range []backend.Precision{backend.PrecisionFast, backend.PrecisionExact} {
+				b.Run(fmt.Sprintf("%v/T=%d/%v/usual", typ, rows, prec), func(b *testing.B) {
+					tu := vulkan.DefaultTuning()
+					vulkan.HalfWRowsAll(&tu, 0)
+					tu.Coop2 = false
+					timeMatMul(b, r, v, tu, w, rows, n, k, prec)
+				})
+				tiles := [][3]int{{128, 128, 64}, {128, 256, 64}, {256, 128, 64}, {128, 128, 32}, {256, 256, 64}, {64, 128, 64}}
+				if prec == backend.PrecisionExact {
+					tiles = tiles[:2]
+				}
+				for _, tile := range tiles {
+					if rows%tile[1] != 0 {
+						continue
+					}
+					b.Run(fmt.Sprintf("%v/T=%d/%v/coop2/%dx%dx%d", typ, rows, prec, tile[0], tile[1], tile[2]), func(b *testing.B) {
+						tu := vulkan.DefaultTuning()
+						vulkan.HalfWRowsAll(&tu, 0)
+						tu.Coop2MinGroups = 1
+						vulkan.ForceCoop2Tile(&tu, tile[0], tile[1], tile[2])
+						s := v.NewStream()
+						defer s.Close()
+						vulkan.SetTuning(s, tu)
+						s.SetPrecision(prec)
+						if !vulkan.TakesCoop2(s, rows, w) {
+							b.Skip("the device's granularity does not take the tile")
+						}
+						timeMatMul(b, r, v, tu, w, rows, n, k, prec)
+					})
+				}
+			}
+		}
+	}
+}
+
+// Two products of one MatMul on matmul_coop2.comp, of different widths,
+// each with a last partial tile (the scratch buffer they share grows for
+// the second), the second written into a view of a larger tensor: every
+// output lands in its place, and the tensor around the view is untouched.
+func TestCoop2FusedProductsAndViews(t *testing.T) {
+	b := testBackend(t)
+	if !vulkan.Coop2(b) {
+		t.Skip("the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2), or was opened without them (STRATA_COOP2=on)")
+	}
+	r := newRig(t, 9)
+	tu := vulkan.Tune(r.vs)
+	vulkan.HalfWRowsAll(tu, 0)
+	tu.Coop2MinGroups = 1
+	r.vs.SetPrecision(backend.PrecisionFast)
+	rows, cols, n1, n2 := 300, 512, 128, 384
+	xs := r.values(rows*cols, 1)
+	x := r.tensor("x", xs)
+	w1, w2 := quantized(t, r, "w1", n1, cols, gguf.F16), quantized(t, r, "w2", n2, cols, gguf.Q8_0)
+	v1, err := b.Upload(w1)
+	require.NoError(t, err)
+	v2, err := b.Upload(w2)
+	require.NoError(t, err)
+	require.True(t, vulkan.TakesCoop2(r.vs, rows, v1) && vulkan.TakesCoop2(r.vs, rows, v2), "both on workgroup-scope cooperative matrices")
+	y1 := r.zeros("y1", rows*n1)
+	const before, after = 1024, 333
+	big := r.tensor("big", slices.Repeat([]float32{-7}, before+rows*n2+after))
+	y2 := r.vs.View(big.v, before, rows*n2)
+	require.NotNil(t, y2, "a view at a 4 KiB offset")
+	r.vs.MatMul(x.v, rows, backend.Proj{W: v1, Dst: y1.v}, backend.Proj{W: v2, Dst: y2})
+	for i, c := range []struct {
+		w   *model.Weight
+		n   int
+		dst backend.Tensor
+		off int
+	}{{w1, n1, y1.v, 0}, {w2, n2, big.v, before}} {
+		got := make([]float32, c.dst.Len())
+		require.NoError(t, r.vs.Read(c.dst, 0, got))
+		ws := make([]float32, c.n*cols)
+		c.w.Format.Dequantize(ws, c.w.Data)
+		require.LessOrEqual(t, worstOfSum(got[c.off:c.off+rows*c.n], xs, ws, nil, rows, c.n, cols), math.Pow(2, -9), "product %d", i)
+		if i == 1 {
+			require.Equal(t, slices.Repeat([]float32{-7}, before), got[:before], "before the view")
+			require.Equal(t, slices.Repeat([]float32{-7}, after), got[before+rows*n2:], "after the view")
 		}
 	}
 }

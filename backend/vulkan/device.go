@@ -42,6 +42,12 @@ type Options struct {
 	// to compare the two. The STRATA_GEMM=portable environment variable
 	// does the same.
 	PortableGEMM bool
+	// Coop2 opens the device with workgroup-scope cooperative matrices
+	// (VK_NV_cooperative_matrix2) where it has them, for matmul_coop2.comp.
+	// Experimental: off until the kernel has been measured and checked on a
+	// GPU (none was lent while it was written; docs/PERFORMANCE.md). The
+	// STRATA_COOP2=on environment variable does the same.
+	Coop2 bool
 	// KernelStatistics asks the driver to keep each kernel's compiled
 	// statistics (Backend.KernelStatistics), where it can: for tuning.
 	KernelStatistics bool
@@ -506,6 +512,61 @@ func (in *instance) coopMatrix(d *physical) (*vk.PhysicalDeviceCooperativeMatrix
 		}
 	}
 	return nil, false
+}
+
+// coop2Caps is what matmul_coop2.comp needs to know of a device's
+// workgroup-scope cooperative matrices: float16 products summed in float32
+// by workgroups of coop2Lanes invocations, of dimensions multiples of
+// gran (M, N, K) up to maxDim.
+type coop2Caps struct {
+	gran   [3]int
+	maxDim int
+}
+
+// coopMatrix2 reports whether the device runs workgroup-scope cooperative
+// matrices (VK_NV_cooperative_matrix2 over VK_KHR_cooperative_matrix, with
+// flexible dimensions) as matmul_coop2.comp uses them: the features to
+// enable, chained, and what bounds the kernel's tiles.
+func (in *instance) coopMatrix2(d *physical) (*vk.PhysicalDeviceCooperativeMatrixFeaturesKHR, coop2Caps, bool) {
+	var props vk.PhysicalDeviceCooperativeMatrix2PropertiesNV
+	if !slices.Contains(d.extensions, "VK_KHR_cooperative_matrix") || !slices.Contains(d.extensions, "VK_NV_cooperative_matrix2") {
+		return nil, coop2Caps{}, false
+	}
+	nv2 := &vk.PhysicalDeviceCooperativeMatrix2FeaturesNV{SType: vk.StructureTypePhysicalDeviceCooperativeMatrix2FeaturesNV}
+	khr := &vk.PhysicalDeviceCooperativeMatrixFeaturesKHR{SType: vk.StructureTypePhysicalDeviceCooperativeMatrixFeaturesKHR, PNext: unsafe.Pointer(nv2)}
+	f2 := &vk.PhysicalDeviceFeatures2{SType: vk.StructureTypePhysicalDeviceFeatures2, PNext: unsafe.Pointer(khr)}
+	props.SType = vk.StructureTypePhysicalDeviceCooperativeMatrix2PropertiesNV
+	p2 := &vk.PhysicalDeviceProperties2{SType: vk.StructureTypePhysicalDeviceProperties2, PNext: unsafe.Pointer(&props)}
+	var p runtime.Pinner
+	p.Pin(nv2)
+	p.Pin(khr)
+	p.Pin(&props)
+	in.f.GetPhysicalDeviceFeatures2(d.handle, f2)
+	in.f.GetPhysicalDeviceProperties2(d.handle, p2)
+	p.Unpin()
+	props.PNext = nil
+	if khr.CooperativeMatrix == 0 || nv2.CooperativeMatrixWorkgroupScope == 0 || nv2.CooperativeMatrixFlexibleDimensions == 0 ||
+		props.CooperativeMatrixWorkgroupScopeMaxWorkgroupSize < coop2Lanes {
+		return nil, coop2Caps{}, false
+	}
+	dims, err := in.f.FlexibleDimensions(in.handle, d.handle)
+	if err != nil {
+		return nil, coop2Caps{}, false
+	}
+	caps := coop2Caps{maxDim: int(props.CooperativeMatrixFlexibleDimensionsMaxDimension)}
+	for _, p := range dims {
+		if p.AType == vk.ComponentTypeFloat16NV && p.BType == vk.ComponentTypeFloat16NV && p.CType == vk.ComponentTypeFloat32NV &&
+			p.ResultType == vk.ComponentTypeFloat32NV && p.SaturatingAccumulation == 0 && p.Scope == vk.ScopeWorkgroup &&
+			p.WorkgroupInvocations == coop2Lanes && p.MGranularity > 0 && p.NGranularity > 0 && p.KGranularity > 0 {
+			caps.gran = [3]int{int(p.MGranularity), int(p.NGranularity), int(p.KGranularity)}
+		}
+	}
+	if caps.gran[0] == 0 {
+		return nil, coop2Caps{}, false
+	}
+	return &vk.PhysicalDeviceCooperativeMatrixFeaturesKHR{SType: vk.StructureTypePhysicalDeviceCooperativeMatrixFeaturesKHR, CooperativeMatrix: 1,
+		PNext: unsafe.Pointer(&vk.PhysicalDeviceCooperativeMatrix2FeaturesNV{SType: vk.StructureTypePhysicalDeviceCooperativeMatrix2FeaturesNV,
+			CooperativeMatrixWorkgroupScope: 1, CooperativeMatrixFlexibleDimensions: 1})}, caps, true
 }
 
 // memoryType finds a memory type allowed by bits with all of required,

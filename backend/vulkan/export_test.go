@@ -1,6 +1,7 @@
 package vulkan
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -260,3 +261,22 @@ func NormKernel(s backend.Stream, dim int) (string, int) {
 // SetRowsFactor multiplies the rows a workgroup of rmsnorm_sg or matvec_sg
 // takes under t, so that its subgroups loop over more rows than they are.
 func SetRowsFactor(t *Tuning, f int) { t.rowsFactor = f }
+
+// Coop2 reports whether the device runs matmul_coop2.comp.
+func Coop2(b *Backend) bool { return b.dev.coop2.maxDim > 0 }
+
+// TakesCoop2 reports whether s would multiply rows of x by w on
+// workgroup-scope cooperative matrices (matmul_coop2.comp), at its precision.
+func TakesCoop2(s backend.Stream, rows int, w backend.Matrix) bool {
+	return planOne(s, rows, w).kernel == gemmCoop2
+}
+
+// ForceCoop2Tile makes t's matmul_coop2.comp products take bn rows of W by
+// bm of x, bk along K a step.
+func ForceCoop2Tile(t *Tuning, bn, bm, bk int) { t.coop2Tile = &coop2Tile{bn: bn, bm: bm, bk: bk} }
+
+// Coop2Caps describes the device's workgroup-scope matrices as kernel
+// choice sees them.
+func Coop2Caps(b *Backend) string {
+	return fmt.Sprintf("workgroup-scope cooperative matrices: granularity (M, N, K) %v, dimensions up to %d", b.dev.coop2.gran, b.dev.coop2.maxDim)
+}

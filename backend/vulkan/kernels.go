@@ -253,6 +253,7 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 			}
 		}
 		ms[i], dsts[i], ws[i] = m, dst, shapeOf(m)
+		ws[i].bias = biases[i] != nil
 	}
 	exact := s.precision != backend.PrecisionFast
 	plan := planMatMul(s.tuning, s.b.dev, exact, rows, cols, ws)
@@ -267,7 +268,7 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 	var half *buffer // x in float16 for the cooperative products
 	var loBase, bigBase uint32
 	if plan.halfX {
-		if half, loBase, bigBase = s.toHalf(xs, rows, cols, exact); half == nil {
+		if half, loBase, bigBase = s.toHalfIn(&s.half, xs, rows, plan.halfXRows, cols, exact); half == nil {
 			return
 		}
 	}
@@ -311,6 +312,8 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 			// The groups table's binding goes unread here but still needs a buffer.
 			s.dispatch("matmul_coop_"+m.f.suffix, t.spec(exact, a16, b2u(hw.ok), b2u(splitW), false), append(uses, xh, wh, xs.reads()),
 				pushWords(&coopPush{push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase, 0}), gx, gy, gz)
+		case gemmCoop2:
+			s.coop2Product(pp, m, uses[:3], use{buf: half}, loBase, bigBase, exact, rows, cols)
 		case gemmTiled:
 			s.dispatch("matmul_"+m.f.suffix, []uint32{b2u(!exact), 0}, append(uses, xs.reads()), pushWords(&tiledPush{push, 0}),
 				ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
@@ -320,6 +323,40 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 	}
 	for _, sum := range sums {
 		sum()
+	}
+}
+
+// coop2Product records matmul_coop2.comp: whole tiles of rows into dst,
+// the last, partial one into the stream's coop2Tail buffer and copied from
+// there. uses are x, the weight in its format and dst; xh is x in float16,
+// as toHalfIn left it.
+func (s *stream) coop2Product(pp projPlan, m *matrix, uses []use, xh use, loBase, bigBase uint32, exact bool, rows, cols int) {
+	t, hw := pp.tile2, pp.half
+	wh := use{buf: s.halfW, lo: hw.lo, hi: hw.hi}
+	if hw.direct {
+		wh = uses[1]
+	}
+	n := m.w.Rows
+	push := coop2Push{N: uint32(n), K: uint32(cols), scaleBase: m.scaleBase, loBase: loBase, bigBase: bigBase,
+		whBase: hw.base, wLoBase: hw.loBase, wBigBase: hw.bigBase}
+	spec := t.spec(exact, hw.split)
+	whole := rows - rows%t.bm
+	if whole > 0 {
+		push.M = uint32(whole)
+		s.dispatch("matmul_coop2_"+m.f.suffix, spec, []use{uses[0], uses[1], uses[2], xh, wh}, pushWords(&push),
+			uint32(n/t.bn), uint32(whole/t.bm), 1)
+	}
+	if tail := rows - whole; tail > 0 {
+		bytes := uint64(t.bm) * uint64(n) * 4
+		if s.coop2Tail = s.helper(s.coop2Tail, bytes); s.coop2Tail == nil {
+			return
+		}
+		push.M, push.mBase, push.yBase = uint32(tail), uint32(whole), 0
+		s.dispatch("matmul_coop2_"+m.f.suffix, spec, []use{uses[0], uses[1], {buf: s.coop2Tail, write: true, hi: bytes}, xh, wh},
+			pushWords(&push), uint32(n/t.bn), 1, 1)
+		dst := uses[2]
+		off := dst.lo + uint64(whole)*uint64(n)*4
+		s.copyBuffer(dst.buf, off, s.coop2Tail, 0, uint64(tail)*uint64(n)*4)
 	}
 }
 
@@ -405,16 +442,13 @@ func (s *stream) weightsToHalf(m *matrix, dst *buffer, r halfRange) {
 		pushWords(&weights16Push{uint32(m.w.Rows), uint32(m.w.Cols), m.scaleBase, r.base, r.loBase, r.bigBase, b2u(r.split)}), gx, gy, gz)
 }
 
-// toHalf records tohalf.comp for rows x cols of x (cols % 8 == 0) into the
-// stream's half buffer: the float16 x (hi parts at exact precision), from
-// uvec4 loBase the remainders (exact only), from word bigBase a flag per
-// row. It returns nil after failing the stream.
-func (s *stream) toHalf(x *tensor, rows, cols int, exact bool) (buf *buffer, loBase, bigBase uint32) {
-	return s.toHalfIn(&s.half, x, rows, cols, exact)
-}
-
-// toHalfIn is toHalf into the stream's helper buffer *dst.
-func (s *stream) toHalfIn(dst **buffer, x *tensor, rows, cols int, exact bool) (buf *buffer, loBase, bigBase uint32) {
+// toHalfIn records tohalf.comp for rows x cols of x (cols % 8 == 0) into
+// the stream's helper buffer *dst: the float16 x (hi parts at exact
+// precision), from uvec4 loBase the remainders (exact only), from word
+// bigBase a flag per row. The buffer holds at least padRows rows of
+// halves, so that a kernel may read whole tiles past the last row. It
+// returns nil after failing the stream.
+func (s *stream) toHalfIn(dst **buffer, x *tensor, rows, padRows, cols int, exact bool) (buf *buffer, loBase, bigBase uint32) {
 	chunks := uint64(rows) * uint64(cols) / 8 // uvec4s of one copy
 	words := 4 * chunks
 	if exact {
@@ -424,7 +458,13 @@ func (s *stream) toHalfIn(dst **buffer, x *tensor, rows, cols int, exact bool) (
 		s.fail(fmt.Errorf("vulkan: %d x %d activations in float16 pass 2^32 words", rows, cols))
 		return nil, 0, 0
 	}
-	if *dst = s.helper(*dst, 4*(words+uint64(rows))); *dst == nil {
+	// Whole tiles past the last row read padRows rows from the halves'
+	// start, and at exact precision from the remainders' too.
+	padded := uint64(padRows) * uint64(cols) * 2
+	if exact {
+		padded += uint64(rows) * uint64(cols) * 2
+	}
+	if *dst = s.helper(*dst, max(4*(words+uint64(rows)), padded)); *dst == nil {
 		return nil, 0, 0
 	}
 	gx, gy, gz := gridRows(rows)
@@ -689,10 +729,10 @@ func (s *stream) flash(a *backend.Attention, capture, tailsHeld bool) {
 	if kv16 {
 		kvd := a.KVHeads * a.HeadDim
 		var kb, vb *buffer
-		if kb, loBase, bigBase = s.toHalfIn(&s.halfK, t["K"], a.Keys(), kvd, exact); kb == nil {
+		if kb, loBase, bigBase = s.toHalfIn(&s.halfK, t["K"], a.Keys(), a.Keys(), kvd, exact); kb == nil {
 			return
 		}
-		if vb, _, _ = s.toHalfIn(&s.halfV, t["V"], a.Keys(), kvd, exact); vb == nil {
+		if vb, _, _ = s.toHalfIn(&s.halfV, t["V"], a.Keys(), a.Keys(), kvd, exact); vb == nil {
 			return
 		}
 		kh, vh = use{buf: kb}, use{buf: vb}

@@ -36,6 +36,15 @@ type coopPush struct {
 	basesBase                 uint32 // as tiledPush's
 }
 
+// coop2Push is matmul_coop2.comp's block.
+type coop2Push struct {
+	M, N, K                   uint32
+	scaleBase                 uint32
+	mBase, yBase              uint32 // x's first row; where its outputs start in y
+	loBase, bigBase           uint32 // tohalf.comp's remainders and range flags
+	whBase, wLoBase, wBigBase uint32 // the weights' halves, remainders and range flags
+}
+
 // weights16Push is weights16.comp's block.
 type weights16Push struct {
 	rows, k, scaleBase    uint32

@@ -13,7 +13,7 @@ import (
 
 // pushBlocks is the Go struct of each shader source's push-constant block.
 var pushBlocks = map[string]any{
-	"matmul.comp": tiledPush{}, "matvec.comp": tiledPush{}, "matmul_coop.comp": coopPush{},
+	"matmul.comp": tiledPush{}, "matvec.comp": tiledPush{}, "matmul_coop.comp": coopPush{}, "matmul_coop2.comp": coop2Push{},
 	"weights16.comp": weights16Push{}, "tohalf.comp": toHalfPush{}, "splitk.comp": splitKPush{},
 	"embed.comp": embedPush{}, "rmsnorm.comp": normPush{}, "layernorm.comp": normPush{},
 	"normapply.comp": normApplyPush{}, "rope.comp": ropePush{},

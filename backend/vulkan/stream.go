@@ -151,6 +151,7 @@ type stream struct {
 	halfK, halfV  *buffer // K and V in float16 for flash_coop.comp
 	halfW         *buffer // its weights in float16 (weights16.comp)
 	parts         *buffer // its products split along K, before splitk.comp adds them
+	coop2Tail     *buffer // matmul_coop2.comp's last, partial tile of rows
 	ropeKey       ropeKey
 	prof          profile
 }

@@ -35,6 +35,13 @@ type Tuning struct {
 	// of one MatMul have SplitTotal workgroups together.
 	SplitK                                                  bool
 	SplitBelow, SplitBelowLate, SplitBelowExact, SplitTotal int
+	// Coop2 runs products of float16 weights (F16, or decoded first; at
+	// exact precision in hi + lo halves where float16 does not hold them)
+	// on workgroup-scope cooperative matrices (matmul_coop2.comp) where the
+	// device was opened with them (Options.Coop2) and the product has at
+	// least Coop2MinGroups of its workgroups.
+	Coop2          bool
+	Coop2MinGroups int
 	// FlashHalfKVFrom is the fewest queries for which flash_coop.comp reads
 	// K and V converted to float16 once; FlashWideFrom the fewest for which
 	// its workgroups take 128 rows rather than 64.
@@ -48,9 +55,10 @@ type Tuning struct {
 	StagingBytes, ReadBytes uint64
 
 	// Set by tests only.
-	coopTile   *coopTile // replaces the cooperative GEMM's choice
-	rowsFactor int       // multiplies the rows of a subgroup-per-row workgroup (0: 1), so that its subgroups loop
-	flashApart bool      // 128-row flash_coop.comp stages K and V in turn even where both fit
+	coopTile   *coopTile  // replaces the cooperative GEMM's choice
+	coop2Tile  *coop2Tile // replaces matmul_coop2.comp's
+	rowsFactor int        // multiplies the rows of a subgroup-per-row workgroup (0: 1), so that its subgroups loop
+	flashApart bool       // 128-row flash_coop.comp stages K and V in turn even where both fit
 }
 
 // HalfWRows is Tuning.HalfWRows at fast precision, at fast precision for
@@ -72,6 +80,7 @@ func DefaultTuning() Tuning {
 		ExactInTileElems: coopHalfWSmallElems,
 		// see docs/PERFORMANCE.md, "Split-K"
 		SplitK: true, SplitBelow: 64, SplitBelowLate: 160, SplitBelowExact: 65, SplitTotal: 256,
+		Coop2: true, Coop2MinGroups: 128,
 		// see docs/PERFORMANCE.md, "Flash attention on cooperative matrices"
 		FlashHalfKVFrom: 1024, FlashWideFrom: 1024,
 		CopyShader:   true,
@@ -89,24 +98,28 @@ func (t *Tuning) check() error {
 		return errors.New("vulkan: Tuning.ReadBytes must be a positive multiple of 16")
 	case t.SplitK && (t.SplitBelow < 0 || t.SplitBelowLate < 0 || t.SplitBelowExact < 0):
 		return errors.New("vulkan: Tuning's split thresholds are negative")
+	case t.Coop2 && t.Coop2MinGroups < 1:
+		return errors.New("vulkan: Tuning.Coop2MinGroups must be at least 1")
 	}
 	return nil
 }
 
 // devCaps is what kernel choice needs to know of a device.
 type devCaps struct {
-	coop         bool   // opened with cooperative matrices (float16)
-	subgroups    bool   // subgroup arithmetic in compute shaders
-	subgroupSize uint32 // invocations of a subgroup
-	sharedMem    int    // bytes of shared memory a workgroup may use
-	wideGroups   bool   // workgroups of 256 invocations along x
-	reduceWG     uint32 // the workgroup size of row reductions
+	coop         bool      // opened with cooperative matrices (float16)
+	coop2        coop2Caps // and workgroup-scope ones (matmul_coop2.comp); zero: none
+	subgroups    bool      // subgroup arithmetic in compute shaders
+	subgroupSize uint32    // invocations of a subgroup
+	sharedMem    int       // bytes of shared memory a workgroup may use
+	wideGroups   bool      // workgroups of 256 invocations along x
+	reduceWG     uint32    // the workgroup size of row reductions
 }
 
 func (b *Backend) caps() devCaps {
 	l := &b.phys.props.Limits
 	d := devCaps{
 		coop:         b.coopEnabled,
+		coop2:        b.coop2,
 		subgroups:    b.phys.subgroupArithmetic(),
 		subgroupSize: b.phys.subgroup.SubgroupSize,
 		sharedMem:    int(l.MaxComputeSharedMemorySize),
@@ -121,7 +134,7 @@ func (b *Backend) caps() devCaps {
 // kernels loop over their rows by gl_NumSubgroups, so extra subgroups idle.
 func (d devCaps) clamped(c Clamp) devCaps {
 	if c == ClampApple {
-		d.coop = false
+		d.coop, d.coop2 = false, coop2Caps{}
 		d.sharedMem = min(d.sharedMem, appleSharedMem)
 		d.subgroupSize = appleSubgroup
 	}
@@ -137,6 +150,7 @@ type weightShape struct {
 	f16         bool // float16 already: read as it is
 	exactInHalf bool // every value the format holds is exact in float16
 	codes       bool // held as 4-bit codes (codes4.glsl)
+	bias        bool // the projection adds a bias
 }
 
 func shapeOf(m *matrix) weightShape {
@@ -151,6 +165,7 @@ const (
 	gemmTiled                            // matmul.comp: shared-memory tiles on the shader cores
 	gemmMatvecSubgroup                   // matvec.comp's subgroup variant, perGroup rows a workgroup
 	gemmMatvec                           // matvec.comp, a workgroup per row
+	gemmCoop2                            // matmul_coop2.comp
 )
 
 // projPlan is how one projection of a MatMul runs.
@@ -158,6 +173,7 @@ type projPlan struct {
 	outs     int // the weight's rows
 	kernel   gemmKernel
 	tile     coopTile  // gemmCoop
+	tile2    coop2Tile // gemmCoop2
 	half     halfRange // its weights in float16 first (half.ok)
 	split    splitPlan // its product split along K (split.parts > 1)
 	perGroup int       // gemmMatvecSubgroup
@@ -167,6 +183,7 @@ type projPlan struct {
 // float16 weights' and the split products' buffers, and each projection.
 type matmulPlan struct {
 	halfX             bool
+	halfXRows         int // rows of x's float16 buffer: past x's own for matmul_coop2.comp's whole tiles
 	halfWBytes, parts uint64
 	projs             []projPlan
 }
@@ -174,7 +191,7 @@ type matmulPlan struct {
 // planMatMul chooses the kernels of a MatMul of rows of x (cols wide) by
 // each weight, at exact precision or fast.
 func planMatMul(t *Tuning, d devCaps, exact bool, rows, cols int, ws []weightShape) matmulPlan {
-	p := matmulPlan{projs: make([]projPlan, len(ws))}
+	p := matmulPlan{projs: make([]projPlan, len(ws)), halfXRows: rows}
 	halfW, end := planHalfWeights(t, d, exact, rows, cols, ws)
 	p.halfWBytes = end
 	for i, w := range ws {
@@ -184,6 +201,9 @@ func planMatMul(t *Tuning, d devCaps, exact bool, rows, cols int, ws []weightSha
 			pp.half = halfW[i]
 		}
 		switch {
+		case takesCoop2(t, d, rows, w, pp.half):
+			pp.kernel, pp.tile2 = gemmCoop2, coop2TileFor(t, rows)
+			p.halfX, p.halfXRows = true, max(p.halfXRows, int(ceilDiv(rows, pp.tile2.bm))*pp.tile2.bm)
 		case takesCoop(t, d, exact, rows, w, pp.half.ok):
 			pp.kernel, pp.tile = gemmCoop, coopTileFor(t, d, exact, w, pp.half.ok)
 			p.halfX = p.halfX || t.HalfX && cols%8 == 0
@@ -208,6 +228,50 @@ func planMatMul(t *Tuning, d devCaps, exact bool, rows, cols int, ws []weightSha
 func takesCoop(t *Tuning, d devCaps, exact bool, rows int, w weightShape, halvesFirst bool) bool {
 	return rows > vecRows && t.coop(d) &&
 		(!exact || w.exactInHalf || halvesFirst || w.rows*w.cols >= t.ExactInTileElems && splitWFits(d))
+}
+
+// coop2Lanes is matmul_coop2.comp's workgroup size.
+const coop2Lanes = 256
+
+// coop2Tile is matmul_coop2.comp's tile: bn rows of W by bm of x, bk along
+// K a step.
+type coop2Tile struct{ bn, bm, bk int }
+
+// spec is matmul_coop2.comp's constants at exact precision or fast, with
+// W in hi + lo halves (wlo) or not.
+func (c coop2Tile) spec(exact, wlo bool) []uint32 {
+	return []uint32{coop2Lanes, uint32(c.bn), uint32(c.bm), uint32(c.bk), b2u(exact), b2u(wlo)}
+}
+
+// fits reports whether the device takes the tile: W's rows are the
+// products' M, x's their N.
+func (d coop2Caps) fits(c coop2Tile) bool {
+	return d.maxDim > 0 && c.bn%d.gran[0] == 0 && c.bm%d.gran[1] == 0 && c.bk%d.gran[2] == 0 &&
+		max(c.bn, c.bm, c.bk) <= d.maxDim
+}
+
+// coop2TileFor picks the workgroup-scope tile for rows of x.
+func coop2TileFor(t *Tuning, rows int) coop2Tile {
+	if t.coop2Tile != nil {
+		return *t.coop2Tile
+	}
+	if rows >= 512 {
+		return coop2Tile{bn: 128, bm: 256, bk: 64}
+	}
+	return coop2Tile{bn: 128, bm: 128, bk: 64}
+}
+
+// takesCoop2 reports whether a product runs on matmul_coop2.comp: with
+// float16 weights (F16, or decoded first; in hi + lo halves at exact
+// precision where float16 does not hold them), no bias, whole tiles along
+// W's rows and K, and enough workgroups.
+func takesCoop2(t *Tuning, d devCaps, rows int, w weightShape, half halfRange) bool {
+	if !t.Coop2 || d.coop2.maxDim == 0 || !t.coop(d) || !half.ok || w.bias {
+		return false
+	}
+	c := coop2TileFor(t, rows)
+	return d.coop2.fits(c) && rows >= c.bm && w.rows%c.bn == 0 && w.cols%c.bk == 0 &&
+		w.rows/c.bn*int(ceilDiv(rows, c.bm)) >= t.Coop2MinGroups
 }
 
 // coopTileFor picks the tile of a cooperative product: 128 x 128 tiles ran
