@@ -73,5 +73,6 @@ func TestEveryExportedCallTakesNil(t *testing.T) {
 	}, niltest.Policy{Prefix: "tokenizer: "})
 	niltest.Sweep(t, "synth", apis["synth"], map[string]any{
 		"ShapeNames": synth.ShapeNames, "Generate": synth.Generate, "Random": synth.Random,
+		"GenerateMix": synth.GenerateMix, "RandomMix": synth.RandomMix, "ParseMix": synth.ParseMix, "Uniform": synth.Uniform,
 	}, nil, niltest.Policy{Prefix: "synth: "})
 }
