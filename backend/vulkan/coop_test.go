@@ -599,20 +599,14 @@ func BenchmarkWeightsInTile(b *testing.B) {
 // of x, or of F32 weights, past float16's range, whose tiles are computed
 // in float32.
 func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
-	b := testBackend(t)
-	if !vulkan.Coop2(b) {
-		t.Skip("the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2), or was opened without them (STRATA_COOP2=on)")
-	}
+	b := needCoop2(t)
 	t.Log(vulkan.Coop2Caps(b))
 	for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
 		for _, typ := range []gguf.Type{gguf.F16, gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_0, gguf.F32} {
 			for _, rows := range []int{256, 300, 700} {
 				for _, big := range []float32{0, 1e5} {
 					t.Run(fmt.Sprintf("%v/%v/rows=%d/big=%g", prec, typ, rows, big), func(t *testing.T) {
-						r := newRig(t, 8)
-						tu := vulkan.Tune(r.vs)
-						vulkan.HalfWRowsAll(tu, 0)
-						tu.Coop2MinGroups = 1
+						r := coop2Rig(t, 8)
 						cols, n := 1024, 384
 						xs := r.values(rows*cols, 1)
 						if big != 0 {
@@ -706,14 +700,8 @@ func BenchmarkCoop2(b *testing.B) {
 // the second), the second written into a view of a larger tensor: every
 // output lands in its place, and the tensor around the view is untouched.
 func TestCoop2FusedProductsAndViews(t *testing.T) {
-	b := testBackend(t)
-	if !vulkan.Coop2(b) {
-		t.Skip("the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2), or was opened without them (STRATA_COOP2=on)")
-	}
-	r := newRig(t, 9)
-	tu := vulkan.Tune(r.vs)
-	vulkan.HalfWRowsAll(tu, 0)
-	tu.Coop2MinGroups = 1
+	b := needCoop2(t)
+	r := coop2Rig(t, 9)
 	r.vs.SetPrecision(backend.PrecisionFast)
 	rows, cols, n1, n2 := 300, 512, 128, 384
 	xs := r.values(rows*cols, 1)
@@ -746,4 +734,24 @@ func TestCoop2FusedProductsAndViews(t *testing.T) {
 			require.Equal(t, slices.Repeat([]float32{-7}, after), got[before+rows*n2:], "after the view")
 		}
 	}
+}
+
+// needCoop2 is the shared backend, skipping t where it has no
+// workgroup-scope cooperative matrices.
+func needCoop2(t *testing.T) *vulkan.Backend {
+	b := testBackend(t)
+	if !vulkan.Coop2(b) {
+		t.Skip("the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2), or was opened without them (STRATA_COOP2=on)")
+	}
+	return b
+}
+
+// coop2Rig is a rig whose products take matmul_coop2.comp wherever it
+// can: every format's weights in float16 first, however few workgroups.
+func coop2Rig(t *testing.T, seed uint64) *rig {
+	r := newRig(t, seed)
+	tu := vulkan.Tune(r.vs)
+	vulkan.HalfWRowsAll(tu, 0)
+	tu.Coop2MinGroups = 1
+	return r
 }
