@@ -228,3 +228,63 @@ func TestTuningCheck(t *testing.T) {
 		require.Error(t, tu.check())
 	}
 }
+
+// Which products take matmul_coop2.comp on a device opened with
+// workgroup-scope matrices (the granularity llama.cpp asks of a device of
+// 256 invocations): float16 weights (F16, or made first, split in hi + lo
+// at exact precision), no bias, whole tiles along W's rows and K, at least
+// a tile of rows and Coop2MinGroups workgroups; the tile of 256 rows of x
+// from 512 rows.
+func TestPlanMatMulTakesCoop2(t *testing.T) {
+	def := DefaultTuning()
+	off := DefaultTuning()
+	off.Coop2 = false
+	h200wg := h200
+	h200wg.coop2 = coop2Caps{gran: [3]int{32, 32, 16}, maxDim: 256}
+	coarse := h200wg
+	coarse.coop2.gran = [3]int{256, 256, 16}
+	gate := weightShape{rows: 12288, cols: 4096, codes: true}
+	f16Gate := weightShape{rows: 12288, cols: 4096, f16: true, exactInHalf: true}
+	q8Gate := weightShape{rows: 12288, cols: 4096}
+	biased := q8Gate
+	biased.bias = true
+	ragged := weightShape{rows: 12288 + 64, cols: 4096}
+	shortK := weightShape{rows: 12288, cols: 4096 + 32}
+	for _, c := range []struct {
+		name  string
+		t     Tuning
+		d     devCaps
+		exact bool
+		rows  int
+		w     weightShape
+		want  bool
+		tile  coop2Tile
+		split bool // W in hi + lo halves
+	}{
+		{"fast F16 T=512", def, h200wg, false, 512, f16Gate, true, coop2Tile{128, 256, 64}, false},
+		{"exact F16 T=2048", def, h200wg, true, 2048, f16Gate, true, coop2Tile{128, 256, 64}, false},
+		{"fast Q4_K T=512, halves first", def, h200wg, false, 512, gate, true, coop2Tile{128, 256, 64}, false},
+		{"exact Q8_0 T=256, halves split", def, h200wg, true, 256, q8Gate, true, coop2Tile{128, 128, 64}, true},
+		{"fast Q4_K T=256: decoded in the tiles", def, h200wg, false, 256, gate, false, coop2Tile{}, false},
+		{"fast Q8_0 T=128: 96 workgroups", def, h200wg, false, 128, q8Gate, false, coop2Tile{}, false},
+		{"with a bias", def, h200wg, false, 512, biased, false, coop2Tile{}, false},
+		{"W's rows off the tile", def, h200wg, false, 512, ragged, false, coop2Tile{}, false},
+		{"K off the tile", def, h200wg, false, 512, shortK, false, coop2Tile{}, false},
+		{"a granularity the tile misses", def, coarse, false, 512, q8Gate, false, coop2Tile{}, false},
+		{"opened without them", def, h200, false, 512, q8Gate, false, coop2Tile{}, false},
+		{"Coop2 off", off, h200wg, false, 512, q8Gate, false, coop2Tile{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := planMatMul(&c.t, c.d, c.exact, c.rows, c.w.cols, []weightShape{c.w})
+			pp := p.projs[0]
+			require.Equal(t, c.want, pp.kernel == gemmCoop2, "on matmul_coop2.comp (kernel %d)", pp.kernel)
+			if !c.want {
+				return
+			}
+			require.Equal(t, c.tile, pp.tile2)
+			require.Equal(t, c.split, pp.half.split, "W in hi + lo halves")
+			require.True(t, p.halfX, "x in float16 first")
+			require.Equal(t, int(ceilDiv(c.rows, c.tile.bm))*c.tile.bm, p.halfXRows, "x's halves cover whole tiles")
+		})
+	}
+}
