@@ -99,16 +99,14 @@ func KHRCoop(words []uint32) ([]uint32, error) {
 		if len(in.a) != 5 {
 			return nil, fmt.Errorf("shaders: OpCooperativeMatrixMulAddNV with %d operands", len(in.a))
 		}
-		for i, u := range []int{useAccumulator, -2, useMatrixA, useMatrixB, useAccumulator} {
-			if u == -2 {
-				continue // the result id
-			}
-			typ := in.a[0]
-			if i > 0 {
-				var ok bool
-				if typ, ok = typeOf[in.a[i]]; !ok {
-					return nil, fmt.Errorf("shaders: the type of %%%d, an operand of a product, is not known", in.a[i])
-				}
+		// The result type, then operands A, B and C (a[1] is the result).
+		if err := give(in.a[0], useAccumulator); err != nil {
+			return nil, err
+		}
+		for i, u := range map[int]int{2: useMatrixA, 3: useMatrixB, 4: useAccumulator} {
+			typ, ok := typeOf[in.a[i]]
+			if !ok {
+				return nil, fmt.Errorf("shaders: the type of %%%d, an operand of a product, is not known", in.a[i])
 			}
 			if err := give(typ, u); err != nil {
 				return nil, err

@@ -132,16 +132,16 @@ func ParseMix(name string) (Mix, error) {
 // GenerateMix is Generate with the types of mix.
 func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 	typ := mix.Base
-	var formats []*quant.Format
+	mixTypes := append([]gguf.Type{typ}, mix.Others...)
 	byType := map[gguf.Type]*quant.Format{}
-	for _, t := range append([]gguf.Type{mix.Base}, mix.Others...) {
+	for _, t := range mixTypes {
 		f, err := quant.For(t)
 		if err != nil {
 			return nil, err
 		}
-		formats, byType[t] = append(formats, f), f
+		byType[t] = f
 	}
-	format := formats[0]
+	format := byType[typ]
 	// formatOf is the format of a matrix of the kind in layer (-1: none),
 	// one of the mix's types.
 	formatOf := func(kind string, layer int) *quant.Format {
@@ -180,7 +180,8 @@ func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 			return nil, fmt.Errorf("model: shape Theta = %g is out of range: want a number in [1, 1e12]", s.Theta)
 		}
 	}
-	for _, f := range formats {
+	for _, t := range mixTypes {
+		f := byType[t]
 		for _, w := range []int{s.DModel, s.FFN, s.Heads * s.HeadDim, max(s.ExpertFFN, f.BlockSize)} {
 			if w%f.BlockSize != 0 {
 				return nil, fmt.Errorf("model: width %d is not a multiple of %s's %d-element blocks", w, f.Type, f.BlockSize)
