@@ -81,3 +81,9 @@ func q6kCodesAVX512(codes *byte, blk *byte)
 //
 //go:noescape
 func q5kCodesAVX512(codes *byte, qh, qs *byte)
+
+// codesBlockAVX512 decodes a K-quant block's 256 codes to weights,
+// scale[s] * q - offset[s] for sub-block s of 32, as formatQ5_K's Go loop does.
+//
+//go:noescape
+func codesBlockAVX512(out *float32, codes *byte, scale, offset *[8]float32)

@@ -675,3 +675,36 @@ TEXT ·q5kCodesAVX512(SB), NOSPLIT, $0-24
 	VMOVDQU Y1, 224(DI)
 	VZEROUPPER
 	RET
+
+// KCODES16 converts the 16 codes at off(SI) to scale (Z28) * q - offset
+// (Z26) at 4*off(DI), rounded as the Go loops round them.
+#define KCODES16(off) \
+	VPMOVZXBD off(SI), Z0 \
+	VCVTDQ2PS Z0, Z0 \
+	VMULPS    Z28, Z0, Z0 \
+	VSUBPS    Z26, Z0, Z0 \
+	VMOVUPS   Z0, (4*off)(DI)
+
+// func codesBlockAVX512(out *float32, codes *byte, scale, offset *[8]float32)
+//
+// The 256 weights of a K-quant block from its codes, 32 a sub-block.
+TEXT ·codesBlockAVX512(SB), NOSPLIT, $0-32
+	MOVQ out+0(FP), DI
+	MOVQ codes+8(FP), SI
+	MOVQ scale+16(FP), R8
+	MOVQ offset+24(FP), R9
+	MOVQ $8, CX
+
+codesloop:
+	VBROADCASTSS (R8), Z28
+	VBROADCASTSS (R9), Z26
+	KCODES16(0)
+	KCODES16(16)
+	ADDQ $32, SI
+	ADDQ $128, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  codesloop
+	VZEROUPPER
+	RET

@@ -61,3 +61,7 @@ func q6kCodesAVX512(codes *byte, blk *byte) {
 func q5kCodesAVX512(codes *byte, qh, qs *byte) {
 	panic("quant: q5kCodesAVX512 has no kernel on this architecture")
 }
+
+func codesBlockAVX512(out *float32, codes *byte, scale, offset *[8]float32) {
+	panic("quant: codesBlockAVX512 has no kernel on this architecture")
+}

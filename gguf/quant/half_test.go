@@ -146,7 +146,7 @@ func randomBlocks(r *rand.Rand, f *Format, nb int, halves []int) []byte {
 // The AVX-512 decoders give the Go loops' bits, block after block, on
 // random blocks whose float16 scales are of every kind but NaN (subnormal,
 // infinite, the largest): F16 (whose every value TestHalvesAVX512IsHalfToFloat
-// covers), Q8_0, Q4_0, Q4_K, Q6_K, Q1_0_g128 and TQ2_0_g128.
+// covers), Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q1_0_g128 and TQ2_0_g128.
 func TestVectorDecodersAreTheLoops(t *testing.T) {
 	if !hasDecodeAVX512 {
 		t.Skip("this CPU has no AVX-512 BW (or is not amd64): the vector decoders are not used")
@@ -155,7 +155,7 @@ func TestVectorDecodersAreTheLoops(t *testing.T) {
 	for _, c := range []struct {
 		f      Format
 		halves []int // byte offsets of float16 scales in a block
-	}{{formatF16, []int{0}}, {formatQ8_0, []int{0}}, {formatQ4_K, []int{0, 2}}, {formatQ1_0, []int{0}}, {formatTQ2_0, []int{32}}, {formatQ4_0, []int{0}}, {formatQ6_K, []int{208}}} {
+	}{{formatF16, []int{0}}, {formatQ8_0, []int{0}}, {formatQ4_K, []int{0, 2}}, {formatQ5_K, []int{0, 2}}, {formatQ1_0, []int{0}}, {formatTQ2_0, []int{32}}, {formatQ4_0, []int{0}}, {formatQ6_K, []int{208}}} {
 		t.Run(c.f.Type.String(), func(t *testing.T) {
 			nb := 300 / c.f.BlockSize * 8
 			src := randomBlocks(r, &c.f, nb, c.halves)

@@ -116,6 +116,12 @@ var formatQ5_K = Format{
 			blk := (*[176]byte)(src[176*b:])
 			out := (*[256]float32)(dst[256*b:])
 			scale, offset := kScales((*[16]byte)(blk[:16]))
+			if hasDecodeAVX512 {
+				var codes [256]byte
+				q5kCodesAVX512(&codes[0], &blk[16], &blk[48])
+				codesBlockAVX512(&out[0], &codes[0], &scale, &offset)
+				continue
+			}
 			qh := (*[32]byte)(blk[16:])
 			for c := range 4 {
 				qs := (*[32]byte)(blk[48+32*c:])
