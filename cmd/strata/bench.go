@@ -119,7 +119,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flags("bench", out)
 	path := fs.String("model", "", "model file (default: the default model)")
 	shape := fs.String("shape", "", "generate a random model of this shape instead: "+strings.Join(synth.ShapeNames(), ", "))
-	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model, or a mix (Q4_K_M)")
+	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model, or a mix (Q4_K_M, Q5_K_M)")
 	tokenList := fs.String("tokens", "128,512,2048", "prompt lengths")
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
 	precisions := fs.String("precision", "exact", "matrix products: exact (float32 accuracy), fast (float16 inputs on a GPU, int8 x for quantized weights on a CPU with AVX-512 VNNI or AVX2), or both as exact,fast")

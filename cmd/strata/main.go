@@ -931,7 +931,7 @@ const defaultPrompt = "func (s *Server) Close() error {\n\ts.mu.Lock()\n\tdefer 
 func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	fs := flags("gen", out)
 	shape := fs.String("shape", "", "one of: "+strings.Join(synth.ShapeNames(), ", "))
-	typName := fs.String("type", "F32", "tensor type of the matrices, e.g. Q1_0_g128, TQ2_0_g128, Q8_0, F16, or a mix of llama.cpp's quantizer: Q4_K_M")
+	typName := fs.String("type", "F32", "tensor type of the matrices, e.g. Q1_0_g128, TQ2_0_g128, Q8_0, F16, or a mix of llama.cpp's quantizer: Q4_K_M, Q5_K_M")
 	dst := fs.String("out", "", "output .gguf file")
 	seed := uint64(1)
 	fs.Var((*seedFlag)(&seed), "seed", "random seed, an unsigned `integer`")

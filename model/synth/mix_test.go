@@ -13,15 +13,22 @@ import (
 	"github.com/stratalab/strata/model/synth"
 )
 
-// Q4_K_M as llama.cpp's quantizer gives a 28-layer model (bonsai-1.7b's
-// depth; llama_tensor_get_type, no importance matrix): attn_v and ffn_down
-// in Q6_K in layers 0-2 and 24-27 (the first and last eighth) and in 5, 8,
-// ..., 23 (every third after the first eighth), the LM head in Q6_K, every
-// other matrix in Q4_K. The layers are listed here, not computed.
-func TestQ4KMMixMatchesLlamaCppRecipe(t *testing.T) {
+// Q4_K_M and Q5_K_M as llama.cpp's quantizer gives a 28-layer model
+// (bonsai-1.7b's depth; llama_tensor_get_type, no importance matrix):
+// attn_v and ffn_down in Q6_K in layers 0-2 and 24-27 (the first and last
+// eighth) and in 5, 8, ..., 23 (every third after the first eighth), the LM
+// head in Q6_K, every other matrix in the base type. The layers are listed
+// here, not computed.
+func TestKMMixesMatchLlamaCppRecipe(t *testing.T) {
+	for name, base := range map[string]gguf.Type{"q4_k_m": gguf.Q4_K, "Q5_K_M": gguf.Q5_K} {
+		t.Run(name, func(t *testing.T) { testKMMix(t, name, base) })
+	}
+}
+
+func testKMMix(t *testing.T, name string, base gguf.Type) {
 	s := synth.Shapes["tiny-qwen3"]
 	s.Layers = 28
-	mix, err := synth.ParseMix("q4_k_m")
+	mix, err := synth.ParseMix(name)
 	require.NoError(t, err)
 	w, err := synth.GenerateMix(s, mix, 1)
 	require.NoError(t, err)
@@ -38,7 +45,7 @@ func TestQ4KMMixMatchesLlamaCppRecipe(t *testing.T) {
 			continue
 		}
 		matrices++
-		want := gguf.Q4_K
+		want := base
 		var layer int
 		if _, err := fmt.Sscanf(ti.Name, "blk.%d.", &layer); err == nil &&
 			(strings.HasSuffix(ti.Name, ".attn_v.weight") || strings.HasSuffix(ti.Name, ".ffn_down.weight")) && more[layer] {
@@ -61,5 +68,5 @@ func TestParseMixNamesWhatItKnows(t *testing.T) {
 	require.Equal(t, synth.Uniform(gguf.Q8_0).Name, m.Name)
 	_, err = synth.ParseMix("Q4_K_L")
 	require.ErrorContains(t, err, "Q4_K_L")
-	require.ErrorContains(t, err, "nor a mix (Q4_K_M)")
+	require.ErrorContains(t, err, "nor a mix (Q4_K_M, Q5_K_M)")
 }

@@ -101,20 +101,26 @@ func Uniform(t gguf.Type) Mix { return Mix{Name: t.String(), Base: t} }
 // (llama_tensor_get_type) gives a model without an importance matrix: Q4_K_M
 // keeps Q4_K but for the LM head, and attn_v and ffn_down in the first and
 // last eighth of the layers and every third between, in Q6_K (a fused QKV
-// in Q5_K).
+// in Q5_K); Q5_K_M is the same on Q5_K (a fused QKV in Q6_K).
 var Mixes = map[string]Mix{
-	"Q4_K_M": {Name: "Q4_K_M", Base: gguf.Q4_K, Others: []gguf.Type{gguf.Q5_K, gguf.Q6_K}, typeOf: func(kind string, layer, layers int) gguf.Type {
+	"Q4_K_M": kMix("Q4_K_M", gguf.Q4_K, gguf.Q5_K),
+	"Q5_K_M": kMix("Q5_K_M", gguf.Q5_K, gguf.Q6_K),
+}
+
+// kMix is a _K_M recipe on base, with a fused QKV in qkv.
+func kMix(name string, base, qkv gguf.Type) Mix {
+	return Mix{Name: name, Base: base, Others: []gguf.Type{qkv, gguf.Q6_K}, typeOf: func(kind string, layer, layers int) gguf.Type {
 		moreBits := layer < layers/8 || layer >= 7*layers/8 || (layer-layers/8)%3 == 2
 		switch {
 		case kind == "output.weight":
 			return gguf.Q6_K
 		case kind == "attn_qkv.weight":
-			return gguf.Q5_K
+			return qkv
 		case (kind == "attn_v.weight" || kind == "ffn_down.weight" || kind == "ffn_down_exps.weight") && moreBits:
 			return gguf.Q6_K
 		}
-		return gguf.Q4_K
-	}},
+		return base
+	}}
 }
 
 // ParseMix reads a type name (gguf.ParseType's) or a mix's (Mixes).
