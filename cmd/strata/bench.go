@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -21,6 +22,7 @@ import (
 	"github.com/stratalab/strata/backend/vulkan"
 	"github.com/stratalab/strata/backends"
 	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/synth"
 	"github.com/stratalab/strata/models"
@@ -290,13 +292,13 @@ func benchModel(path, shape, typName string) (m *model.Model, name, typ string, 
 		if err != nil {
 			return nil, "", "", err
 		}
-		return m, m.Name, m.Output.Type().String(), nil
+		return m, m.Name, matrixTypes(m.File), nil
 	case shape == "":
 		m, err = models.Open()
 		if err != nil {
 			return nil, "", "", err
 		}
-		return m, m.Name, m.Output.Type().String(), nil
+		return m, m.Name, matrixTypes(m.File), nil
 	}
 	s, ok := synth.Shapes[shape]
 	if !ok {
@@ -426,4 +428,24 @@ func benchRows(path string) bool {
 		}
 	}
 	return true
+}
+
+// matrixTypes names the types of a file's matrices, the one holding the
+// most weights first ("Q4_K+Q6_K" for llama.cpp's Q4_K_M): a mix's LM head
+// alone does not name the file's format.
+func matrixTypes(f *gguf.File) string {
+	weights := map[gguf.Type]int64{}
+	for _, t := range f.Tensors {
+		if len(t.Dims) >= 2 {
+			weights[t.Type] += t.Elements()
+		}
+	}
+	types := slices.SortedFunc(maps.Keys(weights), func(a, b gguf.Type) int {
+		return cmp.Or(cmp.Compare(weights[b], weights[a]), cmp.Compare(a, b))
+	})
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = t.String()
+	}
+	return strings.Join(names, "+")
 }
