@@ -9,6 +9,9 @@
 // from memory, and the driver tiles the product itself. At exact precision
 // (EXACT) X comes in float16 hi + lo halves and each step adds W X_lo too;
 // with WLO, W's lo halves as well (W_lo X_hi), as matmul_coop.comp does.
+// Each step's tiles go through shared memory: loaded from the buffers
+// straight, the matrices ran at a quarter of matmul_coop.comp's speed on
+// an H100.
 // glslang 12 writes it as GL_NV_cooperative_matrix with gl_ScopeWorkgroup;
 // shaders.KHRCoop makes it SPV_KHR_cooperative_matrix when it is loaded.
 //
@@ -49,6 +52,14 @@ layout(std430, binding = 4) readonly buffer WH { uvec4 wh[]; };
 layout(std430, binding = 4) readonly buffer WHW { uint whw[]; };
 
 shared uint outOfRange;
+// A step's tiles, a row of BK halves in STEP uvec4s and one more, so that
+// neighbouring rows start in other banks; x's and W's lo halves only where
+// they are multiplied.
+const uint STEP = BK / 8, ROW = STEP + 1;
+shared uvec4 sa[BN * ROW];
+shared uvec4 sb[BM * ROW];
+shared uvec4 sbl[EXACT * BM * ROW + 1];
+shared uvec4 sal[WLO * BN * ROW + 1];
 
 void main() {
     const uint n0 = gl_WorkGroupID.x * BN, m0 = gl_WorkGroupID.y * BM, stride = pc.K / 8;
@@ -88,24 +99,42 @@ void main() {
         return;
     }
     fcoopmatNV<32, gl_ScopeWorkgroup, BN, BM> acc = fcoopmatNV<32, gl_ScopeWorkgroup, BN, BM>(0.0);
-    const uint a0 = pc.whBase + n0 * stride, b0 = (pc.mBase + m0) * stride;
-    for (uint k = 0; k < stride; k += BK / 8) {
+    const uint a0 = pc.whBase + n0 * stride, b0 = (pc.mBase + m0) * stride, al0 = pc.wLoBase + n0 * stride;
+    for (uint k = 0; k < stride; k += STEP) {
+        // The step's tiles into shared memory, 16 bytes a load, a row's
+        // STEP loads by neighbouring invocations.
+        for (uint i = tid; i < BN * STEP; i += lanes) {
+            const uint r = i / STEP, c = i % STEP;
+            sa[r * ROW + c] = wh[a0 + r * stride + k + c];
+            if (WLO != 0) {
+                sal[r * ROW + c] = wh[al0 + r * stride + k + c];
+            }
+        }
+        for (uint i = tid; i < BM * STEP; i += lanes) {
+            const uint r = i / STEP, c = i % STEP;
+            sb[r * ROW + c] = xh[b0 + r * stride + k + c];
+            if (EXACT != 0) {
+                sbl[r * ROW + c] = xh[pc.loBase + b0 + r * stride + k + c];
+            }
+        }
+        barrier();
         fcoopmatNV<16, gl_ScopeWorkgroup, BN, BK> a;
         fcoopmatNV<16, gl_ScopeWorkgroup, BK, BM> b;
-        coopMatLoadNV(a, wh, a0 + k, stride, false);
+        coopMatLoadNV(a, sa, 0, ROW, false);
         // B = X^T is K x M; X's rows are its columns, so column-major.
-        coopMatLoadNV(b, xh, b0 + k, stride, true);
+        coopMatLoadNV(b, sb, 0, ROW, true);
         acc = coopMatMulAddNV(a, b, acc);
         if (EXACT != 0) {
             fcoopmatNV<16, gl_ScopeWorkgroup, BK, BM> bl;
-            coopMatLoadNV(bl, xh, pc.loBase + b0 + k, stride, true);
+            coopMatLoadNV(bl, sbl, 0, ROW, true);
             acc = coopMatMulAddNV(a, bl, acc);
         }
         if (WLO != 0) {
             fcoopmatNV<16, gl_ScopeWorkgroup, BN, BK> al;
-            coopMatLoadNV(al, wh, pc.wLoBase + n0 * stride + k, stride, false);
+            coopMatLoadNV(al, sal, 0, ROW, false);
             acc = coopMatMulAddNV(al, b, acc);
         }
+        barrier();
     }
     // acc[n][m] is Y[m][n]: column-major along Y's rows.
     coopMatStoreNV(acc, y, pc.yBase + m0 * pc.N + n0, pc.N, true);

@@ -667,9 +667,9 @@ func BenchmarkCoop2(b *testing.B) {
 					tu.Coop2 = false
 					timeMatMul(b, r, v, tu, w, rows, n, k, prec)
 				})
-				tiles := [][3]int{{128, 128, 64}, {128, 256, 64}, {256, 128, 64}, {128, 128, 32}, {256, 256, 64}, {64, 128, 64}}
+				tiles := [][3]int{{128, 128, 64}, {128, 256, 64}, {256, 128, 64}, {128, 256, 32}, {64, 128, 64}}
 				if prec == backend.PrecisionExact {
-					tiles = tiles[:2]
+					tiles = [][3]int{{128, 128, 64}, {128, 128, 32}}
 				}
 				for _, tile := range tiles {
 					if rows%tile[1] != 0 {

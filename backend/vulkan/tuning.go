@@ -201,8 +201,8 @@ func planMatMul(t *Tuning, d devCaps, exact bool, rows, cols int, ws []weightSha
 			pp.half = halfW[i]
 		}
 		switch {
-		case takesCoop2(t, d, rows, w, pp.half):
-			pp.kernel, pp.tile2 = gemmCoop2, coop2TileFor(t, rows)
+		case takesCoop2(t, d, exact, rows, w, pp.half):
+			pp.kernel, pp.tile2 = gemmCoop2, coop2TileFor(t, d, exact, pp.half.split, rows)
 			p.halfX, p.halfXRows = true, max(p.halfXRows, int(ceilDiv(rows, pp.tile2.bm))*pp.tile2.bm)
 		case takesCoop(t, d, exact, rows, w, pp.half.ok):
 			pp.kernel, pp.tile = gemmCoop, coopTileFor(t, d, exact, w, pp.half.ok)
@@ -243,34 +243,50 @@ func (c coop2Tile) spec(exact, wlo bool) []uint32 {
 	return []uint32{coop2Lanes, uint32(c.bn), uint32(c.bm), uint32(c.bk), b2u(exact), b2u(wlo)}
 }
 
-// fits reports whether the device takes the tile: W's rows are the
-// products' M, x's their N.
-func (d coop2Caps) fits(c coop2Tile) bool {
-	return d.maxDim > 0 && c.bn%d.gran[0] == 0 && c.bm%d.gran[1] == 0 && c.bk%d.gran[2] == 0 &&
-		max(c.bn, c.bm, c.bk) <= d.maxDim
+// shared is the shared memory the tile takes: a step's rows of W and x in
+// float16, each row padded by 16 bytes, with the lo halves of x (exact)
+// and of W (wlo); and the range flag.
+func (c coop2Tile) shared(exact, wlo bool) int {
+	rows := c.bn*(1+int(b2u(wlo))) + c.bm*(1+int(b2u(exact)))
+	return rows*(c.bk/8+1)*16 + 4
 }
 
-// coop2TileFor picks the workgroup-scope tile for rows of x.
-func coop2TileFor(t *Tuning, rows int) coop2Tile {
+// fits reports whether the device takes the tile: W's rows are the
+// products' M, x's their N.
+func (d devCaps) fitsCoop2(c coop2Tile, exact, wlo bool) bool {
+	g := d.coop2.gran
+	return d.coop2.maxDim > 0 && c.bn%g[0] == 0 && c.bm%g[1] == 0 && c.bk%g[2] == 0 &&
+		max(c.bn, c.bm, c.bk) <= d.coop2.maxDim && c.shared(exact, wlo) <= d.sharedMem
+}
+
+// coop2TileFor picks the workgroup-scope tile for rows of x: at exact
+// precision 128 x 128 (128 x 256 tiles with W's lo halves made no pipeline
+// on an H100's driver), at fast 128 x 256 from 512 rows; 64 along K where
+// shared memory holds that, else 32.
+func coop2TileFor(t *Tuning, d devCaps, exact, wlo bool, rows int) coop2Tile {
 	if t.coop2Tile != nil {
 		return *t.coop2Tile
 	}
-	if rows >= 512 {
-		return coop2Tile{bn: 128, bm: 256, bk: 64}
+	c := coop2Tile{bn: 128, bm: 128, bk: 64}
+	if !exact && rows >= 512 {
+		c.bm = 256
 	}
-	return coop2Tile{bn: 128, bm: 128, bk: 64}
+	if c.shared(exact, wlo) > d.sharedMem {
+		c.bk = 32
+	}
+	return c
 }
 
 // takesCoop2 reports whether a product runs on matmul_coop2.comp: with
 // float16 weights (F16, or decoded first; in hi + lo halves at exact
 // precision where float16 does not hold them), no bias, whole tiles along
 // W's rows and K, and enough workgroups.
-func takesCoop2(t *Tuning, d devCaps, rows int, w weightShape, half halfRange) bool {
+func takesCoop2(t *Tuning, d devCaps, exact bool, rows int, w weightShape, half halfRange) bool {
 	if !t.Coop2 || d.coop2.maxDim == 0 || !t.coop(d) || !half.ok || w.bias {
 		return false
 	}
-	c := coop2TileFor(t, rows)
-	return d.coop2.fits(c) && rows >= c.bm && w.rows%c.bn == 0 && w.cols%c.bk == 0 &&
+	c := coop2TileFor(t, d, exact, half.split, rows)
+	return d.fitsCoop2(c, exact, half.split) && rows >= c.bm && w.rows%c.bn == 0 && w.cols%c.bk == 0 &&
 		w.rows/c.bn*int(ceilDiv(rows, c.bm)) >= t.Coop2MinGroups
 }
 

@@ -239,8 +239,12 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 	def := DefaultTuning()
 	off := DefaultTuning()
 	off.Coop2 = false
+	big := DefaultTuning()
+	big.coop2Tile = &coop2Tile{bn: 128, bm: 256, bk: 64} // 54 KiB with x's and W's lo halves
 	h200wg := h200
 	h200wg.coop2 = coop2Caps{gran: [3]int{32, 32, 16}, maxDim: 256}
+	wg48 := h200wg
+	wg48.sharedMem = 48 << 10
 	coarse := h200wg
 	coarse.coop2.gran = [3]int{256, 256, 16}
 	gate := weightShape{rows: 12288, cols: 4096, codes: true}
@@ -249,7 +253,7 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 	biased := q8Gate
 	biased.bias = true
 	ragged := weightShape{rows: 12288 + 64, cols: 4096}
-	shortK := weightShape{rows: 12288, cols: 4096 + 32}
+	shortK := weightShape{rows: 12288, cols: 4096 + 16}
 	for _, c := range []struct {
 		name  string
 		t     Tuning
@@ -262,9 +266,11 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 		split bool // W in hi + lo halves
 	}{
 		{"fast F16 T=512", def, h200wg, false, 512, f16Gate, true, coop2Tile{128, 256, 64}, false},
-		{"exact F16 T=2048", def, h200wg, true, 2048, f16Gate, true, coop2Tile{128, 256, 64}, false},
+		{"exact F16 T=2048", def, h200wg, true, 2048, f16Gate, true, coop2Tile{128, 128, 64}, false},
 		{"fast Q4_K T=512, halves first", def, h200wg, false, 512, gate, true, coop2Tile{128, 256, 64}, false},
 		{"exact Q8_0 T=256, halves split", def, h200wg, true, 256, q8Gate, true, coop2Tile{128, 128, 64}, true},
+		{"exact Q8_0 T=256, 48 KiB of shared memory", def, wg48, true, 256, q8Gate, true, coop2Tile{128, 128, 32}, true},
+		{"a tile past shared memory", big, wg48, true, 512, q8Gate, false, coop2Tile{}, false},
 		{"fast Q4_K T=256: decoded in the tiles", def, h200wg, false, 256, gate, false, coop2Tile{}, false},
 		{"fast Q8_0 T=128: 96 workgroups", def, h200wg, false, 128, q8Gate, false, coop2Tile{}, false},
 		{"with a bias", def, h200wg, false, 512, biased, false, coop2Tile{}, false},
