@@ -265,9 +265,12 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 		tile  coop2Tile
 		split bool // W in hi + lo halves
 	}{
-		{"fast F16 T=512", def, h200wg, false, 512, f16Gate, true, coop2Tile{128, 256, 64}, false},
+		{"fast F16 T=512", def, h200wg, false, 512, f16Gate, true, coop2Tile{128, 128, 64}, false},
+		{"fast F16 T=2048", def, h200wg, false, 2048, f16Gate, true, coop2Tile{128, 256, 64}, false},
+		{"fast F16 T=2048, 48 KiB of shared memory", def, wg48, false, 2048, f16Gate, true, coop2Tile{128, 256, 32}, false},
 		{"exact F16 T=2048", def, h200wg, true, 2048, f16Gate, true, coop2Tile{128, 128, 64}, false},
-		{"fast Q4_K T=512, halves first", def, h200wg, false, 512, gate, true, coop2Tile{128, 256, 64}, false},
+		{"exact F16 T=2048, 48 KiB of shared memory", def, wg48, true, 2048, f16Gate, true, coop2Tile{128, 128, 32}, false},
+		{"fast Q4_K T=512, halves first", def, h200wg, false, 512, gate, true, coop2Tile{128, 128, 64}, false},
 		{"exact Q8_0 T=256, halves split", def, h200wg, true, 256, q8Gate, true, coop2Tile{128, 128, 64}, true},
 		{"exact Q8_0 T=256, 48 KiB of shared memory", def, wg48, true, 256, q8Gate, true, coop2Tile{128, 128, 32}, true},
 		{"a tile past shared memory", big, wg48, true, 512, q8Gate, false, coop2Tile{}, false},
