@@ -595,7 +595,7 @@ func BenchmarkWeightsInTile(b *testing.B) {
 // matmul_coop2.comp keeps each precision's bound for every format it takes
 // (F16 read as it is, the others decoded to float16 first, in hi + lo
 // halves at exact precision): on whole tiles of rows, with a last partial
-// tile (300 and 700 rows, on the tiles of 128 and 256 rows), and with a row
+// tile (300 and 700 rows), and with a row
 // of x, or of F32 weights, past float16's range, whose tiles are computed
 // in float32.
 func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
