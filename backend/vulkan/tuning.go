@@ -251,8 +251,9 @@ func (c coop2Tile) shared(exact, wlo bool) int {
 	return rows*(c.bk/8+1)*16 + 4
 }
 
-// fits reports whether the device takes the tile: W's rows are the
-// products' M, x's their N.
+// fitsCoop2 reports whether the device takes the tile, by its matrices'
+// granularity and largest dimension (W's rows are the products' M, x's
+// their N) and by its shared memory.
 func (d devCaps) fitsCoop2(c coop2Tile, exact, wlo bool) bool {
 	g := d.coop2.gran
 	return d.coop2.maxDim > 0 && c.bn%g[0] == 0 && c.bm%g[1] == 0 && c.bk%g[2] == 0 &&
