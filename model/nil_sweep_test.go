@@ -74,5 +74,6 @@ func TestEveryExportedCallTakesNil(t *testing.T) {
 	niltest.Sweep(t, "synth", apis["synth"], map[string]any{
 		"ShapeNames": synth.ShapeNames, "Generate": synth.Generate, "Random": synth.Random,
 		"GenerateMix": synth.GenerateMix, "RandomMix": synth.RandomMix, "ParseMix": synth.ParseMix, "Uniform": synth.Uniform,
+		"MixOf": synth.MixOf, "TypeChoices": synth.TypeChoices,
 	}, nil, niltest.Policy{Prefix: "synth: "})
 }

@@ -121,7 +121,7 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flags("bench", out)
 	path := fs.String("model", "", "model file (default: the default model)")
 	shape := fs.String("shape", "", "generate a random model of this shape instead: "+strings.Join(synth.ShapeNames(), ", "))
-	typName := fs.String("type", "Q1_0_g128", "weight type of a generated model, or a mix (Q4_K_M, Q5_K_M)")
+	typName := fs.String("type", "Q1_0_g128", "the weights' type of a generated model (--shape): "+synth.TypeChoices())
 	tokenList := fs.String("tokens", "128,512,2048", "prompt lengths")
 	captures := fs.String("capture", "none", "none, all, or both as none,all")
 	precisions := fs.String("precision", "exact", "matrix products: exact (float32 accuracy), fast (float16 inputs on a GPU, int8 x for quantized weights on a CPU with AVX-512 VNNI or AVX2), or both as exact,fast")
@@ -292,13 +292,13 @@ func benchModel(path, shape, typName string) (m *model.Model, name, typ string, 
 		if err != nil {
 			return nil, "", "", err
 		}
-		return m, m.Name, matrixTypes(m.File), nil
+		return m, m.Name, fileTypes(m.File), nil
 	case shape == "":
 		m, err = models.Open()
 		if err != nil {
 			return nil, "", "", err
 		}
-		return m, m.Name, matrixTypes(m.File), nil
+		return m, m.Name, fileTypes(m.File), nil
 	}
 	s, ok := synth.Shapes[shape]
 	if !ok {
@@ -306,7 +306,7 @@ func benchModel(path, shape, typName string) (m *model.Model, name, typ string, 
 	}
 	mix, err := synth.ParseMix(typName)
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", "", fmt.Errorf("--type: %w", err)
 	}
 	m, err = synth.RandomMix(s, mix, 1)
 	return m, shape, mix.Name, err
@@ -430,9 +430,19 @@ func benchRows(path string) bool {
 	return true
 }
 
+// fileTypes names a file's weight types: the llama.cpp mix it says it is
+// (general.file_type), else the types of its matrices, the one holding the
+// most weights first ("Q4_K+Q6_K"): a mix's LM head alone does not name
+// the file's format.
+func fileTypes(f *gguf.File) string {
+	if mix, ok := synth.MixOf(f); ok {
+		return mix.Name
+	}
+	return matrixTypes(f)
+}
+
 // matrixTypes names the types of a file's matrices, the one holding the
-// most weights first ("Q4_K+Q6_K" for llama.cpp's Q4_K_M): a mix's LM head
-// alone does not name the file's format.
+// most weights first.
 func matrixTypes(f *gguf.File) string {
 	weights := map[gguf.Type]int64{}
 	for _, t := range f.Tensors {

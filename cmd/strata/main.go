@@ -243,7 +243,7 @@ func openEngine(m *model.Model, backend, placement string, q engine.PlanRequest)
 
 func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	fs := flags("info", out)
-	n := fs.Int("n", 512, "prompt length for the memory estimate, 1 to the model's context (default 512 or the context if shorter)")
+	n := fs.Int("n", 512, "prompt length for the memory estimate, 1 to the model's context (the context if it is shorter than the default)")
 	points := fs.Bool("points", false, "also list the model's capture points (per layer once, as blocks.N.*)")
 	devices := fs.Bool("devices", false, "also list the backend's devices and plan the model over them: the bytes each tier needs for a prompt of -n tokens")
 	backend := fs.String("backend", "auto", "with --devices: the backend whose devices to list: "+strings.Join(backends.Names, ", "))
@@ -931,7 +931,7 @@ const defaultPrompt = "func (s *Server) Close() error {\n\ts.mu.Lock()\n\tdefer 
 func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	fs := flags("gen", out)
 	shape := fs.String("shape", "", "one of: "+strings.Join(synth.ShapeNames(), ", "))
-	typName := fs.String("type", "F32", "tensor type of the matrices, e.g. Q1_0_g128, TQ2_0_g128, Q8_0, F16, or a mix of llama.cpp's quantizer: Q4_K_M, Q5_K_M")
+	typName := fs.String("type", "F32", "the weights' type: "+synth.TypeChoices())
 	dst := fs.String("out", "", "output .gguf file")
 	seed := uint64(1)
 	fs.Var((*seedFlag)(&seed), "seed", "random seed, an unsigned `integer`")
@@ -950,7 +950,7 @@ func cmdGen(ctx context.Context, args []string, out io.Writer) error {
 	}
 	mix, err := synth.ParseMix(*typName)
 	if err != nil {
-		return err
+		return fmt.Errorf("--type: %w", err)
 	}
 	w, err := synth.GenerateMix(s, mix, seed)
 	if err != nil {

@@ -115,21 +115,29 @@ func TestBenchPrintsATable(t *testing.T) {
 	require.Equal(t, []string{"exact", "exact", "fast", "fast"}, []string{rows[0].Precision, rows[1].Precision, rows[2].Precision, rows[3].Precision})
 }
 
-// bench --model names a mix by its matrices' types, the most weights first:
-// a Q4_K_M file is Q4_K with some Q6_K, not the Q6_K of its LM head.
-func TestBenchNamesAMixByItsMatrices(t *testing.T) {
+// bench --model names a generated Q4_K_M file as the mix it says it is
+// (general.file_type), as bench --shape names it; a file that names no mix
+// by its matrices' types, the most weights first, not by its LM head's.
+func TestBenchNamesAMix(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mix.gguf")
 	_, err := strata(t, "gen", "--shape", "tiny-qwen3", "--type", "Q4_K_M", "--out", path)
 	require.NoError(t, err)
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
 	out, err := strata(t, "bench", "--model", path, "--backend", "cpu", "--tokens", "4", "--iters", "1", "--json", jsonPath)
 	require.NoError(t, err)
-	require.Contains(t, out, " Q4_K+Q6_K ")
+	require.Contains(t, out, " Q4_K_M ")
 	raw, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
 	var rows []benchRow
 	require.NoError(t, json.Unmarshal(raw, &rows))
-	require.Equal(t, "Q4_K+Q6_K", rows[0].Type)
+	require.Equal(t, "Q4_K_M", rows[0].Type)
+	f := &gguf.File{Tensors: []gguf.TensorInfo{
+		{Name: "token_embd.weight", Dims: []int64{256, 512}, Type: gguf.Q4_K},
+		{Name: "output.weight", Dims: []int64{256, 512}, Type: gguf.Q6_K},
+		{Name: "blk.0.attn_q.weight", Dims: []int64{256, 256}, Type: gguf.Q4_K},
+		{Name: "output_norm.weight", Dims: []int64{256}, Type: gguf.F32},
+	}}
+	require.Equal(t, "Q4_K+Q6_K", fileTypes(f))
 }
 
 func TestGenAndInfoOfALlama3Shape(t *testing.T) {

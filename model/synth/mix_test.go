@@ -68,5 +68,75 @@ func TestParseMixNamesWhatItKnows(t *testing.T) {
 	require.Equal(t, synth.Uniform(gguf.Q8_0).Name, m.Name)
 	_, err = synth.ParseMix("Q4_K_L")
 	require.ErrorContains(t, err, "Q4_K_L")
-	require.ErrorContains(t, err, "nor a mix (Q4_K_M, Q5_K_M)")
+	require.ErrorContains(t, err, "or a mix of llama.cpp's quantizer (Q4_K_M, Q5_K_M)")
+	require.ErrorContains(t, err, "Q6_K, BF16", "the tensor types too")
+}
+
+// The recipes' other rules, on the shapes they touch (llama_tensor_get_type
+// of the llama.cpp release the peer benchmarks run): where the LM head is
+// the embedding (Gemma), the embedding takes the head's Q6_K; a mixture's
+// router and GPT-2's learned positions are not quantized; with 8 experts,
+// attn_k and attn_v are Q8_0 and attn_output Q5_K. The file says which mix
+// it is (general.file_type, llama.cpp's 15 and 17), and loads.
+func TestKMMixesOnOtherShapes(t *testing.T) {
+	for _, c := range []struct {
+		mix, shape string
+		base       gguf.Type
+		want       map[string]gguf.Type // tensors with a type of their own; the other matrices are base
+	}{
+		{"Q4_K_M", "tiny-gemma2", gguf.Q4_K, map[string]gguf.Type{"token_embd.weight": gguf.Q6_K,
+			"blk.1.attn_v.weight": gguf.Q6_K, "blk.1.ffn_down.weight": gguf.Q6_K}},
+		{"Q5_K_M", "tiny-qwen3moe", gguf.Q5_K, map[string]gguf.Type{"output.weight": gguf.Q6_K,
+			"blk.0.ffn_gate_inp.weight": gguf.F32, "blk.1.ffn_gate_inp.weight": gguf.F32,
+			"blk.0.attn_k.weight": gguf.Q8_0, "blk.0.attn_v.weight": gguf.Q8_0, "blk.1.attn_k.weight": gguf.Q8_0, "blk.1.attn_v.weight": gguf.Q8_0,
+			"blk.1.ffn_down_exps.weight": gguf.Q6_K}},
+		{"Q4_K_M", "tiny-qwen3moe", gguf.Q4_K, map[string]gguf.Type{"output.weight": gguf.Q6_K,
+			"blk.0.ffn_gate_inp.weight": gguf.F32, "blk.1.ffn_gate_inp.weight": gguf.F32,
+			"blk.0.attn_k.weight": gguf.Q8_0, "blk.0.attn_v.weight": gguf.Q8_0, "blk.1.attn_k.weight": gguf.Q8_0, "blk.1.attn_v.weight": gguf.Q8_0,
+			"blk.0.attn_output.weight": gguf.Q5_K, "blk.1.attn_output.weight": gguf.Q5_K, "blk.1.ffn_down_exps.weight": gguf.Q6_K}},
+		{"Q4_K_M", "tiny-gpt2", gguf.Q4_K, map[string]gguf.Type{"output.weight": gguf.Q6_K, "position_embd.weight": gguf.F32,
+			"blk.0.attn_qkv.weight": gguf.Q5_K, "blk.1.attn_qkv.weight": gguf.Q5_K, "blk.1.ffn_down.weight": gguf.Q6_K}},
+		{"Q5_K_M", "tiny-phi3", gguf.Q5_K, map[string]gguf.Type{"output.weight": gguf.Q6_K,
+			"blk.0.attn_qkv.weight": gguf.Q6_K, "blk.1.attn_qkv.weight": gguf.Q6_K, "blk.1.ffn_down.weight": gguf.Q6_K}},
+	} {
+		t.Run(c.mix+"/"+c.shape, func(t *testing.T) {
+			mix, err := synth.ParseMix(c.mix)
+			require.NoError(t, err)
+			w, err := synth.GenerateMix(synth.Shapes[c.shape], mix, 1)
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			_, err = w.WriteTo(&buf)
+			require.NoError(t, err)
+			f, err := gguf.Parse(buf.Bytes(), "mix")
+			require.NoError(t, err)
+			seen := 0
+			for _, ti := range f.Tensors {
+				want, named := c.want[ti.Name]
+				switch {
+				case named:
+					seen++
+				case len(ti.Dims) < 2:
+					want = gguf.F32
+				default:
+					want = c.base
+				}
+				require.Equal(t, want, ti.Type, ti.Name)
+			}
+			require.Equal(t, len(c.want), seen, "every named tensor is in the file")
+			got, ok := synth.MixOf(f)
+			require.True(t, ok, "general.file_type names the mix")
+			require.Equal(t, c.mix, got.Name)
+			_, err = model.Load(f)
+			require.NoError(t, err, "the mix loads")
+		})
+	}
+	w, err := synth.GenerateMix(synth.Shapes["tiny-llama"], synth.Uniform(gguf.Q4_K), 1)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = w.WriteTo(&buf)
+	require.NoError(t, err)
+	f, err := gguf.Parse(buf.Bytes(), "uniform")
+	require.NoError(t, err)
+	_, ok := synth.MixOf(f)
+	require.False(t, ok, "one type is no mix")
 }

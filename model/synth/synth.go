@@ -89,38 +89,67 @@ type Mix struct {
 	Name   string
 	Base   gguf.Type   // the type of every matrix the recipe does not name
 	Others []gguf.Type // the types it names
+	// FileType is llama.cpp's general.file_type for the recipe (0: none
+	// written).
+	FileType uint32
 	// typeOf is a matrix's type by its kind (the tensor name after
-	// "blk.N."), its layer and the layers; nil: Base for all.
-	typeOf func(kind string, layer, layers int) gguf.Type
+	// "blk.N."), its layer, the shape and whether the LM head is the
+	// embedding; nil: Base for all.
+	typeOf func(kind string, layer int, s Shape, tied bool) gguf.Type
 }
 
 // Uniform is the mix of one type.
 func Uniform(t gguf.Type) Mix { return Mix{Name: t.String(), Base: t} }
 
 // Mixes are llama.cpp's K-quant file types, as its quantizer
-// (llama_tensor_get_type) gives a model without an importance matrix: Q4_K_M
-// keeps Q4_K but for the LM head, and attn_v and ffn_down in the first and
-// last eighth of the layers and every third between, in Q6_K (a fused QKV
-// in Q5_K); Q5_K_M is the same on Q5_K (a fused QKV in Q6_K).
+// (llama_tensor_get_type) gives a model without an importance matrix:
+// Q4_K_M keeps Q4_K but for the LM head (the embedding where the two are
+// one), and attn_v and ffn_down in the first and last eighth of the layers
+// and every third between, in Q6_K (a fused QKV in Q5_K); Q5_K_M is the
+// same on Q5_K (a fused QKV in Q6_K). A mixture's router and learned
+// positions stay float; with 8 experts attn_k and attn_v are Q8_0 and
+// attn_output Q5_K.
 var Mixes = map[string]Mix{
-	"Q4_K_M": kMix("Q4_K_M", gguf.Q4_K, gguf.Q5_K),
-	"Q5_K_M": kMix("Q5_K_M", gguf.Q5_K, gguf.Q6_K),
+	"Q4_K_M": kMix("Q4_K_M", gguf.Q4_K, gguf.Q5_K, 15),
+	"Q5_K_M": kMix("Q5_K_M", gguf.Q5_K, gguf.Q6_K, 17),
 }
 
 // kMix is a _K_M recipe on base, with a fused QKV in qkv.
-func kMix(name string, base, qkv gguf.Type) Mix {
-	return Mix{Name: name, Base: base, Others: []gguf.Type{qkv, gguf.Q6_K}, typeOf: func(kind string, layer, layers int) gguf.Type {
-		moreBits := layer < layers/8 || layer >= 7*layers/8 || (layer-layers/8)%3 == 2
-		switch {
-		case kind == "output.weight":
-			return gguf.Q6_K
-		case kind == "attn_qkv.weight":
-			return qkv
-		case (kind == "attn_v.weight" || kind == "ffn_down.weight" || kind == "ffn_down_exps.weight") && moreBits:
-			return gguf.Q6_K
+func kMix(name string, base, qkv gguf.Type, fileType uint32) Mix {
+	return Mix{Name: name, Base: base, Others: []gguf.Type{gguf.Q5_K, gguf.Q6_K, gguf.Q8_0, gguf.F32}, FileType: fileType,
+		typeOf: func(kind string, layer int, s Shape, tied bool) gguf.Type {
+			moreBits := layer < s.Layers/8 || layer >= 7*s.Layers/8 || (layer-s.Layers/8)%3 == 2
+			eight := s.Experts == 8
+			switch {
+			case kind == "ffn_gate_inp.weight" || kind == "position_embd.weight":
+				return gguf.F32
+			case kind == "output.weight" || tied && kind == "token_embd.weight":
+				return gguf.Q6_K
+			case kind == "attn_qkv.weight":
+				return qkv
+			case eight && (kind == "attn_k.weight" || kind == "attn_v.weight"):
+				return gguf.Q8_0
+			case eight && kind == "attn_output.weight":
+				return gguf.Q5_K
+			case (kind == "attn_v.weight" || kind == "ffn_down.weight" || kind == "ffn_down_exps.weight") && moreBits:
+				return gguf.Q6_K
+			}
+			return base
+		}}
+}
+
+// MixOf is the mix a file says it is (general.file_type), among Mixes.
+func MixOf(f *gguf.File) (Mix, bool) {
+	v, err := f.Uint32("general.file_type")
+	if err != nil {
+		return Mix{}, false
+	}
+	for _, m := range Mixes {
+		if m.FileType == v {
+			return m, true
 		}
-		return base
-	}}
+	}
+	return Mix{}, false
 }
 
 // ParseMix reads a type name (gguf.ParseType's) or a mix's (Mixes).
@@ -130,9 +159,20 @@ func ParseMix(name string) (Mix, error) {
 	}
 	t, err := gguf.ParseType(name)
 	if err != nil {
-		return Mix{}, fmt.Errorf("%w, nor a mix (%s)", err, strings.Join(slices.Sorted(maps.Keys(Mixes)), ", "))
+		return Mix{}, fmt.Errorf("unknown type %q: want %s", name, TypeChoices())
 	}
 	return Uniform(t), nil
+}
+
+// TypeChoices names what ParseMix reads: the tensor types a file can be
+// generated in, and the mixes.
+func TypeChoices() string {
+	var types []string
+	for _, t := range quant.Supported() {
+		types = append(types, t.String())
+	}
+	return fmt.Sprintf("a tensor type (%s) or a mix of llama.cpp's quantizer (%s)",
+		strings.Join(types, ", "), strings.Join(slices.Sorted(maps.Keys(Mixes)), ", "))
 }
 
 // GenerateMix is Generate with the types of mix.
@@ -147,18 +187,18 @@ func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 		}
 		byType[t] = f
 	}
-	format := byType[typ]
+	traits, ok := model.ArchOf(s.Arch)
+	if !ok {
+		return nil, fmt.Errorf("model: cannot generate architecture %q", s.Arch)
+	}
+	tied := traits.Gemma // Gemma's LM head is its embedding
 	// formatOf is the format of a matrix of the kind in layer (-1: none),
 	// one of the mix's types.
 	formatOf := func(kind string, layer int) *quant.Format {
 		if mix.typeOf == nil {
-			return format
+			return byType[typ]
 		}
-		return byType[mix.typeOf(kind, layer, s.Layers)]
-	}
-	traits, ok := model.ArchOf(s.Arch)
-	if !ok {
-		return nil, fmt.Errorf("model: cannot generate architecture %q", s.Arch)
+		return byType[mix.typeOf(kind, layer, s, tied)]
 	}
 	// The same check model.Load makes: a file it would refuse is not made.
 	if s.Experts > 0 && typ == gguf.TQ2_0_G128 {
@@ -219,6 +259,9 @@ func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 		{p + "feed_forward_length", uint32(s.FFN)},
 		{p + "attention.head_count", uint32(s.Heads)},
 	}
+	if mix.FileType != 0 {
+		kvs = append(kvs, kv{"general.file_type", mix.FileType})
+	}
 	// The keys llama.cpp's converter writes for the family.
 	pre := "qwen2"
 	if traits.Norm == model.NormLayer {
@@ -266,9 +309,9 @@ func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 		}
 	}
 	g := generator{w: w, seed: seed}
-	g.matrix("token_embd.weight", format, s.DModel, s.Vocab)
+	g.matrix("token_embd.weight", formatOf("token_embd.weight", -1), s.DModel, s.Vocab)
 	if traits.Pos == model.PosLearned {
-		g.matrix("position_embd.weight", format, s.DModel, s.Context)
+		g.matrix("position_embd.weight", formatOf("position_embd.weight", -1), s.DModel, s.Context)
 	}
 	norm := func(name string, n int) {
 		g.gain(name+".weight", n)
@@ -286,8 +329,8 @@ func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 				g.bias(n("attn_qkv.bias"), q+2*kv)
 			}
 		} else {
-			g.matrix(n("attn_q.weight"), format, s.DModel, q)
-			g.matrix(n("attn_k.weight"), format, s.DModel, kv)
+			g.matrix(n("attn_q.weight"), formatOf("attn_q.weight", l), s.DModel, q)
+			g.matrix(n("attn_k.weight"), formatOf("attn_k.weight", l), s.DModel, kv)
 			g.matrix(n("attn_v.weight"), formatOf("attn_v.weight", l), s.DModel, kv)
 			if traits.QKVBias {
 				g.bias(n("attn_q.bias"), q)
@@ -299,7 +342,7 @@ func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 			g.gain(n("attn_q_norm.weight"), s.HeadDim)
 			g.gain(n("attn_k_norm.weight"), s.HeadDim)
 		}
-		g.matrix(n("attn_output.weight"), format, q, s.DModel)
+		g.matrix(n("attn_output.weight"), formatOf("attn_output.weight", l), q, s.DModel)
 		if traits.Gemma {
 			g.gain(n("post_attention_norm.weight"), s.DModel)
 			g.gain(n("post_ffw_norm.weight"), s.DModel)
@@ -307,17 +350,17 @@ func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 		norm(n("ffn_norm"), s.DModel)
 		switch {
 		case s.Experts != 0:
-			g.matrix(n("ffn_gate_inp.weight"), format, s.DModel, s.Experts)
-			g.experts(n("ffn_gate_exps.weight"), format, s.DModel, s.ExpertFFN, s.Experts)
-			g.experts(n("ffn_up_exps.weight"), format, s.DModel, s.ExpertFFN, s.Experts)
+			g.matrix(n("ffn_gate_inp.weight"), formatOf("ffn_gate_inp.weight", l), s.DModel, s.Experts)
+			g.experts(n("ffn_gate_exps.weight"), formatOf("ffn_gate_exps.weight", l), s.DModel, s.ExpertFFN, s.Experts)
+			g.experts(n("ffn_up_exps.weight"), formatOf("ffn_up_exps.weight", l), s.DModel, s.ExpertFFN, s.Experts)
 			g.experts(n("ffn_down_exps.weight"), formatOf("ffn_down_exps.weight", l), s.ExpertFFN, s.DModel, s.Experts)
 		case traits.FusedUp:
-			g.matrix(n("ffn_up.weight"), format, s.DModel, 2*s.FFN)
+			g.matrix(n("ffn_up.weight"), formatOf("ffn_up.weight", l), s.DModel, 2*s.FFN)
 		case traits.MLP.Gated():
-			g.matrix(n("ffn_gate.weight"), format, s.DModel, s.FFN)
-			g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
+			g.matrix(n("ffn_gate.weight"), formatOf("ffn_gate.weight", l), s.DModel, s.FFN)
+			g.matrix(n("ffn_up.weight"), formatOf("ffn_up.weight", l), s.DModel, s.FFN)
 		default:
-			g.matrix(n("ffn_up.weight"), format, s.DModel, s.FFN)
+			g.matrix(n("ffn_up.weight"), formatOf("ffn_up.weight", l), s.DModel, s.FFN)
 		}
 		if s.Experts == 0 {
 			g.matrix(n("ffn_down.weight"), formatOf("ffn_down.weight", l), s.FFN, s.DModel)
@@ -329,7 +372,7 @@ func GenerateMix(s Shape, mix Mix, seed uint64) (*gguf.Writer, error) {
 		}
 	}
 	norm("output_norm", s.DModel)
-	if !traits.Gemma { // Gemma ties its LM head to the embedding
+	if !tied {
 		g.matrix("output.weight", formatOf("output.weight", -1), s.DModel, s.Vocab)
 	}
 	if s.LongRopeContext != 0 && g.err == nil {
