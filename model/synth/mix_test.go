@@ -28,15 +28,7 @@ func TestKMMixesMatchLlamaCppRecipe(t *testing.T) {
 func testKMMix(t *testing.T, name string, base gguf.Type) {
 	s := synth.Shapes["tiny-qwen3"]
 	s.Layers = 28
-	mix, err := synth.ParseMix(name)
-	require.NoError(t, err)
-	w, err := synth.GenerateMix(s, mix, 1)
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	_, err = w.WriteTo(&buf)
-	require.NoError(t, err)
-	f, err := gguf.Parse(buf.Bytes(), "mix")
-	require.NoError(t, err)
+	f := generated(t, s, name)
 	more := map[int]bool{0: true, 1: true, 2: true, 5: true, 8: true, 11: true, 14: true, 17: true, 20: true, 23: true, 24: true, 25: true, 26: true, 27: true}
 	matrices := 0
 	for _, ti := range f.Tensors {
@@ -100,15 +92,7 @@ func TestKMMixesOnOtherShapes(t *testing.T) {
 			"blk.0.attn_qkv.weight": gguf.Q6_K, "blk.1.attn_qkv.weight": gguf.Q6_K, "blk.1.ffn_down.weight": gguf.Q6_K}},
 	} {
 		t.Run(c.mix+"/"+c.shape, func(t *testing.T) {
-			mix, err := synth.ParseMix(c.mix)
-			require.NoError(t, err)
-			w, err := synth.GenerateMix(synth.Shapes[c.shape], mix, 1)
-			require.NoError(t, err)
-			var buf bytes.Buffer
-			_, err = w.WriteTo(&buf)
-			require.NoError(t, err)
-			f, err := gguf.Parse(buf.Bytes(), "mix")
-			require.NoError(t, err)
+			f := generated(t, synth.Shapes[c.shape], c.mix)
 			seen := 0
 			for _, ti := range f.Tensors {
 				want, named := c.want[ti.Name]
@@ -126,17 +110,26 @@ func TestKMMixesOnOtherShapes(t *testing.T) {
 			got, ok := synth.MixOf(f)
 			require.True(t, ok, "general.file_type names the mix")
 			require.Equal(t, c.mix, got.Name)
-			_, err = model.Load(f)
+			_, err := model.Load(f)
 			require.NoError(t, err, "the mix loads")
 		})
 	}
-	w, err := synth.GenerateMix(synth.Shapes["tiny-llama"], synth.Uniform(gguf.Q4_K), 1)
+	_, ok := synth.MixOf(generated(t, synth.Shapes["tiny-llama"], "Q4_K"))
+	require.False(t, ok, "one type is no mix")
+}
+
+// generated is the file GenerateMix writes for the shape in the mix (or
+// type) named, as read back.
+func generated(t *testing.T, s synth.Shape, name string) *gguf.File {
+	t.Helper()
+	mix, err := synth.ParseMix(name)
+	require.NoError(t, err)
+	w, err := synth.GenerateMix(s, mix, 1)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	_, err = w.WriteTo(&buf)
 	require.NoError(t, err)
-	f, err := gguf.Parse(buf.Bytes(), "uniform")
+	f, err := gguf.Parse(buf.Bytes(), name)
 	require.NoError(t, err)
-	_, ok := synth.MixOf(f)
-	require.False(t, ok, "one type is no mix")
+	return f
 }
