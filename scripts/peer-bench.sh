@@ -3,8 +3,9 @@
 # usage: scripts/peer-bench.sh [-b vulkan|cpu] [-t THREADS] [-T 128,512,2048] [-c none] [-p fast|exact,fast] [-r 3]
 #                              [-n ROUNDS] STRATA PEERBIN OUTDIR SHAPE:TYPE...
 #   STRATA   a strata binary; PEERBIN the bin folder ../shared/bench/llama_cpp_peer.sh builds
-#   OUTDIR   gets strata-SHAPE-TYPE-ROUND.json, llama-SHAPE-TYPE-ROUND.json and table.md (the side by side: a row per
-#            file and T, a column per precision, each ratio against llama.cpp's best -ub)
+#   OUTDIR   gets strata-SHAPE-TYPE-ROUND.json, llama-SHAPE-TYPE-ROUND.json (.log: its messages), lscpu.txt and
+#            table.md: a line naming the processor and the libraries llama.cpp loaded, then the side by side (a row
+#            per file and T, a column per precision, each ratio against llama.cpp's best -ub)
 # Each file is written by `strata gen` into OUTDIR/models, measured by both ROUNDS times (strata, then llama-bench,
 # alternately), then removed (an 8b F16 file is 16 GB). With ROUNDS > 1 each cell is its best round: on a shared
 # machine the other load only slows a run down, so the fastest round is the nearest to a quiet one.
@@ -34,14 +35,16 @@ cpu)
 esac
 # the CPU backend runs GOMAXPROCS threads
 [ "$backend" = cpu ] && export GOMAXPROCS=$threads
+lscpu >"$out/lscpu.txt" 2>/dev/null || true
 for st in "$@"; do
 	shape=${st%%:*} type=${st#*:} f=$out/models/$shape-$type.gguf
 	"$strata" gen --shape "$shape" --type "$type" --out "$f"
 	for round in $(seq "$rounds"); do
 		"$strata" bench --backend "$backend" --model "$f" --tokens "$tokens" --capture "$capture" \
 			--precision "$precision" --iters "$reps" --json "$out/strata-$shape-$type-$round.json" || echo "strata bench failed on $st"
-		"$peer/llama-bench" -m "$f" -p "$tokens" -n 0 -r "$reps" "${llama[@]}" -o json >"$out/llama-$shape-$type-$round.json" ||
-			echo "llama-bench failed on $st"
+		log=$out/llama-$shape-$type-$round.log
+		"$peer/llama-bench" -m "$f" -p "$tokens" -n 0 -r "$reps" "${llama[@]}" -o json >"$out/llama-$shape-$type-$round.json" 2>"$log" ||
+			{ echo "llama-bench failed on $st:"; tail -3 "$log"; }
 	done
 	rm -f "$f"
 done
@@ -81,6 +84,24 @@ for key in sorted(strata, key=lambda k: (k[0], k[2], k[1])):
             [num(l[u]) if u in l else "" for u in ubs] + \
             [f"{s[p] / best:.2f}x" if p in s and best else "" for p in precs]
     rows.append("| " + " | ".join(cells) + " |")
-open(os.path.join(out, "table.md"), "w").write("\n".join(rows) + "\n")
+# The machine, and the libraries llama.cpp loaded (its CPU build picks one for the processor: zen4,
+# sapphirerapids with AMX, ...), so that a table says what ran.
+cpu, flags = "", []
+try:
+    for line in open(os.path.join(out, "lscpu.txt")):
+        k, _, v = line.partition(":")
+        if k.strip() == "Model name":
+            cpu = v.strip()
+        elif k.strip() == "Flags":
+            flags = v.split()
+except OSError:
+    pass
+features = [n for f, n in (("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI"), ("amx_int8", "AMX-INT8")) if f in flags]
+libs = set()
+for lf in glob.glob(os.path.join(out, "llama-*.log")):
+    libs |= {os.path.basename(m) for m in re.findall(r"loaded \S+ backend from (\S+)", open(lf, errors="replace").read())}
+about = f"machine: {cpu or 'unknown'} ({', '.join(features) or 'no VNNI or AMX'}); llama.cpp loaded {', '.join(sorted(libs)) or 'nothing it named'}"
+open(os.path.join(out, "table.md"), "w").write(about + "\n\n" + "\n".join(rows) + "\n")
+print(about)
 print("\n".join(rows))
 PY
