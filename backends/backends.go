@@ -4,6 +4,7 @@ package backends
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/backend/cpu"
@@ -29,7 +30,7 @@ func Open(name string) (b backend.Backend, note string, err error) {
 		if err != nil {
 			return nil, "", err
 		}
-		return v, "using " + v.Name(), nil
+		return v, opened(v), nil
 	}
 	return nil, "", fmt.Errorf("unknown backend %q (choose from %v)", name, Names)
 }
@@ -48,7 +49,18 @@ func auto() (backend.Backend, string, error) {
 		if err != nil {
 			return fallback, fmt.Sprintf("using %s: Vulkan device %s did not open (%v)", fallback.Name(), d.Name, err), nil
 		}
-		return v, "using " + v.Name(), nil
+		return v, opened(v), nil
 	}
 	return fallback, fmt.Sprintf("using %s: Vulkan finds only CPU devices (%d), slower than the CPU backend", fallback.Name(), len(devices)), nil
+}
+
+// opened is the note for a Vulkan backend: its device, and that
+// STRATA_COOP2=on changed nothing where the device has no workgroup-scope
+// cooperative matrices.
+func opened(v *vulkan.Backend) string {
+	note := "using " + v.Name()
+	if os.Getenv("STRATA_COOP2") == "on" && !v.Coop2() {
+		note += " (STRATA_COOP2=on, but the device has no workgroup-scope cooperative matrices, VK_NV_cooperative_matrix2: the usual kernels run)"
+	}
+	return note
 }

@@ -1,10 +1,13 @@
 package backends
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/backend/vulkan"
 )
 
 func TestOpenNamesTheChoice(t *testing.T) {
@@ -20,4 +23,21 @@ func TestOpenNamesTheChoice(t *testing.T) {
 
 	_, _, err = Open("tpu")
 	require.ErrorContains(t, err, `unknown backend "tpu"`)
+}
+
+// STRATA_COOP2=on on a device without workgroup-scope cooperative matrices
+// (lavapipe) is said to change nothing, rather than ignored in silence.
+func TestOpenSaysWhenCoop2CannotRun(t *testing.T) {
+	t.Setenv("STRATA_COOP2", "on")
+	b, note, err := Open("vulkan")
+	if errors.Is(err, vulkan.ErrNoDevice) {
+		t.Skip("no Vulkan device (lavapipe counts)")
+	}
+	require.NoError(t, err)
+	defer b.Close()
+	if b.(*vulkan.Backend).Coop2() {
+		require.Equal(t, "using "+b.Name(), note)
+		return
+	}
+	require.Equal(t, "using "+b.Name()+" (STRATA_COOP2=on, but the device has no workgroup-scope cooperative matrices, VK_NV_cooperative_matrix2: the usual kernels run)", note)
 }

@@ -239,6 +239,11 @@ func (b *Backend) createLayout(n int) error {
 // Name says which device runs the kernels.
 func (b *Backend) Name() string { return b.name }
 
+// Coop2 reports whether products may run on workgroup-scope cooperative
+// matrices (matmul_coop2.comp): the device has them and was opened with
+// them (Options.Coop2, or STRATA_COOP2=on).
+func (b *Backend) Coop2() bool { return b.dev.coop2.maxDim > 0 }
+
 // Capabilities implements backend.Backend: traces stay in device memory
 // until read, and flash attention captures its scores and pattern where the
 // device has cooperative matrices (FlashAttentionCapture says where not).

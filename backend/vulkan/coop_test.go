@@ -650,7 +650,7 @@ func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
 func BenchmarkCoop2(b *testing.B) {
 	r := newRig(b, 3)
 	v := benchBackend(b)
-	if !vulkan.Coop2(v) {
+	if !v.Coop2() {
 		b.Skip("no workgroup-scope cooperative matrices, or opened without them (STRATA_COOP2=on)")
 	}
 	const n, k = 12288, 4096
@@ -740,7 +740,7 @@ func TestCoop2FusedProductsAndViews(t *testing.T) {
 // workgroup-scope cooperative matrices.
 func needCoop2(t *testing.T) *vulkan.Backend {
 	b := testBackend(t)
-	if !vulkan.Coop2(b) {
+	if !b.Coop2() {
 		t.Skip("the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2), or was opened without them (STRATA_COOP2=on)")
 	}
 	return b

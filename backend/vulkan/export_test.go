@@ -262,9 +262,6 @@ func NormKernel(s backend.Stream, dim int) (string, int) {
 // takes under t, so that its subgroups loop over more rows than they are.
 func SetRowsFactor(t *Tuning, f int) { t.rowsFactor = f }
 
-// Coop2 reports whether the device runs matmul_coop2.comp.
-func Coop2(b *Backend) bool { return b.dev.coop2.maxDim > 0 }
-
 // TakesCoop2 reports whether s would multiply rows of x by w on
 // workgroup-scope cooperative matrices (matmul_coop2.comp), at its precision.
 func TakesCoop2(s backend.Stream, rows int, w backend.Matrix) bool {
