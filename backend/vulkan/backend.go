@@ -200,7 +200,7 @@ func (b *Backend) init(o Options) error {
 	b.name = fmt.Sprintf("vulkan: %s (%s, Vulkan %s)", d.info.Name, d.info.Type, d.info.API)
 	if b.coopEnabled {
 		b.name += ", cooperative-matrix GEMMs"
-		if b.dev.coop2.maxDim > 0 {
+		if b.Coop2() {
 			b.name += " (and workgroup-scope)"
 		}
 	}
