@@ -11,9 +11,12 @@
 // with WLO, W's lo halves as well (W_lo X_hi), as matmul_coop.comp does.
 // Each step's tiles go through shared memory: loaded from the buffers
 // straight, the matrices ran at a quarter of matmul_coop.comp's speed on
-// an H100.
+// an H100. With TENSOR they are loaded from the buffers by tensor loads
+// instead, and the driver stages them.
 // glslang 12 writes it as GL_NV_cooperative_matrix with gl_ScopeWorkgroup;
-// shaders.KHRCoop makes it SPV_KHR_cooperative_matrix when it is loaded.
+// shaders.KHRCoop makes it SPV_KHR_cooperative_matrix when it is loaded,
+// and with TENSOR shaders.TensorLoads makes the loads from buffers tensor
+// loads (SPV_NV_tensor_addressing).
 //
 // X comes in float16 from tohalf.comp (binding 3), W from weights16.comp or
 // as F16 weights are (binding 4). The workgroup takes rows [m0, m0 + BM)
@@ -56,10 +59,12 @@ shared uint outOfRange;
 // neighbouring rows start in other banks; x's and W's lo halves only where
 // they are multiplied.
 const uint STEP = BK / 8, ROW = STEP + 1;
+#ifndef TENSOR
 shared uvec4 sa[BN * ROW];
 shared uvec4 sb[BM * ROW];
 shared uvec4 sbl[EXACT * BM * ROW + 1];
 shared uvec4 sal[WLO * BN * ROW + 1];
+#endif
 
 void main() {
     const uint n0 = gl_WorkGroupID.x * BN, m0 = gl_WorkGroupID.y * BM, stride = pc.K / 8;
@@ -100,6 +105,26 @@ void main() {
     }
     fcoopmatNV<32, gl_ScopeWorkgroup, BN, BM> acc = fcoopmatNV<32, gl_ScopeWorkgroup, BN, BM>(0.0);
     const uint a0 = pc.whBase + n0 * stride, b0 = (pc.mBase + m0) * stride, al0 = pc.wLoBase + n0 * stride;
+#ifdef TENSOR
+    for (uint k = 0; k < stride; k += STEP) {
+        fcoopmatNV<16, gl_ScopeWorkgroup, BN, BK> a;
+        fcoopmatNV<16, gl_ScopeWorkgroup, BK, BM> b;
+        coopMatLoadNV(a, wh, a0 + k, stride, false);
+        // B = X^T is K x M; X's rows are its columns, so column-major.
+        coopMatLoadNV(b, xh, b0 + k, stride, true);
+        acc = coopMatMulAddNV(a, b, acc);
+        if (EXACT != 0) {
+            fcoopmatNV<16, gl_ScopeWorkgroup, BK, BM> bl;
+            coopMatLoadNV(bl, xh, pc.loBase + b0 + k, stride, true);
+            acc = coopMatMulAddNV(a, bl, acc);
+        }
+        if (WLO != 0) {
+            fcoopmatNV<16, gl_ScopeWorkgroup, BN, BK> al;
+            coopMatLoadNV(al, wh, al0 + k, stride, false);
+            acc = coopMatMulAddNV(al, b, acc);
+        }
+    }
+#else
     for (uint k = 0; k < stride; k += STEP) {
         // The step's tiles into shared memory, 16 bytes a load, a row's
         // STEP loads by neighbouring invocations.
@@ -136,6 +161,7 @@ void main() {
         }
         barrier();
     }
+#endif
     // acc[n][m] is Y[m][n]: column-major along Y's rows.
     coopMatStoreNV(acc, y, pc.yBase + m0 * pc.N + n0, pc.N, true);
 }

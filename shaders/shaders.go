@@ -48,7 +48,8 @@ var Variants = func() []Variant {
 			Variant{Name: "embed_" + f.suffix, Source: "embed.comp", Defines: []string{f.define}})
 		vs = append(vs, Variant{Name: "matmul_coop_" + f.suffix, Source: "matmul_coop.comp", Defines: []string{f.define}},
 			Variant{Name: "weights16_" + f.suffix, Source: "weights16.comp", Defines: []string{f.define}},
-			Variant{Name: "matmul_coop2_" + f.suffix, Source: "matmul_coop2.comp", Defines: []string{f.define}})
+			Variant{Name: "matmul_coop2_" + f.suffix, Source: "matmul_coop2.comp", Defines: []string{f.define}},
+			Variant{Name: "matmul_coop2t_" + f.suffix, Source: "matmul_coop2.comp", Defines: []string{f.define, "TENSOR"}})
 	}
 	vs = append(vs, Variant{Name: "normapply_rms", Source: "normapply.comp"},
 		Variant{Name: "normapply_layer", Source: "normapply.comp", Defines: []string{"CENTER"}},

@@ -506,11 +506,17 @@ func (b *Backend) pipeline(name string, bindings int, spec ...uint32) (*pipeline
 	if err != nil {
 		return nil, err
 	}
-	if strings.HasPrefix(name, "matmul_coop2_") {
-		if b.coop2.maxDim == 0 {
+	if tensor := strings.HasPrefix(name, "matmul_coop2t_"); tensor || strings.HasPrefix(name, "matmul_coop2_") {
+		switch {
+		case b.coop2.maxDim == 0:
 			return nil, fmt.Errorf("vulkan: shader %s needs workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2), which the device was opened without", name)
+		case tensor && !b.coop2.tensor:
+			return nil, fmt.Errorf("vulkan: shader %s needs tensor addressing (VK_NV_cooperative_matrix2), which the device lacks", name)
 		}
-		if code, err = shaders.KHRCoop(code); err != nil {
+		if code, err = shaders.KHRCoop(code); err == nil && tensor {
+			code, err = shaders.TensorLoads(code)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("vulkan: shader %s: %w", name, err)
 		}
 	}

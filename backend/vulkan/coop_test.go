@@ -597,7 +597,9 @@ func BenchmarkWeightsInTile(b *testing.B) {
 // halves at exact precision): on whole tiles of rows, with a last partial
 // tile (300 and 700 rows), and with a row
 // of x, or of F32 weights, past float16's range, whose tiles are computed
-// in float32.
+// in float32; on the tiles kernel choice gives (by tensor loads where the
+// device has them) and, with a partial tile, on tiles staged through
+// shared memory.
 func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
 	b := needCoop2(t)
 	t.Log(vulkan.Coop2Caps(b))
@@ -605,37 +607,45 @@ func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
 		for _, typ := range []gguf.Type{gguf.F16, gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_0, gguf.F32} {
 			for _, rows := range []int{256, 300, 700} {
 				for _, big := range []float32{0, 1e5} {
-					t.Run(fmt.Sprintf("%v/%v/rows=%d/big=%g", prec, typ, rows, big), func(t *testing.T) {
-						r := coop2Rig(t, 8)
-						cols, n := 1024, 384
-						xs := r.values(rows*cols, 1)
-						if big != 0 {
-							xs[(rows-3)*cols+5], xs[70*cols+cols-3] = big, -big // in the last tile and in the first
+					for _, staged := range []bool{false, true} {
+						if staged && (rows != 300 || !vulkan.Coop2Tensor(b)) {
+							continue
 						}
-						x := r.tensor("x", xs)
-						w := quantized(t, r, "w", n, cols, typ)
-						if big != 0 && typ == gguf.F32 {
-							binary.LittleEndian.PutUint32(w.Data[4*(200*cols+9):], math.Float32bits(-big))
-						}
-						wv, err := b.Upload(w)
-						require.NoError(t, err)
-						r.vs.SetPrecision(prec)
-						require.True(t, vulkan.TakesCoop2(r.vs, rows, wv), "on workgroup-scope cooperative matrices")
-						ws := make([]float32, n*cols)
-						w.Format.Dequantize(ws, w.Data)
-						y := r.zeros("y", rows*n)
-						r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v})
-						got := make([]float32, rows*n)
-						require.NoError(t, r.vs.Read(y.v, 0, got))
-						// TestCoopMatMulEveryTileKeepsItsPrecision's bounds: float32
-						// sums on tensor cores at exact precision; at fast, both
-						// inputs rounded to float16 (2^-11 each).
-						bound := 1e-5
-						if prec == backend.PrecisionFast {
-							bound = math.Pow(2, -9)
-						}
-						require.LessOrEqual(t, worstOfSum(got, xs, ws, nil, rows, n, cols), bound, "largest error relative to sum |x w|")
-					})
+						t.Run(fmt.Sprintf("%v/%v/rows=%d/big=%g/staged=%v", prec, typ, rows, big, staged), func(t *testing.T) {
+							r := coop2Rig(t, 8)
+							if staged {
+								vulkan.ForceCoop2Tile(vulkan.Tune(r.vs), 128, 128, 32, false)
+							}
+							cols, n := 1024, 384
+							xs := r.values(rows*cols, 1)
+							if big != 0 {
+								xs[(rows-3)*cols+5], xs[70*cols+cols-3] = big, -big // in the last tile and in the first
+							}
+							x := r.tensor("x", xs)
+							w := quantized(t, r, "w", n, cols, typ)
+							if big != 0 && typ == gguf.F32 {
+								binary.LittleEndian.PutUint32(w.Data[4*(200*cols+9):], math.Float32bits(-big))
+							}
+							wv, err := b.Upload(w)
+							require.NoError(t, err)
+							r.vs.SetPrecision(prec)
+							require.True(t, vulkan.TakesCoop2(r.vs, rows, wv), "on workgroup-scope cooperative matrices")
+							ws := make([]float32, n*cols)
+							w.Format.Dequantize(ws, w.Data)
+							y := r.zeros("y", rows*n)
+							r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v})
+							got := make([]float32, rows*n)
+							require.NoError(t, r.vs.Read(y.v, 0, got))
+							// TestCoopMatMulEveryTileKeepsItsPrecision's bounds: float32
+							// sums on tensor cores at exact precision; at fast, both
+							// inputs rounded to float16 (2^-11 each).
+							bound := 1e-5
+							if prec == backend.PrecisionFast {
+								bound = math.Pow(2, -9)
+							}
+							require.LessOrEqual(t, worstOfSum(got, xs, ws, nil, rows, n, cols), bound, "largest error relative to sum |x w|")
+						})
+					}
 				}
 			}
 		}
@@ -643,7 +653,8 @@ func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
 }
 
 // BenchmarkCoop2 times products of bonsai-8b's FFN shape at each precision
-// on matmul_coop2.comp, on each tile (rows of W x rows of x x K a step),
+// on matmul_coop2.comp, on each tile (rows of W x rows of x x K a step)
+// staged through shared memory (coop2) and by tensor loads (coop2t),
 // against the usual cooperative GEMM, for F16 weights
 // (read as they are) and Q4_K (decoded to float16 first for both, the
 // decoding timed with the product).
@@ -669,26 +680,29 @@ func BenchmarkCoop2(b *testing.B) {
 				})
 				tiles := [][3]int{{128, 128, 64}, {128, 256, 64}, {256, 128, 64}, {128, 256, 32}, {64, 128, 64}}
 				if prec == backend.PrecisionExact {
-					tiles = [][3]int{{128, 128, 64}, {128, 128, 32}}
+					tiles = [][3]int{{128, 128, 64}, {128, 128, 32}, {128, 256, 64}}
 				}
 				for _, tile := range tiles {
-					if rows%tile[1] != 0 {
-						continue
-					}
-					b.Run(fmt.Sprintf("%v/T=%d/%v/coop2/%dx%dx%d", typ, rows, prec, tile[0], tile[1], tile[2]), func(b *testing.B) {
-						tu := vulkan.DefaultTuning()
-						vulkan.HalfWRowsAll(&tu, 0)
-						tu.Coop2MinGroups = 1
-						vulkan.ForceCoop2Tile(&tu, tile[0], tile[1], tile[2])
-						s := v.NewStream()
-						defer s.Close()
-						vulkan.SetTuning(s, tu)
-						s.SetPrecision(prec)
-						if !vulkan.TakesCoop2(s, rows, w) {
-							b.Skip("the device's granularity does not take the tile")
+					for _, tensor := range []bool{false, true} {
+						if rows%tile[1] != 0 || tensor && !vulkan.Coop2Tensor(v) {
+							continue
 						}
-						timeMatMul(b, r, v, tu, w, rows, n, k, prec)
-					})
+						kernel := map[bool]string{false: "coop2", true: "coop2t"}[tensor]
+						b.Run(fmt.Sprintf("%v/T=%d/%v/%s/%dx%dx%d", typ, rows, prec, kernel, tile[0], tile[1], tile[2]), func(b *testing.B) {
+							tu := vulkan.DefaultTuning()
+							vulkan.HalfWRowsAll(&tu, 0)
+							tu.Coop2MinGroups = 1
+							vulkan.ForceCoop2Tile(&tu, tile[0], tile[1], tile[2], tensor)
+							s := v.NewStream()
+							defer s.Close()
+							vulkan.SetTuning(s, tu)
+							s.SetPrecision(prec)
+							if !vulkan.TakesCoop2(s, rows, w) {
+								b.Skip("the device's granularity does not take the tile")
+							}
+							timeMatMul(b, r, v, tu, w, rows, n, k, prec)
+						})
+					}
 				}
 			}
 		}

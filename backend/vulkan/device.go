@@ -517,10 +517,12 @@ func (in *instance) coopMatrix(d *physical) (*vk.PhysicalDeviceCooperativeMatrix
 // coop2Caps is what matmul_coop2.comp needs to know of a device's
 // workgroup-scope cooperative matrices: float16 products summed in float32
 // by workgroups of coop2Lanes invocations, of dimensions multiples of
-// gran (M, N, K) up to maxDim.
+// gran (M, N, K) up to maxDim; with tensor, loaded by tensor loads
+// (shaders.TensorLoads), which the driver stages itself.
 type coop2Caps struct {
 	gran   [3]int
 	maxDim int
+	tensor bool
 }
 
 // coopMatrix2 reports whether the device runs workgroup-scope cooperative
@@ -553,7 +555,7 @@ func (in *instance) coopMatrix2(d *physical) (*vk.PhysicalDeviceCooperativeMatri
 	if err != nil {
 		return nil, coop2Caps{}, false
 	}
-	caps := coop2Caps{maxDim: int(props.CooperativeMatrixFlexibleDimensionsMaxDimension)}
+	caps := coop2Caps{maxDim: int(props.CooperativeMatrixFlexibleDimensionsMaxDimension), tensor: nv2.CooperativeMatrixTensorAddressing != 0}
 	for _, p := range dims {
 		if p.AType == vk.ComponentTypeFloat16NV && p.BType == vk.ComponentTypeFloat16NV && p.CType == vk.ComponentTypeFloat32NV &&
 			p.ResultType == vk.ComponentTypeFloat32NV && p.SaturatingAccumulation == 0 && p.Scope == vk.ScopeWorkgroup &&
@@ -566,7 +568,7 @@ func (in *instance) coopMatrix2(d *physical) (*vk.PhysicalDeviceCooperativeMatri
 	}
 	return &vk.PhysicalDeviceCooperativeMatrixFeaturesKHR{SType: vk.StructureTypePhysicalDeviceCooperativeMatrixFeaturesKHR, CooperativeMatrix: 1,
 		PNext: unsafe.Pointer(&vk.PhysicalDeviceCooperativeMatrix2FeaturesNV{SType: vk.StructureTypePhysicalDeviceCooperativeMatrix2FeaturesNV,
-			CooperativeMatrixWorkgroupScope: 1, CooperativeMatrixFlexibleDimensions: 1})}, caps, true
+			CooperativeMatrixWorkgroupScope: 1, CooperativeMatrixFlexibleDimensions: 1, CooperativeMatrixTensorAddressing: vk.Bool32(b2u(caps.tensor))})}, caps, true
 }
 
 // memoryType finds a memory type allowed by bits with all of required,

@@ -269,11 +269,18 @@ func TakesCoop2(s backend.Stream, rows int, w backend.Matrix) bool {
 }
 
 // ForceCoop2Tile makes t's matmul_coop2.comp products take bn rows of W by
-// bm of x, bk along K a step.
-func ForceCoop2Tile(t *Tuning, bn, bm, bk int) { t.coop2Tile = &coop2Tile{bn: bn, bm: bm, bk: bk} }
+// bm of x, bk along K a step, by tensor loads or through shared memory.
+func ForceCoop2Tile(t *Tuning, bn, bm, bk int, tensor bool) {
+	t.coop2Tile = &coop2Tile{bn: bn, bm: bm, bk: bk, tensor: tensor}
+}
+
+// Coop2Tensor reports whether the device loads workgroup-scope matrices by
+// tensor loads.
+func Coop2Tensor(b *Backend) bool { return b.dev.coop2.tensor }
 
 // Coop2Caps describes the device's workgroup-scope matrices as kernel
 // choice sees them.
 func Coop2Caps(b *Backend) string {
-	return fmt.Sprintf("workgroup-scope cooperative matrices: granularity (M, N, K) %v, dimensions up to %d", b.dev.coop2.gran, b.dev.coop2.maxDim)
+	return fmt.Sprintf("workgroup-scope cooperative matrices: granularity (M, N, K) %v, dimensions up to %d, tensor loads %v",
+		b.dev.coop2.gran, b.dev.coop2.maxDim, b.dev.coop2.tensor)
 }

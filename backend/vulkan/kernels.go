@@ -343,7 +343,7 @@ func (s *stream) coop2Product(pp projPlan, m *matrix, uses []use, xh use, loBase
 	whole := rows - rows%t.bm
 	if whole > 0 {
 		push.M = uint32(whole)
-		s.dispatch("matmul_coop2_"+m.f.suffix, spec, []use{uses[0], uses[1], uses[2], xh, wh}, pushWords(&push),
+		s.dispatch(t.kernel(m.f.suffix), spec, []use{uses[0], uses[1], uses[2], xh, wh}, pushWords(&push),
 			uint32(n/t.bn), uint32(whole/t.bm), 1)
 	}
 	if tail := rows - whole; tail > 0 {
@@ -352,7 +352,7 @@ func (s *stream) coop2Product(pp projPlan, m *matrix, uses []use, xh use, loBase
 			return
 		}
 		push.M, push.mBase, push.yBase = uint32(tail), uint32(whole), 0
-		s.dispatch("matmul_coop2_"+m.f.suffix, spec, []use{uses[0], uses[1], {buf: s.coop2Tail, write: true, hi: bytes}, xh, wh},
+		s.dispatch(t.kernel(m.f.suffix), spec, []use{uses[0], uses[1], {buf: s.coop2Tail, write: true, hi: bytes}, xh, wh},
 			pushWords(&push), uint32(n/t.bn), 1, 1)
 		dst := uses[2]
 		off := dst.lo + uint64(whole)*uint64(n)*4

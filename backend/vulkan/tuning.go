@@ -234,8 +234,20 @@ func takesCoop(t *Tuning, d devCaps, exact bool, rows int, w weightShape, halves
 const coop2Lanes = 256
 
 // coop2Tile is matmul_coop2.comp's tile: bn rows of W by bm of x, bk along
-// K a step.
-type coop2Tile struct{ bn, bm, bk int }
+// K a step; with tensor, loaded by tensor loads (the matmul_coop2t_
+// variants) rather than through shared memory.
+type coop2Tile struct {
+	bn, bm, bk int
+	tensor     bool
+}
+
+// kernel is the tile's variant of matmul_coop2.comp for a weight format.
+func (c coop2Tile) kernel(suffix string) string {
+	if c.tensor {
+		return "matmul_coop2t_" + suffix
+	}
+	return "matmul_coop2_" + suffix
+}
 
 // spec is matmul_coop2.comp's constants at exact precision or fast, with
 // W in hi + lo halves (wlo) or not.
@@ -245,8 +257,11 @@ func (c coop2Tile) spec(exact, wlo bool) []uint32 {
 
 // shared is the shared memory the tile takes: a step's rows of W and x in
 // float16, each row padded by 16 bytes, with the lo halves of x (exact)
-// and of W (wlo); and the range flag.
+// and of W (wlo); and the range flag. Tensor loads take none of it.
 func (c coop2Tile) shared(exact, wlo bool) int {
+	if c.tensor {
+		return 4
+	}
 	rows := c.bn*(1+int(b2u(wlo))) + c.bm*(1+int(b2u(exact)))
 	return rows*(c.bk/8+1)*16 + 4
 }
@@ -269,7 +284,7 @@ func coop2TileFor(t *Tuning, d devCaps, exact, wlo bool, rows int) coop2Tile {
 	if t.coop2Tile != nil {
 		return *t.coop2Tile
 	}
-	c := coop2Tile{bn: 128, bm: 128, bk: 64}
+	c := coop2Tile{bn: 128, bm: 128, bk: 64, tensor: d.coop2.tensor}
 	if !exact && rows >= 2048 {
 		c.bm = 256
 	}

@@ -234,7 +234,8 @@ func TestTuningCheck(t *testing.T) {
 // 256 invocations): float16 weights (F16, or made first, split in hi + lo
 // at exact precision), no bias, whole tiles along W's rows and K, at least
 // a tile of rows and Coop2MinGroups workgroups; the tile of 256 rows of x
-// from 512 rows.
+// from 2048 rows at fast precision; tensor loads where the device has them, which take no
+// shared memory of the kernel's own.
 func TestPlanMatMulTakesCoop2(t *testing.T) {
 	def := DefaultTuning()
 	off := DefaultTuning()
@@ -245,6 +246,8 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 	h200wg.coop2 = coop2Caps{gran: [3]int{32, 32, 16}, maxDim: 256}
 	wg48 := h200wg
 	wg48.sharedMem = 48 << 10
+	tensor48 := wg48
+	tensor48.coop2.tensor = true
 	coarse := h200wg
 	coarse.coop2.gran = [3]int{256, 256, 16}
 	gate := weightShape{rows: 12288, cols: 4096, codes: true}
@@ -265,14 +268,16 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 		tile  coop2Tile
 		split bool // W in hi + lo halves
 	}{
-		{"fast F16 T=512", def, h200wg, false, 512, f16Gate, true, coop2Tile{128, 128, 64}, false},
-		{"fast F16 T=2048", def, h200wg, false, 2048, f16Gate, true, coop2Tile{128, 256, 64}, false},
-		{"fast F16 T=2048, 48 KiB of shared memory", def, wg48, false, 2048, f16Gate, true, coop2Tile{128, 256, 32}, false},
-		{"exact F16 T=2048", def, h200wg, true, 2048, f16Gate, true, coop2Tile{128, 128, 64}, false},
-		{"exact F16 T=2048, 48 KiB of shared memory", def, wg48, true, 2048, f16Gate, true, coop2Tile{128, 128, 32}, false},
-		{"fast Q4_K T=512, halves first", def, h200wg, false, 512, gate, true, coop2Tile{128, 128, 64}, false},
-		{"exact Q8_0 T=256, halves split", def, h200wg, true, 256, q8Gate, true, coop2Tile{128, 128, 64}, true},
-		{"exact Q8_0 T=256, 48 KiB of shared memory", def, wg48, true, 256, q8Gate, true, coop2Tile{128, 128, 32}, true},
+		{"fast F16 T=512", def, h200wg, false, 512, f16Gate, true, coop2Tile{128, 128, 64, false}, false},
+		{"fast F16 T=2048", def, h200wg, false, 2048, f16Gate, true, coop2Tile{128, 256, 64, false}, false},
+		{"fast F16 T=2048, 48 KiB of shared memory", def, wg48, false, 2048, f16Gate, true, coop2Tile{128, 256, 32, false}, false},
+		{"exact F16 T=2048", def, h200wg, true, 2048, f16Gate, true, coop2Tile{128, 128, 64, false}, false},
+		{"exact F16 T=2048, 48 KiB of shared memory", def, wg48, true, 2048, f16Gate, true, coop2Tile{128, 128, 32, false}, false},
+		{"fast Q4_K T=512, halves first", def, h200wg, false, 512, gate, true, coop2Tile{128, 128, 64, false}, false},
+		{"exact Q8_0 T=256, halves split", def, h200wg, true, 256, q8Gate, true, coop2Tile{128, 128, 64, false}, true},
+		{"exact Q8_0 T=256, 48 KiB of shared memory", def, wg48, true, 256, q8Gate, true, coop2Tile{128, 128, 32, false}, true},
+		{"fast F16 T=2048, tensor loads", def, tensor48, false, 2048, f16Gate, true, coop2Tile{128, 256, 64, true}, false},
+		{"exact Q8_0 T=256, tensor loads", def, tensor48, true, 256, q8Gate, true, coop2Tile{128, 128, 64, true}, true},
 		{"a tile past shared memory", big, wg48, true, 512, q8Gate, false, coop2Tile{}, false},
 		{"fast Q4_K T=256: decoded in the tiles", def, h200wg, false, 256, gate, false, coop2Tile{}, false},
 		{"fast Q8_0 T=128: 96 workgroups", def, h200wg, false, 128, q8Gate, false, coop2Tile{}, false},
