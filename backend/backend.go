@@ -57,6 +57,8 @@ type Capabilities struct {
 	HostTensors bool
 	// AttentionCapture says the streams implement AttentionCapture.
 	AttentionCapture bool
+	// ExpertRouting says the streams implement ExpertRouting.
+	ExpertRouting bool
 }
 
 // Stream records kernels in order. A CPU stream may run each as it is
@@ -213,6 +215,38 @@ type AttentionCapture interface {
 	// nothing, where it has no such kernel for a.
 	FlashAttentionCapture(a *Attention) bool
 }
+
+// ExpertRouting is implemented by the streams of a backend whose
+// Capabilities say ExpertRouting (Vulkan's): they line a mixture's tokens
+// up by expert on the device, so that a layer of experts needs no
+// read-back of its routing. A routing tensor (RoutingLen elements, as
+// SortExperts writes it) holds each expert's count of slots and where its
+// rows start, then the slots in expert order; the routed rows of x, and of
+// the experts' outputs, are in that order.
+type ExpertRouting interface {
+	// SortExperts writes routing for ids [rows, k] (Route's: each an
+	// expert below experts, or -1 for an empty slot; any other value
+	// counts as empty): each expert's slots in the order of the slots
+	// (token by token).
+	SortExperts(routing, ids Tensor, rows, k, experts int)
+	// GatherRouted copies, for the i-th routed slot s, row s / k of src to
+	// row i of dst, cols wide; rows past the routed slots are left.
+	GatherRouted(dst, src, routing Tensor, slots, experts, k, cols int)
+	// ScatterRouted copies row i of src to row s of dst for the i-th
+	// routed slot s, cols wide.
+	ScatterRouted(dst, src, routing Tensor, slots, experts, cols int)
+	// MatMulExpertsRouted is MatMulExperts with the runs of routing, of
+	// slots rows at most. It returns false, having recorded nothing, where
+	// it cannot take the weights (Routable).
+	MatMulExpertsRouted(x, routing Tensor, slots int, outs ...ExpertProj) bool
+	// Routable reports whether MatMulExpertsRouted takes these experts'
+	// weights.
+	Routable(w []Matrix) bool
+}
+
+// RoutingLen is the elements of a routing tensor for slots slots among
+// experts experts: a count and a first row for each expert, and the slots.
+func RoutingLen(slots, experts int) int { return 2*experts + slots }
 
 // ErrBackendClosed is wrapped by the errors of a backend used after Close.
 var ErrBackendClosed = errors.New("the backend is closed")

@@ -11,6 +11,7 @@ import (
 type offers struct {
 	host    backend.HostTensors
 	capture backend.AttentionCapture
+	routing backend.ExpertRouting
 }
 
 // offersOf is what b's Capabilities offer on its stream st; a capability
@@ -27,6 +28,11 @@ func offersOf(b backend.Backend, st backend.Stream) (offers, error) {
 	if c.AttentionCapture {
 		if o.capture, ok = st.(backend.AttentionCapture); !ok {
 			return offers{}, fmt.Errorf("engine: backend %s offers attention capture, but its stream (%T) lacks FlashAttentionCapture", b.Name(), st)
+		}
+	}
+	if c.ExpertRouting {
+		if o.routing, ok = st.(backend.ExpertRouting); !ok {
+			return offers{}, fmt.Errorf("engine: backend %s offers expert routing, but its stream (%T) lacks ExpertRouting's methods", b.Name(), st)
 		}
 	}
 	return o, nil

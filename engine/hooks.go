@@ -114,6 +114,16 @@ func hooked(hooks []Hook, name string) bool {
 
 // applyHook applies h at the named point, whose values of the given shape
 // start at element base of x (the rows of prompt seq of a batch).
+// hooked reports whether a hook of the run is at the point named.
+func (r *Run) hooked(name string) bool {
+	for _, h := range r.o.Hooks {
+		if ok, _ := path.Match(h.Point, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *Run) applyHook(h *Hook, name string, x backend.Tensor, shape []int, base, seq int) error {
 	if ok, _ := path.Match(h.Point, name); !ok {
 		return nil

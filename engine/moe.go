@@ -14,6 +14,7 @@ import (
 type moeBuffers struct {
 	logits, ids, weights, out backend.Tensor
 	x, gate, up, y            backend.Tensor
+	routing                   backend.Tensor // backend.ExpertRouting's
 }
 
 func (m *moeBuffers) needs(c *model.Config, t int) []need {
@@ -27,14 +28,17 @@ func (m *moeBuffers) needs(c *model.Config, t int) []need {
 		{"moe_gate", t * k * c.ExpertFFN, &m.gate},
 		{"moe_up", t * k * c.ExpertFFN, &m.up},
 		{"moe_y", t * k * c.DModel, &m.y},
+		{"moe_routing", backend.RoutingLen(t*k, c.Experts), &m.routing},
 	}
 }
 
 // mixture is a mixture-of-experts MLP: the router scores every expert, each
 // token goes to its top experts, and their outputs, weighted, are the MLP's.
-// Only chosen experts run, each on its tokens alone: the routing is read
-// back to the host once per layer (a sync) to line the tokens up by expert,
-// and every expert's products run in one MatMulExperts.
+// Only chosen experts run, each on its tokens alone, lined up by expert:
+// on the device where the backend offers ExpertRouting and no hook may
+// have edited the experts' ids; otherwise the routing is read back to the
+// host (a sync), checked and ordered there. Every expert's products run in
+// one MatMulExperts.
 func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, here points) bool {
 	c, st, m := &r.s.e.Model.Config, r.st, &r.moe
 	t, d, k := r.l.t, c.DModel, c.ExpertsUsed
@@ -46,6 +50,32 @@ func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, here points) bool 
 	if !here.at(trace.MLPExpertIDs, m.ids) || !here.at(trace.MLPExpertWeights, m.weights) {
 		return false
 	}
+	experts := &w.experts
+	if er := r.offers[r.tier].routing; er != nil && !r.hooked(here.name(trace.MLPExpertIDs)) &&
+		er.Routable(experts[0]) && er.Routable(experts[1]) && er.Routable(experts[2]) {
+		slots := t * k
+		er.SortExperts(m.routing, m.ids, t, k, c.Experts)
+		st.Edit(m.out, backend.Edit{Op: backend.EditFill, Rows: 1, Cols: slots * d}) // empty slots stay 0
+		er.GatherRouted(m.x, h, m.routing, slots, c.Experts, k, d)
+		er.MatMulExpertsRouted(m.x, m.routing, slots, backend.ExpertProj{W: experts[0], Dst: m.gate}, backend.ExpertProj{W: experts[1], Dst: m.up})
+		st.SwiGLU(m.gate, m.gate, m.up, slots*c.ExpertFFN)
+		er.MatMulExpertsRouted(m.gate, m.routing, slots, backend.ExpertProj{W: experts[2], Dst: m.y})
+		er.ScatterRouted(m.out, m.y, m.routing, slots, c.Experts, d)
+	} else if !r.hostMixture(experts, h) {
+		return false
+	}
+	if !here.at(trace.MLPExpertOut, m.out) {
+		return false
+	}
+	st.WeightedSum(out, m.out, m.weights, t, k, d)
+	return true
+}
+
+// hostMixture runs the chosen experts with their routing read back, checked
+// (a hook may have edited the ids) and lined up on the host.
+func (r *Run) hostMixture(experts *[3][]backend.Matrix, h backend.Tensor) bool {
+	c, st, m := &r.s.e.Model.Config, r.st, &r.moe
+	t, d, k := r.l.t, c.DModel, c.ExpertsUsed
 	ids := make([]float32, t*k)
 	if err := st.Read(m.ids, 0, ids); err != nil {
 		r.fail(err)
@@ -81,16 +111,11 @@ func (r *Run) mixture(w *layerWeights, h, out backend.Tensor, here points) bool 
 	}
 	st.Edit(m.out, backend.Edit{Op: backend.EditFill, Rows: 1, Cols: t * k * d}) // empty slots stay 0
 	if n := len(order); n > 0 {
-		experts := &w.experts
 		st.GatherRows(m.x, h, order, d)
 		st.MatMulExperts(m.x, runs, backend.ExpertProj{W: experts[0], Dst: m.gate}, backend.ExpertProj{W: experts[1], Dst: m.up})
 		st.SwiGLU(m.gate, m.gate, m.up, n*c.ExpertFFN)
 		st.MatMulExperts(m.gate, runs, backend.ExpertProj{W: experts[2], Dst: m.y})
 		st.ScatterRows(m.out, m.y, orderSlots, d)
 	}
-	if !here.at(trace.MLPExpertOut, m.out) {
-		return false
-	}
-	st.WeightedSum(out, m.out, m.weights, t, k, d)
 	return true
 }

@@ -65,6 +65,9 @@ void main() {
     mEnd = pc.M;
     if (GROUPED != 0) {
         m0 = groupRows(gl_WorkGroupID.y, pc.basesBase);
+        if (m0 >= mEnd) {
+            return; // an empty entry of the groups table (experttiles.comp)
+        }
     }
     vec4 acc[4] = vec4[4](vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0));
     gemmTile(m0, n0, pc.K, acc);

@@ -243,6 +243,9 @@ void main() {
     mEnd = pc.M;
     if (GROUPED != 0) {
         m0 = groupRows(gl_WorkGroupID.y, pc.basesBase);
+        if (m0 >= mEnd) {
+            return; // an empty entry of the groups table (experttiles.comp)
+        }
     }
     uint tid = gl_LocalInvocationIndex, sg = gl_SubgroupID;
     uint wm = 16 * TM * (sg / (8 / WGM)), wn = 16 * TN * (sg % (8 / WGM));

@@ -79,6 +79,9 @@ void main() {
     // full subgroups, Vulkan does not promise that many lanes run.
     uint lane = subgroupExclusiveAdd(1u), lanes = subgroupAdd(1u);
     rowsFrom();
+    if (m0 >= mEnd) {
+        return; // an empty entry of the groups table (experttiles.comp)
+    }
     for (uint r = gl_SubgroupID; r < ROWS; r += gl_NumSubgroups) {
         uint n = groupIndex() * ROWS + r;
         if (n >= pc.N) {
@@ -106,6 +109,9 @@ void main() {
         return;
     }
     rowsFrom();
+    if (m0 >= mEnd) {
+        return; // an empty entry of the groups table (experttiles.comp)
+    }
     accumulate(n, 8 * lid, 8 * gl_WorkGroupSize.x);
     [[unroll]] for (uint m = 0; m < MV_ROWS; m++) {
         red[m][lid] = acc[m];

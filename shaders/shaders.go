@@ -55,12 +55,14 @@ var Variants = func() []Variant {
 		Variant{Name: "normapply_layer", Source: "normapply.comp", Defines: []string{"CENTER"}},
 		Variant{Name: "gather_rows", Source: "rows.comp", Defines: []string{"GATHER"}},
 		Variant{Name: "scatter_rows", Source: "rows.comp"},
+		Variant{Name: "gather_routed", Source: "rows.comp", Defines: []string{"GATHER", "ROUTED"}},
+		Variant{Name: "scatter_routed", Source: "rows.comp", Defines: []string{"ROUTED"}},
 		Variant{Name: "flash_coop_capture", Source: "flash_coop.comp", Defines: []string{"CAPTURE"}},
 		Variant{Name: "scores_coop", Source: "scores.comp", Defines: []string{"COOP"}},
 		Variant{Name: "mix_coop", Source: "mix.comp", Defines: []string{"COOP"}},
 		Variant{Name: "softmax_sg", Source: "softmax.comp", Defines: []string{"USE_SUBGROUP"}},
 		Variant{Name: "rmsnorm_sg", Source: "rmsnorm.comp", Defines: []string{"USE_SUBGROUP"}})
-	for _, src := range []string{"route", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "flash_coop", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "copy", "argmax", "rank", "rownorm", "tohalf", "splitk"} {
+	for _, src := range []string{"route", "sortexperts", "experttiles", "weighted_sum", "rmsnorm", "layernorm", "rope", "scores", "softmax", "mix", "flash", "flash_coop", "add", "swiglu", "gelu", "geglu", "softcap", "edit", "edit_mean", "copy", "argmax", "rank", "rownorm", "tohalf", "splitk"} {
 		vs = append(vs, Variant{Name: src, Source: src + ".comp"})
 	}
 	return vs

@@ -248,7 +248,7 @@ func (b *Backend) Coop2() bool { return b.dev.coop2.maxDim > 0 }
 // until read, and flash attention captures its scores and pattern where the
 // device has cooperative matrices (FlashAttentionCapture says where not).
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{DeviceMemory: true, AttentionCapture: true}
+	return backend.Capabilities{DeviceMemory: true, AttentionCapture: true, ExpertRouting: true}
 }
 
 var _ backend.AttentionCapture = (*stream)(nil)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stratalab/strata/backend"
 	"github.com/stratalab/strata/backend/cpu"
+	"github.com/stratalab/strata/backend/vulkan"
 	"github.com/stratalab/strata/engine"
 	"github.com/stratalab/strata/gguf"
 	"github.com/stratalab/strata/internal/sharedtest"
@@ -346,4 +347,45 @@ func TestFastPrecisionPrefillStaysNearExact(t *testing.T) {
 	defer s.Close()
 	_, err = s.Prefill(context.Background(), testTokens[:3], engine.Options{Precision: 7})
 	require.ErrorContains(t, err, "Options.Precision 7 is not PrecisionExact or PrecisionFast")
+}
+
+// A mixture's tokens are lined up by expert on the device unless a hook may
+// have edited the experts' ids: then the ids are read back and checked on
+// the host. Either way the prefill is the CPU's; the kernels that ran
+// (with profiling on) say which way each layer went.
+func TestMixtureRoutesOnTheDeviceUnlessIDsAreHooked(t *testing.T) {
+	b, err := vulkan.Open(vulkan.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Close()) }()
+	if err := b.SetProfiling(true); err != nil {
+		t.Skip(err)
+	}
+	m := genModel(t, "tiny-qwen3moe", gguf.Q4_K, 4)
+	ve, err := engine.NewEngine(m, b)
+	require.NoError(t, err)
+	ce, err := engine.NewEngine(m, cpu.New(0))
+	require.NoError(t, err)
+	keep := engine.Hook{Point: "blocks.1.mlp.hook_expert_ids", Device: func(string, []int) ([]engine.DeviceEdit, error) { return nil, nil }}
+	for _, c := range []struct {
+		name          string
+		hooks         []engine.Hook
+		routed, ofIDs int // layers lined up on the device, and on the host
+	}{
+		{"no hooks", nil, m.Layers, 0},
+		{"a hook at layer 1's ids", []engine.Hook{keep}, m.Layers - 1, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := engine.Options{Capture: engine.CaptureAll(), Logits: engine.LogitsAll, Hooks: c.hooks}
+			b.StageTimes() // drop earlier kernels
+			got := prefill(t, ve, testTokens, o)
+			counts := map[string]int{}
+			for _, st := range b.StageTimes() {
+				counts[st.Name] += st.Count
+			}
+			require.Equal(t, c.routed, counts["sortexperts"], "layers sorted on the device")
+			require.Equal(t, 3*c.routed, counts["experttiles"], "tiles written on the device: gate, up and down")
+			require.Equal(t, c.ofIDs, counts["gather_rows"], "layers lined up on the host")
+			requireSameTrace(t, got, prefill(t, ce, testTokens, o), pointTol)
+		})
+	}
 }

@@ -19,16 +19,74 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 		s.fail(fmt.Errorf("vulkan: %w", err))
 		return
 	}
-	xs := s.tensorOf(x)
-	if xs == nil {
-		return
-	}
 	rows, taken := 0, 0 // rows, and runs that have some
 	for _, r := range runs {
 		rows += r.Rows
 		taken += min(r.Rows, 1)
 	}
-	if rows == 0 {
+	if rows > 0 {
+		s.matMulExperts(x, cols, rows, taken, runs, nil, outs)
+	}
+}
+
+// MatMulExpertsRouted implements backend.ExpertRouting: MatMulExperts with
+// each call's tiles written on the device (experttiles.comp) from the
+// routing, as many as slots rows could need, the empty ones returning at
+// once.
+func (s *stream) MatMulExpertsRouted(x, routing backend.Tensor, slots int, outs ...backend.ExpertProj) bool {
+	for _, o := range outs {
+		if !s.Routable(o.W) {
+			return false
+		}
+	}
+	cols, err := backend.CheckExperts(x, nil, outs)
+	if err != nil {
+		s.fail(fmt.Errorf("vulkan: %w", err))
+		return true
+	}
+	rt := s.tensorOf(routing)
+	experts := len(outs[0].W)
+	if !s.fits("experts' matmul", []*tensor{rt, s.tensorOf(x)}, backend.RoutingLen(slots, experts), slots*cols) {
+		return true
+	}
+	for i, o := range outs {
+		if n := o.W[0].Rows(); o.Dst.Len()/n < slots || len(o.W) != experts {
+			s.fail(fmt.Errorf("vulkan: experts' matmul: projection %d's output of %d elements is too short for %d rows of %d, or its experts are not %d",
+				i, o.Dst.Len(), slots, n, experts))
+			return true
+		}
+	}
+	if slots > 0 {
+		s.matMulExperts(x, cols, slots, min(slots, experts), nil, rt, outs)
+	}
+	return true
+}
+
+// Routable implements backend.ExpertRouting: the experts' weights are of
+// one UploadGroup's buffer, which one dispatch binds.
+func (s *stream) Routable(w []backend.Matrix) bool {
+	if len(w) == 0 {
+		return false
+	}
+	m0, ok := w[0].(*matrix)
+	if !ok || m0 == nil || m0.buf.size > uint64(s.b.phys.props.Limits.MaxStorageBufferRange) {
+		return false
+	}
+	for _, w := range w {
+		m, ok := w.(*matrix)
+		if !ok || m == nil || m.buf != m0.buf || *m.f != *m0.f || m.scaleBase != m0.scaleBase {
+			return false
+		}
+	}
+	return true
+}
+
+// matMulExperts records the products of rows of x (taken runs of them
+// hold some, on average) by the runs' experts: with runs from the host, or
+// from the routing on the device (runs nil).
+func (s *stream) matMulExperts(x backend.Tensor, cols, rows, taken int, runs []backend.ExpertRun, routing *tensor, outs []backend.ExpertProj) {
+	xs := s.tensorOf(x)
+	if xs == nil {
 		return
 	}
 	exact := s.precision != backend.PrecisionFast
@@ -58,12 +116,15 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 				table = append(table, 0)
 			}
 			at := len(table)
+			if routing != nil {
+				table = append(table, make([]uint32, 3*(int(ceilDiv(rows, bm))+len(bases)))...)
+			}
 			for _, r := range rs {
 				for first := r.First; first < r.First+r.Rows; first += bm {
 					table = append(table, uint32(first), uint32(r.First+r.Rows), uint32(r.Expert))
 				}
 			}
-			c := expertCall{plan: plan, m: m, dst: dst, w: w, at: uint32(at), tiles: uint32(len(table)-at) / 3}
+			c := expertCall{plan: plan, m: m, dst: dst, w: w, at: uint32(at), tiles: uint32(len(table)-at) / 3, bm: uint32(bm), experts: uint32(len(bases))}
 			c.bases = uint32(len(table) - at)
 			calls = append(calls, c)
 			table = append(table, bases...)
@@ -91,6 +152,10 @@ func (s *stream) MatMulExperts(x backend.Tensor, runs []backend.ExpertRun, outs 
 	}
 	s.writeBytes(s.groupsTable, 0, unsafe.Slice((*byte)(unsafe.Pointer(&table[0])), 4*len(table)))
 	for _, c := range calls {
+		if routing != nil {
+			s.dispatch("experttiles", nil, []use{{buf: s.groupsTable, write: true}, routing.reads()},
+				pushWords(&expertTilesPush{c.experts, c.bm, c.tiles, c.at}), 1, 1, 1)
+		}
 		// The bias and the float16 bindings go unread but still need buffers.
 		uses := []use{xs.reads(), c.w, c.dst.writes(), xs.reads()}
 		g := use{buf: s.groupsTable, bind: 4 * uint64(c.at)}
@@ -117,4 +182,57 @@ type expertCall struct {
 	dst              *tensor
 	w                use
 	at, tiles, bases uint32
+	bm, experts      uint32 // rows of x a tile; experts the routing counts (routed)
+}
+
+var _ backend.ExpertRouting = (*stream)(nil)
+
+// SortExperts implements backend.ExpertRouting on sortexperts.comp: a
+// workgroup an expert.
+func (s *stream) SortExperts(routing, ids backend.Tensor, rows, k, experts int) {
+	r, x := s.tensorOf(routing), s.tensorOf(ids)
+	if experts <= 0 || experts > maxGroups || k <= 0 {
+		s.fail(fmt.Errorf("vulkan: sorting slots among %d experts, %d a token: want 1 to %d experts and a slot or more", experts, k, maxGroups))
+		return
+	}
+	if !s.fits("sortexperts", []*tensor{r, x}, backend.RoutingLen(rows*k, experts), rows*k) {
+		return
+	}
+	s.dispatch("sortexperts", nil, []use{r.writes(), x.reads()}, pushWords(&sortExpertsPush{uint32(rows * k), uint32(experts)}),
+		uint32(experts), 1, 1)
+}
+
+// GatherRouted implements backend.ExpertRouting (rows.comp, GATHER and
+// ROUTED).
+func (s *stream) GatherRouted(dst, src, routing backend.Tensor, slots, experts, k, cols int) {
+	s.moveRouted("gather_routed", dst, src, routing, slots, experts, k, cols)
+}
+
+// ScatterRouted implements backend.ExpertRouting (rows.comp, ROUTED).
+func (s *stream) ScatterRouted(dst, src, routing backend.Tensor, slots, experts, cols int) {
+	s.moveRouted("scatter_routed", dst, src, routing, slots, experts, 0, cols)
+}
+
+// moveRouted gathers (k > 0: a slot's token is slot / k) or scatters (k 0)
+// the routed rows. The routing's slots are below slots, as SortExperts
+// wrote them, so that every row moved is within the tensors checked here.
+func (s *stream) moveRouted(name string, dst, src, routing backend.Tensor, slots, experts, k, cols int) {
+	d, x, r := s.tensorOf(dst), s.tensorOf(src), s.tensorOf(routing)
+	if d == nil || x == nil || r == nil || slots == 0 {
+		return
+	}
+	if experts <= 0 || k < 0 || cols <= 0 {
+		s.fail(fmt.Errorf("vulkan: %s of rows of %d among %d experts, %d slots a token", name, cols, experts, k))
+		return
+	}
+	srcRows := slots
+	if k > 0 {
+		srcRows = int(ceilDiv(slots, k))
+	}
+	if !s.fits(name, []*tensor{d, x, r}, slots*cols, srcRows*cols, backend.RoutingLen(slots, experts)) {
+		return
+	}
+	gx, gy, gz := grid1(slots*cols, 256)
+	s.dispatch(name, nil, []use{d.writes(), x.reads(), r.reads()},
+		pushWords(&gatherPush{uint32(slots), uint32(cols), uint32(max(k, 1)), uint32(experts)}), gx, gy, gz)
 }

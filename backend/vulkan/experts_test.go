@@ -3,6 +3,7 @@ package vulkan_test
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -125,5 +126,123 @@ func testMatMulExperts(t *testing.T, b *vulkan.Backend, tu vulkan.Tuning, prec b
 			worst := worstOfSum(got, xs[run.First*cols:(run.First+run.Rows)*cols], dec, nil, run.Rows, n, cols)
 			require.LessOrEqual(t, worst, bound, "expert %d's %d rows, projection %d: largest error relative to sum |x w|", run.Expert, run.Rows, i)
 		}
+	}
+}
+
+// A mixture routed on the device (backend.ExpertRouting): SortExperts gives
+// each expert's count, first row and slots in slot order, as a stable sort
+// of the ids does, empty slots (-1) and ids that name no expert (2.5, 9,
+// -3, NaN) left out; GatherRouted lines the slots' tokens up in that order,
+// MatMulExpertsRouted multiplies each by its expert's weights as x W^T does
+// in float64, and ScatterRouted puts each row back in its slot, leaving the
+// empty slots as they were.
+func TestExpertRoutingOnTheDevice(t *testing.T) {
+	b := testBackend(t)
+	for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+		t.Run(prec.String(), func(t *testing.T) {
+			r := newRig(t, 5)
+			r.vs.SetPrecision(prec)
+			const tokens, k, experts, cols, n = 37, 2, 5, 256, 48
+			slots := tokens * k
+			ids := make([]float32, slots)
+			for tok := range tokens {
+				a := r.rng.IntN(experts)
+				ids[tok*k], ids[tok*k+1] = float32(a), float32((a+1+r.rng.IntN(experts-1))%experts)
+			}
+			ids[3], ids[10], ids[20], ids[31], ids[40], ids[57] = -1, 2.5, 9, -3, float32(math.NaN()), -1
+			var ws []*model.Weight
+			for e := range experts {
+				ws = append(ws, quantized(t, r, fmt.Sprintf("w%d", e), n, cols, gguf.Q8_0))
+			}
+			w, err := b.UploadGroup(ws)
+			require.NoError(t, err)
+			es := r.vs.(backend.ExpertRouting)
+			require.True(t, es.Routable(w), "one UploadGroup")
+
+			routing, err := r.vs.Alloc("routing", backend.RoutingLen(slots, experts))
+			require.NoError(t, err)
+			idv := r.tensor("ids", ids)
+			es.SortExperts(routing, idv.v, tokens, k, experts)
+			raw := make([]float32, backend.RoutingLen(slots, experts))
+			require.NoError(t, r.vs.Read(routing, 0, raw))
+			words := make([]uint32, len(raw))
+			for i, f := range raw {
+				words[i] = math.Float32bits(f)
+			}
+			var order []uint32
+			var counts, firsts []uint32
+			for e := range experts {
+				firsts = append(firsts, uint32(len(order)))
+				for s, id := range ids {
+					if id == float32(e) {
+						order = append(order, uint32(s))
+					}
+				}
+				counts = append(counts, uint32(len(order))-firsts[e])
+			}
+			require.Equal(t, counts, words[:experts], "counts")
+			require.Equal(t, firsts, words[experts:2*experts], "first rows")
+			require.Equal(t, order, words[2*experts:2*experts+len(order)], "slots by expert, in slot order")
+
+			xs := r.values(tokens*cols, 1)
+			x := r.tensor("x", xs)
+			xr, y := r.zeros("routed x", slots*cols), r.zeros("routed y", slots*n)
+			es.GatherRouted(xr.v, x.v, routing, slots, experts, k, cols)
+			require.True(t, es.MatMulExpertsRouted(xr.v, routing, slots, backend.ExpertProj{W: w, Dst: y.v}))
+			out := r.tensor("out", slices.Repeat([]float32{-7}, slots*n))
+			es.ScatterRouted(out.v, y.v, routing, slots, experts, n)
+			_, gotX := r.read(xr)
+			_, got := r.read(out)
+			bound := 1e-5 // testMatMulExperts' bounds
+			if prec == backend.PrecisionFast {
+				bound = math.Pow(2, -9)
+			}
+			for i, s := range order {
+				tok := int(s) / k
+				require.Equal(t, xs[tok*cols:(tok+1)*cols], gotX[i*cols:(i+1)*cols], "routed row %d: token %d", i, tok)
+				e := int(ids[s])
+				dec := make([]float32, n*cols)
+				ws[e].Format.Dequantize(dec, ws[e].Data)
+				worst := worstOfSum(got[int(s)*n:(int(s)+1)*n], xs[tok*cols:(tok+1)*cols], dec, nil, 1, n, cols)
+				require.LessOrEqual(t, worst, bound, "slot %d, expert %d: largest error relative to sum |x w|", s, e)
+			}
+			for s, id := range ids {
+				if !slices.Contains(order, uint32(s)) {
+					require.Equal(t, slices.Repeat([]float32{-7}, n), got[s*n:(s+1)*n], "empty slot %d (id %g) left as it was", s, id)
+				}
+			}
+		})
+	}
+}
+
+// Routing calls with tensors too short, or no experts, fail the stream
+// with an error naming the kernel and the tensor, before the device.
+func TestExpertRoutingRefusesBadSizes(t *testing.T) {
+	b := testBackend(t)
+	for name, call := range map[string]func(es backend.ExpertRouting, routing, ids, x backend.Tensor){
+		"sortexperts needs 30 elements of routing": func(es backend.ExpertRouting, routing, ids, x backend.Tensor) {
+			es.SortExperts(routing, ids, 10, 2, 5) // 2 * 5 + 20 elements
+		},
+		"sorting slots among 0 experts": func(es backend.ExpertRouting, routing, ids, x backend.Tensor) {
+			es.SortExperts(routing, ids, 4, 2, 0)
+		},
+		"gather_routed needs 640 elements of y": func(es backend.ExpertRouting, routing, ids, x backend.Tensor) {
+			es.GatherRouted(x, ids, routing, 20, 5, 2, 32)
+		},
+		"scatter_routed of rows of 0": func(es backend.ExpertRouting, routing, ids, x backend.Tensor) {
+			es.ScatterRouted(x, ids, routing, 4, 5, 0)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := b.NewStream()
+			defer s.Close()
+			alloc := func(name string, n int) backend.Tensor {
+				x, err := s.Alloc(name, n)
+				require.NoError(t, err)
+				return x
+			}
+			call(s.(backend.ExpertRouting), alloc("routing", 20), alloc("ids", 20), alloc("y", 64))
+			require.ErrorContains(t, s.Sync(), name)
+		})
 	}
 }

@@ -986,7 +986,7 @@ func (s *stream) moveRows(name string, dst, src backend.Tensor, rows []int32, co
 	s.writeBytes(s.rowIdx, 0, unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), 4*len(rows)))
 	gx, gy, gz := grid1(len(rows)*cols, 256)
 	s.dispatch(name, nil, []use{d.writes(), x.reads(), {buf: s.rowIdx}},
-		pushWords(&gatherPush{uint32(len(rows)), uint32(cols)}), gx, gy, gz)
+		pushWords(&gatherPush{n: uint32(len(rows)), cols: uint32(cols)}), gx, gy, gz)
 }
 
 func (s *stream) WeightedSum(dst, src, weights backend.Tensor, rows, k, cols int) {

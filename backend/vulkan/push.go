@@ -129,8 +129,16 @@ type editMeanPush struct{ off, rows, cols, stride uint32 }
 // rowsPush is argmax.comp's block.
 type rowsPush struct{ rows, n uint32 }
 
-// gatherPush is rows.comp's block (gather and scatter): n rows of cols.
-type gatherPush struct{ n, cols uint32 }
+// gatherPush is rows.comp's block (gather and scatter): n rows of cols;
+// with ROUTED at most n, a slot's token slot / k, the routing's experts.
+type gatherPush struct{ n, cols, k, experts uint32 }
+
+// sortExpertsPush is sortexperts.comp's block.
+type sortExpertsPush struct{ slots, experts uint32 }
+
+// expertTilesPush is experttiles.comp's block: tiles entries of bm rows
+// from word at of the groups table.
+type expertTilesPush struct{ experts, bm, tiles, at uint32 }
 
 // rankPush is rank.comp's block.
 type rankPush struct{ rows, n, col uint32 }

@@ -22,6 +22,7 @@ var pushBlocks = map[string]any{
 	"geglu.comp": elemPush{}, "softcap.comp": softcapPush{}, "copy.comp": copyPush{}, "edit.comp": editPush{},
 	"edit_mean.comp": editMeanPush{}, "argmax.comp": rowsPush{}, "rows.comp": gatherPush{}, "rank.comp": rankPush{},
 	"rownorm.comp": rowNormPush{}, "route.comp": routePush{}, "weighted_sum.comp": weightedSumPush{},
+	"sortexperts.comp": sortExpertsPush{}, "experttiles.comp": expertTilesPush{},
 }
 
 // Every compiled shader's push-constant block has the members of its Go
