@@ -7,7 +7,7 @@
 // product over DC-dim slices of Q and K staged in shared memory, updates an
 // online softmax, and adds P V into register tiles of TM rows x 4 dims (per
 // 64 dims of the head), V staged in key slices. The host's shared-memory
-// check (FlashAttention in gpu/vulkan/kernels.go) mirrors these sizes.
+// check (FlashAttention in backend/vulkan/kernels.go) mirrors these sizes.
 #define R 64   // rows (query, head) per workgroup
 #define BKV 64 // keys per block; equal to R, so Q and K slices share a layout
 #define DC 16  // dims per Q/K slice

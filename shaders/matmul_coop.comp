@@ -51,7 +51,7 @@ layout(constant_id = 7) const uint WLO = 0; // with EXACT
 layout(constant_id = 8) const uint PREFETCH = 1; // 0: each step loads after the barrier
 layout(constant_id = 9) const uint GROUPED = 0;
 const uint BM = 16 * TM * WGM, BN = 16 * TN * (8 / WGM);
-const uint NO_RANGE_FLAGS = 0xFFFFFFFFu; // noRangeFlags in gpu/vulkan
+const uint NO_RANGE_FLAGS = 0xFFFFFFFFu; // noRangeFlags in backend/vulkan
 
 
 layout(push_constant) uniform Push {

@@ -31,7 +31,7 @@ layout(constant_id = 2) const uint BM = 256; // rows of X per workgroup
 layout(constant_id = 3) const uint BK = 64;
 layout(constant_id = 4) const uint EXACT = 0;
 layout(constant_id = 5) const uint WLO = 0; // with EXACT
-const uint NO_RANGE_FLAGS = 0xFFFFFFFFu; // noRangeFlags in gpu/vulkan
+const uint NO_RANGE_FLAGS = 0xFFFFFFFFu; // noRangeFlags in backend/vulkan
 
 layout(push_constant) uniform Push {
     uint M, N, K; // N % BN == 0, K % BK == 0

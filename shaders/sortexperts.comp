@@ -2,8 +2,8 @@
 #extension GL_GOOGLE_include_directive : require
 // A mixture's slots lined up by expert on the device (backend.ExpertRouting's
 // routing): workgroup e counts the slots of experts below e (where its rows
-// start) and its own, then writes its slots in order, a chunk of 256 at a
-// time, each at its place among the chunk's by a prefix sum. An id that is
+// start) and its own, then writes its slots in order, a chunk at a time,
+// each lane's run of the chunk at its place by a prefix sum. An id that is
 // not an expert below pc.experts (Route writes -1 for an empty slot) counts
 // as empty. Routing: counts [experts], first rows [experts], slots.
 layout(local_size_x = 256) in;
@@ -47,11 +47,17 @@ void main() {
         routing[pc.experts + e] = base;
     }
     barrier();
-    // Each chunk's matches: an inclusive prefix sum in mine.
-    for (uint c = 0; c < pc.slots; c += 256) {
-        const uint s = c + tid;
-        const bool match = s < pc.slots && expertOf(s) == e;
-        mine[tid] = match ? 1 : 0;
+    // A chunk of 256 x RUN slots at a time, a lane's run of RUN in a row:
+    // its matches counted, an inclusive prefix sum of the counts in mine,
+    // then its matches written from its place.
+    const uint RUN = 16;
+    for (uint c = 0; c < pc.slots; c += 256 * RUN) {
+        const uint first = c + tid * RUN, last = min(first + RUN, pc.slots);
+        uint n = 0;
+        for (uint s = first; s < last; s++) {
+            n += expertOf(s) == e ? 1 : 0;
+        }
+        mine[tid] = n;
         barrier();
         for (uint h = 1; h < 256; h <<= 1) {
             uint add = tid >= h ? mine[tid - h] : 0;
@@ -59,8 +65,11 @@ void main() {
             mine[tid] += add;
             barrier();
         }
-        if (match) {
-            routing[2 * pc.experts + base + mine[tid] - 1] = s;
+        uint at = base + mine[tid] - n;
+        for (uint s = first; s < last && n > 0; s++) {
+            if (expertOf(s) == e) {
+                routing[2 * pc.experts + at++] = s;
+            }
         }
         base += mine[255];
         barrier();

@@ -139,79 +139,82 @@ func testMatMulExperts(t *testing.T, b *vulkan.Backend, tu vulkan.Tuning, prec b
 func TestExpertRoutingOnTheDevice(t *testing.T) {
 	b := testBackend(t)
 	for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
-		t.Run(prec.String(), func(t *testing.T) {
-			r := newRig(t, 5)
-			r.vs.SetPrecision(prec)
-			const tokens, k, experts, cols, n = 37, 2, 5, 256, 48
-			slots := tokens * k
-			ids := make([]float32, slots)
-			for tok := range tokens {
-				a := r.rng.IntN(experts)
-				ids[tok*k], ids[tok*k+1] = float32(a), float32((a+1+r.rng.IntN(experts-1))%experts)
-			}
-			ids[3], ids[10], ids[20], ids[31], ids[40], ids[57] = -1, 2.5, 9, -3, float32(math.NaN()), -1
-			var ws []*model.Weight
-			for e := range experts {
-				ws = append(ws, quantized(t, r, fmt.Sprintf("w%d", e), n, cols, gguf.Q8_0))
-			}
-			w, err := b.UploadGroup(ws)
-			require.NoError(t, err)
-			es := r.vs.(backend.ExpertRouting)
-			require.True(t, es.Routable(w), "one UploadGroup")
+		for _, tokens := range []int{37, 2100} { // the second past sortexperts.comp's chunk of 4,096 slots
+			t.Run(fmt.Sprintf("%v/tokens=%d", prec, tokens), func(t *testing.T) {
+				r := newRig(t, 5)
+				r.vs.SetPrecision(prec)
+				const k, experts, cols, n = 2, 5, 256, 48
+				slots := tokens * k
+				ids := make([]float32, slots)
+				for tok := range tokens {
+					a := r.rng.IntN(experts)
+					ids[tok*k], ids[tok*k+1] = float32(a), float32((a+1+r.rng.IntN(experts-1))%experts)
+				}
+				ids[3], ids[10], ids[20], ids[31], ids[40], ids[57] = -1, 2.5, 9, -3, float32(math.NaN()), -1
+				var ws []*model.Weight
+				for e := range experts {
+					ws = append(ws, quantized(t, r, fmt.Sprintf("w%d", e), n, cols, gguf.Q8_0))
+				}
+				w, err := b.UploadGroup(ws)
+				require.NoError(t, err)
+				es := r.vs.(backend.ExpertRouting)
+				require.True(t, es.Routable(w), "one UploadGroup")
 
-			routing, err := r.vs.Alloc("routing", backend.RoutingLen(slots, experts))
-			require.NoError(t, err)
-			idv := r.tensor("ids", ids)
-			es.SortExperts(routing, idv.v, tokens, k, experts)
-			raw := make([]float32, backend.RoutingLen(slots, experts))
-			require.NoError(t, r.vs.Read(routing, 0, raw))
-			words := make([]uint32, len(raw))
-			for i, f := range raw {
-				words[i] = math.Float32bits(f)
-			}
-			var order []uint32
-			var counts, firsts []uint32
-			for e := range experts {
-				firsts = append(firsts, uint32(len(order)))
-				for s, id := range ids {
-					if id == float32(e) {
-						order = append(order, uint32(s))
+				routing, err := r.vs.Alloc("routing", backend.RoutingLen(slots, experts))
+				require.NoError(t, err)
+				idv := r.tensor("ids", ids)
+				es.SortExperts(routing, idv.v, tokens, k, experts)
+				raw := make([]float32, backend.RoutingLen(slots, experts))
+				require.NoError(t, r.vs.Read(routing, 0, raw))
+				words := make([]uint32, len(raw))
+				for i, f := range raw {
+					words[i] = math.Float32bits(f)
+				}
+				var order []uint32
+				var counts, firsts []uint32
+				for e := range experts {
+					firsts = append(firsts, uint32(len(order)))
+					for s, id := range ids {
+						if id == float32(e) {
+							order = append(order, uint32(s))
+						}
 					}
+					counts = append(counts, uint32(len(order))-firsts[e])
 				}
-				counts = append(counts, uint32(len(order))-firsts[e])
-			}
-			require.Equal(t, counts, words[:experts], "counts")
-			require.Equal(t, firsts, words[experts:2*experts], "first rows")
-			require.Equal(t, order, words[2*experts:2*experts+len(order)], "slots by expert, in slot order")
+				require.Equal(t, counts, words[:experts], "counts")
+				require.Equal(t, firsts, words[experts:2*experts], "first rows")
+				require.Equal(t, order, words[2*experts:2*experts+len(order)], "slots by expert, in slot order")
 
-			xs := r.values(tokens*cols, 1)
-			x := r.tensor("x", xs)
-			xr, y := r.zeros("routed x", slots*cols), r.zeros("routed y", slots*n)
-			es.GatherRouted(xr.v, x.v, routing, slots, experts, k, cols)
-			require.True(t, es.MatMulExpertsRouted(xr.v, routing, slots, backend.ExpertProj{W: w, Dst: y.v}))
-			out := r.tensor("out", slices.Repeat([]float32{-7}, slots*n))
-			es.ScatterRouted(out.v, y.v, routing, slots, experts, n)
-			_, gotX := r.read(xr)
-			_, got := r.read(out)
-			bound := 1e-5 // testMatMulExperts' bounds
-			if prec == backend.PrecisionFast {
-				bound = math.Pow(2, -9)
-			}
-			for i, s := range order {
-				tok := int(s) / k
-				require.Equal(t, xs[tok*cols:(tok+1)*cols], gotX[i*cols:(i+1)*cols], "routed row %d: token %d", i, tok)
-				e := int(ids[s])
-				dec := make([]float32, n*cols)
-				ws[e].Format.Dequantize(dec, ws[e].Data)
-				worst := worstOfSum(got[int(s)*n:(int(s)+1)*n], xs[tok*cols:(tok+1)*cols], dec, nil, 1, n, cols)
-				require.LessOrEqual(t, worst, bound, "slot %d, expert %d: largest error relative to sum |x w|", s, e)
-			}
-			for s, id := range ids {
-				if !slices.Contains(order, uint32(s)) {
-					require.Equal(t, slices.Repeat([]float32{-7}, n), got[s*n:(s+1)*n], "empty slot %d (id %g) left as it was", s, id)
+				xs := r.values(tokens*cols, 1)
+				x := r.tensor("x", xs)
+				xr, y := r.zeros("routed x", slots*cols), r.zeros("routed y", slots*n)
+				es.GatherRouted(xr.v, x.v, routing, slots, experts, k, cols)
+				require.True(t, es.MatMulExpertsRouted(xr.v, routing, slots, backend.ExpertProj{W: w, Dst: y.v}))
+				out := r.tensor("out", slices.Repeat([]float32{-7}, slots*n))
+				es.ScatterRouted(out.v, y.v, routing, slots, experts, n)
+				_, gotX := r.read(xr)
+				_, got := r.read(out)
+				bound := 1e-5 // testMatMulExperts' bounds
+				if prec == backend.PrecisionFast {
+					bound = math.Pow(2, -9)
 				}
-			}
-		})
+				decs := make([][]float32, experts)
+				for e, w := range ws {
+					decs[e] = make([]float32, n*cols)
+					w.Format.Dequantize(decs[e], w.Data)
+				}
+				for i, s := range order {
+					tok := int(s) / k
+					require.Equal(t, xs[tok*cols:(tok+1)*cols], gotX[i*cols:(i+1)*cols], "routed row %d: token %d", i, tok)
+					e := int(ids[s])
+					worst := worstOfSum(got[int(s)*n:(int(s)+1)*n], xs[tok*cols:(tok+1)*cols], decs[e], nil, 1, n, cols)
+					require.LessOrEqual(t, worst, bound, "slot %d, expert %d: largest error relative to sum |x w|", s, e)
+				}
+				for _, s := range []int{3, 10, 20, 31, 40, 57} {
+					require.Equal(t, slices.Repeat([]float32{-7}, n), got[s*n:(s+1)*n], "empty slot %d (id %g) left as it was", s, ids[s])
+				}
+			})
+		}
 	}
 }
 
@@ -243,6 +246,48 @@ func TestExpertRoutingRefusesBadSizes(t *testing.T) {
 			}
 			call(s.(backend.ExpertRouting), alloc("routing", 20), alloc("ids", 20), alloc("y", 64))
 			require.ErrorContains(t, s.Sync(), name)
+		})
+	}
+}
+
+// Route on the device chooses the CPU's experts, in its order, at its
+// weights (to float32's rounding of sums in another order): on rows with
+// ties (the lower index first), fewer finite logits than slots (-1 and 0
+// past them), every logit -Inf (every slot empty), a NaN (experts 0..k-1
+// at NaN weights), and more experts than a workgroup's 64 lanes.
+func TestRouteMatchesCPU(t *testing.T) {
+	r := newRig(t, 9)
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for _, c := range []struct{ experts, k int }{{8, 2}, {200, 8}, {128, 1}} {
+		t.Run(fmt.Sprintf("experts=%d/k=%d", c.experts, c.k), func(t *testing.T) {
+			const rows = 7
+			logits := r.values(rows*c.experts, 2)
+			row := func(i int) []float32 { return logits[i*c.experts : (i+1)*c.experts] }
+			for e := range c.experts { // row 1: ties everywhere
+				row(1)[e] = float32(e % 3)
+			}
+			for e := range row(2) { // row 2: one finite logit
+				row(2)[e] = -inf
+			}
+			row(2)[c.experts-1] = 0.5
+			for e := range row(3) { // row 3: every expert ablated
+				row(3)[e] = -inf
+			}
+			row(4)[c.experts/2] = nan
+			ids, ws := r.zeros("ids", rows*c.k), r.zeros("weights", rows*c.k)
+			lg := r.tensor("logits", logits)
+			r.cs.Route(ids.c, ws.c, lg.c, rows, c.experts, c.k)
+			r.vs.Route(ids.v, ws.v, lg.v, rows, c.experts, c.k)
+			wantIDs, gotIDs := r.read(ids)
+			wantW, gotW := r.read(ws)
+			require.Equal(t, wantIDs, gotIDs, "ids")
+			for i := range wantW {
+				if math.IsNaN(float64(wantW[i])) {
+					require.True(t, math.IsNaN(float64(gotW[i])), "weight %d: NaN", i)
+					continue
+				}
+				require.InDelta(t, wantW[i], gotW[i], 1e-6, "weight %d", i) // probabilities at most 1, float32 sums
+			}
 		})
 	}
 }

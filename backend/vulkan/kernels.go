@@ -934,16 +934,19 @@ func (s *stream) RowNorms(dst, src backend.Tensor, off, rows, n int) {
 		pushWords(&rowNormPush{uint32(rows), uint32(n), uint32(off)}), gx, gy, gz)
 }
 
+// routeMaxK is the most experts route.comp chooses for a token (MAX_K).
+const routeMaxK = 256
+
 func (s *stream) Route(ids, weights, logits backend.Tensor, rows, experts, k int) {
 	i, w, x := s.tensorOf(ids), s.tensorOf(weights), s.tensorOf(logits)
 	if !s.fits("route", []*tensor{i, w, x}, rows*k, rows*k, rows*experts) {
 		return
 	}
-	if k < 1 || k > experts {
-		s.fail(fmt.Errorf("vulkan: routing to %d of %d experts", k, experts))
+	if k < 1 || k > experts || k > routeMaxK {
+		s.fail(fmt.Errorf("vulkan: routing to %d of %d experts: want 1 to %d, and at most the experts", k, experts, routeMaxK))
 		return
 	}
-	gx, gy, gz := grid1(rows, 64)
+	gx, gy, gz := grid1(rows, 1) // a workgroup a row
 	s.dispatch("route", nil, []use{i.writes(), w.writes(), x.reads()},
 		pushWords(&routePush{uint32(rows), uint32(experts), uint32(k)}), gx, gy, gz)
 }
