@@ -41,21 +41,9 @@ var typedResults = []uint32{1, 44, 46, 55, 57, 61, 80, 83, 115, 127, 129, 131, 1
 // accumulator), and each load and store a memory layout for its
 // column-major flag, which must be a constant.
 func KHRCoop(words []uint32) ([]uint32, error) {
-	if len(words) < 5 || words[0] != 0x07230203 {
-		return nil, fmt.Errorf("shaders: not a SPIR-V module")
-	}
-	type inst struct {
-		op uint32
-		a  []uint32
-	}
-	var insts []inst
-	for i := 5; i < len(words); {
-		n, op := int(words[i]>>16), words[i]&0xffff
-		if n == 0 || i+n > len(words) {
-			return nil, fmt.Errorf("shaders: malformed instruction at word %d", i)
-		}
-		insts = append(insts, inst{op, words[i+1 : i+n]})
-		i += n
+	insts, err := instructions(words)
+	if err != nil {
+		return nil, err
 	}
 	bound := words[3]
 	var uintType uint32
@@ -181,6 +169,29 @@ func KHRCoop(words []uint32) ([]uint32, error) {
 	}
 	out[3] = bound
 	return out, nil
+}
+
+// inst is an instruction of a module: its opcode and operands.
+type inst struct {
+	op uint32
+	a  []uint32
+}
+
+// instructions splits a module's instructions after its header.
+func instructions(words []uint32) ([]inst, error) {
+	if len(words) < 5 || words[0] != 0x07230203 {
+		return nil, fmt.Errorf("shaders: not a SPIR-V module")
+	}
+	var insts []inst
+	for i := 5; i < len(words); {
+		n, op := int(words[i]>>16), words[i]&0xffff
+		if n == 0 || i+n > len(words) {
+			return nil, fmt.Errorf("shaders: malformed instruction at word %d", i)
+		}
+		insts = append(insts, inst{op, words[i+1 : i+n]})
+		i += n
+	}
+	return insts, nil
 }
 
 // stringOperand decodes a literal string operand (nul-terminated, packed

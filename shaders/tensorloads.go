@@ -41,21 +41,9 @@ const (
 // module is raised to SPIR-V 1.6, which tensor addressing requires, so its
 // entry points list every global variable.
 func TensorLoads(words []uint32) ([]uint32, error) {
-	if len(words) < 5 || words[0] != 0x07230203 {
-		return nil, fmt.Errorf("shaders: not a SPIR-V module")
-	}
-	type inst struct {
-		op uint32
-		a  []uint32
-	}
-	var insts []inst
-	for i := 5; i < len(words); {
-		n, op := int(words[i]>>16), words[i]&0xffff
-		if n == 0 || i+n > len(words) {
-			return nil, fmt.Errorf("shaders: malformed instruction at word %d", i)
-		}
-		insts = append(insts, inst{op, words[i+1 : i+n]})
-		i += n
+	insts, err := instructions(words)
+	if err != nil {
+		return nil, err
 	}
 	type matrix struct{ comp, rows, cols uint32 }
 	var uintType, boolType uint32
