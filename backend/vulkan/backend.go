@@ -166,7 +166,7 @@ func (b *Backend) init(o Options) error {
 	if coop, ok := b.in.coopMatrix(d); ok && !portable {
 		exts = append(exts, "VK_NV_cooperative_matrix")
 		features, b.coopEnabled = unsafe.Pointer(coop), true
-		if khr, caps, ok := b.in.coopMatrix2(d); ok && (o.Coop2 || os.Getenv("STRATA_COOP2") == "on") {
+		if khr, caps, ok := b.in.coopMatrix2(d); ok && wantsCoop2(o, caps) {
 			exts = append(exts, "VK_KHR_cooperative_matrix", "VK_NV_cooperative_matrix2")
 			(*vk.PhysicalDeviceShaderFloat16Int8Features)(coop.PNext).PNext = unsafe.Pointer(khr)
 			b.coop2 = caps
@@ -241,8 +241,22 @@ func (b *Backend) Name() string { return b.name }
 
 // Coop2 reports whether products may run on workgroup-scope cooperative
 // matrices (matmul_coop2.comp): the device has them and was opened with
-// them (Options.Coop2, or STRATA_COOP2=on).
+// them (wantsCoop2).
 func (b *Backend) Coop2() bool { return b.dev.coop2.maxDim > 0 }
+
+// wantsCoop2 reports whether a device whose workgroup-scope matrices are
+// caps is opened with them: where it loads them by tensor addressing (the
+// matmul_coop2t_ variants, faster than the usual kernel on an H100), or
+// asked (Options.Coop2, STRATA_COOP2=on); never with STRATA_COOP2=off.
+func wantsCoop2(o Options, caps coop2Caps) bool {
+	switch os.Getenv("STRATA_COOP2") {
+	case "off":
+		return false
+	case "on":
+		return true
+	}
+	return o.Coop2 || caps.tensor
+}
 
 // Capabilities implements backend.Backend: traces stay in device memory
 // until read, and flash attention captures its scores and pattern where the

@@ -678,7 +678,7 @@ func BenchmarkCoop2(b *testing.B) {
 					tu.Coop2 = false
 					timeMatMul(b, r, v, tu, w, rows, n, k, prec)
 				})
-				tiles := [][3]int{{128, 128, 64}, {128, 256, 64}, {256, 128, 64}, {128, 256, 32}, {64, 128, 64}}
+				tiles := [][3]int{{128, 128, 64}, {128, 256, 64}, {256, 128, 64}, {128, 256, 32}, {64, 128, 64}, {32, 128, 64}, {64, 64, 64}}
 				if prec == backend.PrecisionExact {
 					tiles = [][3]int{{128, 128, 64}, {128, 128, 32}, {128, 256, 64}}
 				}

@@ -43,10 +43,11 @@ type Options struct {
 	// does the same.
 	PortableGEMM bool
 	// Coop2 opens the device with workgroup-scope cooperative matrices
-	// (VK_NV_cooperative_matrix2) where it has them, for matmul_coop2.comp.
-	// Experimental: on an H100 its products ran at 0.78-0.81x of the usual
-	// kernel's (docs/PERFORMANCE.md). The STRATA_COOP2=on environment
-	// variable does the same.
+	// (VK_NV_cooperative_matrix2) where it has them, for matmul_coop2.comp,
+	// also where it cannot load them by tensor addressing: staged through
+	// shared memory, they ran at 0.78-0.81x of the usual kernel on an H100
+	// (docs/PERFORMANCE.md). Where it can, they are used unasked.
+	// STRATA_COOP2=on does the same; STRATA_COOP2=off keeps them off.
 	Coop2 bool
 	// KernelStatistics asks the driver to keep each kernel's compiled
 	// statistics (Backend.KernelStatistics), where it can: for tuning.

@@ -278,15 +278,21 @@ func (d devCaps) fitsCoop2(c coop2Tile, exact, wlo bool) bool {
 // coop2TileFor picks the workgroup-scope tile for rows of x: 128 x 128, and
 // 128 x 256 at fast precision from 2048 rows (on an H100, 128 x 256 x 32 ran
 // at 114 TFLOP/s against 128 x 128 x 64's 93 at T=2048, 58 against 98 at
-// T=512; at exact precision 128 x 256 tiles with W's lo halves made no
-// pipeline); 64 along K where shared memory holds that, else 32.
+// T=512; by tensor loads, 128 x 256 x 64 at 244 against 200 at T=2048; at
+// exact precision 128 x 256 tiles with W's lo halves made no pipeline); 64
+// rows of W by tensor loads at fast precision below 512 rows of x, so that
+// a short prompt's products have twice the workgroups; 64 along K where
+// shared memory holds that, else 32.
 func coop2TileFor(t *Tuning, d devCaps, exact, wlo bool, rows int) coop2Tile {
 	if t.coop2Tile != nil {
 		return *t.coop2Tile
 	}
 	c := coop2Tile{bn: 128, bm: 128, bk: 64, tensor: d.coop2.tensor}
-	if !exact && rows >= 2048 {
+	switch {
+	case !exact && rows >= 2048:
 		c.bm = 256
+	case !exact && c.tensor && rows < 512:
+		c.bn = 64
 	}
 	if c.shared(exact, wlo) > d.sharedMem {
 		c.bk = 32

@@ -235,7 +235,8 @@ func TestTuningCheck(t *testing.T) {
 // at exact precision), no bias, whole tiles along W's rows and K, at least
 // a tile of rows and Coop2MinGroups workgroups; the tile of 256 rows of x
 // from 2048 rows at fast precision; tensor loads where the device has them, which take no
-// shared memory of the kernel's own.
+// shared memory of the kernel's own, with tiles of 64 rows of W below 512 rows of x at
+// fast precision.
 func TestPlanMatMulTakesCoop2(t *testing.T) {
 	def := DefaultTuning()
 	off := DefaultTuning()
@@ -278,6 +279,8 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 		{"exact Q8_0 T=256, 48 KiB of shared memory", def, wg48, true, 256, q8Gate, true, coop2Tile{128, 128, 32, false}, true},
 		{"fast F16 T=2048, tensor loads", def, tensor48, false, 2048, f16Gate, true, coop2Tile{128, 256, 64, true}, false},
 		{"exact Q8_0 T=256, tensor loads", def, tensor48, true, 256, q8Gate, true, coop2Tile{128, 128, 64, true}, true},
+		{"fast Q8_0 T=128, tensor loads: 192 workgroups of 64 rows of W", def, tensor48, false, 128, q8Gate, true, coop2Tile{64, 128, 64, true}, false},
+		{"fast F16 T=512, tensor loads", def, tensor48, false, 512, f16Gate, true, coop2Tile{128, 128, 64, true}, false},
 		{"a tile past shared memory", big, wg48, true, 512, q8Gate, false, coop2Tile{}, false},
 		{"fast Q4_K T=256: decoded in the tiles", def, h200wg, false, 256, gate, false, coop2Tile{}, false},
 		{"fast Q8_0 T=128: 96 workgroups", def, h200wg, false, 128, q8Gate, false, coop2Tile{}, false},
@@ -300,5 +303,27 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 			require.True(t, p.halfX, "x in float16 first")
 			require.Equal(t, int(ceilDiv(c.rows, c.tile.bm))*c.tile.bm, p.halfXRows, "x's halves cover whole tiles")
 		})
+	}
+}
+
+// A device is opened with workgroup-scope matrices unasked only where it
+// loads them by tensor addressing; asked, also where it stages them;
+// STRATA_COOP2 overrules both ways.
+func TestWantsCoop2(t *testing.T) {
+	staged, tensor := coop2Caps{maxDim: 256}, coop2Caps{maxDim: 256, tensor: true}
+	for _, c := range []struct {
+		env  string
+		o    Options
+		caps coop2Caps
+		want bool
+	}{
+		{"", Options{}, tensor, true},
+		{"", Options{}, staged, false},
+		{"", Options{Coop2: true}, staged, true},
+		{"on", Options{}, staged, true},
+		{"off", Options{Coop2: true}, tensor, false},
+	} {
+		t.Setenv("STRATA_COOP2", c.env)
+		require.Equal(t, c.want, wantsCoop2(c.o, c.caps), "STRATA_COOP2=%q, %+v, tensor loads %v", c.env, c.o, c.caps.tensor)
 	}
 }
