@@ -594,7 +594,8 @@ func BenchmarkWeightsInTile(b *testing.B) {
 
 // matmul_coop2.comp keeps each precision's bound for every format it takes
 // (F16 read as it is, the others decoded to float16 first, in hi + lo
-// halves at exact precision): on whole tiles of rows, with a last partial
+// halves at exact precision; Q1_0_g128 at fast precision where the device
+// has tensor loads): on whole tiles of rows, with a last partial
 // tile (300 and 700 rows), and with a row
 // of x, or of F32 weights, past float16's range, whose tiles are computed
 // in float32; on the tiles kernel choice gives (by tensor loads where the
@@ -604,7 +605,10 @@ func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
 	b := needCoop2(t)
 	t.Log(vulkan.Coop2Caps(b))
 	for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
-		for _, typ := range []gguf.Type{gguf.F16, gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_0, gguf.F32} {
+		for _, typ := range []gguf.Type{gguf.F16, gguf.Q4_K, gguf.Q6_K, gguf.Q8_0, gguf.Q4_0, gguf.F32, gguf.Q1_0_G128} {
+			if typ == gguf.Q1_0_G128 && (prec == backend.PrecisionExact || !vulkan.Coop2Tensor(b)) {
+				continue // exact in float16: decoded first only for tensor loads at fast precision
+			}
 			for _, rows := range []int{256, 300, 700} {
 				for _, big := range []float32{0, 1e5} {
 					for _, staged := range []bool{false, true} {

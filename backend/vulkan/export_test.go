@@ -126,7 +126,7 @@ func MaxStorageBuffer(b *Backend) uint64 { return uint64(b.phys.props.Limits.Max
 // weights are decoded to float16 first to n, at both precisions and for
 // weights of any size.
 func HalfWRowsAll(t *Tuning, n int) {
-	t.HalfWRows = HalfWRows{Fast: n, FastCodes: n, Exact: n, SmallExact: n}
+	t.HalfWRows = HalfWRows{Fast: n, FastCodes: n, Exact: n, SmallExact: n, FastCoop2: n}
 }
 
 // WeightsToHalf records weights16.comp for w into dst (a tensor of at least

@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"errors"
+	"math"
 
 	"github.com/stratalab/strata/gguf"
 )
@@ -64,8 +65,11 @@ type Tuning struct {
 // HalfWRows is Tuning.HalfWRows at fast precision, at fast precision for
 // weights held as 4-bit codes (Q4_K: their tiles decode 8 weights in two
 // loads), at exact precision, and at exact precision for weights of fewer
-// than 2^21 elements.
-type HalfWRows struct{ Fast, FastCodes, Exact, SmallExact int }
+// than 2^21 elements. Weights exact in float16 (Q1_0_g128, TQ2_0_g128),
+// whose tiles decode them cheaply, are decoded first only at fast
+// precision from FastCoop2 rows, where the products then run on
+// workgroup-scope matrices by tensor loads.
+type HalfWRows struct{ Fast, FastCodes, Exact, SmallExact, FastCoop2 int }
 
 // coopHalfWSmallElems is where HalfWRows.SmallExact stops applying.
 const coopHalfWSmallElems = 1 << 21
@@ -76,7 +80,7 @@ func DefaultTuning() Tuning {
 		Coop: true, Subgroups: true,
 		HalfX: true,
 		// see docs/PERFORMANCE.md, "Exact products: halves first or in the tiles"
-		HalfWRows:        HalfWRows{Fast: 128, FastCodes: 512, Exact: vecRows + 1, SmallExact: 128},
+		HalfWRows:        HalfWRows{Fast: 128, FastCodes: 512, Exact: vecRows + 1, SmallExact: 128, FastCoop2: 512},
 		ExactInTileElems: coopHalfWSmallElems,
 		// see docs/PERFORMANCE.md, "Split-K"
 		SplitK: true, SplitBelow: 64, SplitBelowLate: 160, SplitBelowExact: 65, SplitTotal: 256,
@@ -351,11 +355,15 @@ func smallCoopTile() coopTile { return coopTile{tm: 2, tn: 2, wgm: 2, bk: 32} }
 // weights in hi + lo halves.
 func splitWFits(d devCaps) bool { return smallCoopTile().shared(true, true) <= d.sharedMem }
 
-// fewestHalfWRows is HalfWRows for a weight of elems elements, held as
-// 4-bit codes or not.
-func fewestHalfWRows(t *Tuning, exact, codes bool, elems int) int {
+// fewestHalfWRows is HalfWRows for a weight w.
+func fewestHalfWRows(t *Tuning, d devCaps, exact bool, w weightShape) int {
+	elems := w.rows * w.cols
 	switch {
-	case !exact && codes:
+	case w.exactInHalf && (exact || !t.Coop2 || !d.coop2.tensor):
+		return math.MaxInt
+	case w.exactInHalf:
+		return t.HalfWRows.FastCoop2
+	case !exact && w.codes:
 		return t.HalfWRows.FastCodes
 	case !exact:
 		return t.HalfWRows.Fast
@@ -385,7 +393,8 @@ func planHalfWeights(t *Tuning, d devCaps, exact bool, rows, cols int, ws []weig
 			ranges[i], used = halfRange{ok: true, direct: true, bigBase: noRangeFlags}, true
 			continue
 		}
-		if !fits || w.exactInHalf || rows < fewestHalfWRows(t, exact, w.codes, w.rows*w.cols) {
+		if !fits || rows < fewestHalfWRows(t, d, exact, w) ||
+			w.exactInHalf && !takesCoop2(t, d, exact, rows, w, halfRange{ok: true}) {
 			continue
 		}
 		used = true

@@ -236,7 +236,8 @@ func TestTuningCheck(t *testing.T) {
 // a tile of rows and Coop2MinGroups workgroups; the tile of 256 rows of x
 // from 2048 rows at fast precision; tensor loads where the device has them, which take no
 // shared memory of the kernel's own, with tiles of 64 rows of W below 512 rows of x at
-// fast precision.
+// fast precision; weights exact in float16 decoded first for them only, at fast precision
+// from 512 rows.
 func TestPlanMatMulTakesCoop2(t *testing.T) {
 	def := DefaultTuning()
 	off := DefaultTuning()
@@ -254,6 +255,7 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 	gate := weightShape{rows: 12288, cols: 4096, codes: true}
 	f16Gate := weightShape{rows: 12288, cols: 4096, f16: true, exactInHalf: true}
 	q8Gate := weightShape{rows: 12288, cols: 4096}
+	q1Gate := weightShape{rows: 12288, cols: 4096, exactInHalf: true}
 	biased := q8Gate
 	biased.bias = true
 	ragged := weightShape{rows: 12288 + 64, cols: 4096}
@@ -281,6 +283,11 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 		{"exact Q8_0 T=256, tensor loads", def, tensor48, true, 256, q8Gate, true, coop2Tile{128, 128, 64, true}, true},
 		{"fast Q8_0 T=128, tensor loads: 192 workgroups of 64 rows of W", def, tensor48, false, 128, q8Gate, true, coop2Tile{64, 128, 64, true}, false},
 		{"fast F16 T=512, tensor loads", def, tensor48, false, 512, f16Gate, true, coop2Tile{128, 128, 64, true}, false},
+		{"fast Q1_0_g128 T=512, tensor loads: decoded first", def, tensor48, false, 512, q1Gate, true, coop2Tile{128, 128, 64, true}, false},
+		{"fast Q1_0_g128 T=512, tensor loads, 32 workgroups: decoded in the tiles", def, tensor48, false, 512, weightShape{rows: 1024, cols: 4096, exactInHalf: true}, false, coop2Tile{}, false},
+		{"fast Q1_0_g128 T=256, tensor loads: decoded in the tiles", def, tensor48, false, 256, q1Gate, false, coop2Tile{}, false},
+		{"fast Q1_0_g128 T=2048, staged: decoded in the tiles", def, h200wg, false, 2048, q1Gate, false, coop2Tile{}, false},
+		{"exact Q1_0_g128 T=2048, tensor loads: decoded in the tiles", def, tensor48, true, 2048, q1Gate, false, coop2Tile{}, false},
 		{"a tile past shared memory", big, wg48, true, 512, q8Gate, false, coop2Tile{}, false},
 		{"fast Q4_K T=256: decoded in the tiles", def, h200wg, false, 256, gate, false, coop2Tile{}, false},
 		{"fast Q8_0 T=128: 96 workgroups", def, h200wg, false, 128, q8Gate, false, coop2Tile{}, false},
