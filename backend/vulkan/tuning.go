@@ -355,11 +355,13 @@ func smallCoopTile() coopTile { return coopTile{tm: 2, tn: 2, wgm: 2, bk: 32} }
 // weights in hi + lo halves.
 func splitWFits(d devCaps) bool { return smallCoopTile().shared(true, true) <= d.sharedMem }
 
-// fewestHalfWRows is HalfWRows for a weight w.
+// fewestHalfWRows is HalfWRows for a weight w (for weights exact in
+// float16, planHalfWeights also asks that the product take the
+// tensor-load tiles).
 func fewestHalfWRows(t *Tuning, d devCaps, exact bool, w weightShape) int {
 	elems := w.rows * w.cols
 	switch {
-	case w.exactInHalf && (exact || !t.Coop2 || !d.coop2.tensor):
+	case w.exactInHalf && (exact || !d.coop2.tensor):
 		return math.MaxInt
 	case w.exactInHalf:
 		return t.HalfWRows.FastCoop2
