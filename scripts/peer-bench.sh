@@ -1,26 +1,33 @@
 #!/bin/bash
 # Strata against llama.cpp on the same generated files, measured side by side in one run.
 # usage: scripts/peer-bench.sh [-b vulkan|cpu] [-t THREADS] [-T 128,512,2048] [-c none] [-p fast|exact,fast] [-r 3]
-#                              [-n ROUNDS] STRATA PEERBIN OUTDIR SHAPE:TYPE...
+#                              [-n ROUNDS] [-V LABEL=STRATA2]... STRATA PEERBIN OUTDIR SHAPE:TYPE...
 #   STRATA   a strata binary; PEERBIN the bin folder ../shared/bench/llama_cpp_peer.sh builds
-#   OUTDIR   gets strata-SHAPE-TYPE-ROUND.json, llama-SHAPE-TYPE-ROUND.json (.log: its messages), lscpu.txt and
-#            table.md: a line naming the processor and the libraries llama.cpp loaded, then the side by side (a row
-#            per file and T, a column per precision, each ratio against llama.cpp's best -ub)
-# Each file is written by `strata gen` into OUTDIR/models, measured by both ROUNDS times (strata, then llama-bench,
-# alternately), then removed (an 8b F16 file is 16 GB). With ROUNDS > 1 each cell is its best round: on a shared
+#   -V       another strata binary (a variant of the code, LABEL letters, digits, _ or .), run right after STRATA on
+#            each file: its own columns in the table, so that code changes are compared on the same file and GPU
+#   OUTDIR   gets strata-SHAPE-TYPE-ROUND.json (variant-LABEL-SHAPE-TYPE-ROUND.json), llama-SHAPE-TYPE-ROUND.json
+#            (.log: its messages), lscpu.txt and table.md: a line naming the processor and the libraries llama.cpp
+#            loaded, then the side by side (a row per file and T, a column per binary and precision, each ratio
+#            against llama.cpp's best -ub)
+# Each file is written by `strata gen` into OUTDIR/models, measured by all ROUNDS times (strata, its variants, then
+# llama-bench, alternately), then removed (an 8b F16 file is 16 GB). With ROUNDS > 1 each cell is its best round: on a shared
 # machine the other load only slows a run down, so the fastest round is the nearest to a quiet one.
 # vulkan: llama-bench -ngl 99 -fa 1 at its default -ub 512 and at -ub 2048; cpu: -ngl 0 -t THREADS, run from a
 # copy of PEERBIN without libggml-vulkan.so so that llama.cpp cannot reach a GPU.
 set -euo pipefail
-backend=vulkan threads=$(nproc) tokens=128,512,2048 capture=none precision=fast reps=3 rounds=1
-while getopts b:t:T:c:p:r:n: o; do
+backend=vulkan threads=$(nproc) tokens=128,512,2048 capture=none precision=fast reps=3 rounds=1 labels=() variants=()
+while getopts b:t:T:c:p:r:n:V: o; do
 	case $o in
 	b) backend=$OPTARG ;; t) threads=$OPTARG ;; T) tokens=$OPTARG ;; c) capture=$OPTARG ;;
-	p) precision=$OPTARG ;; r) reps=$OPTARG ;; n) rounds=$OPTARG ;; *) exit 2 ;;
+	p) precision=$OPTARG ;; r) reps=$OPTARG ;; n) rounds=$OPTARG ;;
+	V)
+		[[ $OPTARG =~ ^([A-Za-z0-9_.]+)=(.+)$ ]] || { echo "peer-bench: -V $OPTARG: want LABEL=STRATA2, LABEL of letters, digits, _ or ." >&2; exit 2; }
+		labels+=("${BASH_REMATCH[1]}") variants+=("$(realpath "${BASH_REMATCH[2]}")") ;;
+	*) exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 4 ] || { sed -n 3,6p "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n 3,8p "$0" >&2; exit 2; }
 strata=$(realpath "$1") peer=$(realpath "$2") out=$3
 shift 3
 mkdir -p "$out/models"
@@ -42,6 +49,10 @@ for st in "$@"; do
 	for round in $(seq "$rounds"); do
 		"$strata" bench --backend "$backend" --model "$f" --tokens "$tokens" --capture "$capture" \
 			--precision "$precision" --iters "$reps" --json "$out/strata-$shape-$type-$round.json" || echo "strata bench failed on $st"
+		for i in "${!variants[@]}"; do
+			"${variants[i]}" bench --backend "$backend" --model "$f" --tokens "$tokens" --capture "$capture" --precision "$precision" \
+				--iters "$reps" --json "$out/variant-${labels[i]}-$shape-$type-$round.json" || echo "${labels[i]} bench failed on $st"
+		done
 		log=$out/llama-$shape-$type-$round.log
 		"$peer/llama-bench" -m "$f" -p "$tokens" -n 0 -r "$reps" "${llama[@]}" -o json >"$out/llama-$shape-$type-$round.json" 2>"$log" ||
 			{ echo "llama-bench failed on $st:"; tail -3 "$log"; }
@@ -51,31 +62,35 @@ done
 python3 - "$out" <<'PY'
 import glob, json, os, re, sys
 out = sys.argv[1]
-strata, peer = {}, {}  # (file, T, capture) -> {precision or ubatch: best tok/s over rounds}
+strata, peer = {}, {}  # (file, T, capture) -> {(binary, precision) or ubatch: best tok/s over rounds}
 def num(v):  # tokens/s: a decimal below 1,000 (bonsai-size models run at tens)
     return f"{v:,.0f}" if v >= 1000 else f"{v:.1f}"
 def keep(d, key, col, v):
     d.setdefault(key, {})
     d[key][col] = max(d[key].get(col, 0), v)
-for sf in glob.glob(os.path.join(out, "strata-*-*.json")):
-    name = re.sub(r"-\d+$", "", os.path.basename(sf)[len("strata-"):-len(".json")])
+for sf in glob.glob(os.path.join(out, "strata-*-*.json")) + glob.glob(os.path.join(out, "variant-*-*-*.json")):
+    base = os.path.basename(sf)[:-len(".json")]
+    label, rest = ("Strata", base[len("strata-"):]) if base.startswith("strata-") else base[len("variant-"):].split("-", 1)
+    name = re.sub(r"-\d+$", "", rest)
     try:
         for r in json.load(open(sf)):
             if "tok_s" in r:
-                keep(strata, (name, r["T"], r["capture"]), r["precision"], r["tok_s"])
+                keep(strata, (name, r["T"], r["capture"]), (label, r["precision"]), r["tok_s"])
     except (OSError, ValueError):
         pass
-    lf = os.path.join(out, "llama-" + os.path.basename(sf)[len("strata-"):])
+    if label != "Strata":
+        continue
+    lf = os.path.join(out, "llama-" + rest + ".json")
     try:
         for r in json.load(open(lf)):
             for cap in {k[2] for k in strata if k[:2] == (name, r["n_prompt"])}:
                 keep(peer, (name, r["n_prompt"], cap), r["n_ubatch"], r["avg_ts"])
     except (OSError, ValueError):
         pass
-precs = sorted({p for v in strata.values() for p in v}, key=lambda p: (p != "exact", p))
+precs = sorted({p for v in strata.values() for p in v}, key=lambda p: (p[0] != "Strata", p[0], p[1] != "exact", p[1]))
 ubs = sorted({u for v in peer.values() for u in v})
-head = ["file", "T", "capture"] + [f"Strata {p}" for p in precs] + [f"llama.cpp -ub {u}" for u in ubs] + \
-       [f"Strata {p} / llama.cpp" for p in precs]
+head = ["file", "T", "capture"] + [f"{b} {p}" for b, p in precs] + [f"llama.cpp -ub {u}" for u in ubs] + \
+       [f"{b} {p} / llama.cpp" for b, p in precs]
 rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 for key in sorted(strata, key=lambda k: (k[0], k[2], k[1])):
     s, l = strata[key], peer.get(key, {})
