@@ -13,8 +13,11 @@ import (
 	"github.com/stratalab/strata/viz"
 )
 
-// frontEndWait is how long Explore waits for the widgets to come alive.
-const frontEndWait = 3 * time.Second
+// frontEndWait is how long Explore waits for the widgets to come alive. A
+// headless run waits it out once per Explore cell; 3 s was too short for a
+// live page on a busy 2-core machine (CI: the sliders never came in two of
+// seven runs).
+const frontEndWait = 10 * time.Second
 
 // Explore shows one attention head of a trace with layer and head sliders,
 // each showing its value, that redraw it. It listens until Done is pressed
