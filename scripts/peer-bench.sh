@@ -47,11 +47,11 @@ for st in "$@"; do
 	shape=${st%%:*} type=${st#*:} f=$out/models/$shape-$type.gguf
 	"$strata" gen --shape "$shape" --type "$type" --out "$f"
 	for round in $(seq "$rounds"); do
-		"$strata" bench --backend "$backend" --model "$f" --tokens "$tokens" --capture "$capture" \
-			--precision "$precision" --iters "$reps" --json "$out/strata-$shape-$type-$round.json" || echo "strata bench failed on $st"
-		for i in "${!variants[@]}"; do
-			"${variants[i]}" bench --backend "$backend" --model "$f" --tokens "$tokens" --capture "$capture" --precision "$precision" \
-				--iters "$reps" --json "$out/variant-${labels[i]}-$shape-$type-$round.json" || echo "${labels[i]} bench failed on $st"
+		bins=("$strata" "${variants[@]}") jsons=("strata") names=("strata")
+		for l in "${labels[@]}"; do jsons+=("variant-$l") names+=("$l"); done
+		for i in "${!bins[@]}"; do
+			"${bins[i]}" bench --backend "$backend" --model "$f" --tokens "$tokens" --capture "$capture" --precision "$precision" \
+				--iters "$reps" --json "$out/${jsons[i]}-$shape-$type-$round.json" || echo "${names[i]} bench failed on $st"
 		done
 		log=$out/llama-$shape-$type-$round.log
 		"$peer/llama-bench" -m "$f" -p "$tokens" -n 0 -r "$reps" "${llama[@]}" -o json >"$out/llama-$shape-$type-$round.json" 2>"$log" ||
@@ -87,17 +87,17 @@ for sf in glob.glob(os.path.join(out, "strata-*-*.json")) + glob.glob(os.path.jo
                 keep(peer, (name, r["n_prompt"], cap), r["n_ubatch"], r["avg_ts"])
     except (OSError, ValueError):
         pass
-precs = sorted({p for v in strata.values() for p in v}, key=lambda p: (p[0] != "Strata", p[0], p[1] != "exact", p[1]))
+cols = sorted({c for v in strata.values() for c in v}, key=lambda c: (c[0] != "Strata", c[0], c[1] != "exact", c[1]))
 ubs = sorted({u for v in peer.values() for u in v})
-head = ["file", "T", "capture"] + [f"{b} {p}" for b, p in precs] + [f"llama.cpp -ub {u}" for u in ubs] + \
-       [f"{b} {p} / llama.cpp" for b, p in precs]
+head = ["file", "T", "capture"] + [f"{b} {p}" for b, p in cols] + [f"llama.cpp -ub {u}" for u in ubs] + \
+       [f"{b} {p} / llama.cpp" for b, p in cols]
 rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 for key in sorted(strata, key=lambda k: (k[0], k[2], k[1])):
     s, l = strata[key], peer.get(key, {})
     best = max(l.values(), default=0)
-    cells = [key[0], str(key[1]), key[2]] + [num(s[p]) if p in s else "" for p in precs] + \
+    cells = [key[0], str(key[1]), key[2]] + [num(s[p]) if p in s else "" for p in cols] + \
             [num(l[u]) if u in l else "" for u in ubs] + \
-            [f"{s[p] / best:.2f}x" if p in s and best else "" for p in precs]
+            [f"{s[p] / best:.2f}x" if p in s and best else "" for p in cols]
     rows.append("| " + " | ".join(cells) + " |")
 # The machine, and the libraries llama.cpp loaded (its CPU build picks one for the processor: zen4,
 # sapphirerapids with AMX, ...), so that a table says what ran.
