@@ -695,7 +695,7 @@ func BenchmarkCoop2(b *testing.B) {
 						b.Run(fmt.Sprintf("%v/T=%d/%v/%s/%dx%dx%d", typ, rows, prec, kernel, tile[0], tile[1], tile[2]), func(b *testing.B) {
 							tu := vulkan.DefaultTuning()
 							vulkan.HalfWRowsAll(&tu, 0)
-							tu.Coop2MinGroups = 1
+							tu.Coop2MinGroups, tu.Coop2MinGroupsTensor = 1, 1
 							vulkan.ForceCoop2Tile(&tu, tile[0], tile[1], tile[2], tensor)
 							s := v.NewStream()
 							defer s.Close()
@@ -770,6 +770,6 @@ func coop2Rig(t *testing.T, seed uint64) *rig {
 	r := newRig(t, seed)
 	tu := vulkan.Tune(r.vs)
 	vulkan.HalfWRowsAll(tu, 0)
-	tu.Coop2MinGroups = 1
+	tu.Coop2MinGroups, tu.Coop2MinGroupsTensor = 1, 1
 	return r
 }

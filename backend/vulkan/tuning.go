@@ -40,9 +40,10 @@ type Tuning struct {
 	// exact precision in hi + lo halves where float16 does not hold them)
 	// on workgroup-scope cooperative matrices (matmul_coop2.comp) where the
 	// device was opened with them (Options.Coop2) and the product has at
-	// least Coop2MinGroups of its workgroups.
-	Coop2          bool
-	Coop2MinGroups int
+	// least Coop2MinGroups of its workgroups (Coop2MinGroupsTensor where
+	// the device loads their tiles by tensor addressing).
+	Coop2                                bool
+	Coop2MinGroups, Coop2MinGroupsTensor int
 	// FlashHalfKVFrom is the fewest queries for which flash_coop.comp reads
 	// K and V converted to float16 once; FlashWideFrom the fewest for which
 	// its workgroups take 128 rows rather than 64.
@@ -84,7 +85,8 @@ func DefaultTuning() Tuning {
 		ExactInTileElems: coopHalfWSmallElems,
 		// see docs/PERFORMANCE.md, "Split-K"
 		SplitK: true, SplitBelow: 64, SplitBelowLate: 160, SplitBelowExact: 65, SplitTotal: 256,
-		Coop2: true, Coop2MinGroups: 128,
+		// see docs/perf-log/tuning-notes.md, "Workgroup-scope products"
+		Coop2: true, Coop2MinGroups: 128, Coop2MinGroupsTensor: 64,
 		// see docs/PERFORMANCE.md, "Flash attention on cooperative matrices"
 		FlashHalfKVFrom: 1024, FlashWideFrom: 1024,
 		CopyShader:   true,
@@ -102,8 +104,8 @@ func (t *Tuning) check() error {
 		return errors.New("vulkan: Tuning.ReadBytes must be a positive multiple of 16")
 	case t.SplitK && (t.SplitBelow < 0 || t.SplitBelowLate < 0 || t.SplitBelowExact < 0):
 		return errors.New("vulkan: Tuning's split thresholds are negative")
-	case t.Coop2 && t.Coop2MinGroups < 1:
-		return errors.New("vulkan: Tuning.Coop2MinGroups must be at least 1")
+	case t.Coop2 && (t.Coop2MinGroups < 1 || t.Coop2MinGroupsTensor < 1):
+		return errors.New("vulkan: Tuning.Coop2MinGroups and Coop2MinGroupsTensor must be at least 1")
 	}
 	return nil
 }
@@ -284,19 +286,16 @@ func (d devCaps) fitsCoop2(c coop2Tile, exact, wlo bool) bool {
 // at 114 TFLOP/s against 128 x 128 x 64's 93 at T=2048, 58 against 98 at
 // T=512; by tensor loads, 128 x 256 x 64 at 244 against 200 at T=2048; at
 // exact precision 128 x 256 tiles with W's lo halves made no pipeline); 64
-// rows of W by tensor loads at fast precision below 512 rows of x, so that
-// a short prompt's products have twice the workgroups; 64 along K where
-// shared memory holds that, else 32.
+// along K where shared memory holds that, else 32. Tiles of 64 rows of W,
+// for twice the workgroups of a short prompt, lost to 128-row tiles with
+// fewer workgroups (Tuning.Coop2MinGroupsTensor).
 func coop2TileFor(t *Tuning, d devCaps, exact, wlo bool, rows int) coop2Tile {
 	if t.coop2Tile != nil {
 		return *t.coop2Tile
 	}
 	c := coop2Tile{bn: 128, bm: 128, bk: 64, tensor: d.coop2.tensor}
-	switch {
-	case !exact && rows >= 2048:
+	if !exact && rows >= 2048 {
 		c.bm = 256
-	case !exact && c.tensor && rows < 512:
-		c.bn = 64
 	}
 	if c.shared(exact, wlo) > d.sharedMem {
 		c.bk = 32
@@ -313,8 +312,12 @@ func takesCoop2(t *Tuning, d devCaps, exact bool, rows int, w weightShape, half 
 		return false
 	}
 	c := coop2TileFor(t, d, exact, half.split, rows)
+	fewest := t.Coop2MinGroups
+	if c.tensor {
+		fewest = t.Coop2MinGroupsTensor
+	}
 	return d.fitsCoop2(c, exact, half.split) && rows >= c.bm && w.rows%c.bn == 0 && w.cols%c.bk == 0 &&
-		w.rows/c.bn*int(ceilDiv(rows, c.bm)) >= t.Coop2MinGroups
+		w.rows/c.bn*int(ceilDiv(rows, c.bm)) >= fewest
 }
 
 // coopTileFor picks the tile of a cooperative product: 128 x 128 tiles ran

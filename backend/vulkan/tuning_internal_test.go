@@ -222,6 +222,7 @@ func TestTuningCheck(t *testing.T) {
 		func(t *Tuning) { t.ReadBytes = 0 },
 		func(t *Tuning) { t.ReadBytes = 100 },
 		func(t *Tuning) { t.SplitBelow = -1 },
+		func(t *Tuning) { t.Coop2MinGroupsTensor = 0 },
 	} {
 		tu := DefaultTuning()
 		bad(&tu)
@@ -235,9 +236,8 @@ func TestTuningCheck(t *testing.T) {
 // at exact precision), no bias, whole tiles along W's rows and K, at least
 // a tile of rows and Coop2MinGroups workgroups; the tile of 256 rows of x
 // from 2048 rows at fast precision; tensor loads where the device has them, which take no
-// shared memory of the kernel's own, with tiles of 64 rows of W below 512 rows of x at
-// fast precision; weights exact in float16 decoded first for them only, at fast precision
-// from 512 rows.
+// shared memory of the kernel's own, from Coop2MinGroupsTensor workgroups; weights exact in
+// float16 decoded first for them only, at fast precision from 512 rows.
 func TestPlanMatMulTakesCoop2(t *testing.T) {
 	def := DefaultTuning()
 	off := DefaultTuning()
@@ -281,7 +281,9 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 		{"exact Q8_0 T=256, 48 KiB of shared memory", def, wg48, true, 256, q8Gate, true, coop2Tile{128, 128, 32, false}, true},
 		{"fast F16 T=2048, tensor loads", def, tensor48, false, 2048, f16Gate, true, coop2Tile{128, 256, 64, true}, false},
 		{"exact Q8_0 T=256, tensor loads", def, tensor48, true, 256, q8Gate, true, coop2Tile{128, 128, 64, true}, true},
-		{"fast Q8_0 T=128, tensor loads: 192 workgroups of 64 rows of W", def, tensor48, false, 128, q8Gate, true, coop2Tile{64, 128, 64, true}, false},
+		{"fast Q8_0 T=128, tensor loads: 96 workgroups", def, tensor48, false, 128, q8Gate, true, coop2Tile{128, 128, 64, true}, false},
+		{"fast Q8_0 T=128, tensor loads: 32 workgroups", def, tensor48, false, 128, weightShape{rows: 4096, cols: 4096}, false, coop2Tile{}, false},
+		{"fast Q8_0 T=256, tensor loads: 64 workgroups", def, tensor48, false, 256, weightShape{rows: 4096, cols: 4096}, true, coop2Tile{128, 128, 64, true}, false},
 		{"fast F16 T=512, tensor loads", def, tensor48, false, 512, f16Gate, true, coop2Tile{128, 128, 64, true}, false},
 		{"fast Q1_0_g128 T=512, tensor loads: decoded first", def, tensor48, false, 512, q1Gate, true, coop2Tile{128, 128, 64, true}, false},
 		{"fast Q1_0_g128 T=512, tensor loads, 32 workgroups: decoded in the tiles", def, tensor48, false, 512, weightShape{rows: 1024, cols: 4096, exactInHalf: true}, false, coop2Tile{}, false},
