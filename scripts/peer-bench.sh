@@ -42,6 +42,13 @@ cpu)
 esac
 # the CPU backend runs GOMAXPROCS threads
 [ "$backend" = cpu ] && export GOMAXPROCS=$threads
+# Both programs must see a GPU before any file is written: without its Vulkan driver llama-bench runs on its CPU
+# library and says so only in its log (a device call of this project was lost to that).
+if [ "$backend" = vulkan ]; then
+	"$strata" info --devices --backend vulkan >/dev/null || { echo "peer-bench: $strata sees no Vulkan device" >&2; exit 1; }
+	devs=$("$peer/llama-bench" --list-devices 2>/dev/null | sed -n '/^Available devices:/,$p' | grep -v -e '^Available' -e '(none)' || true)
+	[ -n "$devs" ] || { echo "peer-bench: llama.cpp ($peer) lists no GPU device; it would run on its CPU library" >&2; exit 1; }
+fi
 lscpu >"$out/lscpu.txt" 2>/dev/null || true
 for st in "$@"; do
 	shape=${st%%:*} type=${st#*:} f=$out/models/$shape-$type.gguf
