@@ -25,6 +25,11 @@
 // rows of X or W do not fit float16 (the range flags) is computed in
 // float32 from X (binding 0) and W in its format (binding 1) instead, as
 // matmul_coop.comp does.
+//
+// Split along K (kChunk != 0): workgroup z sums k in [z kChunk, (z + 1)
+// kChunk) into part z, partStride elements after part z - 1 from yBase on,
+// which splitk.comp adds up; the last tile, partial or not, is stored whole
+// into its part's padding.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BN = 128; // rows of W per workgroup
 layout(constant_id = 2) const uint BM = 256; // rows of X per workgroup
@@ -40,6 +45,7 @@ layout(push_constant) uniform Push {
     uint yBase; // where that row's outputs start in Y
     uint loBase, bigBase; // tohalf.comp's remainders (uvec4s, EXACT) and range flags (a word per row of X from row 0)
     uint whBase, wLoBase, wBigBase; // W's halves and remainders (uvec4s, WLO) and range flags (NO_RANGE_FLAGS: F16 weights)
+    uint kChunk, partStride; // kChunk a multiple of BK; 0: K whole
 } pc;
 
 #define W_BINDING 1
@@ -69,6 +75,8 @@ shared uvec4 sal[WLO * BN * ROW + 1];
 void main() {
     const uint n0 = gl_WorkGroupID.x * BN, m0 = gl_WorkGroupID.y * BM, stride = pc.K / 8;
     const uint tid = gl_LocalInvocationIndex, lanes = gl_WorkGroupSize.x;
+    const uint kBegin = gl_WorkGroupID.z * pc.kChunk, kEnd = pc.kChunk != 0 ? min(pc.K, kBegin + pc.kChunk) : pc.K;
+    const uint yOff = pc.yBase + gl_WorkGroupID.z * pc.partStride;
     if (tid == 0) {
         outOfRange = 0;
     }
@@ -92,21 +100,21 @@ void main() {
                 continue;
             }
             float sum = 0.0;
-            for (uint k = 0; k < pc.K; k += 8) {
+            for (uint k = kBegin; k < kEnd; k += 8) {
                 float v[8];
                 weights8(n, k, v);
                 for (uint i = 0; i < 8; i++) {
                     sum += x[(pc.mBase + m) * pc.K + k + i] * v[i];
                 }
             }
-            y[pc.yBase + m * pc.N + n] = sum;
+            y[yOff + m * pc.N + n] = sum;
         }
         return;
     }
     fcoopmatNV<32, gl_ScopeWorkgroup, BN, BM> acc = fcoopmatNV<32, gl_ScopeWorkgroup, BN, BM>(0.0);
     const uint a0 = pc.whBase + n0 * stride, b0 = (pc.mBase + m0) * stride, al0 = pc.wLoBase + n0 * stride;
 #ifdef TENSOR
-    for (uint k = 0; k < stride; k += STEP) {
+    for (uint k = kBegin / 8; k < kEnd / 8; k += STEP) {
         fcoopmatNV<16, gl_ScopeWorkgroup, BN, BK> a;
         fcoopmatNV<16, gl_ScopeWorkgroup, BK, BM> b;
         coopMatLoadNV(a, wh, a0 + k, stride, false);
@@ -125,7 +133,7 @@ void main() {
         }
     }
 #else
-    for (uint k = 0; k < stride; k += STEP) {
+    for (uint k = kBegin / 8; k < kEnd / 8; k += STEP) {
         // The step's tiles into shared memory, 16 bytes a load, a row's
         // STEP loads by neighbouring invocations.
         for (uint i = tid; i < BN * STEP; i += lanes) {
@@ -163,5 +171,5 @@ void main() {
     }
 #endif
     // acc[n][m] is Y[m][n]: column-major along Y's rows.
-    coopMatStoreNV(acc, y, pc.yBase + m0 * pc.N + n0, pc.N, true);
+    coopMatStoreNV(acc, y, yOff + m0 * pc.N + n0, pc.N, true);
 }

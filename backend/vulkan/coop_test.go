@@ -448,31 +448,35 @@ func TestWeightsToHalfEveryFormat(t *testing.T) {
 }
 
 // splitk.comp adds up the parts of a product split along K, in order, and
-// the bias once. Run wherever there is Vulkan (lavapipe too).
+// the bias once; parts packed (the usual kernel's) or padded past their
+// rows (matmul_coop2.comp's, whose last tile is stored whole). Run wherever
+// there is Vulkan (lavapipe too).
 func TestSumPartsAddsEachPartAndTheBiasOnce(t *testing.T) {
 	r := newRig(t, 5)
 	const rows, cols, parts = 7, 33, 3
-	ps := r.values(parts*rows*cols, 1)
-	bias := r.values(cols, 1)
-	part, b := r.tensor("parts", ps), r.tensor("bias", bias)
-	for _, withBias := range []bool{false, true} {
-		dst := r.zeros("y", rows*cols)
-		var bv backend.Tensor
-		if withBias {
-			bv = b.v
-		}
-		vulkan.SumParts(r.vs, part.v, dst.v, bv, rows, cols, parts)
-		got := make([]float32, rows*cols)
-		require.NoError(t, r.vs.Read(dst.v, 0, got))
-		for i := range got {
-			want := float32(0)
-			for z := range parts {
-				want += ps[z*rows*cols+i] // float32 sums in the shader's order: the same bits
-			}
+	for _, stride := range []int{rows * cols, (rows + 5) * cols} {
+		ps := r.values(parts*stride, 1)
+		bias := r.values(cols, 1)
+		part, b := r.tensor("parts", ps), r.tensor("bias", bias)
+		for _, withBias := range []bool{false, true} {
+			dst := r.zeros("y", rows*cols)
+			var bv backend.Tensor
 			if withBias {
-				want += bias[i%cols]
+				bv = b.v
 			}
-			require.Equal(t, want, got[i], "element %d, bias %v", i, withBias)
+			vulkan.SumParts(r.vs, part.v, dst.v, bv, rows, cols, parts, stride)
+			got := make([]float32, rows*cols)
+			require.NoError(t, r.vs.Read(dst.v, 0, got))
+			for i := range got {
+				want := float32(0)
+				for z := range parts {
+					want += ps[z*stride+i] // float32 sums in the shader's order: the same bits
+				}
+				if withBias {
+					want += bias[i%cols]
+				}
+				require.Equal(t, want, got[i], "element %d, bias %v, stride %d", i, withBias, stride)
+			}
 		}
 	}
 }
@@ -707,6 +711,57 @@ func BenchmarkCoop2(b *testing.B) {
 							timeMatMul(b, r, v, tu, w, rows, n, k, prec)
 						})
 					}
+				}
+			}
+		}
+	}
+}
+
+// With Coop2SplitK, products of too few workgroups for the tensor-load
+// tiles take them split along K, summed by splitk.comp: within the bounds
+// of TestCoop2MatMulKeepsItsPrecision at both precisions, with a last
+// partial tile (rows 300) stored into its part's padding, and with values
+// past float16's range in some tiles (computed in float32 over their
+// part's K only).
+func TestCoop2SplitAlongK(t *testing.T) {
+	b := needCoop2(t)
+	if !vulkan.Coop2Tensor(b) {
+		t.Skip("split along K is for tensor-load tiles; the device stages its workgroup-scope matrices")
+	}
+	for _, prec := range []backend.Precision{backend.PrecisionExact, backend.PrecisionFast} {
+		for _, typ := range []gguf.Type{gguf.F16, gguf.Q8_0} {
+			for _, rows := range []int{128, 300} {
+				for _, big := range []float32{0, 1e5} {
+					t.Run(fmt.Sprintf("%v/%v/rows=%d/big=%g", prec, typ, rows, big), func(t *testing.T) {
+						r := newRig(t, 10)
+						tu := vulkan.Tune(r.vs)
+						vulkan.HalfWRowsAll(tu, 0)
+						// 2 or 6 workgroups of 128 x 128 tiles, 4 parts of 512 columns of K
+						tu.Coop2SplitK, tu.Coop2MinGroupsTensor = true, 8
+						cols, n := 2048, 256
+						xs := r.values(rows*cols, 1)
+						if big != 0 {
+							xs[(rows-3)*cols+5], xs[70*cols+cols-3] = big, -big // in the first part and the last
+						}
+						x := r.tensor("x", xs)
+						w := quantized(t, r, "w", n, cols, typ)
+						wv, err := b.Upload(w)
+						require.NoError(t, err)
+						r.vs.SetPrecision(prec)
+						require.True(t, vulkan.TakesCoop2(r.vs, rows, wv), "on workgroup-scope cooperative matrices")
+						require.Greater(t, vulkan.SplitParts(r.vs, rows, wv), 1, "split along K")
+						ws := make([]float32, n*cols)
+						w.Format.Dequantize(ws, w.Data)
+						y := r.zeros("y", rows*n)
+						r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v})
+						got := make([]float32, rows*n)
+						require.NoError(t, r.vs.Read(y.v, 0, got))
+						bound := 1e-5
+						if prec == backend.PrecisionFast {
+							bound = math.Pow(2, -9)
+						}
+						require.LessOrEqual(t, worstOfSum(got, xs, ws, nil, rows, n, cols), bound, "largest error relative to sum |x w|")
+					})
 				}
 			}
 		}

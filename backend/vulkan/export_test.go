@@ -158,14 +158,14 @@ func SplitBelowAll(t *Tuning, n int) {
 }
 
 // SumParts records splitk.comp: dst (rows x cols) is the sum of the parts
-// products in part, plus bias (when not nil).
-func SumParts(s backend.Stream, part, dst, bias backend.Tensor, rows, cols, parts int) {
+// products in part, stride elements apart, plus bias (when not nil).
+func SumParts(s backend.Stream, part, dst, bias backend.Tensor, rows, cols, parts, stride int) {
 	st := s.(*stream)
 	b, has := st.tensorOf(dst), uint32(0)
 	if bias != nil {
 		b, has = st.tensorOf(bias), 1
 	}
-	st.sumParts(use{buf: st.tensorOf(part).buf}, st.tensorOf(dst), b, has, rows, cols, parts)
+	st.sumParts(use{buf: st.tensorOf(part).buf}, st.tensorOf(dst), b, has, rows, cols, parts, stride)
 }
 
 // SplitParts is how many parts along K the stream would split a product of

@@ -305,7 +305,7 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 				push.hasBias = 0 // splitk.comp adds the bias
 				gz, kChunk, yBase = uint32(sp.parts), uint32(sp.chunk), uint32(sp.lo/4)
 				sums = append(sums, func() {
-					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, m.w.Rows, sp.parts)
+					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, m.w.Rows, sp.parts, sp.stride)
 				})
 			}
 			splitW := exact && !m.f.exactInHalf()
@@ -314,6 +314,11 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 				pushWords(&coopPush{push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase, 0}), gx, gy, gz)
 		case gemmCoop2:
 			s.coop2Product(pp, m, uses[:3], use{buf: half}, loBase, bigBase, exact, rows, cols)
+			if sp := pp.split; sp.parts > 1 { // no bias: takesCoop2 refuses one
+				sums = append(sums, func() {
+					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, xs, 0, rows, m.w.Rows, sp.parts, sp.stride)
+				})
+			}
 		case gemmTiled:
 			s.dispatch("matmul_"+m.f.suffix, []uint32{b2u(!exact), 0}, append(uses, xs.reads()), pushWords(&tiledPush{push, 0}),
 				ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
@@ -328,8 +333,9 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 
 // coop2Product records matmul_coop2.comp: whole tiles of rows into dst,
 // the last, partial one into the stream's coop2Tail buffer and copied from
-// there. uses are x, the weight in its format and dst; xh is x in float16,
-// as toHalfIn left it.
+// there; split along K, every tile into its part in the stream's parts
+// buffer, for splitk.comp to add. uses are x, the weight in its format and
+// dst; xh is x in float16, as toHalfIn left it.
 func (s *stream) coop2Product(pp projPlan, m *matrix, uses []use, xh use, loBase, bigBase uint32, exact bool, rows, cols int) {
 	t, hw := pp.tile2, pp.half
 	wh := use{buf: s.halfW, lo: hw.lo, hi: hw.hi}
@@ -340,6 +346,12 @@ func (s *stream) coop2Product(pp projPlan, m *matrix, uses []use, xh use, loBase
 	push := coop2Push{N: uint32(n), K: uint32(cols), scaleBase: m.scaleBase, loBase: loBase, bigBase: bigBase,
 		whBase: hw.base, wLoBase: hw.loBase, wBigBase: hw.bigBase}
 	spec := t.spec(exact, hw.split)
+	if sp := pp.split; sp.parts > 1 {
+		push.M, push.yBase, push.kChunk, push.partStride = uint32(rows), uint32(sp.lo/4), uint32(sp.chunk), uint32(sp.stride)
+		s.dispatch(t.kernel(m.f.suffix), spec, []use{uses[0], uses[1], {buf: s.parts, write: true, lo: sp.lo, hi: sp.hi}, xh, wh},
+			pushWords(&push), uint32(n/t.bn), ceilDiv(rows, t.bm), uint32(sp.parts))
+		return
+	}
 	whole := rows - rows%t.bm
 	if whole > 0 {
 		push.M = uint32(whole)
@@ -372,12 +384,13 @@ func (s *stream) matvec(pp projPlan, m *matrix, uses []use, push tiledPush, tile
 }
 
 // sumParts records splitk.comp: dst (rows x cols) is the sum of parts
-// products from part's range on, plus the bias with hasBias.
-func (s *stream) sumParts(part use, dst, bias *tensor, hasBias uint32, rows, cols, parts int) {
+// products from part's range on, stride elements apart, plus the bias with
+// hasBias.
+func (s *stream) sumParts(part use, dst, bias *tensor, hasBias uint32, rows, cols, parts, stride int) {
 	n := rows * cols
 	gx, gy, gz := grid1(n, 256)
 	s.dispatch("splitk", nil, []use{part, dst.writes(), bias.reads()},
-		pushWords(&splitKPush{uint32(n), uint32(cols), uint32(parts), uint32(part.lo / 4), hasBias}), gx, gy, gz)
+		pushWords(&splitKPush{uint32(n), uint32(cols), uint32(parts), uint32(part.lo / 4), hasBias, uint32(stride)}), gx, gy, gz)
 }
 
 // A cooperative product with too few workgroups to fill the device is cut
@@ -391,10 +404,11 @@ const (
 )
 
 // splitPlan is how one cooperative product is split along K: parts of
-// chunk columns, written to bytes [lo, hi) of the stream's parts buffer.
+// chunk columns, stride elements apart, written to bytes [lo, hi) of the
+// stream's parts buffer.
 type splitPlan struct {
-	parts, chunk int
-	lo, hi       uint64
+	parts, chunk, stride int
+	lo, hi               uint64
 }
 
 // coopHalfWBytes caps the float16 weights of one MatMul: past it (an LM

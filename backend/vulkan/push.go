@@ -43,6 +43,7 @@ type coop2Push struct {
 	mBase, yBase              uint32 // x's first row; where its outputs start in y
 	loBase, bigBase           uint32 // tohalf.comp's remainders and range flags
 	whBase, wLoBase, wBigBase uint32 // the weights' halves, remainders and range flags
+	kChunk, partStride        uint32 // split along K: each part's columns of K, elements from part to part
 }
 
 // weights16Push is weights16.comp's block.
@@ -56,7 +57,7 @@ type weights16Push struct {
 type toHalfPush struct{ rows, k, loBase, bigBase, exact uint32 }
 
 // splitKPush is splitk.comp's block.
-type splitKPush struct{ n, cols, parts, base, hasBias uint32 }
+type splitKPush struct{ n, cols, parts, base, hasBias, stride uint32 }
 
 // embedPush is embed.comp's block.
 type embedPush struct{ t, k, scaleBase uint32 } // t ids of rows of k

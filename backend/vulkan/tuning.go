@@ -44,6 +44,11 @@ type Tuning struct {
 	// the device loads their tiles by tensor addressing).
 	Coop2                                bool
 	Coop2MinGroups, Coop2MinGroupsTensor int
+	// Coop2SplitK (with SplitK) lets a product of fewer workgroups of
+	// tensor-load tiles than Coop2MinGroupsTensor take them all the same
+	// where its split along K makes that many. Off by default: not yet
+	// measured against the usual kernel's split.
+	Coop2SplitK bool
 	// FlashHalfKVFrom is the fewest queries for which flash_coop.comp reads
 	// K and V converted to float16 once; FlashWideFrom the fewest for which
 	// its workgroups take 128 rows rather than 64.
@@ -312,12 +317,33 @@ func takesCoop2(t *Tuning, d devCaps, exact bool, rows int, w weightShape, half 
 		return false
 	}
 	c := coop2TileFor(t, d, exact, half.split, rows)
-	fewest := t.Coop2MinGroups
-	if c.tensor {
-		fewest = t.Coop2MinGroupsTensor
+	if !d.fitsCoop2(c, exact, half.split) || rows < c.bm || w.rows%c.bn != 0 || w.cols%c.bk != 0 {
+		return false
 	}
-	return d.fitsCoop2(c, exact, half.split) && rows >= c.bm && w.rows%c.bn == 0 && w.cols%c.bk == 0 &&
-		w.rows/c.bn*int(ceilDiv(rows, c.bm)) >= fewest
+	groups := coop2Groups(c, rows, w.rows)
+	return groups >= coop2Fewest(t, c) || groups*coop2Split(t, c, groups, w.cols).parts >= coop2Fewest(t, c)
+}
+
+// coop2Groups is the workgroups of a product of rows of x by outs rows of W
+// on tile c.
+func coop2Groups(c coop2Tile, rows, outs int) int { return outs / c.bn * int(ceilDiv(rows, c.bm)) }
+
+// coop2Fewest is the fewest workgroups a product takes tile c with, split
+// or not.
+func coop2Fewest(t *Tuning, c coop2Tile) int {
+	if c.tensor {
+		return t.Coop2MinGroupsTensor
+	}
+	return t.Coop2MinGroups
+}
+
+// coop2Split is the split along K of a product of groups workgroups of
+// tile c (parts 0: none), for tensor-load tiles with Coop2SplitK.
+func coop2Split(t *Tuning, c coop2Tile, groups, cols int) splitPlan {
+	if !t.SplitK || !t.Coop2SplitK || !c.tensor {
+		return splitPlan{}
+	}
+	return kSplit(groups, cols, c.bk)
 }
 
 // coopTileFor picks the tile of a cooperative product: 128 x 128 tiles ran
@@ -438,6 +464,17 @@ func planSplits(t *Tuning, d devCaps, exact bool, rows, cols int, projs []projPl
 	var end uint64
 	for i := range projs {
 		p := &projs[i]
+		if c := p.tile2; p.kernel == gemmCoop2 {
+			// takesCoop2 let it in on a split that reaches coop2Fewest
+			if n := coop2Groups(c, rows, p.outs); n < coop2Fewest(t, c) {
+				padded := int(ceilDiv(rows, c.bm)) * c.bm // its last tile is stored whole
+				p.split = coop2Split(t, c, n, cols)
+				p.split.stride = padded * p.outs
+				p.split.lo, p.split.hi = end, end+4*uint64(p.split.parts)*uint64(p.split.stride)
+				end = p.split.hi
+			}
+			continue
+		}
 		n := groups[i]
 		below := t.SplitBelow
 		if exact {
@@ -452,18 +489,29 @@ func planSplits(t *Tuning, d devCaps, exact bool, rows, cols int, projs []projPl
 		if n == 0 || n >= below {
 			continue
 		}
-		parts := min(coopSplitMax, (coopSplitGroups+n-1)/n, cols/coopSplitChunk)
-		if parts < 2 {
+		sp := kSplit(n, cols, p.tile.bk)
+		if sp.parts < 2 {
 			continue
 		}
-		chunk := (cols + parts - 1) / parts
-		chunk = (chunk + p.tile.bk - 1) / p.tile.bk * p.tile.bk // matmul_coop.comp steps through whole tiles of k
-		parts = (cols + chunk - 1) / chunk
-		size := 4 * uint64(parts) * uint64(rows) * uint64(p.outs)
-		p.split = splitPlan{parts: parts, chunk: chunk, lo: end, hi: end + size}
-		end += size
+		sp.stride = rows * p.outs
+		sp.lo, sp.hi = end, end+4*uint64(sp.parts)*uint64(sp.stride)
+		p.split, end = sp, sp.hi
 	}
 	return end
+}
+
+// kSplit is how a product of n workgroups is cut along K (cols): into
+// enough parts for about coopSplitGroups workgroups, at most coopSplitMax
+// of at least coopSplitChunk columns each, whole steps of bk; parts below
+// 2: not at all.
+func kSplit(n, cols, bk int) splitPlan {
+	parts := min(coopSplitMax, (coopSplitGroups+n-1)/n, cols/coopSplitChunk)
+	if parts < 2 {
+		return splitPlan{}
+	}
+	chunk := (cols + parts - 1) / parts
+	chunk = (chunk + bk - 1) / bk * bk // the kernels step through whole tiles of k
+	return splitPlan{parts: (cols + chunk - 1) / chunk, chunk: chunk}
 }
 
 // subgroupRows is the rows a workgroup of wg invocations takes, a subgroup

@@ -315,6 +315,68 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 	}
 }
 
+// With Coop2SplitK, a product of too few workgroups of tensor-load tiles
+// takes them split along K where the parts reach Coop2MinGroupsTensor
+// (bonsai-8b's q, k, v, o and down at T=128), each part padded to whole
+// tiles of rows; never on staged tiles, where K is too short for two
+// chunks, or with the switch off.
+func TestPlanMatMulSplitsCoop2(t *testing.T) {
+	on := DefaultTuning()
+	on.Coop2SplitK = true
+	tensor := h200
+	tensor.sharedMem = 48 << 10
+	tensor.coop2 = coop2Caps{gran: [3]int{32, 32, 16}, maxDim: 256, tensor: true}
+	staged := tensor
+	staged.coop2.tensor = false
+	q := weightShape{rows: 4096, cols: 4096}
+	kv := weightShape{rows: 1024, cols: 4096}
+	down := weightShape{rows: 4096, cols: 12288}
+	f16 := weightShape{rows: 4096, cols: 4096, f16: true, exactInHalf: true}
+	shortK := weightShape{rows: 4096, cols: 768}
+	for _, c := range []struct {
+		name         string
+		t            Tuning
+		d            devCaps
+		exact        bool
+		rows         int
+		w            weightShape
+		coop2        bool
+		parts, chunk int
+	}{
+		{"q at T=128: 32 workgroups, 8 parts", on, tensor, false, 128, q, true, 8, 512},
+		{"k at T=128: 8 workgroups, 8 parts make 64", on, tensor, false, 128, kv, true, 8, 512},
+		{"down at T=128", on, tensor, false, 128, down, true, 8, 1536},
+		{"F16 q at T=128", on, tensor, false, 128, f16, true, 8, 512},
+		{"q at T=300: 96 workgroups, whole", on, tensor, false, 300, q, true, 0, 0},
+		{"q at T=200, a partial tile: 64 workgroups, whole", on, tensor, false, 200, q, true, 0, 0},
+		{"exact q at T=128", on, tensor, true, 128, q, true, 8, 512},
+		{"k at T=140: 16 workgroups, 8 parts make 128", on, tensor, false, 140, kv, true, 8, 512},
+		{"K of 768: no two chunks", on, tensor, false, 128, shortK, false, 0, 0},
+		{"staged tiles", on, staged, false, 128, q, false, 0, 0},
+		{"switch off", DefaultTuning(), tensor, false, 128, q, false, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := planMatMul(&c.t, c.d, c.exact, c.rows, c.w.cols, []weightShape{c.w})
+			pp := p.projs[0]
+			require.Equal(t, c.coop2, pp.kernel == gemmCoop2, "on matmul_coop2.comp (kernel %d)", pp.kernel)
+			if !c.coop2 {
+				return
+			}
+			require.Equal(t, c.parts, pp.split.parts)
+			require.Equal(t, c.chunk, pp.split.chunk)
+			if c.parts == 0 {
+				require.Zero(t, p.parts, "no parts buffer")
+				return
+			}
+			padded := int(ceilDiv(c.rows, pp.tile2.bm)) * pp.tile2.bm
+			require.Equal(t, padded*c.w.rows, pp.split.stride, "each part holds whole tiles of rows")
+			require.Equal(t, 4*uint64(c.parts*padded*c.w.rows), p.parts, "the parts buffer")
+			require.Zero(t, pp.split.chunk%pp.tile2.bk, "whole steps of K")
+			require.GreaterOrEqual(t, coop2Groups(pp.tile2, c.rows, c.w.rows)*c.parts, c.t.Coop2MinGroupsTensor)
+		})
+	}
+}
+
 // A device is opened with workgroup-scope matrices unasked only where it
 // loads them by tensor addressing; asked, also where it stages them;
 // STRATA_COOP2 overrules both ways.
