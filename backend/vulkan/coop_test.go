@@ -634,30 +634,38 @@ func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
 							if big != 0 && typ == gguf.F32 {
 								binary.LittleEndian.PutUint32(w.Data[4*(200*cols+9):], math.Float32bits(-big))
 							}
-							wv, err := b.Upload(w)
-							require.NoError(t, err)
-							r.vs.SetPrecision(prec)
-							require.True(t, vulkan.TakesCoop2(r.vs, rows, wv), "on workgroup-scope cooperative matrices")
-							ws := make([]float32, n*cols)
-							w.Format.Dequantize(ws, w.Data)
-							y := r.zeros("y", rows*n)
-							r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v})
-							got := make([]float32, rows*n)
-							require.NoError(t, r.vs.Read(y.v, 0, got))
-							// TestCoopMatMulEveryTileKeepsItsPrecision's bounds: float32
-							// sums on tensor cores at exact precision; at fast, both
-							// inputs rounded to float16 (2^-11 each).
-							bound := 1e-5
-							if prec == backend.PrecisionFast {
-								bound = math.Pow(2, -9)
-							}
-							require.LessOrEqual(t, worstOfSum(got, xs, ws, nil, rows, n, cols), bound, "largest error relative to sum |x w|")
+							requireCoop2Product(t, b, r, x, xs, w, rows, prec, false)
 						})
 					}
 				}
 			}
 		}
 	}
+}
+
+// requireCoop2Product runs x (rows of values xs) by w at prec, on
+// workgroup-scope matrices (split along K with split), and holds the result
+// to TestCoopMatMulEveryTileKeepsItsPrecision's bounds: float32 sums on
+// tensor cores at exact precision; at fast, both inputs rounded to float16
+// (2^-11 each).
+func requireCoop2Product(t *testing.T, b *vulkan.Backend, r *rig, x twin, xs []float32, w *model.Weight, rows int, prec backend.Precision, split bool) {
+	wv, err := b.Upload(w)
+	require.NoError(t, err)
+	r.vs.SetPrecision(prec)
+	require.True(t, vulkan.TakesCoop2(r.vs, rows, wv), "on workgroup-scope cooperative matrices")
+	require.Equal(t, split, vulkan.SplitParts(r.vs, rows, wv) > 1, "split along K")
+	n, cols := w.Rows, w.Cols
+	ws := make([]float32, n*cols)
+	w.Format.Dequantize(ws, w.Data)
+	y := r.zeros("y", rows*n)
+	r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v})
+	got := make([]float32, rows*n)
+	require.NoError(t, r.vs.Read(y.v, 0, got))
+	bound := 1e-5
+	if prec == backend.PrecisionFast {
+		bound = math.Pow(2, -9)
+	}
+	require.LessOrEqual(t, worstOfSum(got, xs, ws, nil, rows, n, cols), bound, "largest error relative to sum |x w|")
 }
 
 // BenchmarkCoop2 times products of bonsai-8b's FFN shape at each precision
@@ -743,24 +751,7 @@ func TestCoop2SplitAlongK(t *testing.T) {
 						if big != 0 {
 							xs[(rows-3)*cols+5], xs[70*cols+cols-3] = big, -big // in the first part and the last
 						}
-						x := r.tensor("x", xs)
-						w := quantized(t, r, "w", n, cols, typ)
-						wv, err := b.Upload(w)
-						require.NoError(t, err)
-						r.vs.SetPrecision(prec)
-						require.True(t, vulkan.TakesCoop2(r.vs, rows, wv), "on workgroup-scope cooperative matrices")
-						require.Greater(t, vulkan.SplitParts(r.vs, rows, wv), 1, "split along K")
-						ws := make([]float32, n*cols)
-						w.Format.Dequantize(ws, w.Data)
-						y := r.zeros("y", rows*n)
-						r.vs.MatMul(x.v, rows, backend.Proj{W: wv, Dst: y.v})
-						got := make([]float32, rows*n)
-						require.NoError(t, r.vs.Read(y.v, 0, got))
-						bound := 1e-5
-						if prec == backend.PrecisionFast {
-							bound = math.Pow(2, -9)
-						}
-						require.LessOrEqual(t, worstOfSum(got, xs, ws, nil, rows, n, cols), bound, "largest error relative to sum |x w|")
+						requireCoop2Product(t, b, r, r.tensor("x", xs), xs, quantized(t, r, "w", n, cols, typ), rows, prec, true)
 					})
 				}
 			}
