@@ -436,7 +436,7 @@ func planHalfWeights(t *Tuning, d devCaps, exact bool, rows, cols int, ws []weig
 			r.loBase, end = uint32(end/16), end+halves
 		}
 		r.bigBase = uint32(end / 4)
-		end += (4*uint64(w.rows) + 15) &^ 15 // keeps the next range 16-byte aligned
+		end += align16(4 * uint64(w.rows)) // keeps the next range 16-byte aligned
 		r.hi = end
 		ranges[i] = r
 	}
@@ -471,7 +471,7 @@ func planSplits(t *Tuning, d devCaps, exact bool, rows, cols int, projs []projPl
 				p.split = coop2Split(t, c, n, cols)
 				p.split.stride = padded * p.outs
 				p.split.lo, p.split.hi = end, end+4*uint64(p.split.parts)*uint64(p.split.stride)
-				end = p.split.hi
+				end = align16(p.split.hi)
 			}
 			continue
 		}
@@ -495,10 +495,14 @@ func planSplits(t *Tuning, d devCaps, exact bool, rows, cols int, projs []projPl
 		}
 		sp.stride = rows * p.outs
 		sp.lo, sp.hi = end, end+4*uint64(sp.parts)*uint64(sp.stride)
-		p.split, end = sp, sp.hi
+		p.split, end = sp, align16(sp.hi)
 	}
 	return end
 }
+
+// align16 rounds a range's end up to 16 bytes, where cooperative-matrix
+// stores into the next range may start.
+func align16(n uint64) uint64 { return (n + 15) &^ 15 }
 
 // kSplit is how a product of n workgroups is cut along K (cols): into
 // enough parts for about coopSplitGroups workgroups, at most coopSplitMax

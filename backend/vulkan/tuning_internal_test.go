@@ -315,6 +315,29 @@ func TestPlanMatMulTakesCoop2(t *testing.T) {
 	}
 }
 
+// The parts of one MatMul's split products lie back to back, each range
+// starting on 16 bytes for the cooperative-matrix stores into it, though
+// the usual kernel's parts before it end off that (129 rows x 1001
+// outputs, 3 parts of K = 1536).
+func TestPlanSplitsAlignsEachRange(t *testing.T) {
+	on := DefaultTuning()
+	on.Coop2SplitK, on.Coop2MinGroupsTensor = true, 32 // 16 workgroups x 3 parts
+	d := h200
+	d.sharedMem = 48 << 10
+	d.coop2 = coop2Caps{gran: [3]int{32, 32, 16}, maxDim: 256, tensor: true}
+	ragged := weightShape{rows: 1001, cols: 1536}
+	k := weightShape{rows: 1024, cols: 1536}
+	p := planMatMul(&on, d, false, 129, 1536, []weightShape{ragged, k})
+	first, second := p.projs[0], p.projs[1]
+	require.Equal(t, gemmCoop, first.kernel)
+	require.Equal(t, gemmCoop2, second.kernel)
+	require.Equal(t, 3, first.split.parts)
+	require.Equal(t, 3, second.split.parts)
+	require.NotZero(t, first.split.hi%16, "the first range ends off 16 bytes")
+	require.Equal(t, align16(first.split.hi), second.split.lo)
+	require.Equal(t, second.split.hi, p.parts)
+}
+
 // With Coop2SplitK, a product of too few workgroups of tensor-load tiles
 // takes them split along K where the parts reach Coop2MinGroupsTensor
 // (bonsai-8b's q, k, v, o and down at T=128), each part padded to whole
