@@ -759,6 +759,46 @@ func TestCoop2SplitAlongK(t *testing.T) {
 	}
 }
 
+// BenchmarkCoop2Split times bonsai-8b's projections of too few workgroups
+// for the tensor-load tiles at T=128 (q and o, k and v, down) on the usual
+// kernel split along K, as the default tuning runs them, and on the
+// tensor-load tiles split along K (Tuning.Coop2SplitK); fast precision,
+// Q8_0's decoding to float16 first counted in for both.
+func BenchmarkCoop2Split(b *testing.B) {
+	r := newRig(b, 4)
+	v := benchBackend(b)
+	if !v.Coop2() || !vulkan.Coop2Tensor(v) {
+		b.Skip("no workgroup-scope cooperative matrices loaded by tensor addressing")
+	}
+	const rows = 128
+	for _, shape := range []struct {
+		name string
+		n, k int
+	}{{"q", 4096, 4096}, {"k", 1024, 4096}, {"down", 4096, 12288}} {
+		for _, typ := range []gguf.Type{gguf.F16, gguf.Q8_0} {
+			w, err := v.Upload(quantized(b, r, "w", shape.n, shape.k, typ))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, split := range []bool{false, true} {
+				route := map[bool]string{false: "usual", true: "coop2t-split"}[split]
+				b.Run(fmt.Sprintf("%s/%v/%s", shape.name, typ, route), func(b *testing.B) {
+					tu := vulkan.DefaultTuning()
+					tu.Coop2SplitK = split
+					s := v.NewStream()
+					defer s.Close()
+					vulkan.SetTuning(s, tu)
+					s.SetPrecision(backend.PrecisionFast)
+					if vulkan.TakesCoop2(s, rows, w) != split {
+						b.Fatalf("on workgroup-scope matrices: %v, want %v", !split, split)
+					}
+					timeMatMul(b, r, v, tu, w, rows, shape.n, shape.k, backend.PrecisionFast)
+				})
+			}
+		}
+	}
+}
+
 // Two products of one MatMul on matmul_coop2.comp, of different widths,
 // each with a last partial tile (the scratch buffer they share grows for
 // the second), the second written into a view of a larger tensor: every
