@@ -629,12 +629,11 @@ func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
 							if big != 0 {
 								xs[(rows-3)*cols+5], xs[70*cols+cols-3] = big, -big // in the last tile and in the first
 							}
-							x := r.tensor("x", xs)
 							w := quantized(t, r, "w", n, cols, typ)
 							if big != 0 && typ == gguf.F32 {
 								binary.LittleEndian.PutUint32(w.Data[4*(200*cols+9):], math.Float32bits(-big))
 							}
-							requireCoop2Product(t, b, r, x, xs, w, rows, prec, false)
+							requireCoop2Product(t, b, r, xs, w, rows, prec, false)
 						})
 					}
 				}
@@ -648,7 +647,8 @@ func TestCoop2MatMulKeepsItsPrecision(t *testing.T) {
 // to TestCoopMatMulEveryTileKeepsItsPrecision's bounds: float32 sums on
 // tensor cores at exact precision; at fast, both inputs rounded to float16
 // (2^-11 each).
-func requireCoop2Product(t *testing.T, b *vulkan.Backend, r *rig, x twin, xs []float32, w *model.Weight, rows int, prec backend.Precision, split bool) {
+func requireCoop2Product(t *testing.T, b *vulkan.Backend, r *rig, xs []float32, w *model.Weight, rows int, prec backend.Precision, split bool) {
+	x := r.tensor("x", xs)
 	wv, err := b.Upload(w)
 	require.NoError(t, err)
 	r.vs.SetPrecision(prec)
@@ -751,7 +751,7 @@ func TestCoop2SplitAlongK(t *testing.T) {
 						if big != 0 {
 							xs[(rows-3)*cols+5], xs[70*cols+cols-3] = big, -big // in the first part and the last
 						}
-						requireCoop2Product(t, b, r, r.tensor("x", xs), xs, quantized(t, r, "w", n, cols, typ), rows, prec, true)
+						requireCoop2Product(t, b, r, xs, quantized(t, r, "w", n, cols, typ), rows, prec, true)
 					})
 				}
 			}

@@ -304,9 +304,6 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 				uses[2] = use{buf: s.parts, write: true, lo: sp.lo, hi: sp.hi}
 				push.hasBias = 0 // splitk.comp adds the bias
 				gz, kChunk, yBase = uint32(sp.parts), uint32(sp.chunk), uint32(sp.lo/4)
-				sums = append(sums, func() {
-					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, m.w.Rows, sp.parts, sp.stride)
-				})
 			}
 			splitW := exact && !m.f.exactInHalf()
 			// The groups table's binding goes unread here but still needs a buffer.
@@ -314,16 +311,16 @@ func (s *stream) MatMul(x backend.Tensor, rows int, outs ...backend.Proj) {
 				pushWords(&coopPush{push, loBase, bigBase, hw.base, hw.loBase, hw.bigBase, kChunk, yBase, 0}), gx, gy, gz)
 		case gemmCoop2:
 			s.coop2Product(pp, m, uses[:3], use{buf: half}, loBase, bigBase, exact, rows, cols)
-			if sp := pp.split; sp.parts > 1 { // no bias: takesCoop2 refuses one
-				sums = append(sums, func() {
-					s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, xs, 0, rows, m.w.Rows, sp.parts, sp.stride)
-				})
-			}
 		case gemmTiled:
 			s.dispatch("matmul_"+m.f.suffix, []uint32{b2u(!exact), 0}, append(uses, xs.reads()), pushWords(&tiledPush{push, 0}),
 				ceilDiv(m.w.Rows, tile), ceilDiv(rows, tile), 1)
 		default:
 			s.matvec(pp, m, append(uses, xs.reads()), tiledPush{push, 0}, 1, false)
+		}
+		if sp := pp.split; sp.parts > 1 {
+			sums = append(sums, func() {
+				s.sumParts(use{buf: s.parts, lo: sp.lo, hi: sp.hi}, dst, bias, hasBias, rows, m.w.Rows, sp.parts, sp.stride)
+			})
 		}
 	}
 	for _, sum := range sums {

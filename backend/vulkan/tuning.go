@@ -320,8 +320,8 @@ func takesCoop2(t *Tuning, d devCaps, exact bool, rows int, w weightShape, half 
 	if !d.fitsCoop2(c, exact, half.split) || rows < c.bm || w.rows%c.bn != 0 || w.cols%c.bk != 0 {
 		return false
 	}
-	groups := coop2Groups(c, rows, w.rows)
-	return groups >= coop2Fewest(t, c) || groups*coop2Split(t, c, groups, w.cols).parts >= coop2Fewest(t, c)
+	groups, fewest := coop2Groups(c, rows, w.rows), coop2Fewest(t, c)
+	return groups >= fewest || groups*coop2Split(t, c, groups, w.cols).parts >= fewest
 }
 
 // coop2Groups is the workgroups of a product of rows of x by outs rows of W
@@ -462,16 +462,20 @@ func planSplits(t *Tuning, d devCaps, exact bool, rows, cols int, projs []projPl
 		}
 	}
 	var end uint64
+	place := func(sp splitPlan) splitPlan { // its bytes of the parts buffer, after the last product's
+		sp.lo, sp.hi = end, end+4*uint64(sp.parts)*uint64(sp.stride)
+		end = align16(sp.hi)
+		return sp
+	}
 	for i := range projs {
 		p := &projs[i]
 		if c := p.tile2; p.kernel == gemmCoop2 {
 			// takesCoop2 let it in on a split that reaches coop2Fewest
 			if n := coop2Groups(c, rows, p.outs); n < coop2Fewest(t, c) {
 				padded := int(ceilDiv(rows, c.bm)) * c.bm // its last tile is stored whole
-				p.split = coop2Split(t, c, n, cols)
-				p.split.stride = padded * p.outs
-				p.split.lo, p.split.hi = end, end+4*uint64(p.split.parts)*uint64(p.split.stride)
-				end = align16(p.split.hi)
+				sp := coop2Split(t, c, n, cols)
+				sp.stride = padded * p.outs
+				p.split = place(sp)
 			}
 			continue
 		}
@@ -494,8 +498,7 @@ func planSplits(t *Tuning, d devCaps, exact bool, rows, cols int, projs []projPl
 			continue
 		}
 		sp.stride = rows * p.outs
-		sp.lo, sp.hi = end, end+4*uint64(sp.parts)*uint64(sp.stride)
-		p.split, end = sp, align16(sp.hi)
+		p.split = place(sp)
 	}
 	return end
 }
