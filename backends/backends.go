@@ -16,8 +16,10 @@ var Names = []string{"auto", "cpu", "vulkan"}
 
 // Open returns the named backend. "auto" takes a Vulkan GPU when there is
 // one and the CPU backend otherwise: a CPU Vulkan driver such as lavapipe
-// is slower than the CPU backend, so auto passes it by. The note says which
-// backend was chosen and why, for the user to see.
+// is slower than the CPU backend, so auto passes it by. A device named by
+// STRATA_DEVICE is Vulkan's, lavapipe too, or an error: falling back to
+// the CPU would hide a mistyped name. The note says which backend was
+// chosen and why, for the user to see.
 func Open(name string) (b backend.Backend, note string, err error) {
 	switch name {
 	case "", "auto":
@@ -36,6 +38,13 @@ func Open(name string) (b backend.Backend, note string, err error) {
 }
 
 func auto() (backend.Backend, string, error) {
+	if named := os.Getenv("STRATA_DEVICE"); named != "" {
+		v, err := vulkan.Open(vulkan.Options{})
+		if err != nil {
+			return nil, "", fmt.Errorf("STRATA_DEVICE=%s: %w", named, err)
+		}
+		return v, opened(v), nil
+	}
 	fallback := cpu.New(0)
 	devices, err := vulkan.Devices()
 	if err != nil {

@@ -48,6 +48,9 @@ func resolve(name string) (string, error) {
 	case "cpu", "vulkan":
 		return name, nil
 	case "", "auto":
+		if os.Getenv("STRATA_DEVICE") != "" {
+			return "vulkan", nil
+		}
 		devices, err := vulkan.Devices()
 		if err != nil {
 			return "cpu", nil

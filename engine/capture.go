@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/trace"
@@ -25,9 +27,10 @@ func CaptureAll() Capture { return Capture{Globs: []string{"*"}, LastLayer: -1} 
 func CaptureOf(globs ...string) Capture { return Capture{Globs: globs, LastLayer: -1} }
 
 // Validate checks the globs' syntax, that each matches some point of the
-// model, and that the layer range lies within the model's layers and
-// selects at least one (with no globs too: a range asked for and ignored
-// would look like one obeyed).
+// model inside the layer range, and that the layer range lies within the
+// model's layers and selects at least one (with no globs too) and, when it
+// is not the whole model, some point the globs match: a range asked for
+// and ignored would look like one obeyed.
 func (c Capture) Validate(m *model.Config) error {
 	if m == nil {
 		return errors.New("engine: capture: no model config (nil)")
@@ -36,22 +39,51 @@ func (c Capture) Validate(m *model.Config) error {
 		return err
 	}
 	all := trace.Points(m)
+	layerKept := false // some point in a layer is kept
 	for _, g := range c.Globs {
 		if _, err := path.Match(g, ""); err != nil {
 			return fmt.Errorf("capture: bad pattern %q: %w", g, err)
 		}
-		found := false
+		outside, kept := "", false
 		for _, n := range all {
-			if ok, _ := path.Match(g, n); ok {
-				found = true
-				break
+			if ok, _ := path.Match(g, n); !ok {
+				continue
+			}
+			l, _ := trace.SplitPoint(n)
+			switch {
+			case !c.inRange(l):
+				outside = cmp.Or(outside, n)
+			case l >= 0:
+				kept, layerKept = true, true
+			default:
+				kept = true
 			}
 		}
-		if !found {
+		switch {
+		case !kept && outside != "":
+			return fmt.Errorf("capture: pattern %q matches only points outside %s (%s, ...)", g, c.rangeText(m.Layers), outside)
+		case !kept:
 			return fmt.Errorf("capture: pattern %q matches no capture point of this %s model%s (strata info --points lists them)", g, m.Arch, trace.PointHint(m, g))
 		}
 	}
+	if len(c.Globs) > 0 && !layerKept && (c.FirstLayer != 0 || c.LastLayer != -1) {
+		return fmt.Errorf("capture: %s keeps none of the points asked for: %s match no point in a layer", c.rangeText(m.Layers), strings.Join(c.Globs, ", "))
+	}
 	return nil
+}
+
+// inRange reports whether layer l (-1: a point in no layer) is kept.
+func (c Capture) inRange(l int) bool {
+	return l < 0 || (l >= c.FirstLayer && (c.LastLayer < 0 || l <= c.LastLayer))
+}
+
+// rangeText names the layer range for errors.
+func (c Capture) rangeText(layers int) string {
+	last := c.LastLayer
+	if last < 0 {
+		last = layers - 1
+	}
+	return fmt.Sprintf("the layer range %d..%d", c.FirstLayer, last)
 }
 
 func (c Capture) validateLayers(layers int) error {
@@ -80,7 +112,7 @@ func (c Capture) validateLayers(layers int) error {
 
 // Selects reports whether the capture keeps the named point.
 func (c Capture) Selects(name string) bool {
-	if l, _ := trace.SplitPoint(name); l >= 0 && (l < c.FirstLayer || (c.LastLayer >= 0 && l > c.LastLayer)) {
+	if l, _ := trace.SplitPoint(name); !c.inRange(l) {
 		return false
 	}
 	for _, g := range c.Globs {

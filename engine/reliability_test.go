@@ -243,6 +243,36 @@ func TestCaptureLayerRangesOutsideTheModelAreRefused(t *testing.T) {
 	require.NoError(t, engine.Capture{}.Validate(&model.Config{Layers: 2}), "the zero capture: nothing, layer 0")
 }
 
+// A glob whose points all lie outside the layer range was dropped without a
+// word (strata trace --capture blocks.0.attn.hook_pattern --layers 2:3 wrote
+// only the logits), and a range beside globs of no layer was ignored.
+func TestCaptureRangeThatKeepsNoneOfAGlobsPointsIsRefused(t *testing.T) {
+	cfg := &model.Config{Arch: "llama", Layers: 4, DModel: 8, Heads: 2, KVHeads: 2, HeadDim: 4, FFN: 16, Vocab: 32, Context: 16}
+	for _, c := range []struct {
+		capture engine.Capture
+		want    string
+	}{
+		{engine.Capture{Globs: []string{"blocks.0.attn.hook_pattern"}, FirstLayer: 2, LastLayer: 3},
+			`pattern "blocks.0.attn.hook_pattern" matches only points outside the layer range 2..3 (blocks.0.attn.hook_pattern, ...)`},
+		{engine.Capture{Globs: []string{"blocks.0.*", "logits"}, FirstLayer: 1, LastLayer: -1},
+			`pattern "blocks.0.*" matches only points outside the layer range 1..3`},
+		{engine.Capture{Globs: []string{"blocks.0.*", "blocks.3.*"}, FirstLayer: 3, LastLayer: -1}, // each glob, as each must match a point
+			`pattern "blocks.0.*" matches only points outside the layer range 3..3`},
+		{engine.Capture{Globs: []string{"hook_embed"}, FirstLayer: 1, LastLayer: 2},
+			"the layer range 1..2 keeps none of the points asked for: hook_embed match no point in a layer"},
+	} {
+		require.ErrorContains(t, c.capture.Validate(cfg), c.want, "%+v", c.capture)
+	}
+	for _, c := range []engine.Capture{
+		{Globs: []string{"blocks.*.hook_resid_post", "blocks.3.*"}, FirstLayer: 3, LastLayer: -1},
+		{Globs: []string{"hook_embed", "blocks.*.hook_resid_post"}, FirstLayer: 1, LastLayer: 2},
+		{Globs: []string{"hook_embed"}, LastLayer: -1}, // the whole model: no range asked for
+		{Globs: []string{"*"}, FirstLayer: 3, LastLayer: 3},
+	} {
+		require.NoError(t, c.Validate(cfg), "%+v", c)
+	}
+}
+
 // Issue 15.12: Patch from a nil trace panicked with a nil dereference.
 func TestPatchFromNilTraceIsRefusedAtTheCheck(t *testing.T) {
 	e := newEngine(t, genModel(t, "tiny-llama", gguf.F32, 16))

@@ -71,6 +71,9 @@ func Open(path string) (*Model, error) {
 	m, err := Load(f)
 	if err != nil {
 		f.Close()
+		if strings.Contains(err.Error(), path) { // the file's own errors name it
+			return nil, err
+		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, nil

@@ -506,3 +506,25 @@ func TestEveryGeneratedModelLoads(t *testing.T) {
 	_, err := synth.Generate(synth.Shapes["tiny-qwen3moe"], gguf.TQ2_0_G128, 1)
 	require.ErrorContains(t, err, "a mixture's expert tensors in TQ2_0_g128 are not supported")
 }
+
+// An error from the file itself named it twice: "bad.gguf: gguf: missing key
+// general.architecture in bad.gguf".
+func TestOpenNamesTheFileOnce(t *testing.T) {
+	w, err := synth.Generate(synth.Shapes["tiny-llama"], gguf.F32, 1)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = w.WriteTo(&buf)
+	require.NoError(t, err)
+	f, err := gguf.Parse(buf.Bytes(), "tiny-llama")
+	require.NoError(t, err)
+	out := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		if kv.Key != "general.architecture" {
+			require.NoError(t, out.AddKV(kv.Key, kv.Value.Any()))
+		}
+	}
+	path := t.TempDir() + "/bad.gguf"
+	require.NoError(t, out.WriteFile(path))
+	_, err = model.Open(path)
+	require.EqualError(t, err, "gguf: missing key general.architecture in "+path)
+}

@@ -51,10 +51,15 @@ func (m *Model) MeanLoss(from int) func(*trace.Trace) float64 {
 	m.ready()
 	return func(tr *trace.Trace) float64 {
 		m.owns("MeanLoss", tr)
-		if from < 0 {
-			from += len(tr.Tokens)
+		// A position of this trace: the metric scores traces of any length.
+		pos := from
+		if pos < 0 {
+			pos += len(tr.Tokens)
 		}
-		return Must(tr.MeanLoss(from))
+		if pos < 0 || pos >= len(tr.Tokens)-1 {
+			panic(fmt.Errorf("nb.MeanLoss(%d): the trace of %d tokens has losses at positions 0..%d (or -%d..-2 from the end)", from, len(tr.Tokens), len(tr.Tokens)-2, len(tr.Tokens)))
+		}
+		return Must(tr.MeanLoss(pos))
 	}
 }
 

@@ -53,6 +53,22 @@ func TestLossIsTheNextTokensCrossEntropy(t *testing.T) {
 	require.Less(t, mean(loss), 7.6)
 }
 
+// MeanLoss(-k) resolved the position on the first trace it scored and kept
+// it for every later one, so a sweep over prompts of other lengths averaged
+// the wrong positions without a word.
+func TestMeanLossFromTheEndFitsEachTrace(t *testing.T) {
+	m := cpuModel(t)
+	metric := m.MeanLoss(-4)
+	long, short := m.Prefill("func (s *Server) Close() error {\n\treturn nil\n}", nb.AllLogits()), m.Prefill("if err != nil {\n\treturn err\n}", nb.AllLogits())
+	for _, tr := range []*trace.Trace{long, short, long} {
+		loss := nb.Must(tr.TokenLoss())
+		require.InDelta(t, mean(loss[len(loss)-3:]), metric(tr), 1e-12, "%d tokens", len(tr.Tokens))
+	}
+	n := len(short.Tokens)
+	require.PanicsWithError(t, fmt.Sprintf("nb.MeanLoss(-99): the trace of %d tokens has losses at positions 0..%d (or -%d..-2 from the end)", n, n-2, n),
+		func() { m.MeanLoss(-99)(short) })
+}
+
 func mean(x []float64) float64 {
 	var s float64
 	for _, v := range x {

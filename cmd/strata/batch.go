@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/internal/human"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
 	"github.com/stratalab/strata/trace"
@@ -131,8 +132,8 @@ func traceFile(ctx context.Context, m *model.Model, path string, batch int, o en
 		}
 		return traceOutError(dir, err)
 	}
-	fmt.Fprintf(out, "traced %d prompts, %d tokens, through %d layers on %s in batches of up to %d: a folder each, %s/%s to %s/%s\n",
-		len(prompts), tokens, c.Layers, e.BackendName(), batch, dir, name(0), dir, name(len(prompts)-1))
+	fmt.Fprintf(out, "traced %s, %s, through %s on %s in batches of up to %d: a folder each, %s/%s to %s/%s\n",
+		human.Count(len(prompts), "prompt"), human.Count(tokens, "token"), human.Count(c.Layers, "layer"), e.BackendName(), min(batch, len(prompts)), dir, name(0), dir, name(len(prompts)-1))
 	return nil
 }
 

@@ -155,6 +155,17 @@ func cmdBench(ctx context.Context, args []string, out io.Writer) (err error) {
 	if *warmup < 0 {
 		return fmt.Errorf("--warmup %v: want a duration of 0 or more (0: one warm-up run)", *warmup)
 	}
+	// A list naming a value twice would print its rows twice.
+	for _, l := range []struct{ flag, list string }{{"--capture", *captures}, {"--precision", *precisions}, {"--tokens", *tokenList}} {
+		seen := map[string]bool{}
+		for _, v := range strings.Split(l.list, ",") {
+			v = strings.TrimSpace(v)
+			if seen[v] {
+				return fmt.Errorf("%s %s: %s is named twice", l.flag, l.list, v)
+			}
+			seen[v] = true
+		}
+	}
 	for _, capture := range strings.Split(*captures, ",") {
 		if capture != "none" && capture != "all" {
 			return fmt.Errorf("--capture %q: want none or all, or both as none,all", capture)

@@ -802,8 +802,8 @@ func cmdTrace(ctx context.Context, args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "strata: warning: the model went non-finite: first at %s, %s; manifest.json and the report mark every capture with NaN or Inf\n", at, nf)
 	}
-	fmt.Fprintf(out, "traced %d tokens through %d layers on %s: %d tensors in %s/trace.npz, manifest in %s/manifest.json, report in %s/index.html\n",
-		len(tokens), e.Model.Layers, tr.Backend, len(tr.Names), *dir, *dir, *dir)
+	fmt.Fprintf(out, "traced %s through %s on %s: %s in %s/trace.npz, manifest in %s/manifest.json, report in %s/index.html\n",
+		human.Count(len(tokens), "token"), human.Count(e.Model.Layers, "layer"), tr.Backend, human.Count(len(tr.Names), "tensor"), *dir, *dir, *dir)
 	return nil
 }
 

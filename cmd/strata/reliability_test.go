@@ -314,6 +314,9 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--tokens", "+5"}, `--tokens: "+5" is not a positive length`},
 		{[]string{"--tokens", "600"}, "--tokens 600: the prompt is 600 tokens; the model's context is 512"},
 		{[]string{"--precision", "exact,half"}, `--precision: "half" is not a precision: want exact or fast`},
+		{[]string{"--tokens", "4, 4"}, "--tokens 4, 4: 4 is named twice"},
+		{[]string{"--capture", "none,all,none"}, "--capture none,all,none: none is named twice"},
+		{[]string{"--precision", "fast,exact,fast"}, "--precision fast,exact,fast: fast is named twice"},
 		{[]string{"--type", "Q5_K_S"}, `--type: unknown type "Q5_K_S": want a tensor type (F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16, Q1_0_g128, TQ2_0_g128) or a mix of llama.cpp's quantizer (Q4_K_M, Q5_K_M)`},
 	} {
 		args := append([]string{"bench", "--shape", "tiny-llama", "--type", "F32"}, c.args...)

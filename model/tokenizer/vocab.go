@@ -93,10 +93,10 @@ func New(v Vocab) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: unsupported tokenizer model %q (want \"llama\" or \"gpt2\")", v.Model)
 	}
 	if v.Scores != nil && len(v.Scores) != n {
-		return nil, fmt.Errorf("tokenizer: %d scores for %d tokens", len(v.Scores), n)
+		return nil, fmt.Errorf("tokenizer: %d scores for %d tokens: tokenizer.ggml.scores and tokenizer.ggml.tokens differ in length", len(v.Scores), n)
 	}
 	if v.Types != nil && len(v.Types) != n {
-		return nil, fmt.Errorf("tokenizer: %d token types for %d tokens", len(v.Types), n)
+		return nil, fmt.Errorf("tokenizer: %d token types for %d tokens: tokenizer.ggml.token_type and tokenizer.ggml.tokens differ in length", len(v.Types), n)
 	}
 	for _, s := range []struct {
 		name string
