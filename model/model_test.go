@@ -18,9 +18,9 @@ import (
 	"github.com/stratalab/strata/model/synth"
 )
 
-// rebuild generates a model of shape and re-writes it through edit, which
-// may change keys and drop or reshape tensors.
-func rebuild(t *testing.T, shape string, edit func(key string, v any) (any, bool), tensor func(ti *gguf.TensorInfo) ([]int64, bool)) (*model.Model, error) {
+// rewrite generates a model of shape and writes it again through edit,
+// which may change keys, and tensor, which may drop or reshape tensors.
+func rewrite(t *testing.T, shape string, edit func(key string, v any) (any, bool), tensor func(ti *gguf.TensorInfo) ([]int64, bool)) *gguf.Writer {
 	t.Helper()
 	w, err := synth.Generate(synth.Shapes[shape], gguf.F32, 1)
 	require.NoError(t, err)
@@ -49,8 +49,14 @@ func rebuild(t *testing.T, shape string, edit func(key string, v any) (any, bool
 			require.NoError(t, out.AddTensor(ti.Name, ti.Type, dims, f.Data(ti)))
 		}
 	}
-	buf.Reset()
-	_, err = out.WriteTo(&buf)
+	return out
+}
+
+// rebuild loads the model rewrite makes.
+func rebuild(t *testing.T, shape string, edit func(key string, v any) (any, bool), tensor func(ti *gguf.TensorInfo) ([]int64, bool)) (*model.Model, error) {
+	t.Helper()
+	var buf bytes.Buffer
+	_, err := rewrite(t, shape, edit, tensor).WriteTo(&buf)
 	require.NoError(t, err)
 	g, err := gguf.Parse(buf.Bytes(), shape+" (edited)")
 	require.NoError(t, err)
@@ -510,21 +516,9 @@ func TestEveryGeneratedModelLoads(t *testing.T) {
 // An error from the file itself named it twice: "bad.gguf: gguf: missing key
 // general.architecture in bad.gguf".
 func TestOpenNamesTheFileOnce(t *testing.T) {
-	w, err := synth.Generate(synth.Shapes["tiny-llama"], gguf.F32, 1)
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	_, err = w.WriteTo(&buf)
-	require.NoError(t, err)
-	f, err := gguf.Parse(buf.Bytes(), "tiny-llama")
-	require.NoError(t, err)
-	out := gguf.NewWriter()
-	for _, kv := range f.KVs {
-		if kv.Key != "general.architecture" {
-			require.NoError(t, out.AddKV(kv.Key, kv.Value.Any()))
-		}
-	}
+	out := rewrite(t, "tiny-llama", func(key string, v any) (any, bool) { return v, key != "general.architecture" }, nil)
 	path := t.TempDir() + "/bad.gguf"
 	require.NoError(t, out.WriteFile(path))
-	_, err = model.Open(path)
+	_, err := model.Open(path)
 	require.EqualError(t, err, "gguf: missing key general.architecture in "+path)
 }
