@@ -6,9 +6,10 @@
 #   -V       another strata binary (a variant of the code, LABEL letters, digits, _ or .), run right after STRATA on
 #            each file: its own columns in the table, so that code changes are compared on the same file and GPU
 #   OUTDIR   gets strata-SHAPE-TYPE-ROUND.json (variant-LABEL-SHAPE-TYPE-ROUND.json), llama-SHAPE-TYPE-ROUND.json
-#            (.log: its messages), lscpu.txt and table.md: a line naming the processor and the libraries llama.cpp
-#            loaded, then the side by side (a row per file and T, a column per binary and precision, each ratio
-#            against llama.cpp's best -ub)
+#            (.log: its messages; -b cpu: llama-SHAPE-TYPE-buffers.log, a short -v run), lscpu.txt and table.md: a line
+#            naming the processor and the libraries llama.cpp loaded (-b cpu: a line a file naming the buffers its
+#            weights went to, CPU_REPACK or CPU_AMX where it repacks them for its own kernels), then the side by
+#            side (a row per file and T, a column per binary and precision, each ratio against llama.cpp's best -ub)
 # Each file is written by `strata gen` into OUTDIR/models, measured by all ROUNDS times (strata, its variants, then
 # llama-bench, alternately), then removed (an 8b F16 file is 16 GB). With ROUNDS > 1 each cell is its best round: on a shared
 # machine the other load only slows a run down, so the fastest round is the nearest to a quiet one.
@@ -27,7 +28,7 @@ while getopts b:t:T:c:p:r:n:V: o; do
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 4 ] || { sed -n 3,8p "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n 3,12p "$0" >&2; exit 2; }
 strata=$(realpath "$1") peer=$(realpath "$2") out=$3
 shift 3
 mkdir -p "$out/models"
@@ -53,6 +54,11 @@ lscpu >"$out/lscpu.txt" 2>/dev/null || true
 for st in "$@"; do
 	shape=${st%%:*} type=${st#*:} f=$out/models/$shape-$type.gguf
 	"$strata" gen --shape "$shape" --type "$type" --out "$f"
+	# Where llama.cpp's CPU backend keeps the weights (CPU_REPACK: repacked for its own kernels; CPU_AMX: its AMX-INT8
+	# kernels), which it names only with -v: one short untimed run, for the table.
+	if [ "$backend" = cpu ]; then
+		"$peer/llama-bench" -m "$f" -p 16 -n 0 -r 1 "${llama[@]}" -v >/dev/null 2>"$out/llama-$shape-$type-buffers.log" || true
+	fi
 	for round in $(seq "$rounds"); do
 		bins=("$strata" "${variants[@]}") jsons=("strata") names=("strata")
 		for l in "${labels[@]}"; do jsons+=("variant-$l") names+=("$l"); done
@@ -123,6 +129,10 @@ libs = set()
 for lf in glob.glob(os.path.join(out, "llama-*.log")):
     libs |= {os.path.basename(m) for m in re.findall(r"loaded \S+ backend from (\S+)", open(lf, errors="replace").read())}
 about = f"machine: {cpu or 'unknown'} ({', '.join(features) or 'no VNNI or AMX'}); llama.cpp loaded {', '.join(sorted(libs)) or 'nothing it named'}"
+for bf in sorted(glob.glob(os.path.join(out, "llama-*-buffers.log"))):
+    bufs = re.findall(r"load_tensors:\s+(\S+) model buffer size\s*=\s*([\d.]+) MiB", open(bf, errors="replace").read())
+    name = os.path.basename(bf)[len("llama-"):-len("-buffers.log")]
+    about += f"\nllama.cpp's weights of {name}: " + (", ".join(f"{b} {float(m):,.0f} MiB" for b, m in bufs) or "not named in its log")
 open(os.path.join(out, "table.md"), "w").write(about + "\n\n" + "\n".join(rows) + "\n")
 print(about)
 print("\n".join(rows))

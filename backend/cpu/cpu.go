@@ -39,7 +39,7 @@ func New(threads int) *Backend {
 	return &Backend{threads: threads, arenas: newArenaPool()}
 }
 
-func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", b.threads) }
+func (b *Backend) Name() string { return "cpu (" + human.Count(b.threads, "thread") + ")" }
 
 // Close makes later work fail, as a GPU backend's does; traces already
 // made are host memory and stay readable.

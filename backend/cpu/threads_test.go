@@ -62,3 +62,8 @@ func TestPrefillIsTheSameOnAnyThreads(t *testing.T) {
 		}
 	}
 }
+
+func TestNameCountsThreads(t *testing.T) {
+	require.Equal(t, "cpu (1 thread)", cpu.New(1).Name())
+	require.Equal(t, "cpu (3 threads)", cpu.New(3).Name())
+}
