@@ -79,18 +79,20 @@ func (c Capture) inRange(l int) bool {
 
 // rangeText names the layer range for errors.
 func (c Capture) rangeText(layers int) string {
-	last := c.LastLayer
-	if last < 0 {
-		last = layers - 1
+	return fmt.Sprintf("the layer range %d..%d", c.FirstLayer, c.last(layers))
+}
+
+// last is the range's last layer of a model of layers (LastLayer -1: the
+// model's last).
+func (c Capture) last(layers int) int {
+	if c.LastLayer == -1 {
+		return layers - 1
 	}
-	return fmt.Sprintf("the layer range %d..%d", c.FirstLayer, last)
+	return c.LastLayer
 }
 
 func (c Capture) validateLayers(layers int) error {
-	last := c.LastLayer
-	if last == -1 {
-		last = layers - 1
-	}
+	last := c.last(layers)
 	rng := fmt.Sprintf("capture: layer range %d..%d", c.FirstLayer, c.LastLayer)
 	if c.LastLayer == -1 {
 		rng = fmt.Sprintf("capture: layer range %d..last", c.FirstLayer)
