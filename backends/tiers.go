@@ -12,6 +12,7 @@ import (
 	"github.com/stratalab/strata/backend/cpu"
 	"github.com/stratalab/strata/backend/vulkan"
 	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/internal/human"
 	"github.com/stratalab/strata/model"
 )
 
@@ -78,6 +79,23 @@ func HostAvailable() (int64, error) {
 		avail = min(avail, room)
 	}
 	return avail, nil
+}
+
+// hostFits refuses a request on the CPU whose KV cache, scratch and
+// captures do not fit the host memory left: past it the Go runtime dies
+// with "fatal error: out of memory" rather than fail. The weights are not
+// counted: the model's file is mapped (or its tensors made) already.
+func hostFits(m *model.Model, q engine.PlanRequest) error {
+	avail, err := HostAvailable()
+	if err != nil {
+		return nil // not known here: nothing to check against
+	}
+	n := engine.Needs(m, engine.OneTier(m.Layers), q)[0]
+	if need := n.Total() - n.Weights; need > avail {
+		return fmt.Errorf("host memory is short: this needs about %s (KV cache %s for %d positions, scratch %s, captures %s) and %s is left; fewer tokens or captures need less",
+			human.Bytes(need), human.Bytes(n.Cache), q.Capacity, human.Bytes(n.Scratch), human.Bytes(n.Capture), human.Bytes(avail))
+	}
+	return nil
 }
 
 // OnHost says whether every tier of e keeps its tensors in host memory
@@ -193,6 +211,12 @@ func Engine(m *model.Model, name, placement string, q engine.PlanRequest) (*engi
 		b, note, err := Open(name)
 		if err != nil {
 			return nil, "", err
+		}
+		if _, onHost := b.(*cpu.Backend); onHost && m != nil {
+			if err := hostFits(m, q); err != nil {
+				b.Close()
+				return nil, "", err
+			}
 		}
 		e, err := engine.NewEngine(m, b)
 		if err != nil {

@@ -252,6 +252,10 @@ func TestInterventions(t *testing.T) {
 		// A negative position counts from the end.
 		fromEnd := prefill(t, e, testTokens, engine.Options{Capture: capture, Hooks: []engine.Hook{engine.AddVector("blocks.1.hook_resid_pre", vec, 0.5, []int{4 - len(testTokens)})}})
 		require.Equal(t, got, fromEnd.Tensor("blocks.1.hook_resid_pre").Data)
+		// A row named twice, as itself and from the end, gets the vector
+		// once (it was added twice).
+		twice := prefill(t, e, testTokens, engine.Options{Capture: capture, Hooks: []engine.Hook{engine.AddVector("blocks.1.hook_resid_pre", vec, 0.5, []int{4, 4 - len(testTokens), 4})}})
+		require.Equal(t, got, twice.Tensor("blocks.1.hook_resid_pre").Data)
 
 		// A NaN scale made every logit NaN, with no error.
 		s, err := e.NewSession(0)

@@ -272,7 +272,8 @@ func Scale(point string, s float32) Hook {
 
 // AddVector adds alpha*vec to every position's row of a residual-stream point
 // (e.g. "blocks.3.hook_resid_post"), a steering vector; positions nil means
-// all, and a negative position counts from the end (-1: the last row).
+// all, and a negative position counts from the end (-1: the last row). A
+// row named twice (3 and -1 of 4 rows, say) gets the vector once.
 func AddVector(point string, vec []float32, alpha float32, positions []int) Hook {
 	return Hook{Point: point, Device: func(name string, shape []int) ([]DeviceEdit, error) {
 		if len(shape) != 2 || shape[1] != len(vec) {
@@ -290,6 +291,7 @@ func AddVector(point string, vec []float32, alpha float32, positions []int) Hook
 			return []DeviceEdit{{Edit: backend.Edit{Op: backend.EditAdd, Rows: shape[0], Cols: shape[1], Stride: shape[1], Scalar: alpha}, Data: vec}}, nil
 		}
 		var edits []DeviceEdit
+		added := map[int]bool{}
 		for _, p := range positions {
 			if p < -shape[0] || p >= shape[0] {
 				return nil, fmt.Errorf("position %d is outside %s's %d rows", p, name, shape[0])
@@ -297,6 +299,10 @@ func AddVector(point string, vec []float32, alpha float32, positions []int) Hook
 			if p < 0 {
 				p += shape[0]
 			}
+			if added[p] {
+				continue
+			}
+			added[p] = true
 			edits = append(edits, DeviceEdit{Edit: backend.Edit{Op: backend.EditAdd, Off: p * shape[1], Rows: 1, Cols: shape[1], Scalar: alpha}, Data: vec})
 		}
 		return edits, nil

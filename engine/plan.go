@@ -347,8 +347,12 @@ func PlanPlacement(m *model.Model, devs []Device, q PlanRequest) (Plan, error) {
 				for _, x := range devs {
 					free += x.Free
 				}
-				return Plan{}, fmt.Errorf("%w: %s finds no room on the %d devices, which have %s free together; the model needs about %s (weights, KV cache of %d positions, scratch and capture of %d tokens)",
-					ErrDoesNotFit, partName(i, n), len(devs), human.Bytes(free), human.Bytes(Needs(m, OneTier(c.Layers), q)[0].Total()), q.Capacity, q.Tokens)
+				where := fmt.Sprintf("the %d devices, which have %s free together", len(devs), human.Bytes(free))
+				if len(devs) == 1 {
+					where = fmt.Sprintf("the one device, which has %s free", human.Bytes(free))
+				}
+				return Plan{}, fmt.Errorf("%w: %s finds no room on %s; the model needs about %s (weights, KV cache of %s, scratch and capture of %s)",
+					ErrDoesNotFit, partName(i, n), where, human.Bytes(Needs(m, OneTier(c.Layers), q)[0].Total()), human.Count(q.Capacity, "position"), human.Count(q.Tokens, "token"))
 			}
 			if i > 0 && tierOf[i-1] == t { // the tier holds parts: start the next
 				devices = append(devices, d)

@@ -165,4 +165,6 @@ func TestPlanPlacementFillsDevicesInOrder(t *testing.T) {
 	require.ErrorIs(t, err, engine.ErrDoesNotFit)
 	require.ErrorContains(t, err, "finds no room on the 2 devices")
 	require.ErrorContains(t, err, "the model needs about "+human.Bytes(whole))
+	_, err = engine.PlanPlacement(m, []engine.Device{{"a", whole / 3}}, q)
+	require.ErrorContains(t, err, "finds no room on the one device, which has "+human.Bytes(whole/3)+" free;")
 }

@@ -12,6 +12,7 @@ import (
 	"gonum.org/v1/gonum/floats"
 
 	"github.com/stratalab/strata/engine"
+	"github.com/stratalab/strata/internal/human"
 	"github.com/stratalab/strata/model"
 	"github.com/stratalab/strata/model/tokenizer"
 	"github.com/stratalab/strata/trace"
@@ -56,8 +57,11 @@ func (m *Model) MeanLoss(from int) func(*trace.Trace) float64 {
 		if pos < 0 {
 			pos += len(tr.Tokens)
 		}
-		if pos < 0 || pos >= len(tr.Tokens)-1 {
-			panic(fmt.Errorf("nb.MeanLoss(%d): the trace of %d tokens has losses at positions 0..%d (or -%d..-2 from the end)", from, len(tr.Tokens), len(tr.Tokens)-2, len(tr.Tokens)))
+		switch n := len(tr.Tokens); {
+		case n < 2:
+			panic(fmt.Errorf("nb.MeanLoss(%d): the trace of %s has no losses: a position's loss is that of the next token", from, human.Count(n, "token")))
+		case pos < 0 || pos >= n-1:
+			panic(fmt.Errorf("nb.MeanLoss(%d): the trace of %d tokens has losses at positions 0..%d (or -%d..-2 from the end)", from, n, n-2, n))
 		}
 		return Must(tr.MeanLoss(pos))
 	}
@@ -593,8 +597,8 @@ func (m *Model) SteeringVector(a, b any, layer, pos int, opts ...PrefillOption) 
 
 // Steer adds alpha*vec to the residual stream entering layer, at the
 // given positions of the prefill (every position when none are given;
-// negative ones count from the end): the use SteeringVector's result is
-// made for. In a generation, the positions given are the prompt's; with
+// negative ones count from the end; one named twice is steered once): the
+// use SteeringVector's result is made for. In a generation, the positions given are the prompt's; with
 // none, the generated tokens are steered too.
 func Steer(layer int, vec []float32, alpha float32, positions ...int) Option {
 	return func(s *settings) {

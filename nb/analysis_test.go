@@ -67,6 +67,9 @@ func TestMeanLossFromTheEndFitsEachTrace(t *testing.T) {
 	n := len(short.Tokens)
 	require.PanicsWithError(t, fmt.Sprintf("nb.MeanLoss(-99): the trace of %d tokens has losses at positions 0..%d (or -%d..-2 from the end)", n, n-2, n),
 		func() { m.MeanLoss(-99)(short) })
+	one := m.Prefill([]int32{short.Tokens[0]}, nb.AllLogits())
+	require.PanicsWithError(t, "nb.MeanLoss(0): the trace of 1 token has no losses: a position's loss is that of the next token",
+		func() { m.MeanLoss(0)(one) }, "it said positions 0..-1")
 }
 
 func mean(x []float64) float64 {

@@ -190,7 +190,8 @@ func (p *int8Packed) groupBytes(cols int) int {
 
 // packInt8 makes m.int8 once for the formats kept packed, its groups on
 // the stream's threads; another stream's product of m waits for it. A
-// fault reading the weights leaves m.int8 nil (decoded per product).
+// fault reading the weights, or no room for the packed copy, leaves m.int8
+// nil (decoded per product).
 func (s *stream) packInt8(m *matrix) {
 	var nibbles bool
 	switch m.w.Type() {
@@ -206,6 +207,11 @@ func (s *stream) packInt8(m *matrix) {
 		groups, size := (m.w.Rows+i8Rows-1)/i8Rows, p.groupBytes(cols)
 		w, freeW := packedBytes(groups * size)
 		wsc, freeWsc := packedBytes(4 * groups * nb * 2 * i8Rows)
+		if w == nil || wsc == nil { // no room: decoded on every product
+			freeW()
+			freeWsc()
+			return
+		}
 		runtime.AddCleanup(p, func(struct{}) { freeW(); freeWsc() }, struct{}{})
 		p.w, p.wsc = w, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(wsc))), len(wsc)/4)
 		var done atomic.Int64

@@ -20,9 +20,29 @@ import (
 )
 
 // readPrompts reads a file of prompts: JSONL ({"prompt": "..."} a line) if
-// its name ends in .jsonl, else text, a prompt a line; blank lines are
-// skipped.
-func readPrompts(path string) ([]string, error) {
+// its name ends in .jsonl, else text, a prompt a line; blank lines and a
+// UTF-8 byte order mark are skipped. A pipe or FIFO is read as it comes,
+// and ctx's end (Ctrl-C) ends the wait: open and read do not return for a
+// writer that never writes, so they run apart, left behind on the way out.
+func readPrompts(ctx context.Context, path string) ([]string, error) {
+	type result struct {
+		prompts []string
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		prompts, err := readPromptsFile(path)
+		done <- result{prompts, err}
+	}()
+	select {
+	case r := <-done:
+		return r.prompts, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("interrupted while reading --prompts %s", path)
+	}
+}
+
+func readPromptsFile(path string) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("--prompts: %w", err)
@@ -34,6 +54,9 @@ func readPrompts(path string) ([]string, error) {
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
+		if n == 1 {
+			line = strings.TrimPrefix(line, "\uFEFF") // a BOM, as some editors on Windows save
+		}
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
@@ -65,7 +88,7 @@ func readPrompts(path string) ([]string, error) {
 // a folder of its own in dir: dir/0, dir/1, ... (numbered from 0, padded
 // to one width, so that they sort).
 func traceFile(ctx context.Context, m *model.Model, path string, batch int, o engine.Options, backend, placement, dir string, out io.Writer) error {
-	texts, err := readPrompts(path)
+	texts, err := readPrompts(ctx, path)
 	if err != nil {
 		return err
 	}

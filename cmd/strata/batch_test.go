@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -70,4 +71,19 @@ func TestTracePromptsRefusesBadFiles(t *testing.T) {
 	require.EqualError(t, run("--prompts", write("p.txt", "a\n"), "--prompt", "b"), "trace takes --prompts or one prompt (--prompt or --tokens), not both")
 	require.EqualError(t, run("--prompt", "b", "--batch", "2"), "--batch goes with --prompts, and is at least 1")
 	require.EqualError(t, run("--prompts", write("p.txt", "a\n"), "--batch", "0"), "--batch goes with --prompts, and is at least 1")
+}
+
+// A byte order mark at a file's start is not part of its first prompt.
+func TestReadPromptsSkipsAByteOrderMark(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"p.txt":   "\uFEFFOnce upon a time\nLily\n",
+		"p.jsonl": "\uFEFF" + `{"prompt": "Once upon a time"}` + "\n" + `{"prompt": "Lily"}` + "\n",
+	} {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+		prompts, err := readPrompts(context.Background(), p)
+		require.NoError(t, err, name)
+		require.Equal(t, []string{"Once upon a time", "Lily"}, prompts, name)
+	}
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -89,4 +90,23 @@ func TestEveryOutputFileFlagIsCheckedFirst(t *testing.T) {
 		require.True(t, cpuProfileFile(profile))
 	}
 	require.False(t, cpuProfileFile(notes))
+}
+
+// --prompts from a FIFO no one writes to blocked in open past Ctrl-C and
+// SIGTERM; the command's context now ends the wait.
+func TestReadPromptsFromASilentFIFOEndsOnInterrupt(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "prompts.txt")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	// Unblock the open left behind so that it does not outlive the test.
+	defer func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := readPrompts(ctx, fifo)
+	require.EqualError(t, err, "interrupted while reading --prompts "+fifo)
+	require.Less(t, time.Since(start), 5*time.Second)
 }

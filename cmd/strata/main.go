@@ -395,10 +395,10 @@ func cmdInfo(_ context.Context, args []string, out io.Writer) error {
 	est := engine.EstimateMemory(c, *n, 0, *n, engine.Options{})
 	_, other := m.Resident()
 	if est.Cache == engine.MaxEstimate {
-		fmt.Fprintf(out, "prefill of %d tokens needs more bytes than 64 bits count: no machine holds it\n", *n)
+		fmt.Fprintf(out, "prefill of %s needs more bytes than 64 bits count: no machine holds it\n", human.Count(*n, "token"))
 	} else {
-		fmt.Fprintf(out, "prefill of %d tokens needs about %s: weights %s, header and tokenizer %s, KV cache %s, activations %s\n",
-			*n, human.Bytes(weightBytes+other+est.Total()), human.Bytes(weightBytes), human.Bytes(other), human.Bytes(est.Cache), human.Bytes(est.Scratch))
+		fmt.Fprintf(out, "prefill of %s needs about %s: weights %s, header and tokenizer %s, KV cache %s, activations %s\n",
+			human.Count(*n, "token"), human.Bytes(weightBytes+other+est.Total()), human.Bytes(weightBytes), human.Bytes(other), human.Bytes(est.Cache), human.Bytes(est.Scratch))
 	}
 	if *points {
 		fmt.Fprintln(out, "capture points:")
@@ -442,7 +442,7 @@ func printPlan(out io.Writer, m *model.Model, backend, placement string, q engin
 		}
 		return fmt.Errorf("--placement %s: %w", placement, err)
 	}
-	fmt.Fprintf(out, "placement     %s for a prompt of %d tokens and a KV cache of %d positions:\n", plan.Flag(), q.Tokens, q.Capacity)
+	fmt.Fprintf(out, "placement     %s for a prompt of %s and a KV cache of %s:\n", plan.Flag(), human.Count(q.Tokens, "token"), human.Count(q.Capacity, "position"))
 	for _, line := range strings.Split(strings.TrimSuffix(plan.String(), "\n"), "\n") {
 		fmt.Fprintf(out, "  %s\n", line)
 	}

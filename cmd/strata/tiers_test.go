@@ -79,6 +79,10 @@ func TestInfoDevicesPlansTheDeviceRunUses(t *testing.T) {
 	out, err := strata(t, "info", path, "-n", "64", "--devices", "--backend", "cpu")
 	require.NoError(t, err)
 	require.Contains(t, out, "placement     0:0-4 for a prompt of 64 tokens")
+	out, err = strata(t, "info", path, "-n", "1", "--devices", "--backend", "cpu")
+	require.NoError(t, err)
+	require.Contains(t, out, "prefill of 1 token needs about ")
+	require.Contains(t, out, "placement     0:0-4 for a prompt of 1 token and a KV cache of 1 position:\n")
 	if !vulkanPresent(t) {
 		t.Skip("no Vulkan device (lavapipe counts)")
 	}
