@@ -82,8 +82,11 @@ func labelWidth(labels []string) vg.Length {
 func labelMargin(labels []string) vg.Length { return labelWidth(labels) + 30 }
 
 // AttentionGrid draws every captured layer's heads as small multiples,
-// layers down and heads across, as bertviz's model view does. Tiles of
-// prompts longer than a tile has pixels show each block's largest weight.
+// heads across and layers up, the first at the bottom, as every figure
+// with an axis of layers stacks them (bertviz's model view runs down; side
+// by side with the head scores, a row read across named another layer).
+// Tiles of prompts longer than a tile has pixels show each block's
+// largest weight.
 func AttentionGrid(tr *trace.Trace) (*Figure, error) {
 	if tr == nil {
 		return nil, nilTrace("AttentionGrid")
@@ -121,11 +124,11 @@ func AttentionGrid(tr *trace.Trace) (*Figure, error) {
 		y0 := c.Max.Y - titleH - top // top of the first row of tiles
 		border := draw.LineStyle{Color: color.Gray{170}, Width: 0.5}
 		for i, l := range layers {
-			yTop := y0 - vg.Length(i)*(tile+gap)
+			yTop := y0 - vg.Length(len(layers)-1-i)*(tile+gap)
 			c.FillText(sty, vg.Point{X: c.Min.X + left/2, Y: yTop - tile/2}, layerName(l))
 			for h := range heads {
 				x := c.Min.X + left + vg.Length(h)*(tile+gap)
-				if i == 0 {
+				if i == len(layers)-1 {
 					c.FillText(sty, vg.Point{X: x + tile/2, Y: y0 + top/2}, fmt.Sprintf("H%d", h))
 				}
 				r := vg.Rectangle{Min: vg.Point{X: x, Y: yTop - tile}, Max: vg.Point{X: x + tile, Y: yTop}}
@@ -276,10 +279,16 @@ func headTiles(title string, x *trace.Tensor, queries, keys []string, isPattern 
 	sc, valueName := sequential(0, 1), "attention"
 	if !isPattern {
 		lo, hi := math.Inf(1), math.Inf(-1)
+		masked := false
 		for _, v := range x.Data {
 			if f := float64(v); !math.IsNaN(f) && !math.IsInf(f, 0) {
 				lo, hi = min(lo, f), max(hi, f)
+			} else {
+				masked = masked || math.IsInf(f, -1)
 			}
+		}
+		if masked {
+			title += "; grey: masked (−∞)"
 		}
 		if lo > hi { // nothing finite
 			lo, hi = 0, 1

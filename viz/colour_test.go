@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stratalab/strata/engine"
 )
 
 // The colour convention of the package doc, read off the drawn pixels: a
@@ -121,4 +123,54 @@ func checkBarsConvention(t *testing.T, img image.Image, in image.Rectangle) {
 	require.Greater(t, blue.n, 100, "the negative bar is blue")
 	require.Less(t, blue.maxX, red.minX+2, "blue left of zero, red right of it")
 	require.Less(t, red.minY, blue.minY, "the positive bar, first, above the negative one")
+}
+
+// Values all below zero are blue, as the package doc says: log-probabilities
+// took the white-to-red scale, the least negative the deepest red.
+func TestNegativeValuesAreBlue(t *testing.T) {
+	heat, err := Heatmap([][]float64{{-4, -1}}, []string{"row"}, []string{"a", "b"}, "all negative")
+	require.NoError(t, err)
+	var b bytes.Buffer
+	require.NoError(t, heat.Encode(&b, "png"))
+	img, err := png.Decode(&b)
+	require.NoError(t, err)
+	in := img.Bounds()
+	for y := in.Min.Y; y < in.Max.Y; y++ {
+		for x := in.Min.X; x < in.Max.X; x++ {
+			if !near(img, x, y, deepBlue) {
+				continue
+			}
+			for x+1 < in.Max.X && near(img, x+1, y, deepBlue) {
+				x++
+			}
+			r, _, bl, _ := img.At(x+3, y).RGBA()
+			require.Greater(t, bl, r, "the -1 cell beside the deep blue -4 one is blue too, paler: %v", img.At(x+3, y))
+			return
+		}
+	}
+	require.Fail(t, "no deep blue cell: -4, the most negative value, is not drawn blue")
+}
+
+// A causal mask's scores (-Inf) are grey, as missing values are, and the
+// title says so: they took the colour bar's deepest blue, a very negative
+// score's colour.
+func TestMaskedScoresAreGrey(t *testing.T) {
+	tr := prefill(t, synthModel(t), synthTokens, engine.CaptureOf("blocks.0.attn.hook_attn_scores"))
+	f, err := Captured(tr, "blocks.0.attn.hook_attn_scores")
+	require.NoError(t, err)
+	require.Contains(t, f.Title, "grey: masked (−∞)")
+	var b bytes.Buffer
+	require.NoError(t, f.Encode(&b, "png"))
+	img, err := png.Decode(&b)
+	require.NoError(t, err)
+	grey := 0
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+			if near(img, x, y, nanColor) {
+				grey++
+			}
+		}
+	}
+	// A tile's upper triangle: nearly half of each head's square.
+	require.Greater(t, grey, 2000, "grey pixels")
 }

@@ -224,8 +224,10 @@ func widen(lo, hi float64) (float64, float64) {
 	return lo, hi
 }
 
+// color is v's colour, grey where v is not finite: a masked attention
+// score (-Inf) had taken the bar's deepest blue, a very negative score's.
 func (s scale) color(v float64) color.Color {
-	if math.IsNaN(v) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return nanColor
 	}
 	return s.at((v - s.lo) / (s.hi - s.lo))

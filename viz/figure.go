@@ -11,7 +11,8 @@
 // negative (attention weights, norms, loss, probabilities) sit on the
 // sequential scale, the diverging one's red half: white at the bottom of
 // its colour bar, deep red at the top. Bars follow the same rule: red for
-// positive, blue for negative. Grey marks a missing value (NaN). Lines
+// positive, blue for negative. Grey marks a value that is missing (NaN)
+// or not finite (a masked attention score, -Inf). Lines
 // and points of several series use categorical colours named in a legend.
 package viz
 

@@ -42,6 +42,9 @@ func Line(y []float64, title string) (*Figure, error) {
 	}
 	xy := make(plotter.XYs, len(y))
 	for i, v := range y {
+		if math.IsNaN(v) || math.IsInf(v, 0) { // gonum said only "plotter: NaN data point"
+			return nil, fmt.Errorf("viz: Line: value %d of %d is %v: a line has no point to draw there", i, len(y), v)
+		}
 		xy[i] = plotter.XY{X: float64(i), Y: v}
 	}
 	line, err := plotter.NewLine(xy)
@@ -57,9 +60,9 @@ func Line(y []float64, title string) (*Figure, error) {
 
 // Heatmap draws z[row][col], row 0 at the top, rows and columns labelled
 // by rowLabels and colLabels (numbered where nil): blue-white-red centred
-// on zero when z has both signs, white to red otherwise. Columns beyond a
-// thousand are averaged in blocks (without column labels, which would no
-// longer name them).
+// on zero when any value is negative, white to red otherwise. Columns
+// beyond a thousand are averaged in blocks (without column labels, which
+// would no longer name them; numbered by each block's first column).
 func Heatmap(z [][]float64, rowLabels, colLabels []string, title string) (*Figure, error) {
 	const name = "Heatmap"
 	if rowLabels != nil && len(rowLabels) != len(z) {
@@ -101,11 +104,17 @@ func heatmap(name, title string, z [][]float64, ax axes) (*Figure, error) {
 			return nil, fmt.Errorf("viz: %s: row %d has %d values, row 0 has %d", name, r, len(row), len(z[0]))
 		}
 	}
+	g := grid{z: z, rows: ax.rows, cols: numbers(len(z[0])), xName: cmp.Or(ax.xName, "index 1"), yName: cmp.Or(ax.yName, "index 0")}
 	if k := (len(z[0]) + 1023) / 1024; k > 1 {
 		z = meanPool(z, k)
 		title = fmt.Sprintf("%s (columns averaged in blocks of %d)", title, k)
+		// Each block by its first column: numbered 0, 1, ..., an axis of
+		// 2,048 logits ran to 1,023.
+		for i := range z[0] {
+			g.cols[i] = g.cols[i*k]
+		}
+		g.z, g.cols, g.xName = z, g.cols[:len(z[0])], g.xName+" (a block's first)"
 	}
-	g := grid{z: z, rows: ax.rows, cols: numbers(len(z[0])), xName: cmp.Or(ax.xName, "index 1"), yName: cmp.Or(ax.yName, "index 0")}
 	if g.rows == nil {
 		g.rows = numbers(len(z))
 	}
@@ -120,10 +129,13 @@ func heatmap(name, title string, z [][]float64, ax axes) (*Figure, error) {
 		withBar(heatPlot(title, g, sc, cellW, cellH), barPlot(sc, "value"))), nil
 }
 
-// scaleFor is diverging for values of both signs, sequential otherwise.
+// scaleFor is diverging where any value is below zero, so that blue
+// always means negative (log-probabilities, all below zero, took the
+// sequential scale's white to red, the least negative deepest), and
+// sequential where none is.
 func scaleFor(z [][]float64) scale {
 	lo, hi := finiteRange(z)
-	if lo < 0 && hi > 0 {
+	if lo < 0 {
 		return diverging(max(-lo, hi))
 	}
 	return sequential(lo, hi)

@@ -139,7 +139,11 @@ func (e reportEntry) draw() (*Figure, []byte, []byte, error) {
 // attention head shown is the strongest previous-token head, the KV cache
 // that of the last layer captured.
 func reportFigures(tr *trace.Trace) []reportEntry {
-	layer, head := strongestPrevTokenHead(tr)
+	layer, head, scored := strongestPrevTokenHead(tr)
+	headCaption := fmt.Sprintf("Layer %d head %d, the head that attends most to the previous token.", layer, head)
+	if !scored {
+		headCaption = fmt.Sprintf("Layer %d head %d: with no query past the first position, no head is scored for attending to the previous token.", layer, head)
+	}
 	kvLayer := tr.Model.Layers - 1
 	for kvLayer > 0 && !tr.Has(trace.LayerPoint(kvLayer, "attn.cache_k")) {
 		kvLayer--
@@ -147,7 +151,7 @@ func reportFigures(tr *trace.Trace) []reportEntry {
 	entries := []reportEntry{
 		{"attention_grid", "Every head's attention pattern; rows are queries, columns keys.",
 			func() (*Figure, error) { return AttentionGrid(tr) }},
-		{"attention_head", fmt.Sprintf("Layer %d head %d, the head that attends most to the previous token.", layer, head),
+		{"attention_head", headCaption,
 			func() (*Figure, error) { return AttentionHead(tr, layer, head) }},
 		{"prev_token_scores", "Mean attention from each position to the one before it.",
 			func() (*Figure, error) { return PrevTokenScores(tr) }},
@@ -170,7 +174,7 @@ func reportFigures(tr *trace.Trace) []reportEntry {
 			func() (*Figure, error) { return LogitLens(tr) }},
 		reportEntry{"kv_cache", fmt.Sprintf("Layer %d, KV head 0: what later tokens will attend to.", kvLayer),
 			func() (*Figure, error) { return KVCache(tr, kvLayer, 0) }},
-		reportEntry{"pca", "Every position's hidden state after each layer on the first two principal components.",
+		reportEntry{"pca", "Each position's hidden state after each layer on that layer's first two principal components; a position whose norm is over twice its layer's median (an attention sink) is left out, as the figure's title then says.",
 			func() (*Figure, error) { return PCA(tr) }},
 	)
 }
@@ -200,9 +204,9 @@ func reportViews(tr *trace.Trace) []reportViewEntry {
 }
 
 // strongestPrevTokenHead is the head with the highest previous-token
-// score, or head 0 of the first layer with a pattern when there are no
-// scores (a one-token prompt).
-func strongestPrevTokenHead(tr *trace.Trace) (layer, head int) {
+// score, or head 0 of the first layer with a pattern, not scored, when
+// there are no scores (a one-token prompt).
+func strongestPrevTokenHead(tr *trace.Trace) (layer, head int, scored bool) {
 	layer, best := -1, -1.0
 	for l := range tr.Model.Layers {
 		p, err := copyOf(tr, trace.LayerPoint(l, "attn.hook_pattern"))
@@ -218,11 +222,11 @@ func strongestPrevTokenHead(tr *trace.Trace) (layer, head int) {
 		}
 		for h, s := range scores {
 			if s > best {
-				best, layer, head = s, l, h
+				best, layer, head, scored = s, l, h, true
 			}
 		}
 	}
-	return max(layer, 0), head
+	return max(layer, 0), head, scored
 }
 
 type reportPage struct {

@@ -176,6 +176,8 @@ func TestReportOfOneTokenSaysWhatCannotBeDrawn(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.Contains(string(page), "<b>prev_token_scores</b>: viz: PrevTokenScores: layer 0: trace: previous-token scores need a query at position 1 or later"))
 	require.FileExists(t, filepath.Join(dir, "attention_head.png"), "the one-cell pattern is still drawn")
+	require.Contains(t, string(page), "Layer 0 head 0: with no query past the first position, no head is scored for attending to the previous token.")
+	require.NotContains(t, string(page), "the head that attends most to the previous token", "no head was scored")
 	require.FileExists(t, filepath.Join(dir, "resid_norms.png"))
 }
 

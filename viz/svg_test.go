@@ -154,7 +154,8 @@ func TestGenericFiguresRefuseWhatTheyCannotDraw(t *testing.T) {
 		want string
 	}{
 		{second(Line(nil, "x")), "Line: no values"},
-		{second(Line([]float64{1, math.NaN()}, "x")), "Line"},
+		{second(Line([]float64{1, math.NaN()}, "x")), "viz: Line: value 1 of 2 is NaN: a line has no point to draw there"},
+		{second(Line([]float64{math.Inf(-1), 1}, "x")), "viz: Line: value 0 of 2 is -Inf"},
 		{second(Heatmap([][]float64{{1, 2}, {3}}, nil, nil, "x")), "row 1 has 1 values, row 0 has 2"},
 		{second(Heatmap([][]float64{{1, 2}}, []string{"a", "b"}, nil, "x")), "2 row labels for 1 rows"},
 		{second(Heatmap([][]float64{{1, 2}}, nil, []string{"a"}, "x")), "1 column labels"},
@@ -174,6 +175,15 @@ func TestWideHeatmapsAverageColumns(t *testing.T) {
 	}
 	f := must(Heatmap([][]float64{row}, nil, nil, "wide"))
 	require.Contains(t, f.Title, "averaged in blocks of 3")
+	// The ticks name columns, not blocks: they ran to 999 of 3,000.
+	var b bytes.Buffer
+	require.NoError(t, f.Encode(&b, "svg"))
+	last := 0.0
+	for _, m := range regexp.MustCompile(`>([0-9]+)</text>`).FindAllStringSubmatch(b.String(), -1) {
+		last = max(last, number(t, m[1]))
+	}
+	require.Greater(t, last, 2500.0, "the last tick")
+	require.Contains(t, b.String(), ">index 1 (a block&#39;s first")
 	require.Equal(t, [][]float64{{1, 2}}, meanPool([][]float64{{0, 2, 3, 1}}, 2))
 }
 
@@ -393,4 +403,26 @@ func TestHeadRowsNameTheirAxes(t *testing.T) {
 	b.Reset()
 	require.NoError(t, must(PatchingHeatmap(z, []string{"a", "b", "c", "d", "e", "f"}, []string{"a", "b"}, "t")).Encode(&b, "svg"))
 	require.NotContains(t, b.String(), ">position</text>", "rows of its own: no names guessed")
+}
+
+// Layers stack upward in every figure with an axis of layers: the
+// attention grid ran down (L0 at the top) beside the head scores' heatmap
+// running up, so a row read across both named two layers.
+func TestFiguresStackLayersTheSameWay(t *testing.T) {
+	tr := prefill(t, synthModel(t), synthTokens, engine.CaptureAll())
+	label := regexp.MustCompile(`<text[^>]* y="([-0-9.]+)"[^>]*>(L[01])</text>`)
+	for name, f := range map[string]func() (*Figure, error){
+		"AttentionGrid":   func() (*Figure, error) { return AttentionGrid(tr) },
+		"PrevTokenScores": func() (*Figure, error) { return PrevTokenScores(tr) },
+		"ResidNorms":      func() (*Figure, error) { return ResidNorms(tr) },
+	} {
+		var b bytes.Buffer
+		require.NoError(t, must(f()).Encode(&b, "svg"))
+		y := map[string]float64{}
+		for _, m := range label.FindAllStringSubmatch(b.String(), -1) {
+			y[m[2]] = -number(t, m[1]) // vgsvg writes text flipped: scale(1, -1)
+		}
+		require.Len(t, y, 2, "%s labels L0 and L1", name)
+		require.Less(t, y["L0"], y["L1"], "%s: layer 0 below layer 1", name)
+	}
 }
