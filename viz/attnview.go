@@ -91,6 +91,9 @@ func AttentionView(tr *trace.Trace, layers ...int) (HTML, error) {
 		fmt.Fprintf(&b, ` <button class="head" data-h="%d">%d</button>`, h, h)
 	}
 	b.WriteString(`</div>`)
+	// What the shading means, as a figure's colour bar says it: the red
+	// of the figures' sequential scale, its strength the weight.
+	b.WriteString(`<div class="legend" style="margin-top:6px;color:#555">shade: attention weight, 0 <span style="display:inline-block;width:120px;height:10px;vertical-align:middle;border:1px solid #ddd;background:linear-gradient(to right,rgba(178,24,43,0),rgba(178,24,43,1))"></span> 1 (a token's tooltip gives it)</div>`)
 	b.WriteString(`<div style="margin-top:6px;color:#555">attends to (from the hovered token):</div><div class="row to" style="font-family:monospace;line-height:1.9"></div>`)
 	b.WriteString(`<div style="margin-top:6px;color:#555">attended by (to the hovered token):</div><div class="row from" style="font-family:monospace;line-height:1.9"></div>`)
 	b.WriteString(`<div class="status" style="margin-top:6px;color:#555">hover a token</div>`)

@@ -87,6 +87,7 @@ func TestAttentionViewReactsToHover(t *testing.T) {
 	view, err := AttentionView(tr, 1)
 	require.NoError(t, err)
 	require.NotContains(t, view.Page(), "http", "self-contained: nothing to fetch")
+	require.Contains(t, view.Body, `shade: attention weight, 0 <span`, "the shading is explained, as a colour bar would")
 	again, err := AttentionView(tr, 1)
 	require.NoError(t, err)
 	require.Equal(t, view, again, "a saved view is the same bytes each time")
