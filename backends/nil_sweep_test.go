@@ -14,5 +14,6 @@ func TestEveryExportedCallTakesNil(t *testing.T) {
 	niltest.Sweep(t, "backends", niltest.Exported(t, "."), map[string]any{
 		"Open": backends.Open, "Devices": backends.Devices, "HostAvailable": backends.HostAvailable,
 		"OnHost": backends.OnHost, "Plan": backends.Plan, "Engine": backends.Engine,
+		"HostFits": backends.HostFits,
 	}, nil, niltest.Policy{Prefix: "backends: "})
 }

@@ -81,11 +81,21 @@ func HostAvailable() (int64, error) {
 	return avail, nil
 }
 
-// hostFits refuses a request on the CPU whose KV cache, scratch and
-// captures do not fit the host memory left: past it the Go runtime dies
-// with "fatal error: out of memory" rather than fail. The weights are not
-// counted: the model's file is mapped (or its tensors made) already.
-func hostFits(m *model.Model, q engine.PlanRequest) error {
+// HostFits refuses, where e keeps its tensors in host memory (OnHost), a
+// request whose KV cache, scratch and captures do not fit the host memory
+// left: past it the Go runtime dies with "fatal error: out of memory"
+// rather than fail. The weights are not counted: the model's file is
+// mapped (or its tensors made) already. For a command that allocates what
+// it asks for at once; nb's caches start small and grow, and check each
+// call.
+func HostFits(e *engine.Engine, q engine.PlanRequest) error {
+	if e == nil {
+		return errors.New("backends: HostFits: no engine (nil)")
+	}
+	if !OnHost(e) {
+		return nil
+	}
+	m := e.Model
 	avail, err := HostAvailable()
 	if err != nil {
 		return nil // not known here: nothing to check against
@@ -211,12 +221,6 @@ func Engine(m *model.Model, name, placement string, q engine.PlanRequest) (*engi
 		b, note, err := Open(name)
 		if err != nil {
 			return nil, "", err
-		}
-		if _, onHost := b.(*cpu.Backend); onHost && m != nil {
-			if err := hostFits(m, q); err != nil {
-				b.Close()
-				return nil, "", err
-			}
 		}
 		e, err := engine.NewEngine(m, b)
 		if err != nil {

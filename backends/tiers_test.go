@@ -38,11 +38,17 @@ func TestEngineOverTiers(t *testing.T) {
 	require.ErrorContains(t, err, "tier 0 (embedding, layers 0-1) needs 2048.00 GiB")
 	require.ErrorContains(t, err, "and tier 1 (layers 2-3, head) needs")
 
-	// The same on the one device without --placement: "fatal error: out
-	// of memory" from the runtime otherwise.
-	_, _, err = Engine(m, "cpu", "", engine.PlanRequest{Capacity: 1 << 30, Tokens: 1})
+	// Without --placement the engine is made (nb asks for the whole
+	// context, and its caches start small), and a command that allocates
+	// the request at once checks it: "fatal error: out of memory" from the
+	// runtime otherwise.
+	huge := engine.PlanRequest{Capacity: 1 << 30, Tokens: 1}
+	e, _, err = Engine(m, "cpu", "", huge)
+	require.NoError(t, err)
+	err = HostFits(e, huge)
 	require.ErrorContains(t, err, "host memory is short: this needs about 4096.00 GiB")
 	require.ErrorContains(t, err, "(KV cache 4096.00 GiB for 1073741824 positions, scratch ")
+	require.NoError(t, HostFits(e, q))
 
 	_, _, err = Engine(m, "tpu", "auto", q)
 	require.ErrorContains(t, err, `unknown backend "tpu"`)

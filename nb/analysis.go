@@ -598,8 +598,8 @@ func (m *Model) SteeringVector(a, b any, layer, pos int, opts ...PrefillOption) 
 // Steer adds alpha*vec to the residual stream entering layer, at the
 // given positions of the prefill (every position when none are given;
 // negative ones count from the end; one named twice is steered once): the
-// use SteeringVector's result is made for. In a generation, the positions given are the prompt's; with
-// none, the generated tokens are steered too.
+// use SteeringVector's result is made for. In a generation, the positions
+// given are the prompt's; with none, the generated tokens are steered too.
 func Steer(layer int, vec []float32, alpha float32, positions ...int) Option {
 	return func(s *settings) {
 		s.o.Hooks = append(s.o.Hooks, engine.AddVector(trace.LayerPoint(layer, "hook_resid_pre"), vec, alpha, positions))

@@ -237,6 +237,11 @@ func openEngine(m *model.Model, backend, placement string, q engine.PlanRequest)
 		}
 		return nil, err
 	}
+	if placement == "" { // a plan has checked it otherwise
+		if err := backends.HostFits(e, q); err != nil {
+			return nil, err
+		}
+	}
 	fmt.Fprintln(stderr, "strata:", note)
 	return e, nil
 }

@@ -12,21 +12,20 @@ package main
 import (
 	"fmt"
 	"math/rand"
-	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/cpu"
 )
 
 func tileMul(cfg *[64]byte, a, b *int8, c *int32)
 func tileLoop(cfg *[64]byte, a, b *int8, n int)
 
 func main() {
-	info, _ := os.ReadFile("/proc/cpuinfo")
-	if !strings.Contains(string(info), "amx_int8") {
-		fmt.Println("no amx_int8 in /proc/cpuinfo")
+	if !cpu.X86.HasAMXTile || !cpu.X86.HasAMXInt8 {
+		fmt.Println("this processor has no AMX-INT8")
 		return
 	}
 	// ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
